@@ -1,0 +1,663 @@
+//! `Client`: how applications enqueue, cancel, reschedule and inspect jobs.
+//!
+//! The typed API takes a job type (`client.enqueue::<close_order>(payload)`), so the payload
+//! is checked against the handler at compile time. The untyped API takes a topic name and raw
+//! MessagePack bytes ([`Client::topic`]), for producers that do not link the handlers.
+//!
+//! Every input is validated — topic, key, payload size — before anything is written.
+
+use std::collections::HashMap;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use backon::{ExponentialBuilder, Retryable};
+
+use crate::error::{Error, Result};
+use crate::job::{
+    CancelOutcome, DeadLimits, Due, EnqueueOutcome, Job, JobInfo, NewDue, NewJob, Queue,
+    RescheduleOutcome, TopicStats,
+};
+use crate::names::{JobKey, Topic};
+use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
+use crate::store::Store;
+use crate::store::redis::{RedisOptions, RedisStore};
+
+/// Largest number of jobs sent in one enqueue script call by bulk enqueue.
+pub const DEFAULT_BULK_CHUNK: usize = 1000;
+
+/// Settings shared by a client and the workers built from it.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Partitions per topic; topics not listed have [`ClientConfig::default_partitions`].
+    pub partitions: HashMap<String, u16>,
+    /// Partitions of topics not listed in `partitions` (default 1).
+    pub default_partitions: u16,
+    /// Largest encoded payload accepted (default 1 MiB).
+    pub max_payload: usize,
+    /// Dead-queue limits per topic; topics not listed get [`DeadLimits::default`].
+    pub dead_limits: HashMap<String, DeadLimits>,
+    /// Jobs per enqueue script call in bulk enqueue (default 1000).
+    pub bulk_chunk: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            partitions: HashMap::new(),
+            default_partitions: 1,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            dead_limits: HashMap::new(),
+            bulk_chunk: DEFAULT_BULK_CHUNK,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// How many partitions `topic` has.
+    pub fn partitions_of(&self, topic: &str) -> u16 {
+        self.partitions
+            .get(topic)
+            .copied()
+            .unwrap_or(self.default_partitions)
+            .max(1)
+    }
+
+    /// The dead-queue limits of `topic`, for the whole topic.
+    pub fn dead_limits_of(&self, topic: &str) -> DeadLimits {
+        self.dead_limits.get(topic).copied().unwrap_or_default()
+    }
+
+    /// The dead-queue limits of one partition of `topic`: the cap is shared evenly.
+    pub fn partition_dead_limits(&self, topic: &str) -> DeadLimits {
+        let limits = self.dead_limits_of(topic);
+        let p = u64::from(self.partitions_of(topic));
+        DeadLimits {
+            cap: limits.cap.div_ceil(p).max(1),
+            ..limits
+        }
+    }
+}
+
+/// Builds a [`Client`] with non-default settings.
+#[derive(Clone, Debug, Default)]
+pub struct ClientBuilder {
+    redis: RedisOptions,
+    config: ClientConfig,
+}
+
+impl ClientBuilder {
+    /// Prefix of every Redis key (default `dq`).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.redis.namespace = namespace.into();
+        self
+    }
+
+    /// Splits `topic` into `partitions` partitions (default 1). Producers and workers of a
+    /// topic must agree on this number.
+    pub fn partitions(mut self, topic: impl Into<String>, partitions: u16) -> Self {
+        self.config.partitions.insert(topic.into(), partitions);
+        self
+    }
+
+    /// Partitions of every topic not configured with [`ClientBuilder::partitions`].
+    pub fn default_partitions(mut self, partitions: u16) -> Self {
+        self.config.default_partitions = partitions;
+        self
+    }
+
+    /// Largest encoded payload accepted (default 1 MiB).
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.config.max_payload = bytes;
+        self
+    }
+
+    /// Dead-queue cap and retention of `topic` (default 100,000 jobs, 30 days).
+    pub fn dead_limits(mut self, topic: impl Into<String>, limits: DeadLimits) -> Self {
+        self.config.dead_limits.insert(topic.into(), limits);
+        self
+    }
+
+    /// Jobs per script call in bulk enqueue (default 1000).
+    pub fn bulk_chunk(mut self, jobs: usize) -> Self {
+        self.config.bulk_chunk = jobs;
+        self
+    }
+
+    /// Longest wait for one Redis reply (default 5 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.redis.response_timeout = timeout;
+        self
+    }
+
+    /// Accept a Redis whose `maxmemory-policy` may evict keys, with a warning instead of an
+    /// error. Eviction deletes jobs silently: use only where losing jobs is acceptable.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.redis.allow_eviction = allow;
+        self
+    }
+
+    /// Skip the server checks on connect (version, eviction policy, persistence).
+    pub fn skip_server_checks(mut self) -> Self {
+        self.redis.check_server = false;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        for (topic, &p) in &self.config.partitions {
+            Topic::new(topic.clone())?;
+            if p == 0 {
+                return Err(Error::InvalidConfig(format!(
+                    "topic {topic:?} needs at least one partition"
+                )));
+            }
+        }
+        if self.config.default_partitions == 0 {
+            return Err(Error::InvalidConfig(
+                "default_partitions must be at least 1".into(),
+            ));
+        }
+        if self.config.bulk_chunk == 0 {
+            return Err(Error::InvalidConfig("bulk_chunk must be at least 1".into()));
+        }
+        for (topic, limits) in &self.config.dead_limits {
+            Topic::new(topic.clone())?;
+            if limits.cap == 0 {
+                return Err(Error::InvalidConfig(format!(
+                    "dead-queue cap of {topic:?} must be at least 1"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects to Redis at `url` and checks the server.
+    pub async fn connect(self, url: &str) -> Result<Client> {
+        self.validate()?;
+        let store = RedisStore::connect(url, self.redis).await?;
+        Ok(Client::from_store(Arc::new(store), self.config))
+    }
+
+    /// A client on another store (e.g. the embedded one), with these settings.
+    pub fn build_with_store(self, store: Arc<dyn Store>) -> Result<Client> {
+        self.validate()?;
+        Ok(Client::from_store(store, self.config))
+    }
+}
+
+/// The handle applications use to enqueue and manage jobs. Cheap to clone; share it.
+#[derive(Clone)]
+pub struct Client {
+    store: Arc<dyn Store>,
+    config: Arc<ClientConfig>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to Redis at `url` with default settings (namespace `dq`, one partition per
+    /// topic), checking that the server is fit to hold jobs.
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::builder().connect(url).await
+    }
+
+    /// Starts building a client with non-default settings.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// A client on an existing store.
+    pub fn from_store(store: Arc<dyn Store>, config: ClientConfig) -> Client {
+        Client {
+            store,
+            config: Arc::new(config),
+        }
+    }
+
+    /// The store behind this client (for the worker and for tests).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The client's settings.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The untyped API of one topic: raw MessagePack payloads, any topic name.
+    pub fn topic(&self, name: &str) -> Result<TopicClient> {
+        let topic = Topic::new(name)?;
+        let partitions = self.config.partitions_of(name);
+        Ok(TopicClient {
+            client: self.clone(),
+            topic,
+            partitions,
+        })
+    }
+
+    fn typed<J: Job>(&self) -> Result<TopicClient> {
+        self.topic(J::TOPIC)
+    }
+
+    /// Enqueues a job of type `J`. Await the returned builder; before that, set
+    /// `.key(…)`, `.delay(…)` or `.at(…)`, `.replace()`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # struct close_order;
+    /// # impl dq_core::Job for close_order { type Payload = u64; const TOPIC: &'static str = "orders.close"; }
+    /// use std::time::Duration;
+    /// let done = client
+    ///     .enqueue::<close_order>(7)
+    ///     .key("order-7")
+    ///     .delay(Duration::from_secs(1800))
+    ///     .await?;
+    /// println!("{} {:?}", done.key, done.outcome);
+    /// # Ok(()) }
+    /// ```
+    pub fn enqueue<J: Job>(&self, payload: J::Payload) -> Enqueue {
+        let encoded = payload::encode(&payload, self.config.max_payload);
+        Enqueue::new(self.typed::<J>(), encoded)
+    }
+
+    /// Enqueues many jobs of type `J` with one script call per partition and chunk of
+    /// [`ClientConfig::bulk_chunk`]. Every job is validated before any is written.
+    pub async fn enqueue_bulk<J: Job>(
+        &self,
+        jobs: impl IntoIterator<Item = BulkJob<J::Payload>>,
+    ) -> Result<Vec<Enqueued>> {
+        let max = self.config.max_payload;
+        let raw = jobs
+            .into_iter()
+            .map(|j| {
+                Ok(BulkJob {
+                    payload: payload::encode(&j.payload, max)?,
+                    key: j.key,
+                    due: j.due,
+                    replace: j.replace,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.typed::<J>()?.enqueue_bulk(raw).await
+    }
+
+    /// Cancels a job of type `J` that has not started; the outcome says what happened.
+    pub async fn cancel<J: Job>(&self, key: &str) -> Result<CancelOutcome> {
+        self.typed::<J>()?.cancel(key).await
+    }
+
+    /// Gives a waiting job of type `J` a new due time: [`NewDue::At`] a time,
+    /// [`NewDue::After`] a delay from now, or [`NewDue::Shift`] by ± ms from its current due
+    /// time.
+    pub async fn reschedule<J: Job>(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
+        self.typed::<J>()?.reschedule(key, due).await
+    }
+
+    /// Everything known about a job of type `J`, or `None` if no such job exists.
+    pub async fn job<J: Job>(&self, key: &str) -> Result<Option<JobInfo>> {
+        self.typed::<J>()?.job(key).await
+    }
+
+    /// Depths and counters of `J`'s topic.
+    pub async fn stats<J: Job>(&self) -> Result<TopicStats> {
+        self.typed::<J>()?.stats().await
+    }
+}
+
+/// One job of a bulk enqueue.
+#[derive(Clone, Debug)]
+pub struct BulkJob<P> {
+    /// The payload.
+    pub payload: P,
+    /// Its key; generated if `None`.
+    pub key: Option<String>,
+    /// When it is due.
+    pub due: Due,
+    /// Replace an existing job with the same key.
+    pub replace: bool,
+}
+
+impl<P> BulkJob<P> {
+    /// A job due now with a generated key.
+    pub fn new(payload: P) -> Self {
+        BulkJob {
+            payload,
+            key: None,
+            due: Due::Now,
+            replace: false,
+        }
+    }
+
+    /// Sets the job's key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Makes the job due `delay` from now.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.due = Due::After(delay);
+        self
+    }
+
+    /// Makes the job due at `time`.
+    pub fn at(mut self, time: SystemTime) -> Self {
+        self.due = Due::At(time);
+        self
+    }
+
+    /// Replaces an existing pending or dead job with the same key.
+    pub fn replace(mut self) -> Self {
+        self.replace = true;
+        self
+    }
+}
+
+/// The result of enqueueing one job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The job's key (generated if none was given).
+    pub key: JobKey,
+    /// What happened.
+    pub outcome: EnqueueOutcome,
+}
+
+/// A pending enqueue; `.await` it to send.
+#[must_use = "an enqueue does nothing until awaited"]
+pub struct Enqueue {
+    topic: Result<TopicClient>,
+    payload: Result<Vec<u8>>,
+    key: Option<String>,
+    due: Due,
+    replace: bool,
+}
+
+impl Enqueue {
+    fn new(topic: Result<TopicClient>, payload: Result<Vec<u8>>) -> Self {
+        Enqueue {
+            topic,
+            payload,
+            key: None,
+            due: Due::Now,
+            replace: false,
+        }
+    }
+
+    /// The job's key (default: a generated, time-sortable key). An existing job with this key
+    /// is kept and reported as [`EnqueueOutcome::Exists`] — unless `.replace()` is set.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Due `delay` after now (by the store's clock).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.due = Due::After(delay);
+        self
+    }
+
+    /// Due at `time` (at once if it has passed).
+    pub fn at(mut self, time: SystemTime) -> Self {
+        self.due = Due::At(time);
+        self
+    }
+
+    /// Replace an existing job with the same key: a scheduled, ready, retry or dead job is
+    /// replaced atomically (new payload and due time, attempts and history start again).
+    /// A running job is never replaced: the outcome is then `Exists(Active)`.
+    pub fn replace(mut self) -> Self {
+        self.replace = true;
+        self
+    }
+
+    async fn send(self) -> Result<Enqueued> {
+        let topic = self.topic?;
+        let payload = self.payload?;
+        let mut out = topic
+            .enqueue_bulk(vec![BulkJob {
+                payload,
+                key: self.key,
+                due: self.due,
+                replace: self.replace,
+            }])
+            .await?;
+        out.pop()
+            .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))
+    }
+}
+
+impl IntoFuture for Enqueue {
+    type Output = Result<Enqueued>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Enqueued>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+/// The untyped API of one topic: raw MessagePack payloads.
+#[derive(Clone)]
+pub struct TopicClient {
+    client: Client,
+    topic: Topic,
+    partitions: u16,
+}
+
+impl std::fmt::Debug for TopicClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicClient")
+            .field("topic", &self.topic)
+            .field("partitions", &self.partitions)
+            .finish()
+    }
+}
+
+/// Retries a call that is safe to repeat after connection trouble or a timeout.
+fn retrying() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_secs(1))
+        .with_max_times(3)
+        .with_jitter()
+}
+
+impl TopicClient {
+    /// The topic.
+    pub fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
+    /// How many partitions the topic has.
+    pub fn partitions(&self) -> u16 {
+        self.partitions
+    }
+
+    fn queue_of(&self, key: &JobKey) -> Queue {
+        Queue::new(self.topic.clone(), key.partition(self.partitions))
+    }
+
+    fn queues(&self) -> impl Iterator<Item = Queue> + '_ {
+        (0..self.partitions).map(|p| Queue::new(self.topic.clone(), p))
+    }
+
+    /// Enqueues one job with a raw MessagePack payload.
+    pub fn enqueue(&self, payload: Vec<u8>) -> Enqueue {
+        let checked =
+            payload::check_size(&payload, self.client.config.max_payload).map(|()| payload);
+        Enqueue::new(Ok(self.clone()), checked)
+    }
+
+    /// Enqueues many jobs with raw payloads; every job is validated before any is written.
+    ///
+    /// Safe to retry as a whole after an error: keys (generated ones too) are fixed before the
+    /// first write, so a repeat creates no second job. A job written by an earlier try is then
+    /// reported as `Exists`.
+    pub async fn enqueue_bulk(&self, jobs: Vec<BulkJob<Vec<u8>>>) -> Result<Vec<Enqueued>> {
+        let max = self.client.config.max_payload;
+        // Validate everything first: nothing is written if any job is bad.
+        let mut by_partition: HashMap<u16, Vec<(usize, NewJob)>> = HashMap::new();
+        let n = jobs.len();
+        for (i, job) in jobs.into_iter().enumerate() {
+            payload::check_size(&job.payload, max)?;
+            let key = match job.key {
+                Some(k) => JobKey::new(k)?,
+                None => JobKey::generate(),
+            };
+            let partition = key.partition(self.partitions);
+            by_partition.entry(partition).or_default().push((
+                i,
+                NewJob {
+                    key,
+                    payload: job.payload,
+                    due: job.due,
+                    replace: job.replace,
+                },
+            ));
+        }
+        let mut out: Vec<Option<Enqueued>> = vec![None; n];
+        let chunk = self.client.config.bulk_chunk.max(1);
+        let mut partitions: Vec<_> = by_partition.into_iter().collect();
+        partitions.sort_by_key(|(p, _)| *p);
+        for (partition, jobs) in partitions {
+            let queue = Queue::new(self.topic.clone(), partition);
+            for part in jobs.chunks(chunk) {
+                let batch: Vec<NewJob> = part.iter().map(|(_, j)| j.clone()).collect();
+                let store = &self.client.store;
+                let outcomes = (|| async { store.enqueue(&queue, &batch).await })
+                    .retry(retrying())
+                    .when(Error::is_retryable)
+                    .await?;
+                for ((i, job), outcome) in part.iter().zip(outcomes) {
+                    out[*i] = Some(Enqueued {
+                        key: job.key.clone(),
+                        outcome,
+                    });
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| Error::Protocol("enqueue lost an outcome".into())))
+            .collect()
+    }
+
+    /// Cancels a job that has not started.
+    pub async fn cancel(&self, key: &str) -> Result<CancelOutcome> {
+        let key = JobKey::new(key)?;
+        self.client.store.cancel(&self.queue_of(&key), &key).await
+    }
+
+    /// Gives a scheduled, ready or retry job a new due time.
+    pub async fn reschedule(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
+        let key = JobKey::new(key)?;
+        self.client
+            .store
+            .reschedule(&self.queue_of(&key), &key, due)
+            .await
+    }
+
+    /// Everything known about a job, or `None`.
+    pub async fn job(&self, key: &str) -> Result<Option<JobInfo>> {
+        let key = JobKey::new(key)?;
+        self.client.store.job(&self.queue_of(&key), &key).await
+    }
+
+    /// Depths and counters, summed over the topic's partitions.
+    pub async fn stats(&self) -> Result<TopicStats> {
+        let mut total = TopicStats::default();
+        for queue in self.queues() {
+            let s = self.client.store.stats(&queue).await?;
+            total.scheduled += s.scheduled;
+            total.ready += s.ready;
+            total.active += s.active;
+            total.retry += s.retry;
+            total.dead += s.dead;
+            total.enqueued += s.enqueued;
+            total.succeeded += s.succeeded;
+            total.retried += s.retried;
+            total.buried += s.buried;
+            total.expired += s.expired;
+            total.cancelled += s.cancelled;
+            total.trimmed += s.trimmed;
+            total.oldest_overdue_ms = total.oldest_overdue_ms.max(s.oldest_overdue_ms);
+        }
+        Ok(total)
+    }
+
+    /// Dead jobs, oldest death first: `limit` of them after skipping `offset`.
+    pub async fn dead_jobs(&self, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+        let mut all = Vec::new();
+        for queue in self.queues() {
+            // Each partition's first offset+limit are enough to find the merged page.
+            all.extend(self.client.store.dead(&queue, 0, offset + limit).await?);
+        }
+        all.sort_by_key(|j| (j.state_since_or_deadline_ms, j.key.clone()));
+        Ok(all.into_iter().skip(offset).take(limit).collect())
+    }
+
+    /// Moves dead jobs back to ready with their attempts reset; returns how many moved.
+    pub async fn requeue_dead(&self, keys: &[&str]) -> Result<u64> {
+        let mut moved = 0;
+        for (queue, keys) in self.group(keys)? {
+            moved += self
+                .client
+                .store
+                .requeue_dead(&queue, &keys)
+                .await?
+                .into_iter()
+                .filter(|m| *m)
+                .count() as u64;
+        }
+        Ok(moved)
+    }
+
+    /// Deletes the named dead jobs; returns how many were deleted.
+    pub async fn purge_dead(&self, keys: &[&str]) -> Result<u64> {
+        let mut purged = 0;
+        for (queue, keys) in self.group(keys)? {
+            purged += self
+                .client
+                .store
+                .purge_dead(&queue, &keys, keys.len())
+                .await?;
+        }
+        Ok(purged)
+    }
+
+    /// Deletes every dead job of the topic, in bounded batches; returns how many.
+    pub async fn purge_all_dead(&self) -> Result<u64> {
+        let mut purged = 0;
+        for queue in self.queues() {
+            // Bounded: each round deletes up to 1000; stop when a round deletes nothing.
+            for _ in 0..1_000_000 {
+                let n = self.client.store.purge_dead(&queue, &[], 1000).await?;
+                purged += n;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
+    }
+
+    fn group(&self, keys: &[&str]) -> Result<Vec<(Queue, Vec<JobKey>)>> {
+        let mut groups: HashMap<u16, Vec<JobKey>> = HashMap::new();
+        for k in keys {
+            let key = JobKey::new(*k)?;
+            groups
+                .entry(key.partition(self.partitions))
+                .or_default()
+                .push(key);
+        }
+        Ok(groups
+            .into_iter()
+            .map(|(p, keys)| (Queue::new(self.topic.clone(), p), keys))
+            .collect())
+    }
+}

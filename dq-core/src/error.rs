@@ -1,0 +1,119 @@
+//! The one error type of dq-core, and the mapping of script return codes to it.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in dq-core.
+///
+/// Input errors (`InvalidTopic`, `InvalidKey`, `PayloadTooLarge`, …) are always raised *before*
+/// anything is written to the store, so a rejected call leaves no trace.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A topic name is empty, too long, or uses a character outside `[A-Za-z0-9._-]`.
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopic {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A job key is empty, too long, or contains a forbidden character.
+    #[error("invalid job key {key:?}: {reason}")]
+    InvalidKey {
+        /// The rejected key.
+        key: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// An encoded payload is larger than the configured limit.
+    #[error("payload of {size} bytes exceeds the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// Encoded size in bytes.
+        size: usize,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// A payload could not be encoded to MessagePack.
+    #[error("payload could not be encoded: {0}")]
+    Encode(String),
+    /// A payload could not be decoded into the handler's type.
+    #[error("payload could not be decoded: {0}")]
+    Decode(String),
+    /// A value given to a builder or policy is out of range.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// A partition index outside `0..partitions` of its topic.
+    #[error("partition {partition} out of range for topic {topic:?} with {partitions} partitions")]
+    InvalidPartition {
+        /// The topic.
+        topic: String,
+        /// The requested partition.
+        partition: u16,
+        /// How many partitions the topic has.
+        partitions: u16,
+    },
+    /// The Redis server is not fit to hold jobs (too old, or an evicting `maxmemory-policy`).
+    #[error("redis server rejected: {0}")]
+    UnsuitableServer(String),
+    /// Redis refused a write because it reached `maxmemory` (policy `noeviction`).
+    #[error("redis is out of memory; the job was not stored")]
+    OutOfMemory,
+    /// The delivery token no longer owns the job: its lease expired or it was delivered again.
+    #[error("stale delivery token for job {key:?}: the lease was lost")]
+    StaleToken {
+        /// The job key.
+        key: String,
+    },
+    /// A reschedule or requeue asked for a job that is not in a state allowing it.
+    #[error("job {key:?} is {state}, which does not allow this operation")]
+    WrongState {
+        /// The job key.
+        key: String,
+        /// The state the job was found in.
+        state: String,
+    },
+    /// A call to the store did not finish within its deadline; it may or may not have applied.
+    #[error("store call timed out after {0:?}")]
+    Timeout(Duration),
+    /// A script returned something this version of dq does not understand.
+    #[error("unexpected reply from the store: {0}")]
+    Protocol(String),
+    /// A Redis connection or command error.
+    #[error("redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+impl Error {
+    /// True for errors after which the same call may be retried as is: connection trouble,
+    /// timeouts, a server still loading its data. Input and state errors are not retryable.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Timeout(_) => true,
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || matches!(
+                        e.kind(),
+                        redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+                    )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Converts a Redis error, recognising the ones dq gives their own meaning.
+pub(crate) fn from_redis(e: redis::RedisError) -> Error {
+    if e.code() == Some("OOM") {
+        Error::OutOfMemory
+    } else {
+        Error::Redis(e)
+    }
+}
+
+/// dq-core's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,402 @@
+//! The job model: what a job is, the states it moves through, and what each operation reports.
+//!
+//! Times are milliseconds on the store's clock: Unix time from Redis `TIME` for the Redis store,
+//! tokio's (virtual-able) clock for the embedded store. Producer and worker clocks never decide.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::names::{JobKey, Topic};
+
+/// A kind of job: a topic and the payload type its handler takes.
+///
+/// `#[delayed_job]` implements this on a type named like the handler, so that
+/// `client.enqueue::<close_order>(payload)` is checked against the handler's payload type.
+pub trait Job: Send + Sync + 'static {
+    /// The handler's payload; stored as MessagePack.
+    type Payload: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// The topic jobs of this kind are queued under.
+    const TOPIC: &'static str;
+}
+
+/// One partition of a topic: the unit every store operation works on.
+///
+/// All keys of a partition share one Redis hash tag, so each script touches one slot.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Queue {
+    /// The topic.
+    pub topic: Topic,
+    /// The partition, `0..partitions`.
+    pub partition: u16,
+}
+
+impl Queue {
+    /// Partition `partition` of `topic`.
+    pub fn new(topic: Topic, partition: u16) -> Self {
+        Queue { topic, partition }
+    }
+}
+
+/// Where a job is in its life (DESIGN §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting for its due time.
+    Scheduled,
+    /// Due; waiting for a worker.
+    Ready,
+    /// Leased to a worker and running.
+    Active,
+    /// Failed; waiting for its next attempt.
+    Retry,
+    /// Out of attempts, failed permanently or undecodable; kept for inspection and requeue.
+    Dead,
+}
+
+impl JobState {
+    /// The state's name as used in logs and errors.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Ready => "ready",
+            JobState::Active => "active",
+            JobState::Retry => "retry",
+            JobState::Dead => "dead",
+        }
+    }
+
+    /// The one-letter code stored in records and returned by scripts.
+    pub fn code(self) -> u8 {
+        match self {
+            JobState::Scheduled => b'S',
+            JobState::Ready => b'R',
+            JobState::Active => b'A',
+            JobState::Retry => b'F',
+            JobState::Dead => b'D',
+        }
+    }
+
+    /// The state for a one-letter code.
+    pub fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            b'S' => JobState::Scheduled,
+            b'R' => JobState::Ready,
+            b'A' => JobState::Active,
+            b'F' => JobState::Retry,
+            b'D' => JobState::Dead,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// When a job becomes due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Due {
+    /// Now: straight to `ready`.
+    Now,
+    /// This long after the store's "now".
+    After(Duration),
+    /// At this wall-clock time (due at once if it has passed).
+    At(SystemTime),
+}
+
+/// A job to enqueue, already validated and encoded.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    /// Its key within the topic.
+    pub key: JobKey,
+    /// MessagePack bytes, opaque to the store.
+    pub payload: Vec<u8>,
+    /// When it becomes due.
+    pub due: Due,
+    /// Replace a pending job with the same key instead of reporting it.
+    pub replace: bool,
+}
+
+/// What an enqueue did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// A new job was stored.
+    Created,
+    /// A pending (scheduled, ready or retry) or dead job with the key was replaced by the new
+    /// one: payload and due time are the new ones, attempts start again from zero.
+    Replaced,
+    /// A job with this key exists in this state; nothing was written. With `replace`, this is
+    /// reported only for a running job (`Active`), which is never replaced under its handler.
+    Exists(JobState),
+}
+
+/// A job leased to a worker by `fetch`.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// The partition it came from.
+    pub queue: Queue,
+    /// Its key.
+    pub key: JobKey,
+    /// The fencing token of this delivery; ack, fail, extend and release must present it.
+    pub token: u64,
+    /// Which attempt this is, from 1.
+    pub attempt: u32,
+    /// When it was due (store ms).
+    pub due_ms: u64,
+    /// When it was first enqueued (store ms).
+    pub created_ms: u64,
+    /// When it was leased (store ms); `started_ms - due_ms` is how late it started.
+    pub leased_ms: u64,
+    /// When the lease runs out unless extended (store ms).
+    pub lease_deadline_ms: u64,
+    /// The MessagePack payload.
+    pub payload: Vec<u8>,
+}
+
+/// The limits of one topic's dead queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeadLimits {
+    /// Most dead jobs kept per topic (spread evenly over its partitions); oldest trimmed first.
+    pub cap: u64,
+    /// How long a dead job is kept.
+    pub retention: Duration,
+}
+
+impl Default for DeadLimits {
+    fn default() -> Self {
+        DeadLimits {
+            cap: 100_000,
+            retention: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+/// What a worker asks of `fetch`.
+#[derive(Clone, Debug)]
+pub struct FetchRequest {
+    /// Most jobs to lease in this call (the worker's free permits).
+    pub max_jobs: usize,
+    /// Lease length for the leased jobs.
+    pub lease: Duration,
+    /// Most due jobs moved from `scheduled` and from `retry` to `ready` per call.
+    pub promote_batch: usize,
+    /// Most expired leases recovered per call.
+    pub recover_batch: usize,
+    /// Retry delays for a job whose lease expired after attempt `i+1` (the topic's policy);
+    /// past the end of the list the job is dead with reason "lease expired".
+    pub lease_expiry_retries: Vec<Duration>,
+    /// Dead-queue limits applied when a recovered job is buried.
+    pub dead_limits: DeadLimits,
+}
+
+impl Default for FetchRequest {
+    fn default() -> Self {
+        FetchRequest {
+            max_jobs: 16,
+            lease: Duration::from_secs(30),
+            promote_batch: 1000,
+            recover_batch: 100,
+            lease_expiry_retries: crate::retry::RetryPolicy::default().schedule(),
+            dead_limits: DeadLimits::default(),
+        }
+    }
+}
+
+/// What `fetch` returned.
+#[derive(Clone, Debug, Default)]
+pub struct FetchReply {
+    /// The leased jobs, in delivery order.
+    pub jobs: Vec<Delivery>,
+    /// With no jobs: how long until the next due time or lease deadline in this partition
+    /// (`None`: nothing is pending at all). With jobs: `Some(ZERO)` if more are ready.
+    pub next_in: Option<Duration>,
+    /// Jobs buried by lease recovery in this call (for the `on_dead` hook).
+    pub buried: Vec<JobKey>,
+    /// Dead jobs removed by cap or retention in this call.
+    pub trimmed: u64,
+}
+
+/// The outcome of a failed attempt, chosen by the worker from the retry policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailAction {
+    /// Retry after this delay; the attempt counts.
+    Retry(Duration),
+    /// Run again after this delay without counting the attempt ("not yet").
+    Defer(Duration),
+    /// No retry: to the dead queue now.
+    Bury,
+}
+
+/// What `fail` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Waiting in `retry` (or `scheduled`, when deferred) until this time (store ms).
+    Retrying {
+        /// Next attempt time (store ms).
+        at_ms: u64,
+    },
+    /// In the dead queue.
+    Buried {
+        /// Dead jobs trimmed to make room (cap / retention).
+        trimmed: u64,
+    },
+    /// The job no longer exists (already acked and deleted, cancelled, purged): nothing done.
+    Gone,
+}
+
+/// What `ack` did for one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// The job succeeded and was deleted.
+    Acked,
+    /// The job was already gone (a repeated ack); nothing done.
+    Gone,
+    /// The token no longer owns the job (lease lost); nothing done.
+    Stale,
+}
+
+/// What `cancel` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The job was scheduled, ready or in retry, and is gone; it will never run.
+    Cancelled,
+    /// The job is running now; it was not touched.
+    Running,
+    /// No job has this key.
+    NotFound,
+    /// The job is in the dead queue; it was not touched (purge it instead).
+    Dead,
+}
+
+/// A new due time for `reschedule`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewDue {
+    /// At this wall-clock time.
+    At(SystemTime),
+    /// This long after now.
+    After(Duration),
+    /// Moved from its current due time by this many ms (negative: earlier).
+    Shift(i64),
+}
+
+/// What `reschedule` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RescheduleOutcome {
+    /// Now due at this time (store ms); `ready` if that is not in the future.
+    Rescheduled {
+        /// The new due time (store ms).
+        due_ms: u64,
+    },
+    /// The job is running now; it was not touched.
+    Running,
+    /// The job is in the dead queue; it was not touched (requeue it instead).
+    Dead,
+    /// No job has this key.
+    NotFound,
+}
+
+/// How one attempt of a job ended, as kept in its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// The handler returned an error (or panicked, or timed out).
+    Failed,
+    /// The worker lost the lease (crashed, stalled, partitioned).
+    LeaseExpired,
+    /// The handler deferred itself; no attempt was spent.
+    Deferred,
+    /// The job was buried without retry (permanent error, undecodable payload).
+    Buried,
+}
+
+impl AttemptOutcome {
+    pub(crate) fn from_code(code: &str) -> Self {
+        match code {
+            "L" => AttemptOutcome::LeaseExpired,
+            "d" => AttemptOutcome::Deferred,
+            "B" => AttemptOutcome::Buried,
+            _ => AttemptOutcome::Failed,
+        }
+    }
+}
+
+/// One entry of a job's attempt history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptRecord {
+    /// Which attempt (from 1).
+    pub attempt: u32,
+    /// When it ended (store ms).
+    pub at_ms: u64,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The error text (truncated to 1 KiB).
+    pub error: String,
+}
+
+/// How many attempt records a job keeps; older ones are dropped first.
+pub const MAX_HISTORY: usize = 32;
+
+/// Everything known about one job.
+#[derive(Clone, Debug)]
+pub struct JobInfo {
+    /// Its key.
+    pub key: JobKey,
+    /// Its state.
+    pub state: JobState,
+    /// When it is (or was) due (store ms); for `retry`, the next attempt time.
+    pub due_ms: u64,
+    /// When it was enqueued (store ms).
+    pub created_ms: u64,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// For an active job: its lease deadline (store ms). For a dead job: when it died.
+    pub state_since_or_deadline_ms: Option<u64>,
+    /// Its failed attempts, oldest first (at most [`MAX_HISTORY`]).
+    pub history: Vec<AttemptRecord>,
+    /// The MessagePack payload.
+    pub payload: Vec<u8>,
+}
+
+/// Counters and depths of one topic (summed over its partitions).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopicStats {
+    /// Jobs waiting for their due time.
+    pub scheduled: u64,
+    /// Jobs due and waiting for a worker.
+    pub ready: u64,
+    /// Jobs running.
+    pub active: u64,
+    /// Jobs waiting for a retry.
+    pub retry: u64,
+    /// Jobs in the dead queue.
+    pub dead: u64,
+    /// Jobs ever enqueued (created or replaced).
+    pub enqueued: u64,
+    /// Jobs that succeeded.
+    pub succeeded: u64,
+    /// Failed attempts that were scheduled for retry.
+    pub retried: u64,
+    /// Jobs moved to the dead queue.
+    pub buried: u64,
+    /// Leases that expired and were recovered.
+    pub expired: u64,
+    /// Jobs cancelled.
+    pub cancelled: u64,
+    /// Dead jobs removed by the dead queue's cap or retention.
+    pub trimmed: u64,
+    /// How long the most overdue job (due but not started) has waited, in ms.
+    pub oldest_overdue_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch of a wall-clock time (0 before the epoch).
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The wall-clock time of a Unix-ms value.
+pub fn from_unix_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}

@@ -1,0 +1,26 @@
+//! dq-core: the job model, the `Store` trait with its Redis implementation, retry policies,
+//! and the `Client` applications enqueue with.
+//!
+//! Users depend on the `dq` facade crate, which re-exports what they need from here.
+
+pub mod client;
+pub mod error;
+pub mod job;
+pub mod names;
+pub mod payload;
+pub mod retry;
+#[allow(missing_docs)]
+pub mod retry_syntax;
+pub mod store;
+
+pub use client::{BulkJob, Client, ClientBuilder, ClientConfig, Enqueue, Enqueued, TopicClient};
+pub use error::{Error, Result};
+pub use job::{
+    AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
+    EnqueueOutcome, FailAction, FailOutcome, FetchReply, FetchRequest, Job, JobInfo, JobState,
+    NewDue, NewJob, Queue, RescheduleOutcome, TopicStats,
+};
+pub use names::{JobKey, Topic};
+pub use retry::RetryPolicy;
+pub use store::redis::{RedisOptions, RedisStore, ServerReport};
+pub use store::{Store, WakeListener};

@@ -1,0 +1,203 @@
+//! The text form of retry policies and durations, e.g. `"15s, 3m, 10m"`.
+//!
+//! Plain `std` on purpose: `dq-macros` compiles this same file (through `#[path]`) to check a
+//! handler's `retry = "…"` and `timeout = "…"` at compile time, so the macro and the runtime can
+//! never disagree on the syntax.
+//!
+//! ```text
+//! retry    := "none" | tiered | "fixed(" duration "," count ")"
+//!           | "exponential(" duration "," duration "," count ")"     initial, max, retries
+//! tiered   := duration ("," duration)*                              one retry per entry
+//! duration := integer ("ms" | "s" | "m" | "h" | "d")
+//! ```
+
+/// A parsed retry policy, in milliseconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RetrySpec {
+    /// No retries.
+    None,
+    /// One retry after each delay, in order.
+    Tiered(Vec<u64>),
+    /// `retries` retries, each after the same delay.
+    Fixed {
+        /// The delay, ms.
+        delay_ms: u64,
+        /// How many retries.
+        retries: u32,
+    },
+    /// `retries` retries, doubling from `initial_ms` up to `max_ms`, with jitter.
+    Exponential {
+        /// First delay, ms.
+        initial_ms: u64,
+        /// Largest delay, ms.
+        max_ms: u64,
+        /// How many retries.
+        retries: u32,
+    },
+}
+
+/// Most retries any policy may have.
+pub const MAX_RETRIES: u32 = 100;
+
+/// Longest delay accepted anywhere: 365 days.
+pub const MAX_DELAY_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// Parses a duration such as `500ms`, `15s`, `3m`, `2h`, `1d`.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{t}` has no unit: write e.g. `{t}s` (units: ms, s, m, h, d)"))?;
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(format!(
+            "`{t}` is not a duration: expected a number then a unit, e.g. `15s`"
+        ));
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{digits}` is too large"))?;
+    let per_unit = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{t}`: use ms, s, m, h or d"
+            ));
+        }
+    };
+    let ms = n
+        .checked_mul(per_unit)
+        .filter(|ms| *ms <= MAX_DELAY_MS)
+        .ok_or_else(|| format!("`{t}` is longer than 365 days"))?;
+    Ok(ms)
+}
+
+fn parse_count(text: &str) -> Result<u32, String> {
+    let t = text.trim();
+    let n: u32 = t
+        .parse()
+        .map_err(|_| format!("`{t}` is not a retry count"))?;
+    if n > MAX_RETRIES {
+        return Err(format!(
+            "{n} retries is more than the maximum of {MAX_RETRIES}"
+        ));
+    }
+    Ok(n)
+}
+
+fn call_args<'a>(text: &'a str, name: &str) -> Option<Vec<&'a str>> {
+    let rest = text.strip_prefix(name)?.trim_start();
+    let inner = rest.strip_prefix('(')?.strip_suffix(')')?;
+    Some(inner.split(',').collect())
+}
+
+/// Parses a retry policy (see the module docs for the grammar).
+pub fn parse_retry(text: &str) -> Result<RetrySpec, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("empty retry policy: write e.g. \"15s, 3m, 10m\" or \"none\"".into());
+    }
+    if t == "none" {
+        return Ok(RetrySpec::None);
+    }
+    if let Some(args) = call_args(t, "fixed") {
+        let [delay, retries] = args[..] else {
+            return Err("fixed takes (delay, retries), e.g. \"fixed(1s, 5)\"".into());
+        };
+        return Ok(RetrySpec::Fixed {
+            delay_ms: parse_duration_ms(delay)?,
+            retries: parse_count(retries)?,
+        });
+    }
+    if let Some(args) = call_args(t, "exponential") {
+        let [initial, max, retries] = args[..] else {
+            return Err(
+                "exponential takes (initial, max, retries), e.g. \"exponential(1s, 1h, 10)\""
+                    .into(),
+            );
+        };
+        let (initial_ms, max_ms) = (parse_duration_ms(initial)?, parse_duration_ms(max)?);
+        if initial_ms == 0 || max_ms < initial_ms {
+            return Err("exponential needs 0 < initial <= max".into());
+        }
+        return Ok(RetrySpec::Exponential {
+            initial_ms,
+            max_ms,
+            retries: parse_count(retries)?,
+        });
+    }
+    let delays = t
+        .split(',')
+        .map(parse_duration_ms)
+        .collect::<Result<Vec<_>, _>>()?;
+    if delays.len() > MAX_RETRIES as usize {
+        return Err(format!(
+            "{} retries is more than the maximum of {MAX_RETRIES}",
+            delays.len()
+        ));
+    }
+    Ok(RetrySpec::Tiered(delays))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms(" 15s "), Ok(15_000));
+        assert_eq!(parse_duration_ms("3m"), Ok(180_000));
+        assert_eq!(parse_duration_ms("15h"), Ok(54_000_000));
+        assert_eq!(parse_duration_ms("1d"), Ok(86_400_000));
+        for bad in [
+            "",
+            "s",
+            "15",
+            "15x",
+            "1.5s",
+            "-1s",
+            "366d",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn policies() {
+        assert_eq!(parse_retry("none"), Ok(RetrySpec::None));
+        assert_eq!(
+            parse_retry("15s, 3m,10m"),
+            Ok(RetrySpec::Tiered(vec![15_000, 180_000, 600_000]))
+        );
+        assert_eq!(
+            parse_retry("fixed(1s, 3)"),
+            Ok(RetrySpec::Fixed {
+                delay_ms: 1000,
+                retries: 3
+            })
+        );
+        assert_eq!(
+            parse_retry("exponential(1s, 1h, 10)"),
+            Ok(RetrySpec::Exponential {
+                initial_ms: 1000,
+                max_ms: 3_600_000,
+                retries: 10
+            })
+        );
+        for bad in [
+            "",
+            "15s,,3m",
+            "fixed(1s)",
+            "exponential(1h, 1s, 3)",
+            "fixed(1s, 101)",
+        ] {
+            assert!(parse_retry(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The `Store` trait: every state move a job can make, as one atomic operation each.
+//!
+//! [`RedisStore`](redis::RedisStore) implements it with one Lua script per operation. All
+//! operations work on one partition ([`Queue`]); routing a key to its partition is the
+//! client's job. Batch operations (`enqueue`, `ack`, `extend`, `release`) take many jobs of one
+//! partition at once so that a busy worker spends one round trip per batch, not per job.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::job::{
+    AckOutcome, CancelOutcome, DeadLimits, Delivery, EnqueueOutcome, FailAction, FailOutcome,
+    FetchReply, FetchRequest, JobInfo, NewDue, NewJob, Queue, RescheduleOutcome, TopicStats,
+};
+use crate::names::JobKey;
+
+pub mod redis;
+
+/// A place jobs live: Redis, or (for tests and quick starts) memory.
+///
+/// Every method is one atomic step that validates before it writes. The methods that change a
+/// job and may be retried after an ambiguous error (`enqueue` of a key, `ack`, `fail`,
+/// `cancel`, `reschedule`) have no double effect when repeated.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Stores new jobs of one partition; one outcome per job, in order. Jobs due now go
+    /// straight to `ready` and wake a fetcher.
+    async fn enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>>;
+
+    /// Recovers expired leases, promotes due jobs, and leases up to `max_jobs` ready ones.
+    async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply>;
+
+    /// Marks leased jobs as succeeded (deleting them); one outcome per `(key, token)`.
+    async fn ack(&self, queue: &Queue, done: &[(JobKey, u64)]) -> Result<Vec<AckOutcome>>;
+
+    /// Records a failed attempt and retries, defers or buries the job as `action` says.
+    /// A stale token is reported as [`Error::StaleToken`](crate::Error::StaleToken).
+    async fn fail(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        token: u64,
+        action: &FailAction,
+        error: &str,
+        dead_limits: DeadLimits,
+    ) -> Result<FailOutcome>;
+
+    /// Renews leases to `lease` from now; `true` for each lease still owned.
+    async fn extend(
+        &self,
+        queue: &Queue,
+        leases: &[(JobKey, u64)],
+        lease: Duration,
+    ) -> Result<Vec<bool>>;
+
+    /// Hands leased jobs back to the front of `ready` without charging the attempt.
+    async fn release(&self, queue: &Queue, leases: &[(JobKey, u64)]) -> Result<Vec<bool>>;
+
+    /// Cancels a job that has not started.
+    async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome>;
+
+    /// Gives a scheduled, ready or retry job a new due time.
+    async fn reschedule(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        due: NewDue,
+    ) -> Result<RescheduleOutcome>;
+
+    /// Everything known about one job, or `None`.
+    async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>>;
+
+    /// Depths and counters of one partition.
+    async fn stats(&self, queue: &Queue) -> Result<TopicStats>;
+
+    /// Dead jobs, oldest death first, from `offset`, at most `limit`.
+    async fn dead(&self, queue: &Queue, offset: usize, limit: usize) -> Result<Vec<JobInfo>>;
+
+    /// Moves dead jobs back to `ready` with attempts reset; `true` for each one moved.
+    async fn requeue_dead(&self, queue: &Queue, keys: &[JobKey]) -> Result<Vec<bool>>;
+
+    /// Deletes the named dead jobs, or (with `keys` empty) the oldest `limit`; returns how many.
+    async fn purge_dead(&self, queue: &Queue, keys: &[JobKey], limit: usize) -> Result<u64>;
+
+    /// The store's clock, in ms (Redis `TIME` for Redis).
+    async fn now_ms(&self) -> Result<u64>;
+
+    /// A listener for the partition's wake-up tokens, for a fetcher that found nothing to do.
+    async fn wake_listener(&self, queue: &Queue) -> Result<Box<dyn WakeListener>>;
+}
+
+/// Waits for a wake-up token: a producer queued work that is due now or became the earliest.
+#[async_trait]
+pub trait WakeListener: Send {
+    /// Waits up to `max_wait` for a token; `true` if one arrived. Cancel-safe only in the sense
+    /// that a dropped wait may swallow one token — callers keep one wait in flight instead.
+    async fn wait(&mut self, max_wait: Duration) -> Result<bool>;
+}
+
+/// A delivery's handle for the calls that must present its token.
+pub fn lease_of(delivery: &Delivery) -> (JobKey, u64) {
+    (delivery.key.clone(), delivery.token)
+}

@@ -1,0 +1,30 @@
+-- cancel: remove a job that has not started, by key.
+--
+-- KEYS[1] scheduled  dq:{topic#p}:scheduled
+-- KEYS[2] retry      dq:{topic#p}:retry
+-- KEYS[3] pool       dq:{topic#p}:pool
+-- KEYS[4] hist       dq:{topic#p}:hist
+-- KEYS[5] stats      dq:{topic#p}:stats
+--
+-- ARGV[1] key
+--
+-- Returns the job's state before the call, one character:
+--   'S' | 'R' | 'F'  it was waiting and is now cancelled (a ready hint is left to go stale)
+--   'A'              running: not touched
+--   'D'              dead: not touched
+--   'N'              no such job
+-- Cancelling twice answers 'N' the second time: nothing is done twice.
+
+local scheduled, retry, pool, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local key = ARGV[1]
+if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
+
+local rec = redis.call('HGET', pool, key)
+if not rec then return 'N' end
+local state = string.sub(rec, 1, 1)
+if state == 'A' or state == 'D' then return state end
+unlink(state, scheduled, retry, nil, key)
+redis.call('HDEL', pool, key)
+redis.call('HDEL', hist, key)
+redis.call('HINCRBY', stats, 'cancelled', 1)
+return state

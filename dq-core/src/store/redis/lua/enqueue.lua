@@ -1,0 +1,77 @@
+-- enqueue: store one or many new jobs in one partition.
+--
+-- KEYS[1] scheduled  dq:{topic#p}:scheduled  ZSET key -> due score
+-- KEYS[2] retry      dq:{topic#p}:retry      ZSET key -> next attempt score
+-- KEYS[3] ready      dq:{topic#p}:ready      LIST of keys (hints)
+-- KEYS[4] dead       dq:{topic#p}:dead       ZSET key -> died ms
+-- KEYS[5] pool       dq:{topic#p}:pool       HASH key -> record
+-- KEYS[6] hist       dq:{topic#p}:hist       HASH key -> attempt history
+-- KEYS[7] stats      dq:{topic#p}:stats      HASH counters
+-- KEYS[8] wake       dq:{topic#p}:wake       LIST wake-up tokens
+--
+-- ARGV[1]            n, the number of jobs
+-- then per job i (5 arguments each, starting at ARGV[2 + 5*(i-1)]):
+--   key              job key
+--   mode             'n' due now | 'd' delay (value = ms from Redis TIME) | 'a' at (value = Unix ms)
+--   value            integer ms (ignored for 'n')
+--   replace          '1' replace an existing non-running job, '0' keep it
+--   payload          bytes
+--
+-- Every argument is checked before the first write; a bad one writes nothing.
+-- Returns an array with one string per job:
+--   '+'  created
+--   '~'  replaced (the old job removed; attempts and history start again)
+--   'S' | 'R' | 'A' | 'F' | 'D'  a job with this key exists in that state; nothing written
+--   ('A' is also the answer with replace: a running job is never replaced)
+-- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed.
+
+local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+
+local n = tonumber(ARGV[1])
+if not n or n < 1 or #ARGV ~= 1 + 5 * n then
+  return redis.error_reply('ERR dq bad arguments: job count does not match')
+end
+for i = 0, n - 1 do
+  local base = 2 + 5 * i
+  local mode, value, replace = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  if ARGV[base] == '' or (mode ~= 'n' and mode ~= 'd' and mode ~= 'a')
+      or not tonumber(value) or (replace ~= '0' and replace ~= '1') then
+    return redis.error_reply('ERR dq bad arguments: job ' .. (i + 1))
+  end
+end
+
+local now = now_ms()
+local results = {}
+local need_wake = false
+local created = 0
+for i = 0, n - 1 do
+  local base = 2 + 5 * i
+  local key, mode, value, replace, payload =
+    ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
+  local outcome = '+'
+  local old = redis.call('HGET', pool, key)
+  if old then
+    local state = string.sub(old, 1, 1)
+    if replace == '1' and state ~= 'A' then
+      unlink(state, scheduled, retry, dead, key)
+      redis.call('HDEL', hist, key)
+      outcome = '~'
+    else
+      outcome = state
+    end
+  end
+  if outcome == '+' or outcome == '~' then
+    local due = now
+    if mode == 'd' then due = now + value elseif mode == 'a' then due = value end
+    if due < now then due = now end
+    local seq = next_seq(stats)
+    redis.call('HSET', pool, key, pack_record(waiting_state(due, now, 'S'), 0, due, now, 0, payload))
+    if place(scheduled, ready, key, due, seq, now) then need_wake = true end
+    created = created + 1
+  end
+  results[i + 1] = outcome
+end
+if created > 0 then redis.call('HINCRBY', stats, 'enqueued', created) end
+if need_wake then wake(wake_key) end
+return results

@@ -1,0 +1,38 @@
+-- extend: renew the leases of running jobs. Many at once.
+--
+-- KEYS[1] active  dq:{topic#p}:active
+-- KEYS[2] pool    dq:{topic#p}:pool
+--
+-- ARGV[1] lease length from now, ms (> 0)
+-- ARGV[2..] pairs key, token
+--
+-- Returns a string with one character per pair:
+--   '1' extended to now + ARGV[1]
+--   '0' lost: the job is gone, not active, or leased under another token; nothing done
+-- Errors: 'ERR dq bad arguments: ...'
+
+local active, pool = KEYS[1], KEYS[2]
+local lease = tonumber(ARGV[1])
+if not lease or lease <= 0 or #ARGV < 3 or (#ARGV - 1) % 2 ~= 0 then
+  return redis.error_reply('ERR dq bad arguments: extend')
+end
+for i = 3, #ARGV, 2 do
+  if not tonumber(ARGV[i]) then return redis.error_reply('ERR dq bad arguments: token') end
+end
+
+local deadline = now_ms() + lease
+local codes = {}
+for i = 2, #ARGV, 2 do
+  local key, token = ARGV[i], tonumber(ARGV[i + 1])
+  local rec = redis.call('HGET', pool, key)
+  local ok = '0'
+  if rec then
+    local state, _, _, _, owner = unpack_record(rec)
+    if state == 'A' and owner == token then
+      redis.call('ZADD', active, 'XX', deadline, key)
+      ok = '1'
+    end
+  end
+  codes[#codes + 1] = ok
+end
+return table.concat(codes)

@@ -1,0 +1,67 @@
+-- fail: an attempt failed; retry the job later, defer it, or bury it.
+--
+-- KEYS[1] scheduled  dq:{topic#p}:scheduled
+-- KEYS[2] retry      dq:{topic#p}:retry
+-- KEYS[3] ready      dq:{topic#p}:ready
+-- KEYS[4] active     dq:{topic#p}:active
+-- KEYS[5] dead       dq:{topic#p}:dead
+-- KEYS[6] pool       dq:{topic#p}:pool
+-- KEYS[7] hist       dq:{topic#p}:hist
+-- KEYS[8] stats      dq:{topic#p}:stats
+-- KEYS[9] wake       dq:{topic#p}:wake
+--
+-- ARGV[1] key
+-- ARGV[2] delivery token
+-- ARGV[3] action: 'r' retry after ARGV[4] ms (the attempt counts)
+--                 'd' defer: run again after ARGV[4] ms, the attempt is given back
+--                 'b' bury: to the dead queue now
+-- ARGV[4] delay, ms (ignored for 'b')
+-- ARGV[5] error text (kept in the job's history)
+-- ARGV[6] dead-queue cap for this partition
+-- ARGV[7] dead-queue retention, ms
+--
+-- Returns {code, at_ms, trimmed}
+--   code  1 waiting for the next attempt at at_ms (retry, or scheduled when deferred)
+--         2 buried (trimmed: dead jobs removed by cap or retention)
+--         0 gone: no such job (e.g. already acked); nothing done
+--        -1 stale token: the job exists but this delivery no longer owns it; nothing done
+-- Errors: 'ERR dq bad arguments: ...'
+
+local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+
+local key, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local delay, err = tonumber(ARGV[4]), ARGV[5]
+local dead_cap, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
+if not token or not delay or delay < 0 or not dead_cap or not retention
+    or (action ~= 'r' and action ~= 'd' and action ~= 'b') then
+  return redis.error_reply('ERR dq bad arguments: fail')
+end
+
+local rec = redis.call('HGET', pool, key)
+if not rec then return {0, 0, 0} end
+local state, attempts, due, _, owner = unpack_record(rec)
+if state ~= 'A' or owner ~= token then return {-1, 0, 0} end
+
+local now = now_ms()
+redis.call('ZREM', active, key)
+if action == 'b' then
+  add_history(hist, key, attempts, now, 'B', err)
+  bury(dead, pool, stats, key, rec, now)
+  return {2, now, trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)}
+end
+
+local at = now + delay
+local code, later, zset = 'F', 'F', retry
+if action == 'd' then
+  -- "not yet": the attempt is given back and the job waits like a scheduled one
+  code, later, zset = 'd', 'S', scheduled
+  add_history(hist, key, attempts, now, code, err)
+  attempts = attempts - 1
+else
+  add_history(hist, key, attempts, now, code, err)
+  redis.call('HINCRBY', stats, 'retried', 1)
+end
+redis.call('HSET', pool, key, with_header(rec, waiting_state(at, now, later), attempts, at, owner))
+if place(zset, ready, key, at, next_seq(stats), now) then wake(wake_key) end
+return {1, at, 0}

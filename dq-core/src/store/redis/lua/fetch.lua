@@ -1,0 +1,156 @@
+-- fetch: the worker's one call per round trip. In order:
+--   1. recover at most ARGV[4] expired leases: each counts as a failed attempt
+--      ("lease expired") and goes to retry after the topic's delay, or to dead;
+--   2. promote at most ARGV[3] due jobs from scheduled, and as many from retry, to ready;
+--   3. pop up to ARGV[1] ready keys, skipping stale hints, and lease them with fresh tokens;
+--   4. pass a wake-up token on if ready work is left behind (chained wake-ups).
+--
+-- KEYS[1] scheduled  dq:{topic#p}:scheduled
+-- KEYS[2] retry      dq:{topic#p}:retry
+-- KEYS[3] ready      dq:{topic#p}:ready
+-- KEYS[4] active     dq:{topic#p}:active     ZSET key -> lease deadline ms
+-- KEYS[5] dead       dq:{topic#p}:dead
+-- KEYS[6] pool       dq:{topic#p}:pool
+-- KEYS[7] hist       dq:{topic#p}:hist
+-- KEYS[8] stats      dq:{topic#p}:stats
+-- KEYS[9] wake       dq:{topic#p}:wake
+--
+-- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
+-- ARGV[2] lease length, ms (> 0)
+-- ARGV[3] promote batch per source set (> 0)
+-- ARGV[4] recover batch (> 0)
+-- ARGV[5] dead-queue cap for this partition
+-- ARGV[6] dead-queue retention, ms
+-- ARGV[7..] retry delay in ms after attempt 1, 2, ... for jobs whose lease expired
+--
+-- Returns {now, next_ms, trimmed, n_jobs, n_buried, key1, record1, ..., buried_key1, ...}
+--   now      Redis TIME in ms (the lease start)
+--   next_ms  -1 if nothing is pending; 0 if more ready work remains; else ms until the
+--            earliest due time or lease deadline in this partition
+--   records are full records (20-byte header + payload), already marked active
+-- Errors: 'ERR dq bad arguments: ...'
+
+local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+
+local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
+local dead_cap, retention = tonumber(ARGV[5]), tonumber(ARGV[6])
+if not (max_jobs and lease and promote_batch and recover_batch and dead_cap and retention)
+    or max_jobs < 0 or lease <= 0 or promote_batch <= 0 or recover_batch <= 0 then
+  return redis.error_reply('ERR dq bad arguments: fetch limits')
+end
+local delays = {}
+for i = 7, #ARGV do
+  local d = tonumber(ARGV[i])
+  if not d or d < 0 then return redis.error_reply('ERR dq bad arguments: retry delay') end
+  delays[#delays + 1] = d
+end
+
+local now = now_ms()
+local trimmed = 0
+local buried = {}
+
+-- 1. expired leases: deadline < now
+local expired = redis.call('ZRANGEBYSCORE', active, '-inf', string.format('(%d', now),
+  'LIMIT', 0, recover_batch)
+for _, key in ipairs(expired) do
+  redis.call('ZREM', active, key)
+  local rec = redis.call('HGET', pool, key)
+  if rec and string.sub(rec, 1, 1) == 'A' then
+    local _, attempts, due, _, token = unpack_record(rec)
+    redis.call('HINCRBY', stats, 'expired', 1)
+    add_history(hist, key, attempts, now, 'L', 'lease expired')
+    local delay = delays[attempts]
+    if delay then
+      local at = now + delay
+      redis.call('HSET', pool, key, with_header(rec, 'F', attempts, at, token))
+      redis.call('ZADD', retry, score(at, next_seq(stats)), key)
+      redis.call('HINCRBY', stats, 'retried', 1)
+    else
+      bury(dead, pool, stats, key, rec, now)
+      buried[#buried + 1] = key
+    end
+  end
+end
+if #buried > 0 then
+  trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
+end
+
+-- 2. promote due jobs (score < now + 1), earliest first
+local promote_more = false
+for _, source in ipairs({scheduled, retry}) do
+  local due_keys = redis.call('ZRANGEBYSCORE', source, '-inf', string.format('(%d', now + 1),
+    'LIMIT', 0, promote_batch)
+  if #due_keys > 0 then
+    for _, key in ipairs(due_keys) do
+      local rec = redis.call('HGET', pool, key)
+      if rec then
+        local state, attempts, due, _, token = unpack_record(rec)
+        if state == 'S' or state == 'F' then
+          redis.call('HSET', pool, key, with_header(rec, 'R', attempts, due, token))
+          redis.call('RPUSH', ready, key)
+        end
+      end
+    end
+    redis.call('ZREM', source, unpack(due_keys))
+    if #due_keys == promote_batch then promote_more = true end
+  end
+end
+
+-- 3. pop and lease
+local out = {}
+local n_jobs = 0
+if max_jobs > 0 then
+  local rounds = 0
+  local token = nil
+  while n_jobs < max_jobs and rounds < 4 do
+    rounds = rounds + 1
+    local popped = redis.call('LPOP', ready, max_jobs - n_jobs)
+    if not popped then break end
+    for _, key in ipairs(popped) do
+      local rec = redis.call('HGET', pool, key)
+      if rec and string.sub(rec, 1, 1) == 'R' then
+        local _, attempts, due = unpack_record(rec)
+        if not token then
+          -- one counter bump for the whole batch; tokens are base+1 .. base+max_jobs
+          token = redis.call('HINCRBY', stats, 'token', max_jobs) - max_jobs
+        end
+        token = token + 1
+        local leased = with_header(rec, 'A', attempts + 1, due, token)
+        redis.call('HSET', pool, key, leased)
+        redis.call('ZADD', active, now + lease, key)
+        out[#out + 1] = key
+        out[#out + 1] = leased
+        n_jobs = n_jobs + 1
+      end
+    end
+  end
+end
+
+-- 4. what next
+local next_ms = -1
+local ready_left = redis.call('LLEN', ready) > 0
+if ready_left or promote_more then
+  next_ms = 0
+  if n_jobs > 0 then wake(wake_key) end
+else
+  for _, z in ipairs({scheduled, retry, active}) do
+    local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+    if head[2] then
+      local at = math.floor(tonumber(head[2]))
+      if z == active then at = at + 1 end -- a lease expires once now > deadline
+      local wait = at - now
+      if wait < 0 then wait = 0 end
+      if next_ms < 0 or wait < next_ms then next_ms = wait end
+    end
+  end
+  if n_jobs == 0 and retention > 0 then
+    trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
+  end
+end
+
+local reply = {now, next_ms, trimmed, n_jobs, #buried}
+for _, v in ipairs(out) do reply[#reply + 1] = v end
+for _, k in ipairs(buried) do reply[#reply + 1] = k end
+return reply

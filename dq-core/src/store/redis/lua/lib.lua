@@ -1,0 +1,143 @@
+-- lib.lua: helpers shared by every dq script; prepended to each script's body at load time.
+--
+-- A job record is one value in the partition's `pool` hash, field = job key:
+--   20-byte header, struct '>c1BI6I6I6':
+--     state    1 char   S scheduled, R ready, A active, F retry, D dead
+--     attempts u8      attempts started (a release or a deferral gives one back)
+--     due      u48     due time, ms (for F: the next attempt; for D: unchanged)
+--     created  u48     first enqueue, ms
+--     token    u48     delivery token of the current/last lease (0 before the first)
+--   followed by the payload bytes, opaque here.
+-- A job's failed attempts live in the `hist` hash (same field), a cmsgpack array of
+-- {attempt, at_ms, code, error}; codes: F failed, L lease expired, d deferred, B buried.
+--
+-- Sorted-set scores are `due + (seq % 2048) / 4096`, seq a per-partition enqueue counter,
+-- so jobs due in the same millisecond come out in the order they were queued. A job is
+-- due when its score is below now + 1.
+
+local HEADER = '>c1BI6I6I6'
+local HEADER_LEN = 20
+local MAX_HISTORY = 32
+local MAX_ERROR_LEN = 1024
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Returns state, attempts, due, created, token, payload of a record.
+local function unpack_record(rec)
+  local state, attempts, due, created, token = struct.unpack(HEADER, rec)
+  return state, attempts, due, created, token, string.sub(rec, HEADER_LEN + 1)
+end
+
+local function pack_record(state, attempts, due, created, token, payload)
+  if attempts > 255 then attempts = 255 end
+  if attempts < 0 then attempts = 0 end
+  if due < 0 then due = 0 end
+  return struct.pack(HEADER, state, attempts, due, created, token) .. payload
+end
+
+-- Rewrites the header of `rec` in place of the old one, keeping the payload.
+local function with_header(rec, state, attempts, due, token)
+  local _, _, _, created = struct.unpack(HEADER, rec)
+  if attempts > 255 then attempts = 255 end
+  if attempts < 0 then attempts = 0 end
+  if due < 0 then due = 0 end
+  return struct.pack(HEADER, state, attempts, due, created, token) .. string.sub(rec, HEADER_LEN + 1)
+end
+
+-- The sorted-set score of a job due at `due`, keeping enqueue order within the millisecond.
+local function score(due, seq)
+  return due + (seq % 2048) / 4096
+end
+
+-- The next value of the partition's ordering counter (see `score`).
+local function next_seq(stats)
+  return redis.call('HINCRBY', stats, 'seq', 1)
+end
+
+-- Appends one attempt to a job's bounded history.
+local function add_history(hist, key, attempt, at, code, err)
+  local entries = {}
+  local old = redis.call('HGET', hist, key)
+  if old then entries = cmsgpack.unpack(old) end
+  if #err > MAX_ERROR_LEN then err = string.sub(err, 1, MAX_ERROR_LEN) end
+  entries[#entries + 1] = {attempt, at, code, err}
+  while #entries > MAX_HISTORY do table.remove(entries, 1) end
+  redis.call('HSET', hist, key, cmsgpack.pack(entries))
+end
+
+-- Pushes one wake-up token unless one is already waiting (the list never grows past 1).
+local function wake(wake_key)
+  if redis.call('LLEN', wake_key) == 0 then
+    redis.call('RPUSH', wake_key, '1')
+  end
+end
+
+-- Removes at most `limit` dead jobs older than the retention or beyond the cap.
+-- Returns how many were removed, and counts them in stats.trimmed.
+local function trim_dead(dead, pool, hist, stats, now, cap, retention, limit)
+  local removed = 0
+  local old = redis.call('ZRANGEBYSCORE', dead, '-inf', string.format('(%d', now - retention), 'LIMIT', 0, limit)
+  for _, k in ipairs(old) do
+    redis.call('ZREM', dead, k)
+    redis.call('HDEL', pool, k)
+    redis.call('HDEL', hist, k)
+    removed = removed + 1
+  end
+  local excess = redis.call('ZCARD', dead) - cap
+  if excess > 0 then
+    if excess > limit - removed then excess = limit - removed end
+    if excess > 0 then
+      local oldest = redis.call('ZPOPMIN', dead, excess)
+      for i = 1, #oldest, 2 do
+        redis.call('HDEL', pool, oldest[i])
+        redis.call('HDEL', hist, oldest[i])
+        removed = removed + 1
+      end
+    end
+  end
+  if removed > 0 then redis.call('HINCRBY', stats, 'trimmed', removed) end
+  return removed
+end
+
+-- Moves an active/failed job to the dead queue.
+local function bury(dead, pool, stats, key, rec, now)
+  local _, attempts, due, _, token = unpack_record(rec)
+  redis.call('HSET', pool, key, with_header(rec, 'D', attempts, due, token))
+  redis.call('ZADD', dead, now, key)
+  redis.call('HINCRBY', stats, 'buried', 1)
+end
+
+-- Removes a job from whichever waiting structure holds it (ready hints are left to go stale).
+local function unlink(state, scheduled, retry, dead, key)
+  if state == 'S' then
+    redis.call('ZREM', scheduled, key)
+  elseif state == 'F' then
+    redis.call('ZREM', retry, key)
+  elseif state == 'D' then
+    redis.call('ZREM', dead, key)
+  end
+end
+
+-- The state a waiting job has at `due`: ready if due now, else `later` (S or F).
+local function waiting_state(due, now, later)
+  if due <= now then return 'R' end
+  return later
+end
+
+-- Queues a job whose record is already written with `waiting_state(due, now, ...)`:
+-- onto `ready` if due now, else into `zset` (scheduled or retry).
+-- Returns true when a fetcher should be woken: the job is ready, or is the new earliest.
+local function place(zset, ready, key, due, seq, now)
+  if due <= now then
+    redis.call('RPUSH', ready, key)
+    return true
+  end
+  redis.call('ZADD', zset, score(due, seq), key)
+  local head = redis.call('ZRANGE', zset, 0, 0)
+  return head[1] == key
+end
+
+-- ---- end of lib.lua ----

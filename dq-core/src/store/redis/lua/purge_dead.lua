@@ -1,0 +1,29 @@
+-- purge_dead: delete dead jobs: the named ones, or the oldest ARGV[1].
+--
+-- KEYS[1] dead  dq:{topic#p}:dead
+-- KEYS[2] pool  dq:{topic#p}:pool
+-- KEYS[3] hist  dq:{topic#p}:hist
+--
+-- ARGV[1] limit: most jobs deleted by this call (> 0)
+-- ARGV[2..] job keys; none means "the oldest ARGV[1] dead jobs"
+--
+-- Returns the number of jobs deleted. Only dead jobs are ever deleted.
+
+local dead, pool, hist = KEYS[1], KEYS[2], KEYS[3]
+local limit = tonumber(ARGV[1])
+if not limit or limit <= 0 then return redis.error_reply('ERR dq bad arguments: limit') end
+
+local keys = {}
+if #ARGV > 1 then
+  for i = 2, #ARGV do
+    if #keys < limit and redis.call('ZSCORE', dead, ARGV[i]) then keys[#keys + 1] = ARGV[i] end
+  end
+else
+  keys = redis.call('ZRANGE', dead, 0, limit - 1)
+end
+for _, key in ipairs(keys) do
+  redis.call('ZREM', dead, key)
+  redis.call('HDEL', pool, key)
+  redis.call('HDEL', hist, key)
+end
+return #keys

@@ -1,0 +1,41 @@
+-- release: hand running jobs back without charging the attempt (graceful shutdown).
+-- Released jobs go to the FRONT of ready: they were due before anything queued behind them.
+--
+-- KEYS[1] active  dq:{topic#p}:active
+-- KEYS[2] ready   dq:{topic#p}:ready
+-- KEYS[3] pool    dq:{topic#p}:pool
+-- KEYS[4] wake    dq:{topic#p}:wake
+--
+-- ARGV: pairs key, token
+--
+-- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
+-- Errors: 'ERR dq bad arguments: ...'
+
+local active, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if #ARGV == 0 or #ARGV % 2 ~= 0 then
+  return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
+end
+for i = 2, #ARGV, 2 do
+  if not tonumber(ARGV[i]) then return redis.error_reply('ERR dq bad arguments: token') end
+end
+
+local codes = {}
+local released = 0
+for i = 1, #ARGV, 2 do
+  local key, token = ARGV[i], tonumber(ARGV[i + 1])
+  local rec = redis.call('HGET', pool, key)
+  local ok = '0'
+  if rec then
+    local state, attempts, due, _, owner = unpack_record(rec)
+    if state == 'A' and owner == token then
+      redis.call('ZREM', active, key)
+      redis.call('HSET', pool, key, with_header(rec, 'R', attempts - 1, due, owner))
+      redis.call('LPUSH', ready, key)
+      released = released + 1
+      ok = '1'
+    end
+  end
+  codes[#codes + 1] = ok
+end
+if released > 0 then wake(wake_key) end
+return table.concat(codes)

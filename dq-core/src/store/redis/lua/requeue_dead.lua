@@ -1,0 +1,31 @@
+-- requeue_dead: move dead jobs back to ready with their attempts reset (history kept).
+--
+-- KEYS[1] dead   dq:{topic#p}:dead
+-- KEYS[2] ready  dq:{topic#p}:ready
+-- KEYS[3] pool   dq:{topic#p}:pool
+-- KEYS[4] wake   dq:{topic#p}:wake
+--
+-- ARGV: job keys (at least one)
+--
+-- Returns a string with one character per key: '1' requeued, '0' not in the dead queue.
+
+local dead, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if #ARGV == 0 then return redis.error_reply('ERR dq bad arguments: no keys') end
+
+local now = now_ms()
+local codes = {}
+local moved = 0
+for _, key in ipairs(ARGV) do
+  local ok = '0'
+  local rec = redis.call('HGET', pool, key)
+  if rec and string.sub(rec, 1, 1) == 'D' and redis.call('ZREM', dead, key) == 1 then
+    local _, _, _, _, token = unpack_record(rec)
+    redis.call('HSET', pool, key, with_header(rec, 'R', 0, now, token))
+    redis.call('RPUSH', ready, key)
+    moved = moved + 1
+    ok = '1'
+  end
+  codes[#codes + 1] = ok
+end
+if moved > 0 then wake(wake_key) end
+return table.concat(codes)

@@ -1,0 +1,47 @@
+-- reschedule: give a waiting job a new due time, by key.
+-- A job in scheduled, retry or ready moves to scheduled (or to ready if the new time has
+-- come); its attempts and history are kept.
+--
+-- KEYS[1] scheduled  dq:{topic#p}:scheduled
+-- KEYS[2] retry      dq:{topic#p}:retry
+-- KEYS[3] ready      dq:{topic#p}:ready
+-- KEYS[4] pool       dq:{topic#p}:pool
+-- KEYS[5] stats      dq:{topic#p}:stats
+-- KEYS[6] wake       dq:{topic#p}:wake
+--
+-- ARGV[1] key
+-- ARGV[2] mode: 'a' at ARGV[3] Unix ms | 'd' ARGV[3] ms after now | 's' shift the current
+--         due time by ARGV[3] ms (negative: earlier)
+-- ARGV[3] integer ms
+--
+-- Returns {code, due_ms}
+--   code 'K' rescheduled; due_ms is the new due time (never before now)
+--        'A' running, 'D' dead: not touched;  'N' no such job
+-- Errors: 'ERR dq bad arguments: ...'
+
+local scheduled, retry, ready, pool, stats, wake_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
+  return redis.error_reply('ERR dq bad arguments: reschedule')
+end
+
+local rec = redis.call('HGET', pool, key)
+if not rec then return {'N', 0} end
+local state, attempts, due, _, token = unpack_record(rec)
+if state == 'A' or state == 'D' then return {state, 0} end
+
+local now = now_ms()
+local at
+if mode == 'a' then at = value elseif mode == 'd' then at = now + value else at = due + value end
+if at < now then at = now end
+
+unlink(state, scheduled, retry, nil, key)
+local new_state = waiting_state(at, now, 'S')
+redis.call('HSET', pool, key, with_header(rec, new_state, attempts, at, token))
+if new_state == 'R' and state == 'R' then
+  -- already has a live hint in ready: keep its place in line
+  return {'K', at}
+end
+if place(scheduled, ready, key, at, next_seq(stats), now) then wake(wake_key) end
+return {'K', at}

@@ -1,0 +1,46 @@
+-- stats: depths and counters of one partition, read in one consistent step. Writes nothing.
+--
+-- KEYS[1] scheduled  dq:{topic#p}:scheduled
+-- KEYS[2] retry      dq:{topic#p}:retry
+-- KEYS[3] ready      dq:{topic#p}:ready
+-- KEYS[4] active     dq:{topic#p}:active
+-- KEYS[5] dead       dq:{topic#p}:dead
+-- KEYS[6] pool       dq:{topic#p}:pool
+-- KEYS[7] stats      dq:{topic#p}:stats
+--
+-- Returns {scheduled, ready, active, retry, dead, oldest_overdue_ms, counters...}
+--   ready is derived: every record not in another state is ready (hints may be stale)
+--   oldest_overdue_ms: how long the most overdue waiting job has been due (0 if none)
+--   counters: flat field, value pairs of the stats hash
+
+local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local dead, pool, stats = KEYS[5], KEYS[6], KEYS[7]
+
+local now = now_ms()
+local n_sched, n_retry = redis.call('ZCARD', scheduled), redis.call('ZCARD', retry)
+local n_active, n_dead = redis.call('ZCARD', active), redis.call('ZCARD', dead)
+local n_ready = redis.call('HLEN', pool) - n_sched - n_retry - n_active - n_dead
+if n_ready < 0 then n_ready = 0 end
+
+local oldest = 0
+for _, z in ipairs({scheduled, retry}) do
+  local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  if head[2] then
+    local late = now - math.floor(tonumber(head[2]))
+    if late > oldest then oldest = late end
+  end
+end
+-- the first live hint in ready is the longest-waiting ready job
+local hints = redis.call('LRANGE', ready, 0, 15)
+for _, key in ipairs(hints) do
+  local rec = redis.call('HGET', pool, key)
+  if rec and string.sub(rec, 1, 1) == 'R' then
+    local _, _, due = unpack_record(rec)
+    if now - due > oldest then oldest = now - due end
+    break
+  end
+end
+
+local reply = {n_sched, n_ready, n_active, n_retry, n_dead, oldest}
+for _, v in ipairs(redis.call('HGETALL', stats)) do reply[#reply + 1] = v end
+return reply

@@ -1,0 +1,754 @@
+//! `RedisStore`: the [`Store`] on Redis, one Lua script per state move.
+//!
+//! Layout (DESIGN §5): per partition a `pool` hash of records, `scheduled`/`retry`/`active`/
+//! `dead` sorted sets, a `ready` list of hints, a `hist` hash of attempt histories, a `stats`
+//! hash of counters and a `wake` list. Keys come from [`keys`]; scripts from [`scripts`].
+
+mod checks;
+mod keys;
+mod record;
+mod scripts;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncConnectionConfig, Value};
+
+pub use checks::ServerReport;
+
+use self::keys::PartitionKeys;
+use self::record::{Record, decode_history};
+use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unexpected};
+use super::{Store, WakeListener};
+use crate::error::{Error, Result, from_redis};
+use crate::job::{
+    AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueOutcome, FailAction, FailOutcome,
+    FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue, RescheduleOutcome,
+    TopicStats, unix_ms,
+};
+use crate::names::JobKey;
+
+/// How dq connects to Redis and what it accepts of the server.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    /// Prefix of every key (default `dq`). Separate namespaces never see each other's jobs.
+    pub namespace: String,
+    /// Longest wait for one reply before the call fails with a retryable error (default 5 s).
+    pub response_timeout: Duration,
+    /// Longest wait to establish a connection (default 5 s).
+    pub connection_timeout: Duration,
+    /// Accept a server whose `maxmemory-policy` may evict keys (default `false`: refuse it,
+    /// since eviction silently deletes jobs). `true` downgrades the check to a warning.
+    pub allow_eviction: bool,
+    /// Run the server checks on connect (default `true`).
+    pub check_server: bool,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            namespace: "dq".into(),
+            response_timeout: Duration::from_secs(5),
+            connection_timeout: Duration::from_secs(5),
+            allow_eviction: false,
+            check_server: true,
+        }
+    }
+}
+
+/// The Redis implementation of [`Store`].
+#[derive(Clone)]
+pub struct RedisStore {
+    client: redis::Client,
+    conn: ConnectionManager,
+    options: Arc<RedisOptions>,
+    keys: Arc<RwLock<HashMap<Queue, Arc<PartitionKeys>>>>,
+    report: Arc<ServerReport>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the connection info: it may hold credentials.
+        f.debug_struct("RedisStore")
+            .field("namespace", &self.options.namespace)
+            .field("server", &self.report.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://[user:password@]host:port/db`, or `rediss://` with the `tls`
+    /// feature) and checks that the server can hold jobs safely.
+    pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
+        crate::names::Topic::new(&options.namespace).map_err(|_| {
+            Error::InvalidConfig(format!(
+                "namespace {:?} must be 1-128 characters of [A-Za-z0-9._-]",
+                options.namespace
+            ))
+        })?;
+        let client = redis::Client::open(url).map_err(|e| {
+            // The parse error may quote the URL; report only its kind.
+            Error::InvalidConfig(format!("invalid Redis URL ({:?})", e.kind()))
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(options.response_timeout))
+            .set_connection_timeout(Some(options.connection_timeout))
+            .set_number_of_retries(3)
+            .set_max_delay(Duration::from_secs(2));
+        let mut conn = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(from_redis)?;
+        let report = if options.check_server {
+            checks::check(&mut conn, options.allow_eviction).await?
+        } else {
+            ServerReport::default()
+        };
+        tracing::debug!(
+            namespace = %options.namespace,
+            server = %report.version,
+            "connected to redis"
+        );
+        Ok(RedisStore {
+            client,
+            conn,
+            options: Arc::new(options),
+            keys: Arc::default(),
+            report: Arc::new(report),
+        })
+    }
+
+    /// What the server checks found on connect.
+    pub fn server(&self) -> &ServerReport {
+        &self.report
+    }
+
+    /// The key namespace.
+    pub fn namespace(&self) -> &str {
+        &self.options.namespace
+    }
+
+    fn keys(&self, queue: &Queue) -> Arc<PartitionKeys> {
+        if let Some(k) = self
+            .keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(queue)
+        {
+            return k.clone();
+        }
+        let k = Arc::new(PartitionKeys::new(&self.options.namespace, queue));
+        self.keys
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(queue.clone(), k.clone());
+        k
+    }
+
+    async fn run(
+        &self,
+        script: &LuaScript,
+        keys: &[&str],
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> Result<Value> {
+        debug_assert_eq!(keys.len(), script.keys, "script {}", script.name);
+        let mut invocation = script.script.prepare_invoke();
+        for k in keys {
+            invocation.key(*k);
+        }
+        args(&mut invocation);
+        let mut conn = self.conn.clone();
+        invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| script_error(script, e))
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn per_partition_cap(limits: DeadLimits) -> u64 {
+    // Callers pass the per-partition share already; at least one job is always kept.
+    limits.cap.max(1)
+}
+
+fn key_of(bytes: Vec<u8>) -> Result<JobKey> {
+    let s = String::from_utf8(bytes).map_err(|_| Error::Protocol("job key is not text".into()))?;
+    JobKey::new(s).map_err(|e| Error::Protocol(format!("stored job key is invalid: {e}")))
+}
+
+fn state_of(code: u8) -> Result<JobState> {
+    JobState::from_code(code)
+        .ok_or_else(|| Error::Protocol(format!("unknown state {:?}", code as char)))
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.enqueue;
+        let reply = self
+            .run(
+                s,
+                &[
+                    &k.scheduled,
+                    &k.retry,
+                    &k.ready,
+                    &k.dead,
+                    &k.pool,
+                    &k.hist,
+                    &k.stats,
+                    &k.wake,
+                ],
+                |inv| {
+                    inv.arg(jobs.len());
+                    for job in jobs {
+                        let (mode, value) = match job.due {
+                            Due::Now => ("n", 0),
+                            Due::After(d) => ("d", ms(d)),
+                            Due::At(t) => ("a", unix_ms(t)),
+                        };
+                        inv.arg(job.key.as_str())
+                            .arg(mode)
+                            .arg(value)
+                            .arg(if job.replace { "1" } else { "0" })
+                            .arg(&job.payload[..]);
+                    }
+                },
+            )
+            .await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected(s.name, "outcomes", &reply));
+        };
+        if items.len() != jobs.len() {
+            return Err(Error::Protocol(format!(
+                "enqueue: {} outcomes for {} jobs",
+                items.len(),
+                jobs.len()
+            )));
+        }
+        items
+            .into_iter()
+            .map(|v| match &v {
+                Value::BulkString(b) if b.as_slice() == b"+" => Ok(EnqueueOutcome::Created),
+                Value::BulkString(b) if b.as_slice() == b"~" => Ok(EnqueueOutcome::Replaced),
+                Value::BulkString(b) if b.len() == 1 => Ok(EnqueueOutcome::Exists(state_of(b[0])?)),
+                _ => Err(unexpected(s.name, "outcome", &v)),
+            })
+            .collect()
+    }
+
+    async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.fetch;
+        if request.lease.is_zero() || request.promote_batch == 0 || request.recover_batch == 0 {
+            return Err(Error::InvalidConfig(
+                "fetch needs a lease and batch sizes above zero".into(),
+            ));
+        }
+        let lease_ms = ms(request.lease).max(1);
+        let reply = self
+            .run(
+                s,
+                &[
+                    &k.scheduled,
+                    &k.retry,
+                    &k.ready,
+                    &k.active,
+                    &k.dead,
+                    &k.pool,
+                    &k.hist,
+                    &k.stats,
+                    &k.wake,
+                ],
+                |inv| {
+                    inv.arg(request.max_jobs)
+                        .arg(lease_ms)
+                        .arg(request.promote_batch)
+                        .arg(request.recover_batch)
+                        .arg(per_partition_cap(request.dead_limits))
+                        .arg(ms(request.dead_limits.retention));
+                    for d in &request.lease_expiry_retries {
+                        inv.arg(ms(*d));
+                    }
+                },
+            )
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let now = r.int("now")? as u64;
+        let next_ms = r.int("next_ms")?;
+        let trimmed = r.int("trimmed")? as u64;
+        let n_jobs = r.int("n_jobs")? as usize;
+        let n_buried = r.int("n_buried")? as usize;
+        if r.remaining() != n_jobs * 2 + n_buried {
+            return Err(Error::Protocol(
+                "fetch: reply length does not match its counts".into(),
+            ));
+        }
+        let mut jobs = Vec::with_capacity(n_jobs);
+        for _ in 0..n_jobs {
+            let key = key_of(r.bytes("key")?)?;
+            let rec = Record::decode(r.bytes("record")?)?;
+            jobs.push(Delivery {
+                queue: queue.clone(),
+                key,
+                token: rec.token,
+                attempt: rec.attempts,
+                due_ms: rec.due_ms,
+                created_ms: rec.created_ms,
+                leased_ms: now,
+                lease_deadline_ms: now + lease_ms,
+                payload: rec.payload,
+            });
+        }
+        let buried = (0..n_buried)
+            .map(|_| r.bytes("buried key").and_then(key_of))
+            .collect::<Result<Vec<_>>>()?;
+        if trimmed > 0 {
+            tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
+        }
+        Ok(FetchReply {
+            jobs,
+            next_in: u64::try_from(next_ms).ok().map(Duration::from_millis),
+            buried,
+            trimmed,
+        })
+    }
+
+    async fn ack(&self, queue: &Queue, done: &[(JobKey, u64)]) -> Result<Vec<AckOutcome>> {
+        if done.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.ack;
+        let reply = self
+            .run(s, &[&k.active, &k.pool, &k.hist, &k.stats], |inv| {
+                for (key, token) in done {
+                    inv.arg(key.as_str()).arg(*token);
+                }
+            })
+            .await?;
+        codes(s.name, reply, done.len())?
+            .into_iter()
+            .map(|c| match c {
+                b'A' => Ok(AckOutcome::Acked),
+                b'G' => Ok(AckOutcome::Gone),
+                b'S' => Ok(AckOutcome::Stale),
+                other => Err(Error::Protocol(format!(
+                    "ack: unknown code {:?}",
+                    other as char
+                ))),
+            })
+            .collect()
+    }
+
+    async fn fail(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        token: u64,
+        action: &FailAction,
+        error: &str,
+        dead_limits: DeadLimits,
+    ) -> Result<FailOutcome> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.fail;
+        let (code, delay) = match action {
+            FailAction::Retry(d) => ("r", ms(*d)),
+            FailAction::Defer(d) => ("d", ms(*d)),
+            FailAction::Bury => ("b", 0),
+        };
+        let reply = self
+            .run(
+                s,
+                &[
+                    &k.scheduled,
+                    &k.retry,
+                    &k.ready,
+                    &k.active,
+                    &k.dead,
+                    &k.pool,
+                    &k.hist,
+                    &k.stats,
+                    &k.wake,
+                ],
+                |inv| {
+                    inv.arg(key.as_str())
+                        .arg(token)
+                        .arg(code)
+                        .arg(delay)
+                        .arg(error)
+                        .arg(per_partition_cap(dead_limits))
+                        .arg(ms(dead_limits.retention));
+                },
+            )
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let (code, at, trimmed) = (r.int("code")?, r.int("at")?, r.int("trimmed")?);
+        match code {
+            1 => Ok(FailOutcome::Retrying { at_ms: at as u64 }),
+            2 => {
+                if trimmed > 0 {
+                    tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
+                }
+                Ok(FailOutcome::Buried {
+                    trimmed: trimmed as u64,
+                })
+            }
+            0 => Ok(FailOutcome::Gone),
+            -1 => Err(Error::StaleToken {
+                key: key.to_string(),
+            }),
+            other => Err(Error::Protocol(format!("fail: unknown code {other}"))),
+        }
+    }
+
+    async fn extend(
+        &self,
+        queue: &Queue,
+        leases: &[(JobKey, u64)],
+        lease: Duration,
+    ) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.extend;
+        let reply = self
+            .run(s, &[&k.active, &k.pool], |inv| {
+                inv.arg(ms(lease).max(1));
+                for (key, token) in leases {
+                    inv.arg(key.as_str()).arg(*token);
+                }
+            })
+            .await?;
+        Ok(codes(s.name, reply, leases.len())?
+            .into_iter()
+            .map(|c| c == b'1')
+            .collect())
+    }
+
+    async fn release(&self, queue: &Queue, leases: &[(JobKey, u64)]) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.release;
+        let reply = self
+            .run(s, &[&k.active, &k.ready, &k.pool, &k.wake], |inv| {
+                for (key, token) in leases {
+                    inv.arg(key.as_str()).arg(*token);
+                }
+            })
+            .await?;
+        Ok(codes(s.name, reply, leases.len())?
+            .into_iter()
+            .map(|c| c == b'1')
+            .collect())
+    }
+
+    async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.cancel;
+        let reply = self
+            .run(
+                s,
+                &[&k.scheduled, &k.retry, &k.pool, &k.hist, &k.stats],
+                |inv| {
+                    inv.arg(key.as_str());
+                },
+            )
+            .await?;
+        match codes(s.name, reply, 1)?[0] {
+            b'S' | b'R' | b'F' => Ok(CancelOutcome::Cancelled),
+            b'A' => Ok(CancelOutcome::Running),
+            b'D' => Ok(CancelOutcome::Dead),
+            b'N' => Ok(CancelOutcome::NotFound),
+            other => Err(Error::Protocol(format!(
+                "cancel: unknown code {:?}",
+                other as char
+            ))),
+        }
+    }
+
+    async fn reschedule(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        due: NewDue,
+    ) -> Result<RescheduleOutcome> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.reschedule;
+        let (mode, value): (&str, i64) = match due {
+            NewDue::At(t) => ("a", unix_ms(t) as i64),
+            NewDue::After(d) => ("d", ms(d) as i64),
+            NewDue::Shift(delta) => ("s", delta),
+        };
+        let reply = self
+            .run(
+                s,
+                &[&k.scheduled, &k.retry, &k.ready, &k.pool, &k.stats, &k.wake],
+                |inv| {
+                    inv.arg(key.as_str()).arg(mode).arg(value);
+                },
+            )
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let code = r.string("code")?;
+        let due_ms = r.int("due")?;
+        match code.as_str() {
+            "K" => Ok(RescheduleOutcome::Rescheduled {
+                due_ms: due_ms as u64,
+            }),
+            "A" => Ok(RescheduleOutcome::Running),
+            "D" => Ok(RescheduleOutcome::Dead),
+            "N" => Ok(RescheduleOutcome::NotFound),
+            other => Err(Error::Protocol(format!(
+                "reschedule: unknown code {other:?}"
+            ))),
+        }
+    }
+
+    async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {
+        let k = self.keys(queue);
+        let mut conn = self.conn.clone();
+        let (rec, hist, lease, died): (Option<Vec<u8>>, Option<Vec<u8>>, Option<f64>, Option<f64>) =
+            redis::pipe()
+                .atomic()
+                .hget(&k.pool, key.as_str())
+                .hget(&k.hist, key.as_str())
+                .zscore(&k.active, key.as_str())
+                .zscore(&k.dead, key.as_str())
+                .query_async(&mut conn)
+                .await
+                .map_err(from_redis)?;
+        let Some(rec) = rec else { return Ok(None) };
+        let rec = Record::decode(rec)?;
+        let history = hist
+            .map(|h| decode_history(&h))
+            .transpose()?
+            .unwrap_or_default();
+        let marker = match rec.state {
+            JobState::Active => lease,
+            JobState::Dead => died,
+            _ => None,
+        };
+        Ok(Some(JobInfo {
+            key: key.clone(),
+            state: rec.state,
+            due_ms: rec.due_ms,
+            created_ms: rec.created_ms,
+            attempts: rec.attempts,
+            state_since_or_deadline_ms: marker.map(|m| m as u64),
+            history,
+            payload: rec.payload,
+        }))
+    }
+
+    async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.stats;
+        let reply = self
+            .run(
+                s,
+                &[
+                    &k.scheduled,
+                    &k.retry,
+                    &k.ready,
+                    &k.active,
+                    &k.dead,
+                    &k.pool,
+                    &k.stats,
+                ],
+                |_| {},
+            )
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let mut st = TopicStats {
+            scheduled: r.int("scheduled")? as u64,
+            ready: r.int("ready")? as u64,
+            active: r.int("active")? as u64,
+            retry: r.int("retry")? as u64,
+            dead: r.int("dead")? as u64,
+            oldest_overdue_ms: r.int("oldest_overdue")?.max(0) as u64,
+            ..TopicStats::default()
+        };
+        while r.remaining() >= 2 {
+            let field = r.string("counter")?;
+            let value = r.int("counter value")?.max(0) as u64;
+            match field.as_str() {
+                "enqueued" => st.enqueued = value,
+                "succeeded" => st.succeeded = value,
+                "retried" => st.retried = value,
+                "buried" => st.buried = value,
+                "expired" => st.expired = value,
+                "cancelled" => st.cancelled = value,
+                "trimmed" => st.trimmed = value,
+                _ => {}
+            }
+        }
+        Ok(st)
+    }
+
+    async fn dead(&self, queue: &Queue, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(queue);
+        let mut conn = self.conn.clone();
+        let page: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&k.dead)
+            .arg(offset)
+            .arg(offset + limit - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .map_err(from_redis)?;
+        if page.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = page.iter().map(|(key, _)| key.as_str()).collect();
+        let (recs, hists): (Vec<Option<Vec<u8>>>, Vec<Option<Vec<u8>>>) = redis::pipe()
+            .atomic()
+            .cmd("HMGET")
+            .arg(&k.pool)
+            .arg(&names)
+            .cmd("HMGET")
+            .arg(&k.hist)
+            .arg(&names)
+            .query_async(&mut conn)
+            .await
+            .map_err(from_redis)?;
+        let mut out = Vec::with_capacity(page.len());
+        for (((key, died), rec), hist) in page.into_iter().zip(recs).zip(hists) {
+            // A job purged between the two reads is simply skipped.
+            let Some(rec) = rec else { continue };
+            let rec = Record::decode(rec)?;
+            out.push(JobInfo {
+                key: key_of(key.into_bytes())?,
+                state: rec.state,
+                due_ms: rec.due_ms,
+                created_ms: rec.created_ms,
+                attempts: rec.attempts,
+                state_since_or_deadline_ms: Some(died as u64),
+                history: hist
+                    .map(|h| decode_history(&h))
+                    .transpose()?
+                    .unwrap_or_default(),
+                payload: rec.payload,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn requeue_dead(&self, queue: &Queue, keys: &[JobKey]) -> Result<Vec<bool>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.requeue_dead;
+        let reply = self
+            .run(s, &[&k.dead, &k.ready, &k.pool, &k.wake], |inv| {
+                for key in keys {
+                    inv.arg(key.as_str());
+                }
+            })
+            .await?;
+        Ok(codes(s.name, reply, keys.len())?
+            .into_iter()
+            .map(|c| c == b'1')
+            .collect())
+    }
+
+    async fn purge_dead(&self, queue: &Queue, keys: &[JobKey], limit: usize) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.purge_dead;
+        let reply = self
+            .run(s, &[&k.dead, &k.pool, &k.hist], |inv| {
+                inv.arg(limit);
+                for key in keys {
+                    inv.arg(key.as_str());
+                }
+            })
+            .await?;
+        as_int(&reply)
+            .map(|n| n.max(0) as u64)
+            .ok_or_else(|| unexpected(s.name, "count", &reply))
+    }
+
+    async fn now_ms(&self) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(from_redis)?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    async fn wake_listener(&self, queue: &Queue) -> Result<Box<dyn WakeListener>> {
+        Ok(Box::new(RedisWakeListener {
+            client: self.client.clone(),
+            key: self.keys(queue).wake.clone(),
+            conn: None,
+            connection_timeout: self.options.connection_timeout,
+        }))
+    }
+}
+
+/// Blocks on `BLPOP wake` on a connection of its own, whose response timeout is longer than
+/// the block, so a quiet queue costs one command per `max_wait`.
+struct RedisWakeListener {
+    client: redis::Client,
+    key: String,
+    conn: Option<(redis::aio::MultiplexedConnection, Duration)>,
+    connection_timeout: Duration,
+}
+
+#[async_trait]
+impl WakeListener for RedisWakeListener {
+    async fn wait(&mut self, max_wait: Duration) -> Result<bool> {
+        let block = max_wait.clamp(Duration::from_millis(10), Duration::from_secs(60));
+        let response_timeout = block + Duration::from_secs(3);
+        if self
+            .conn
+            .as_ref()
+            .is_none_or(|(_, t)| *t < response_timeout)
+        {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.connection_timeout))
+                .set_response_timeout(Some(response_timeout));
+            let conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(from_redis)?;
+            self.conn = Some((conn, response_timeout));
+        }
+        let Some((conn, _)) = self.conn.as_mut() else {
+            unreachable!("connection set above")
+        };
+        let result: redis::RedisResult<Option<(String, String)>> = redis::cmd("BLPOP")
+            .arg(&self.key)
+            .arg(block.as_secs_f64())
+            .query_async(conn)
+            .await;
+        match result {
+            Ok(token) => Ok(token.is_some()),
+            Err(e) => {
+                // A broken or timed-out connection is replaced on the next wait.
+                self.conn = None;
+                Err(from_redis(e))
+            }
+        }
+    }
+}

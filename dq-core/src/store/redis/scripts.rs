@@ -1,0 +1,208 @@
+//! The Lua scripts, loaded once, and the one place their replies and codes become Rust values.
+//!
+//! Each script is `lua/lib.lua` followed by its own file; redis-rs `Script` sends it by SHA
+//! (`EVALSHA`) and reloads it transparently after `NOSCRIPT` (a restart or `SCRIPT FLUSH`).
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use crate::error::{Error, Result};
+
+const LIB: &str = include_str!("lua/lib.lua");
+
+/// One script: its name (for errors), its number of KEYS, and the loaded `Script`.
+pub(crate) struct LuaScript {
+    pub name: &'static str,
+    pub keys: usize,
+    pub script: Script,
+    #[cfg(test)]
+    pub body: &'static str,
+}
+
+macro_rules! script {
+    ($name:literal, $keys:literal) => {
+        LuaScript {
+            name: $name,
+            keys: $keys,
+            script: Script::new(&format!(
+                "{LIB}\n{}",
+                include_str!(concat!("lua/", $name, ".lua"))
+            )),
+            #[cfg(test)]
+            body: include_str!(concat!("lua/", $name, ".lua")),
+        }
+    };
+}
+
+/// All scripts.
+pub(crate) struct Scripts {
+    pub enqueue: LuaScript,
+    pub fetch: LuaScript,
+    pub ack: LuaScript,
+    pub fail: LuaScript,
+    pub extend: LuaScript,
+    pub release: LuaScript,
+    pub cancel: LuaScript,
+    pub reschedule: LuaScript,
+    pub requeue_dead: LuaScript,
+    pub purge_dead: LuaScript,
+    pub stats: LuaScript,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    enqueue: script!("enqueue", 8),
+    fetch: script!("fetch", 9),
+    ack: script!("ack", 4),
+    fail: script!("fail", 9),
+    extend: script!("extend", 2),
+    release: script!("release", 4),
+    cancel: script!("cancel", 5),
+    reschedule: script!("reschedule", 6),
+    requeue_dead: script!("requeue_dead", 4),
+    purge_dead: script!("purge_dead", 3),
+    stats: script!("stats", 7),
+});
+
+/// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
+/// the Rust wrapper has a bug, so that is a protocol error; OOM keeps its own meaning.
+pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
+    if e.code() == Some("OOM") {
+        return Error::OutOfMemory;
+    }
+    let text = e.to_string();
+    if text.contains("dq bad arguments") {
+        return Error::Protocol(format!(
+            "script {} refused its arguments: {text}",
+            script.name
+        ));
+    }
+    Error::Redis(e)
+}
+
+/// Reads script replies with errors that name the script and the field.
+pub(crate) struct Reply<'a> {
+    script: &'static str,
+    items: std::vec::IntoIter<Value>,
+    _marker: std::marker::PhantomData<&'a ()>,
+}
+
+impl Reply<'_> {
+    pub fn new(script: &'static str, value: Value) -> Result<Self> {
+        match value {
+            Value::Array(items) => Ok(Reply {
+                script,
+                items: items.into_iter(),
+                _marker: std::marker::PhantomData,
+            }),
+            other => Err(unexpected(script, "array", &other)),
+        }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.items.len()
+    }
+
+    fn next(&mut self, what: &str) -> Result<Value> {
+        self.items.next().ok_or_else(|| {
+            Error::Protocol(format!("script {}: reply ends before {what}", self.script))
+        })
+    }
+
+    pub fn int(&mut self, what: &str) -> Result<i64> {
+        let v = self.next(what)?;
+        as_int(&v).ok_or_else(|| unexpected(self.script, what, &v))
+    }
+
+    pub fn bytes(&mut self, what: &str) -> Result<Vec<u8>> {
+        match self.next(what)? {
+            Value::BulkString(b) => Ok(b),
+            Value::SimpleString(s) => Ok(s.into_bytes()),
+            v => Err(unexpected(self.script, what, &v)),
+        }
+    }
+
+    pub fn string(&mut self, what: &str) -> Result<String> {
+        let b = self.bytes(what)?;
+        String::from_utf8(b)
+            .map_err(|_| Error::Protocol(format!("script {}: {what} is not text", self.script)))
+    }
+}
+
+/// An integer reply, also accepting numbers sent as text.
+pub(crate) fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A status string reply (one code character per item, for the batch scripts).
+pub(crate) fn codes(script: &'static str, v: Value, expected: usize) -> Result<Vec<u8>> {
+    let bytes = match v {
+        Value::BulkString(b) => b,
+        Value::SimpleString(s) => s.into_bytes(),
+        Value::Okay => b"OK".to_vec(),
+        other => return Err(unexpected(script, "codes", &other)),
+    };
+    if bytes.len() != expected {
+        return Err(Error::Protocol(format!(
+            "script {script}: {} codes for {expected} items",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+pub(crate) fn unexpected(script: &str, what: &str, v: &Value) -> Error {
+    Error::Protocol(format!("script {script}: unexpected {what}: {v:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each script's header documents exactly as many KEYS as its Rust wrapper passes.
+    #[test]
+    fn headers_match_key_counts() {
+        let s = &*SCRIPTS;
+        for script in [
+            &s.enqueue,
+            &s.fetch,
+            &s.ack,
+            &s.fail,
+            &s.extend,
+            &s.release,
+            &s.cancel,
+            &s.reschedule,
+            &s.requeue_dead,
+            &s.purge_dead,
+            &s.stats,
+        ] {
+            let documented = (1..=20)
+                .take_while(|i| script.body.contains(&format!("-- KEYS[{i}]")))
+                .count();
+            assert_eq!(documented, script.keys, "script {}", script.name);
+            assert!(
+                script.body.contains("-- ARGV"),
+                "script {} documents no ARGV",
+                script.name
+            );
+            assert!(
+                script.body.contains("Returns"),
+                "script {} documents no reply",
+                script.name
+            );
+            let used = (1..=20)
+                .filter(|i| script.body.contains(&format!("KEYS[{i}]")))
+                .count();
+            assert_eq!(
+                used, script.keys,
+                "script {} uses KEYS it does not document",
+                script.name
+            );
+        }
+    }
+}

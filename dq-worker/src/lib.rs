@@ -1,0 +1,1 @@
+//! dq's worker runtime. Stub until the framework issue.

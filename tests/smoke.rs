@@ -1,0 +1,72 @@
+//! Smoke test: one job through enqueue → fetch → ack on a real Redis.
+
+use std::time::Duration;
+
+use dq::{Client, EnqueueOutcome, FetchRequest, Job, JobKey, Queue, Topic};
+
+#[allow(non_camel_case_types)]
+struct ping;
+impl Job for ping {
+    type Payload = u64;
+    const TOPIC: &'static str = "smoke.ping";
+}
+
+#[tokio::test]
+async fn one_job_end_to_end() {
+    let server = dq_testkit::shared();
+    let ns = dq_testkit::namespace("smoke");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let e = client.enqueue::<ping>(7).key("k1").await.unwrap();
+    assert_eq!(e.outcome, EnqueueOutcome::Created);
+    let e2 = client.enqueue::<ping>(8).key("k1").await.unwrap();
+    assert_eq!(e2.outcome, EnqueueOutcome::Exists(dq::JobState::Ready));
+    let later = client
+        .enqueue::<ping>(9)
+        .delay(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let q = Queue::new(Topic::new("smoke.ping").unwrap(), 0);
+    let reply = client
+        .store()
+        .fetch(&q, &FetchRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(reply.jobs.len(), 1, "{reply:?}");
+    let d = &reply.jobs[0];
+    assert_eq!(d.key, JobKey::new("k1").unwrap());
+    assert_eq!(d.attempt, 1);
+    assert_eq!(dq::payload::decode::<u64>(&d.payload).unwrap(), 7);
+    let next = reply.next_in.unwrap();
+    assert!(
+        next <= Duration::from_millis(300) && next > Duration::from_millis(200),
+        "{next:?}"
+    );
+    let acks = client
+        .store()
+        .ack(&q, &[(d.key.clone(), d.token)])
+        .await
+        .unwrap();
+    assert_eq!(acks, vec![dq::AckOutcome::Acked]);
+    let acks = client
+        .store()
+        .ack(&q, &[(d.key.clone(), d.token)])
+        .await
+        .unwrap();
+    assert_eq!(acks, vec![dq::AckOutcome::Gone]);
+    let info = client
+        .job::<ping>(later.key.as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.state, dq::JobState::Scheduled);
+    let stats = client.stats::<ping>().await.unwrap();
+    assert_eq!(
+        (stats.scheduled, stats.succeeded, stats.enqueued),
+        (1, 1, 2),
+        "{stats:?}"
+    );
+}
