@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod error;
+pub mod handler;
 pub mod job;
 pub mod names;
 pub mod payload;
@@ -15,6 +16,10 @@ pub mod store;
 
 pub use client::{BulkJob, Client, ClientBuilder, ClientConfig, Enqueue, Enqueued, TopicClient};
 pub use error::{Error, Result};
+pub use handler::{
+    BoxError, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError, SharedData,
+    registered_jobs,
+};
 pub use job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
     EnqueueOutcome, FailAction, FailOutcome, FetchReply, FetchRequest, Job, JobInfo, JobState,
@@ -24,3 +29,8 @@ pub use names::{JobKey, Topic};
 pub use retry::RetryPolicy;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{Store, WakeListener};
+
+#[doc(hidden)]
+pub use inventory;
+#[doc(hidden)]
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,282 @@
+//! What a handler sees and returns: [`JobContext`], [`JobError`], and the [`JobDescriptor`]
+//! that `#[delayed_job]` registers for each handler.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::names::JobKey;
+use crate::retry::RetryPolicy;
+
+/// A boxed error from a handler.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What the handler asks for when it fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Retry on the job's retry policy (the default for any error).
+    Retry,
+    /// Retry after this delay, spending an attempt; dead if no attempts are left.
+    RetryAfter(Duration),
+    /// Never retry: to the dead queue now.
+    Permanent,
+    /// Not a failure: run again after this delay without spending an attempt.
+    Defer(Duration),
+}
+
+/// A handler's error: any error converts into it with `?` (and is retried on the policy);
+/// the constructors ask for something else.
+pub struct JobError {
+    kind: ErrorKind,
+    source: BoxError,
+}
+
+impl JobError {
+    /// Retried on the job's retry policy.
+    pub fn retry(error: impl Into<BoxError>) -> Self {
+        JobError {
+            kind: ErrorKind::Retry,
+            source: error.into(),
+        }
+    }
+
+    /// Retried after `delay` (overriding the policy's delay); spends an attempt.
+    pub fn retry_after(delay: Duration, error: impl Into<BoxError>) -> Self {
+        JobError {
+            kind: ErrorKind::RetryAfter(delay),
+            source: error.into(),
+        }
+    }
+
+    /// Never retried: the job goes to the dead queue now.
+    pub fn permanent(error: impl Into<BoxError>) -> Self {
+        JobError {
+            kind: ErrorKind::Permanent,
+            source: error.into(),
+        }
+    }
+
+    /// "Not yet": run the job again after `delay`, without spending an attempt.
+    pub fn defer(delay: Duration) -> Self {
+        JobError {
+            kind: ErrorKind::Defer(delay),
+            source: "deferred".into(),
+        }
+    }
+
+    /// What the handler asked for.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The underlying error.
+    pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
+}
+
+impl<E: Into<BoxError>> From<E> for JobError {
+    fn from(error: E) -> Self {
+        JobError::retry(error)
+    }
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.source, f)
+    }
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobError")
+            .field("kind", &self.kind)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+/// Values shared with every handler, by type (`ctx.data::<Db>()`).
+#[derive(Clone, Default)]
+pub struct SharedData(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+
+impl SharedData {
+    /// Adds a value; a second value of the same type replaces the first.
+    pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.0.insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    /// The value of type `T`, if one was added.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0.get(&TypeId::of::<T>())?.downcast_ref()
+    }
+}
+
+impl fmt::Debug for SharedData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SharedData({} values)", self.0.len())
+    }
+}
+
+/// What a running job knows about itself.
+#[derive(Clone, Debug)]
+pub struct JobContext {
+    /// Its topic.
+    pub topic: &'static str,
+    /// Its key.
+    pub key: JobKey,
+    /// Which attempt this is, from 1.
+    pub attempt: u32,
+    /// Most attempts it gets under its retry policy.
+    pub max_attempts: u32,
+    /// When it was due (store ms).
+    pub due_ms: u64,
+    /// How late it started: lease time minus due time.
+    pub late: Duration,
+    /// The delivery's fencing token.
+    pub token: u64,
+    cancel: CancellationToken,
+    data: Arc<SharedData>,
+}
+
+impl JobContext {
+    /// Builds a context (the worker does this; tests of handlers may too).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        topic: &'static str,
+        key: JobKey,
+        attempt: u32,
+        max_attempts: u32,
+        due_ms: u64,
+        late: Duration,
+        token: u64,
+        cancel: CancellationToken,
+        data: Arc<SharedData>,
+    ) -> Self {
+        JobContext {
+            topic,
+            key,
+            attempt,
+            max_attempts,
+            due_ms,
+            late,
+            token,
+            cancel,
+            data,
+        }
+    }
+
+    /// The shared value of type `T` given to the worker with `.data(…)`.
+    ///
+    /// A missing value is a permanent error: retrying cannot make it appear.
+    pub fn data<T: Send + Sync + 'static>(&self) -> Result<&T, JobError> {
+        self.data.get::<T>().ok_or_else(|| {
+            JobError::permanent(format!(
+                "no shared data of type {} was given to the worker",
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+
+    /// True once the job should stop: its lease was lost (another worker may run it) or the
+    /// worker's shutdown deadline passed. Its result will be discarded.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Completes when the job should stop (see [`JobContext::is_cancelled`]); for `select!`.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// True if this is the last attempt its retry policy allows.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+}
+
+/// A handler call, boxed.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
+
+/// Decodes a payload and starts the handler; a decode failure is reported, never retried.
+pub type HandlerFn = fn(payload: &[u8], ctx: JobContext) -> Result<HandlerFuture, crate::Error>;
+
+/// A handler registered by `#[delayed_job]`: its topic, policies and entry point.
+#[derive(Debug)]
+pub struct JobDescriptor {
+    /// The topic it handles.
+    pub topic: &'static str,
+    /// Retry policy in text form (checked at compile time by the macro).
+    pub retry: &'static str,
+    /// Handler timeout in ms, if any.
+    pub timeout_ms: Option<u64>,
+    /// Most jobs of this topic running at once in one worker.
+    pub concurrency: Option<u32>,
+    /// The handler's Rust path, for logs.
+    pub name: &'static str,
+    /// Where it is declared.
+    pub file: &'static str,
+    /// Where it is declared.
+    pub line: u32,
+    /// Decodes a payload and calls the handler.
+    pub run: HandlerFn,
+}
+
+impl JobDescriptor {
+    /// The parsed retry policy.
+    pub fn retry_policy(&self) -> Result<RetryPolicy> {
+        RetryPolicy::parse(self.retry)
+    }
+
+    /// Where the handler is declared, as `file:line`.
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+}
+
+inventory::collect!(JobDescriptor);
+
+/// Every handler registered in this binary by `#[delayed_job]`.
+pub fn registered_jobs() -> impl Iterator<Item = &'static JobDescriptor> {
+    inventory::iter::<JobDescriptor>.into_iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_convert_and_keep_their_kind() {
+        fn io() -> Result<(), JobError> {
+            Err(std::io::Error::other("disk"))?;
+            Ok(())
+        }
+        let e = io().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Retry);
+        assert_eq!(e.to_string(), "disk");
+        let e: JobError = "boom".into();
+        assert_eq!(e.kind(), ErrorKind::Retry);
+        assert_eq!(JobError::permanent("bad").kind(), ErrorKind::Permanent);
+        assert_eq!(
+            JobError::defer(Duration::from_secs(1)).kind(),
+            ErrorKind::Defer(Duration::from_secs(1))
+        );
+    }
+
+    #[test]
+    fn shared_data_by_type() {
+        let mut d = SharedData::default();
+        d.insert(5u32);
+        d.insert(String::from("db"));
+        assert_eq!(d.get::<u32>(), Some(&5));
+        assert_eq!(d.get::<String>().map(String::as_str), Some("db"));
+        assert!(d.get::<u64>().is_none());
+    }
+}
