@@ -1,1 +1,24 @@
-//! dq's worker runtime. Stub until the framework issue.
+//! dq's worker runtime: it runs the handlers registered with `#[delayed_job]` on per-topic
+//! pools, on time, with durable retries.
+//!
+//! One component per file, each opening with what it is responsible for:
+//!
+//! | file | component |
+//! |---|---|
+//! | [`worker`] | builder, start-up checks, the shutdown order |
+//! | `registry` | which handlers run here, with their policies |
+//! | `fetcher` | one per topic partition: permits first, then `fetch`, then wait without polling |
+//! | `runner` | one job: decode, call the handler under its timeout, catch panics, decide the outcome |
+//! | `completer` | writes outcomes back: acks in batches, failures one by one, retried until done |
+//! | `lease_keeper` | extends the leases of running jobs in batches; cancels handlers whose lease is lost |
+//! | `in_flight` | the running jobs, shared by runner, completer and lease keeper |
+
+mod completer;
+mod fetcher;
+mod in_flight;
+mod lease_keeper;
+mod registry;
+mod runner;
+pub mod worker;
+
+pub use worker::{DeadJob, ShutdownReport, Worker, WorkerBuilder, WorkerError, WorkerHandle};

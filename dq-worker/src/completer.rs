@@ -1,0 +1,209 @@
+//! A completer is responsible for writing job outcomes back to the store:
+//!
+//! 1. successes are acknowledged in batches — whatever has finished while the previous batch
+//!    was being written goes in the next one, so a busy worker spends one round trip per batch;
+//! 2. failures (retry, defer, bury) are written concurrently, one script call each;
+//! 3. every write is retried on connection trouble with capped backoff: ack and fail are
+//!    idempotent under their token, so a repeat after an ambiguous error does nothing twice;
+//! 4. a buried job triggers the `on_dead` hook, once, from the worker that buried it.
+//!
+//! If a write still cannot be made, nothing is lost: the lease expires and the job is retried.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use dq_core::{AckOutcome, Error, FailAction, FailOutcome, Queue, Store};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::in_flight::{InFlight, Lease};
+use crate::registry::TopicRuntime;
+use crate::worker::{DeadJob, OnDead};
+
+/// How a handler run ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Succeeded,
+    Failed { action: FailAction, error: String },
+}
+
+/// One outcome to write.
+pub(crate) struct Completion {
+    pub lease: Lease,
+    pub outcome: Outcome,
+    pub span: tracing::Span,
+}
+
+/// The runners' side of the completer's queue.
+#[derive(Clone)]
+pub(crate) struct CompletionSender(mpsc::Sender<Completion>);
+
+impl CompletionSender {
+    pub async fn send(&self, completion: Completion) {
+        // The completer outlives every runner (shutdown drops it last); a closed channel means
+        // the worker was dropped without shutdown, and the lease will expire instead.
+        let _ = self.0.send(completion).await;
+    }
+}
+
+const MAX_BATCH: usize = 1000;
+
+/// Retries store writes through connection trouble: about 30 s in all, then the lease decides.
+fn persist() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_secs(2))
+        .with_max_times(20)
+        .with_jitter()
+}
+
+pub(crate) struct Completer {
+    rx: mpsc::Receiver<Completion>,
+    store: Arc<dyn Store>,
+    in_flight: InFlight,
+    topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
+    on_dead: Option<OnDead>,
+}
+
+impl Completer {
+    pub fn new(
+        store: Arc<dyn Store>,
+        in_flight: InFlight,
+        topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
+        on_dead: Option<OnDead>,
+    ) -> (Completer, CompletionSender) {
+        let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+        (
+            Completer {
+                rx,
+                store,
+                in_flight,
+                topics,
+                on_dead,
+            },
+            CompletionSender(tx),
+        )
+    }
+
+    /// Runs until every sender is dropped and the queue is drained.
+    pub async fn run(mut self) {
+        let mut failures = JoinSet::new();
+        while let Some(first) = self.rx.recv().await {
+            let mut acks: HashMap<Queue, Vec<Completion>> = HashMap::new();
+            let mut next = Some(first);
+            let mut taken = 0;
+            while let Some(c) = next.take() {
+                taken += 1;
+                match c.outcome {
+                    Outcome::Succeeded => acks.entry(c.lease.queue.clone()).or_default().push(c),
+                    Outcome::Failed { .. } => {
+                        let store = self.store.clone();
+                        let in_flight = self.in_flight.clone();
+                        let topics = self.topics.clone();
+                        let on_dead = self.on_dead.clone();
+                        failures.spawn(fail(store, in_flight, topics, on_dead, c));
+                    }
+                }
+                if taken < MAX_BATCH {
+                    next = self.rx.try_recv().ok();
+                }
+            }
+            for (queue, batch) in acks {
+                self.ack(&queue, batch).await;
+            }
+            while failures.try_join_next().is_some() {}
+        }
+        while failures.join_next().await.is_some() {}
+    }
+
+    async fn ack(&self, queue: &Queue, batch: Vec<Completion>) {
+        let leases: Vec<_> = batch
+            .iter()
+            .map(|c| (c.lease.key.clone(), c.lease.token))
+            .collect();
+        let store = &self.store;
+        let result = (|| async { store.ack(queue, &leases).await })
+            .retry(persist())
+            .when(Error::is_retryable)
+            .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "ack failed; retrying"))
+            .await;
+        match result {
+            Ok(outcomes) => {
+                for (c, outcome) in batch.iter().zip(outcomes) {
+                    let _enter = c.span.enter();
+                    match outcome {
+                        AckOutcome::Acked => tracing::debug!("succeeded"),
+                        AckOutcome::Gone => tracing::debug!("already acknowledged"),
+                        AckOutcome::Stale => tracing::warn!(
+                            "succeeded, but the lease was lost first: another delivery owns the job"
+                        ),
+                    }
+                }
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                jobs = batch.len(),
+                "could not acknowledge; the jobs will run again after their leases expire"
+            ),
+        }
+        for c in &batch {
+            self.in_flight.remove(&c.lease.queue, c.lease.token);
+        }
+    }
+}
+
+async fn fail(
+    store: Arc<dyn Store>,
+    in_flight: InFlight,
+    topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
+    on_dead: Option<OnDead>,
+    c: Completion,
+) {
+    let Outcome::Failed { action, error } = &c.outcome else {
+        return;
+    };
+    let lease = &c.lease;
+    let limits = topics
+        .get(lease.queue.topic.as_str())
+        .map(|t| t.dead_limits)
+        .unwrap_or_default();
+    let result = (|| async {
+        store
+            .fail(&lease.queue, &lease.key, lease.token, action, error, limits)
+            .await
+    })
+    .retry(persist())
+    .when(Error::is_retryable)
+    .await;
+    in_flight.remove(&lease.queue, lease.token);
+    let _enter = c.span.enter();
+    match result {
+        Ok(FailOutcome::Retrying { at_ms }) => match action {
+            FailAction::Defer(_) => tracing::info!(at_ms, "deferred"),
+            _ => tracing::warn!(error = %error, retry_at_ms = at_ms, "failed; will retry"),
+        },
+        Ok(FailOutcome::Buried { trimmed }) => {
+            tracing::error!(error = %error, trimmed, "failed for good; moved to the dead queue");
+            if let Some(hook) = on_dead {
+                let dead = DeadJob {
+                    topic: lease.queue.topic.to_string(),
+                    key: lease.key.clone(),
+                    attempts: lease.attempt,
+                    error: error.clone(),
+                };
+                drop(_enter);
+                hook(dead).await;
+            }
+        }
+        Ok(FailOutcome::Gone) => tracing::debug!("job already gone; failure not recorded"),
+        Err(Error::StaleToken { .. }) => {
+            tracing::warn!(error = %error, "failed, but the lease was lost first: not recorded")
+        }
+        Err(e) => tracing::error!(
+            error = %e,
+            "could not record the failure; the job will run again after its lease expires"
+        ),
+    }
+}

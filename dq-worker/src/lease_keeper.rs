@@ -1,0 +1,94 @@
+//! The lease keeper is responsible for keeping running jobs owned by this worker:
+//!
+//! 1. every third of the lease, it extends the leases of all in-flight jobs, one `extend`
+//!    call per partition and batch;
+//! 2. a lease the store no longer grants (it expired during a pause or partition, and the job
+//!    was recovered and maybe delivered elsewhere) cancels that handler through its
+//!    `JobContext`; its result is discarded, and its token would be rejected anyway;
+//! 3. store errors are logged and retried on the next tick — a lease is long enough to ride
+//!    out a short outage; but once a lease has surely run out by this process's clock (no
+//!    extension got through in time), the handler is cancelled as if the lease were lost:
+//!    a worker cut off from the store must not keep running a job others now own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dq_core::{Queue, Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::in_flight::{InFlight, Lease};
+
+const BATCH: usize = 500;
+
+pub(crate) struct LeaseKeeper {
+    pub store: Arc<dyn Store>,
+    pub in_flight: InFlight,
+    pub lease: Duration,
+    pub stop: CancellationToken,
+}
+
+impl LeaseKeeper {
+    pub async fn run(self) {
+        let period = (self.lease / 3).max(Duration::from_millis(20));
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is immediate; new leases are fresh
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = self.stop.cancelled() => return,
+            }
+            self.extend_all().await;
+        }
+    }
+
+    async fn extend_all(&self) {
+        let mut by_queue: HashMap<Queue, Vec<Lease>> = HashMap::new();
+        for lease in self.in_flight.snapshot() {
+            by_queue.entry(lease.queue.clone()).or_default().push(lease);
+        }
+        for (queue, leases) in by_queue {
+            for chunk in leases.chunks(BATCH) {
+                let pairs: Vec<_> = chunk.iter().map(|l| (l.key.clone(), l.token)).collect();
+                let sent = tokio::time::Instant::now();
+                match self.store.extend(&queue, &pairs, self.lease).await {
+                    Ok(held) => {
+                        for (lease, held) in chunk.iter().zip(held) {
+                            if held {
+                                lease.extended(sent, self.lease);
+                            } else {
+                                self.lost(lease);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            topic = %queue.topic,
+                            error = %e,
+                            "could not extend leases; retrying on the next tick"
+                        );
+                        let now = tokio::time::Instant::now();
+                        for lease in chunk.iter().filter(|l| l.expires() <= now) {
+                            self.lost(lease);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn lost(&self, lease: &Lease) {
+        // An entry whose handler finished may simply have been acked a moment ago.
+        if !lease.is_finished() {
+            tracing::warn!(
+                topic = %lease.queue.topic,
+                key = %lease.key,
+                token = lease.token,
+                "lease lost: cancelling the handler; another delivery owns the job"
+            );
+        }
+        self.in_flight.remove(&lease.queue, lease.token);
+        lease.cancel.cancel();
+    }
+}

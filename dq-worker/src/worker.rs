@@ -1,0 +1,456 @@
+//! The worker: builds the runtime for the registered handlers, runs it, and stops it in order.
+//!
+//! Start-up:
+//! 1. resolve the handlers (`#[delayed_job]` registrations, filtered by `.topics(…)`): a topic
+//!    registered twice is an error naming both source locations; each handler is logged;
+//! 2. start the completer, the lease keeper, and one fetcher per topic partition.
+//!
+//! Shutdown, in this order (two phases):
+//! 1. **quiet** — fetchers stop; no new job is leased;
+//! 2. **drain** — running handlers get until the shutdown timeout to finish; their outcomes
+//!    are written as usual and leases are kept alive meanwhile;
+//! 3. **stop** — at the deadline, handlers still running are cancelled (their `JobContext`
+//!    says so) and their jobs are released back to the front of `ready` without spending the
+//!    attempt, for another worker to pick up;
+//! 4. the completer writes what is left, then the lease keeper stops.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dq_core::{Client, JobDescriptor, JobKey, SharedData, Store};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::completer::Completer;
+use crate::fetcher::{FetchSettings, Fetcher};
+use crate::in_flight::InFlight;
+use crate::lease_keeper::LeaseKeeper;
+use crate::registry::{self, Selection, TopicRuntime};
+use crate::runner::RunnerShared;
+
+/// Why a worker could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// Two handlers are registered for one topic.
+    #[error("topic {topic:?} has two handlers: {first} and {second}")]
+    DuplicateTopic {
+        /// The topic.
+        topic: String,
+        /// The first handler and where it is declared.
+        first: String,
+        /// The second handler and where it is declared.
+        second: String,
+    },
+    /// A topic was named (in `.topics` or `.concurrency`) that no handler is registered for.
+    #[error("no handler is registered for topic {0:?}")]
+    UnknownTopic(String),
+    /// No handler is registered (or none is left after `.topics(…)`).
+    #[error("no jobs to run: annotate handlers with #[delayed_job] (or check .topics(…))")]
+    NoJobs,
+    /// A handler's settings are invalid.
+    #[error("job {name}: {reason}")]
+    InvalidJob {
+        /// The handler.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A worker setting is invalid.
+    #[error("invalid worker setting: {0}")]
+    InvalidSetting(String),
+}
+
+/// A job that has just been moved to the dead queue, as given to the `on_dead` hook.
+#[derive(Clone, Debug)]
+pub struct DeadJob {
+    /// Its topic.
+    pub topic: String,
+    /// Its key.
+    pub key: JobKey,
+    /// How many attempts it had.
+    pub attempts: u32,
+    /// Why it died (the last error).
+    pub error: String,
+}
+
+/// The `on_dead` hook, boxed.
+pub(crate) type OnDead =
+    Arc<dyn Fn(DeadJob) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Configures a [`Worker`].
+pub struct WorkerBuilder {
+    client: Client,
+    data: SharedData,
+    only: Option<HashSet<String>>,
+    concurrency: HashMap<String, usize>,
+    default_concurrency: usize,
+    lease: Duration,
+    shutdown_timeout: Duration,
+    max_fetch_batch: usize,
+    idle_wait: Duration,
+    on_dead: Option<OnDead>,
+    extra: Vec<&'static JobDescriptor>,
+    registered: bool,
+}
+
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("only", &self.only)
+            .field("lease", &self.lease)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerBuilder {
+    /// Shares a value with every handler, found by type with `ctx.data::<T>()`.
+    pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.insert(value);
+        self
+    }
+
+    /// Runs only these topics (default: every registered handler).
+    pub fn topics<I, S>(mut self, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.only = Some(topics.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Overrides one topic's pool size (its handler's `concurrency`).
+    pub fn concurrency(mut self, topic: impl Into<String>, jobs: usize) -> Self {
+        self.concurrency.insert(topic.into(), jobs);
+        self
+    }
+
+    /// Pool size of topics whose handler sets none (default 10).
+    pub fn default_concurrency(mut self, jobs: usize) -> Self {
+        self.default_concurrency = jobs;
+        self
+    }
+
+    /// How long a leased job stays owned without an extension (default 30 s). Leases are
+    /// extended every third of this while the handler runs; a worker that stops for longer
+    /// (crash, pause, partition) loses its jobs to others.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long shutdown waits for running handlers before releasing their jobs (default 30 s).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Most jobs one fetch call leases (default 100; never more than the pool's size).
+    pub fn max_fetch_batch(mut self, jobs: usize) -> Self {
+        self.max_fetch_batch = jobs;
+        self
+    }
+
+    /// Longest an idle fetcher waits before asking the store again, bounding the cost of a
+    /// lost wake-up (default 5 s). An idle worker sends about two commands per this period
+    /// per partition.
+    pub fn idle_wait(mut self, wait: Duration) -> Self {
+        self.idle_wait = wait;
+        self
+    }
+
+    /// Calls `hook` each time this worker moves a job to the dead queue — the place to alert
+    /// someone. Runs on its own task; a slow hook delays nothing else.
+    pub fn on_dead<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(DeadJob) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.on_dead = Some(Arc::new(move |job| Box::pin(hook(job))));
+        self
+    }
+
+    /// Adds a handler by its descriptor, beside those registered by `#[delayed_job]`.
+    pub fn job(mut self, descriptor: &'static JobDescriptor) -> Self {
+        self.extra.push(descriptor);
+        self
+    }
+
+    /// Ignores the handlers registered by `#[delayed_job]`; only those added with
+    /// [`WorkerBuilder::job`] run.
+    pub fn without_registered_jobs(mut self) -> Self {
+        self.registered = false;
+        self
+    }
+
+    /// Checks the settings and resolves the handlers.
+    pub fn build(self) -> Result<Worker, WorkerError> {
+        if self.lease < Duration::from_millis(100) {
+            return Err(WorkerError::InvalidSetting(
+                "lease must be at least 100 ms".into(),
+            ));
+        }
+        if self.default_concurrency == 0 || self.max_fetch_batch == 0 {
+            return Err(WorkerError::InvalidSetting(
+                "concurrency and fetch batch must be at least 1".into(),
+            ));
+        }
+        if self.idle_wait < Duration::from_millis(10) {
+            return Err(WorkerError::InvalidSetting(
+                "idle_wait must be at least 10 ms".into(),
+            ));
+        }
+        let registered: Box<dyn Iterator<Item = &'static JobDescriptor>> = if self.registered {
+            Box::new(dq_core::registered_jobs())
+        } else {
+            Box::new(std::iter::empty())
+        };
+        let topics = registry::resolve(
+            registered,
+            Selection {
+                extra: &self.extra,
+                only: self.only.as_ref(),
+                concurrency: &self.concurrency,
+                default_concurrency: self.default_concurrency,
+            },
+            self.client.config(),
+        )?;
+        Ok(Worker {
+            store: self.client.store().clone(),
+            topics,
+            data: Arc::new(self.data),
+            settings: FetchSettings {
+                lease: self.lease,
+                max_batch: self.max_fetch_batch,
+                idle_wait: self.idle_wait,
+            },
+            shutdown_timeout: self.shutdown_timeout,
+            on_dead: self.on_dead,
+        })
+    }
+}
+
+/// Runs the registered handlers inside the application's own process.
+///
+/// ```no_run
+/// # async fn demo(client: dq_core::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use dq_worker::Worker;
+/// let worker = Worker::builder(client).build()?;
+/// worker.run_until(async { let _ = tokio::signal::ctrl_c().await; }).await;
+/// # Ok(()) }
+/// ```
+pub struct Worker {
+    store: Arc<dyn Store>,
+    topics: Vec<Arc<TopicRuntime>>,
+    data: Arc<SharedData>,
+    settings: FetchSettings,
+    shutdown_timeout: Duration,
+    on_dead: Option<OnDead>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let topics: Vec<&str> = self.topics.iter().map(|t| t.topic.as_str()).collect();
+        f.debug_struct("Worker")
+            .field("topics", &topics)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Starts configuring a worker that takes jobs through `client`'s store.
+    pub fn builder(client: Client) -> WorkerBuilder {
+        WorkerBuilder {
+            client,
+            data: SharedData::default(),
+            only: None,
+            concurrency: HashMap::new(),
+            default_concurrency: 10,
+            lease: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(30),
+            max_fetch_batch: 100,
+            idle_wait: Duration::from_secs(5),
+            on_dead: None,
+            extra: Vec::new(),
+            registered: true,
+        }
+    }
+
+    /// The topics this worker runs.
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.topics.iter().map(|t| t.topic.as_str())
+    }
+
+    /// Runs until `signal` completes, then shuts down gracefully (see the module docs).
+    pub async fn run_until(self, signal: impl Future<Output = ()>) -> ShutdownReport {
+        let handle = self.start();
+        signal.await;
+        handle.shutdown().await
+    }
+
+    /// Starts the worker on the current tokio runtime and returns a handle to stop it.
+    pub fn start(self) -> WorkerHandle {
+        let in_flight = InFlight::default();
+        let by_name: HashMap<String, Arc<TopicRuntime>> = self
+            .topics
+            .iter()
+            .map(|t| (t.topic.to_string(), t.clone()))
+            .collect();
+        let (completer, sender) = Completer::new(
+            self.store.clone(),
+            in_flight.clone(),
+            Arc::new(by_name),
+            self.on_dead.clone(),
+        );
+        let completer = tokio::spawn(completer.run());
+        let keeper_stop = CancellationToken::new();
+        let keeper = tokio::spawn(
+            LeaseKeeper {
+                store: self.store.clone(),
+                in_flight: in_flight.clone(),
+                lease: self.settings.lease,
+                stop: keeper_stop.clone(),
+            }
+            .run(),
+        );
+        let hard_stop = CancellationToken::new();
+        let shared = Arc::new(RunnerShared {
+            data: self.data.clone(),
+            in_flight: in_flight.clone(),
+            completer: sender,
+            hard_stop: hard_stop.clone(),
+        });
+        let stop = CancellationToken::new();
+        let runners = TaskTracker::new();
+        let mut fetchers = Vec::new();
+        for topic in &self.topics {
+            for partition in 0..topic.partitions {
+                let fetcher = Fetcher {
+                    store: self.store.clone(),
+                    queue: dq_core::Queue::new(topic.topic.clone(), partition),
+                    topic: topic.clone(),
+                    shared: shared.clone(),
+                    settings: self.settings.clone(),
+                    stop: stop.clone(),
+                    runners: runners.clone(),
+                    on_dead: self.on_dead.clone(),
+                };
+                fetchers.push(tokio::spawn(fetcher.run()));
+            }
+        }
+        tracing::info!(
+            topics = self.topics.len(),
+            fetchers = fetchers.len(),
+            "worker started"
+        );
+        WorkerHandle {
+            store: self.store,
+            stop,
+            hard_stop,
+            fetchers,
+            runners,
+            shared: Some(shared),
+            in_flight,
+            completer,
+            keeper,
+            keeper_stop,
+            shutdown_timeout: self.shutdown_timeout,
+        }
+    }
+}
+
+/// What shutdown did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Jobs still running at the deadline, released back to `ready` for another worker.
+    pub released: usize,
+    /// Whether every running handler finished before the deadline.
+    pub drained: bool,
+}
+
+/// A running worker. Call [`WorkerHandle::shutdown`] to stop it gracefully; dropping the
+/// handle leaves the worker running until the runtime ends (leases then expire and the jobs
+/// run elsewhere, so nothing is lost — but shutdown is kinder).
+pub struct WorkerHandle {
+    store: Arc<dyn Store>,
+    stop: CancellationToken,
+    hard_stop: CancellationToken,
+    fetchers: Vec<JoinHandle<()>>,
+    runners: TaskTracker,
+    shared: Option<Arc<RunnerShared>>,
+    in_flight: InFlight,
+    completer: JoinHandle<()>,
+    keeper: JoinHandle<()>,
+    keeper_stop: CancellationToken,
+    shutdown_timeout: Duration,
+}
+
+impl std::fmt::Debug for WorkerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHandle")
+            .field("fetchers", &self.fetchers.len())
+            .field("running", &self.in_flight.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerHandle {
+    /// How many jobs are running now.
+    pub fn running(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Stops the worker: quiet, drain until the shutdown timeout, release the rest.
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        tracing::info!(running = self.in_flight.len(), "worker shutting down");
+        // 1. quiet
+        self.stop.cancel();
+        for f in self.fetchers.drain(..) {
+            let _ = f.await;
+        }
+        // 2. drain
+        self.runners.close();
+        let drained = tokio::time::timeout(self.shutdown_timeout, self.runners.wait())
+            .await
+            .is_ok();
+        // 3. stop: release whatever is still running
+        let mut released = 0;
+        if !drained {
+            self.hard_stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.runners.wait()).await;
+            let mut by_queue: HashMap<dq_core::Queue, Vec<(JobKey, u64)>> = HashMap::new();
+            for lease in self.in_flight.snapshot() {
+                if !lease.is_finished() {
+                    self.in_flight.remove(&lease.queue, lease.token);
+                    by_queue
+                        .entry(lease.queue.clone())
+                        .or_default()
+                        .push((lease.key.clone(), lease.token));
+                }
+            }
+            for (queue, leases) in by_queue {
+                match self.store.release(&queue, &leases).await {
+                    Ok(done) => released += done.into_iter().filter(|d| *d).count(),
+                    Err(e) => tracing::error!(
+                        error = %e,
+                        jobs = leases.len(),
+                        "could not release jobs at shutdown; they run again when their leases expire"
+                    ),
+                }
+            }
+        }
+        // 4. flush outcomes, then stop keeping leases
+        self.shared.take();
+        let _ = (&mut self.completer).await;
+        self.keeper_stop.cancel();
+        let _ = (&mut self.keeper).await;
+        tracing::info!(drained, released, "worker stopped");
+        ShutdownReport { released, drained }
+    }
+}
