@@ -20,6 +20,9 @@ use crate::completer::{Completion, CompletionSender, Outcome};
 use crate::in_flight::{InFlight, Lease};
 use crate::registry::TopicRuntime;
 
+/// How long a cancelled handler may take to notice and return before it is aborted.
+const CANCEL_GRACE: Duration = Duration::from_secs(1);
+
 /// What every runner of a worker shares.
 pub(crate) struct RunnerShared {
     pub data: Arc<SharedData>,
@@ -104,8 +107,12 @@ pub(crate) async fn run(
             }
             () = cancel.cancelled() => {
                 // Lease lost or hard stop: another delivery owns the job, or shutdown
-                // releases it. Either way this result must not be written.
-                task.abort();
+                // releases it. Either way this result must not be written. The handler
+                // sees `ctx.cancelled()` and gets a moment to wind down before it is aborted;
+                // its pool permit stays taken until then.
+                if tokio::time::timeout(CANCEL_GRACE, &mut task).await.is_err() {
+                    task.abort();
+                }
                 return None;
             }
         };
@@ -122,10 +129,11 @@ pub(crate) async fn run(
     }
     .instrument(span.clone())
     .await;
-    // The handler is done: free the slot before the outcome is written.
-    lease.finish();
+    // The handler is done: free the slot before the outcome is written. A cancelled run is
+    // not "finished": shutdown releases it (or the lease keeper has already let it go).
     drop(permit);
     if let Some(outcome) = outcome {
+        lease.finish();
         shared
             .completer
             .send(Completion {

@@ -1,0 +1,145 @@
+//! Shared pieces of the worker tests: an event log handlers write to, and a store wrapper
+//! that injects faults into chosen calls (Redis still does all the work).
+
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dq::store::WakeListener;
+use dq::{
+    AckOutcome, CancelOutcome, DeadLimits, EnqueueOutcome, FailAction, FailOutcome, FetchReply,
+    FetchRequest, JobInfo, JobKey, NewDue, NewJob, Queue, RescheduleOutcome, Store, TopicStats,
+};
+
+/// One handler run, as seen from inside the handler.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub key: String,
+    pub attempt: u32,
+    pub due_ms: u64,
+    /// Redis TIME when the handler started.
+    pub started_ms: u64,
+    pub started: std::time::Instant,
+    pub note: &'static str,
+}
+
+/// What handlers record; shared with them through the worker's `.data(…)`.
+#[derive(Clone, Default)]
+pub struct Log {
+    pub runs: Arc<Mutex<Vec<Run>>>,
+    pub finish_long_jobs: bool,
+}
+
+impl Log {
+    pub fn push(&self, run: Run) {
+        self.runs.lock().unwrap().push(run);
+    }
+
+    pub fn runs(&self) -> Vec<Run> {
+        self.runs.lock().unwrap().clone()
+    }
+
+    pub fn count(&self, note: &str) -> usize {
+        self.runs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.note == note)
+            .count()
+    }
+
+    pub fn of(&self, key: &str) -> Vec<Run> {
+        self.runs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.key == key)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Records a run of the job `ctx` describes.
+pub async fn record(ctx: &dq::JobContext, note: &'static str) -> Result<(), dq::JobError> {
+    let log = ctx.data::<Log>()?;
+    let client = ctx.data::<dq::Client>()?;
+    let started_ms = client.store().now_ms().await?;
+    log.push(Run {
+        key: ctx.key.to_string(),
+        attempt: ctx.attempt,
+        due_ms: ctx.due_ms,
+        started_ms,
+        started: std::time::Instant::now(),
+        note,
+    });
+    Ok(())
+}
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// A store whose `extend` calls fail as if the network dropped them.
+pub struct NoExtend(pub Arc<dyn Store>);
+
+#[async_trait]
+impl Store for NoExtend {
+    async fn enqueue(&self, q: &Queue, jobs: &[NewJob]) -> dq::Result<Vec<EnqueueOutcome>> {
+        self.0.enqueue(q, jobs).await
+    }
+    async fn fetch(&self, q: &Queue, r: &FetchRequest) -> dq::Result<FetchReply> {
+        self.0.fetch(q, r).await
+    }
+    async fn ack(&self, q: &Queue, done: &[(JobKey, u64)]) -> dq::Result<Vec<AckOutcome>> {
+        self.0.ack(q, done).await
+    }
+    async fn fail(
+        &self,
+        q: &Queue,
+        key: &JobKey,
+        token: u64,
+        action: &FailAction,
+        error: &str,
+        limits: DeadLimits,
+    ) -> dq::Result<FailOutcome> {
+        self.0.fail(q, key, token, action, error, limits).await
+    }
+    async fn extend(&self, _: &Queue, _: &[(JobKey, u64)], _: Duration) -> dq::Result<Vec<bool>> {
+        Err(dq::Error::Timeout(Duration::from_millis(1)))
+    }
+    async fn release(&self, q: &Queue, leases: &[(JobKey, u64)]) -> dq::Result<Vec<bool>> {
+        self.0.release(q, leases).await
+    }
+    async fn cancel(&self, q: &Queue, key: &JobKey) -> dq::Result<CancelOutcome> {
+        self.0.cancel(q, key).await
+    }
+    async fn reschedule(
+        &self,
+        q: &Queue,
+        key: &JobKey,
+        due: NewDue,
+    ) -> dq::Result<RescheduleOutcome> {
+        self.0.reschedule(q, key, due).await
+    }
+    async fn job(&self, q: &Queue, key: &JobKey) -> dq::Result<Option<JobInfo>> {
+        self.0.job(q, key).await
+    }
+    async fn stats(&self, q: &Queue) -> dq::Result<TopicStats> {
+        self.0.stats(q).await
+    }
+    async fn dead(&self, q: &Queue, offset: usize, limit: usize) -> dq::Result<Vec<JobInfo>> {
+        self.0.dead(q, offset, limit).await
+    }
+    async fn requeue_dead(&self, q: &Queue, keys: &[JobKey]) -> dq::Result<Vec<bool>> {
+        self.0.requeue_dead(q, keys).await
+    }
+    async fn purge_dead(&self, q: &Queue, keys: &[JobKey], limit: usize) -> dq::Result<u64> {
+        self.0.purge_dead(q, keys, limit).await
+    }
+    async fn now_ms(&self) -> dq::Result<u64> {
+        self.0.now_ms().await
+    }
+    async fn wake_listener(&self, q: &Queue) -> dq::Result<Box<dyn WakeListener>> {
+        self.0.wake_listener(q).await
+    }
+}

@@ -1,0 +1,471 @@
+//! End-to-end worker tests on a real Redis: timing, exactly-once without faults, retries,
+//! failure paths, shutdown, lease loss, a Redis restart, and the idle command rate.
+
+#[path = "worker/support.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use dq::{BulkJob, Client, JobContext, JobError, JobState, Worker};
+use dq_testkit::{Persistence, RedisServer, ServerOptions, eventually};
+use support::{Log, NoExtend, WAIT, record};
+
+#[dq::delayed_job(topic = "e2e.record", retry = "none", concurrency = 16)]
+async fn record_job(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await
+}
+
+#[dq::delayed_job(topic = "e2e.flaky", retry = "fixed(200ms, 3)")]
+async fn flaky(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await?;
+    if ctx.attempt < 3 {
+        return Err(JobError::retry(format!("flaky failure {}", ctx.attempt)));
+    }
+    Ok(())
+}
+
+#[dq::delayed_job(topic = "e2e.doomed", retry = "100ms, 100ms")]
+async fn doomed(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await?;
+    Err(JobError::retry(format!(
+        "partner down (attempt {})",
+        ctx.attempt
+    )))
+}
+
+#[dq::delayed_job(topic = "e2e.permanent")]
+async fn permanent(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await?;
+    Err(JobError::permanent("order does not exist"))
+}
+
+#[dq::delayed_job(topic = "e2e.panics", retry = "none")]
+async fn panics(n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await?;
+    panic!("boom {n}");
+}
+
+#[dq::delayed_job(topic = "e2e.slow", timeout = "200ms", retry = "none")]
+async fn slow(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await?;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+#[dq::delayed_job(topic = "e2e.long")]
+async fn long(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "started").await?;
+    if ctx.data::<Log>()?.finish_long_jobs {
+        return Ok(());
+    }
+    tokio::select! {
+        () = ctx.cancelled() => record(&ctx, "cancelled").await,
+        () = tokio::time::sleep(Duration::from_secs(60)) => Ok(()),
+    }
+}
+
+#[dq::delayed_job(topic = "e2e.lease", retry = "fixed(0ms, 3)")]
+async fn lease_job(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "started").await?;
+    if ctx.attempt == 1 {
+        tokio::select! {
+            () = ctx.cancelled() => record(&ctx, "cancelled").await?,
+            () = tokio::time::sleep(Duration::from_secs(20)) => {},
+        }
+    }
+    Ok(())
+}
+
+async fn client_for(server: &RedisServer) -> Client {
+    Client::builder()
+        .namespace(dq_testkit::namespace("e2e"))
+        .connect(&server.url())
+        .await
+        .expect("connect")
+}
+
+fn worker(client: &Client, log: &Log, topic: &str) -> dq::WorkerBuilder {
+    Worker::builder(client.clone())
+        .topics([topic])
+        .data(log.clone())
+        .data(client.clone())
+        .lease(Duration::from_secs(5))
+}
+
+#[tokio::test]
+async fn delayed_job_runs_after_its_delay_and_due_now_runs_at_once() {
+    let client = client_for(dq_testkit::shared()).await;
+    let log = Log::default();
+    let handle = worker(&client, &log, "e2e.record").build().unwrap().start();
+
+    let delayed = client
+        .enqueue::<record_job>(1)
+        .key("delayed")
+        .delay(Duration::from_millis(400))
+        .await
+        .unwrap();
+    let info = client.job::<record_job>("delayed").await.unwrap().unwrap();
+    assert_eq!(info.due_ms - info.created_ms, 400);
+
+    let sent = Instant::now();
+    client.enqueue::<record_job>(2).key("now").await.unwrap();
+    eventually("due-now job ran", WAIT, || async {
+        log.of("now").len() == 1
+    })
+    .await;
+    let start_latency = log.of("now")[0].started - sent;
+    assert!(start_latency < Duration::from_secs(1), "{start_latency:?}");
+
+    eventually("delayed job ran", WAIT, || async {
+        log.of(delayed.key.as_str()).len() == 1
+    })
+    .await;
+    let run = &log.of("delayed")[0];
+    assert!(
+        run.started_ms >= info.due_ms,
+        "started {} before due {}",
+        run.started_ms,
+        info.due_ms
+    );
+    assert_eq!(run.due_ms, info.due_ms);
+    handle.shutdown().await;
+    eventually("both acked", WAIT, || async {
+        client.stats::<record_job>().await.unwrap().succeeded == 2
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn three_workers_run_5000_jobs_exactly_once() {
+    let client = client_for(dq_testkit::shared()).await;
+    let log = Log::default();
+    let handles: Vec<_> = (0..3)
+        .map(|_| worker(&client, &log, "e2e.record").build().unwrap().start())
+        .collect();
+    let jobs = (0..5000u64).map(|i| BulkJob::new(i).key(format!("job-{i}")));
+    client.enqueue_bulk::<record_job>(jobs).await.unwrap();
+    eventually("5000 jobs succeeded", Duration::from_secs(120), || async {
+        client.stats::<record_job>().await.unwrap().succeeded == 5000
+    })
+    .await;
+    for h in handles {
+        h.shutdown().await;
+    }
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    for r in log.runs() {
+        *runs.entry(r.key).or_default() += 1;
+    }
+    assert_eq!(runs.len(), 5000);
+    assert!(runs.values().all(|n| *n == 1), "some job ran twice");
+    let stats = client.stats::<record_job>().await.unwrap();
+    assert_eq!(
+        (
+            stats.ready,
+            stats.active,
+            stats.scheduled,
+            stats.retry,
+            stats.dead
+        ),
+        (0, 0, 0, 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn retries_follow_the_schedule_then_the_dead_queue_and_on_dead() {
+    let client = client_for(dq_testkit::shared()).await;
+    let log = Log::default();
+    let dead_calls = Arc::new(AtomicUsize::new(0));
+    let calls = dead_calls.clone();
+    let handles = vec![
+        worker(&client, &log, "e2e.flaky").build().unwrap().start(),
+        worker(&client, &log, "e2e.doomed")
+            .on_dead(move |dead| {
+                let calls = calls.clone();
+                async move {
+                    assert_eq!(dead.key.as_str(), "webhook-1");
+                    assert_eq!(dead.attempts, 3);
+                    assert!(dead.error.contains("attempt 3"), "{}", dead.error);
+                    calls.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .build()
+            .unwrap()
+            .start(),
+    ];
+    client.enqueue::<flaky>(1).key("flaky-1").await.unwrap();
+    client.enqueue::<doomed>(1).key("webhook-1").await.unwrap();
+
+    eventually("flaky job succeeded", WAIT, || async {
+        client.stats::<flaky>().await.unwrap().succeeded == 1
+    })
+    .await;
+    let runs = log.of("flaky-1");
+    assert_eq!(
+        runs.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    for pair in runs.windows(2) {
+        let gap = pair[1].started_ms - pair[0].started_ms;
+        assert!(
+            gap >= 200,
+            "retry came after {gap} ms, before the 200 ms delay"
+        );
+    }
+
+    eventually("doomed job dead", WAIT, || async {
+        client
+            .job::<doomed>("webhook-1")
+            .await
+            .unwrap()
+            .is_some_and(|j| j.state == JobState::Dead)
+    })
+    .await;
+    let dead = client.job::<doomed>("webhook-1").await.unwrap().unwrap();
+    assert_eq!(dead.attempts, 3);
+    let errors: Vec<_> = dead.history.iter().map(|h| h.error.as_str()).collect();
+    assert_eq!(
+        errors,
+        [
+            "partner down (attempt 1)",
+            "partner down (attempt 2)",
+            "partner down (attempt 3)"
+        ]
+    );
+    eventually("on_dead called", WAIT, || async {
+        dead_calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    for h in handles {
+        h.shutdown().await;
+    }
+    assert_eq!(
+        dead_calls.load(Ordering::SeqCst),
+        1,
+        "on_dead must be called once"
+    );
+    assert_eq!(log.of("webhook-1").len(), 3);
+}
+
+#[tokio::test]
+async fn permanent_panic_timeout_and_undecodable_each_take_their_path() {
+    let client = client_for(dq_testkit::shared()).await;
+    let log = Log::default();
+    let handle = Worker::builder(client.clone())
+        .topics(["e2e.permanent", "e2e.panics", "e2e.slow", "e2e.record"])
+        .data(log.clone())
+        .data(client.clone())
+        .build()
+        .unwrap()
+        .start();
+    client.enqueue::<permanent>(1).key("p").await.unwrap();
+    client.enqueue::<panics>(1).key("p").await.unwrap();
+    client.enqueue::<slow>(1).key("p").await.unwrap();
+    // Bytes that are not MessagePack for a u64, through the untyped API.
+    client
+        .topic("e2e.record")
+        .unwrap()
+        .enqueue(b"\xc1\xc1".to_vec())
+        .key("garbage")
+        .await
+        .unwrap();
+
+    async fn dead_reason(client: &Client, topic: &str, key: &str) -> Option<(u32, String)> {
+        let job = client.topic(topic).unwrap().job(key).await.unwrap()?;
+        (job.state == JobState::Dead)
+            .then(|| (job.attempts, job.history.last().unwrap().error.clone()))
+    }
+    let cases = [
+        ("e2e.permanent", "p", "order does not exist"),
+        ("e2e.panics", "p", "handler panicked: boom 1"),
+        ("e2e.slow", "p", "timed out after 200ms"),
+        ("e2e.record", "garbage", "undecodable payload"),
+    ];
+    for (topic, key, reason) in cases {
+        let (attempts, error) = dq_testkit::eventually_some(&format!("{topic} dead"), WAIT, || {
+            dead_reason(&client, topic, key)
+        })
+        .await;
+        assert!(
+            error.contains(reason),
+            "{topic}: {error:?} should contain {reason:?}"
+        );
+        assert_eq!(attempts, 1, "{topic}: one attempt only");
+    }
+    // The undecodable job never reached the handler.
+    assert_eq!(log.of("garbage").len(), 0);
+    handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_releases_a_long_job_and_another_worker_completes_it() {
+    let client = client_for(dq_testkit::shared()).await;
+    let log = Log::default();
+    let first = worker(&client, &log, "e2e.long")
+        .shutdown_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap()
+        .start();
+    client.enqueue::<long>(1).key("report").await.unwrap();
+    eventually("long job started", WAIT, || async {
+        log.count("started") == 1
+    })
+    .await;
+    let report = first.shutdown().await;
+    assert_eq!(
+        report,
+        dq::ShutdownReport {
+            released: 1,
+            drained: false
+        }
+    );
+    assert_eq!(log.count("cancelled"), 1, "the handler was told to stop");
+    let job = client.job::<long>("report").await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.attempts),
+        (JobState::Ready, 0),
+        "released without spending the attempt"
+    );
+
+    let finisher = Log {
+        finish_long_jobs: true,
+        ..Log::default()
+    };
+    let second = worker(&client, &finisher, "e2e.long")
+        .build()
+        .unwrap()
+        .start();
+    eventually("second worker completed it", WAIT, || async {
+        client.stats::<long>().await.unwrap().succeeded == 1
+    })
+    .await;
+    assert_eq!(finisher.of("report")[0].attempt, 1);
+    second.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_lost_lease_cancels_the_handler_and_the_job_is_acked_once() {
+    let client = client_for(dq_testkit::shared()).await;
+    let log = Log::default();
+    // Worker A cannot extend its leases (its extend calls fail), so its 400 ms lease runs out.
+    let cut_off = Client::from_store(
+        Arc::new(NoExtend(client.store().clone())),
+        client.config().clone(),
+    );
+    let a = Worker::builder(cut_off)
+        .topics(["e2e.lease"])
+        .data(log.clone())
+        .data(client.clone())
+        .lease(Duration::from_millis(400))
+        .build()
+        .unwrap()
+        .start();
+    client.enqueue::<lease_job>(1).key("turn-7").await.unwrap();
+    eventually("attempt 1 started", WAIT, || async {
+        log.count("started") == 1
+    })
+    .await;
+    // Worker B recovers the expired lease and runs attempt 2.
+    let b = worker(&client, &log, "e2e.lease").build().unwrap().start();
+    eventually("attempt 1 cancelled", WAIT, || async {
+        log.count("cancelled") == 1
+    })
+    .await;
+    eventually("job succeeded", WAIT, || async {
+        client.stats::<lease_job>().await.unwrap().succeeded == 1
+    })
+    .await;
+    a.shutdown().await;
+    b.shutdown().await;
+    let stats = client.stats::<lease_job>().await.unwrap();
+    assert_eq!(stats.succeeded, 1, "acked exactly once");
+    assert_eq!(stats.expired, 1);
+    let attempts: Vec<u32> = log
+        .of("turn-7")
+        .iter()
+        .filter(|r| r.note == "started")
+        .map(|r| r.attempt)
+        .collect();
+    assert_eq!(attempts, vec![1, 2]);
+}
+
+#[tokio::test]
+async fn worker_survives_a_redis_restart_without_losing_jobs() {
+    let server =
+        RedisServer::start_with(ServerOptions::default().persistence(Persistence::AofAlways));
+    let client = client_for(&server).await;
+    let log = Log::default();
+    let handle = worker(&client, &log, "e2e.record").build().unwrap().start();
+    let jobs = (0..300u64).map(|i| {
+        BulkJob::new(i)
+            .key(format!("r-{i}"))
+            .delay(Duration::from_millis(i * 10))
+    });
+    client.enqueue_bulk::<record_job>(jobs).await.unwrap();
+    eventually("some jobs ran", WAIT, || async { log.runs().len() >= 50 }).await;
+    server.kill();
+    server.restart();
+    eventually(
+        "all 300 jobs succeeded after the restart",
+        Duration::from_secs(60),
+        || async {
+            client.stats::<record_job>().await.is_ok_and(|s| {
+                s.succeeded >= 300 && s.scheduled + s.ready + s.active + s.retry == 0
+            })
+        },
+    )
+    .await;
+    handle.shutdown().await;
+    let mut keys: Vec<String> = log.runs().into_iter().map(|r| r.key).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 300, "every job ran at least once");
+}
+
+#[tokio::test]
+async fn an_idle_worker_sends_about_one_command_per_second() {
+    let server = RedisServer::start();
+    let client = client_for(&server).await;
+    let log = Log::default();
+    let handle = worker(&client, &log, "e2e.record").build().unwrap().start();
+    // Let start-up traffic settle: the first fetch has happened once the listener blocks.
+    eventually("fetcher idle", WAIT, || async {
+        let info: String = server.cmd(&["INFO", "clients"]);
+        info.contains("blocked_clients:1")
+    })
+    .await;
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let window = Duration::from_secs(10);
+    let started = Instant::now();
+    // The measurement window itself: an idle worker must stay quiet while time passes.
+    tokio::time::sleep(window).await;
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    let elapsed = started.elapsed().as_secs_f64();
+    handle.shutdown().await;
+    // Commands scripts run inside Redis are listed too; count what a client sends.
+    let sent_by_clients = [
+        "evalsha", "eval", "blpop", "script", "ping", "hello", "client", "select",
+    ];
+    let calls: u64 = info
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            sent_by_clients
+                .contains(&name.split('|').next()?)
+                .then_some(rest)
+        })
+        .filter_map(|rest| {
+            rest.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    let rate = calls as f64 / elapsed;
+    eprintln!("idle worker: {calls} commands in {elapsed:.1} s = {rate:.2}/s (1 fetcher)\n{info}");
+    assert!(rate <= 1.0, "idle worker sent {rate:.2} commands/s");
+}
