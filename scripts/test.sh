@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every check dq's CI runs: installs redis-server if missing, then fmt, clippy, the whole
+# test suite (each test binary starts its own redis-server on a free port; nothing uses 6379),
+# and every example. Usage: ./scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "redis-server not found; installing it (apt-get install -y redis-server)"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get install -y redis-server || { $SUDO apt-get update && $SUDO apt-get install -y redis-server; }
+fi
+redis-server --version
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
+for example in $(ls examples/*.rs 2>/dev/null | xargs -r -n1 basename | sed 's/\.rs$//'); do
+  echo "== example: $example"
+  cargo run --quiet --example "$example"
+done
