@@ -1,0 +1,364 @@
+//! Parsing and checking the attribute's arguments and the handler's signature.
+//!
+//! Everything a user can get wrong is caught here, as one `syn::Error` spanned on the token at
+//! fault; `expand.rs` only ever sees a [`Handler`] that is known to be well-formed.
+
+use proc_macro2::Span;
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::{FnArg, Ident, ItemFn, LitInt, LitStr, Path, ReturnType, Token, Type};
+
+use crate::retry_syntax::{self, RetrySpec};
+
+mod kw {
+    syn::custom_keyword!(topic);
+    syn::custom_keyword!(retry);
+    syn::custom_keyword!(timeout);
+    syn::custom_keyword!(concurrency);
+}
+
+/// The default retry policy, as `RetryPolicy::default()` in dq-core (DESIGN §9).
+pub(crate) const DEFAULT_RETRY: &str = "15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h";
+
+/// Longest accepted topic name, as `names::MAX_TOPIC_LEN` in dq-core.
+const MAX_TOPIC_LEN: usize = 128;
+
+const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
+                             `concurrency = N` or `crate = \"…\"`";
+
+/// The arguments of `#[delayed_job(…)]`, parsed and checked.
+#[derive(Default)]
+pub(crate) struct Args {
+    /// `topic = "…"`, already validated.
+    topic: Option<LitStr>,
+    /// `retry = "…"`, normalized.
+    retry: Option<String>,
+    /// `timeout = "…"`, in ms.
+    timeout_ms: Option<u64>,
+    /// `concurrency = N`.
+    concurrency: Option<u32>,
+    /// `crate = "…"`: where the generated code finds `__private`.
+    krate: Option<Path>,
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut args = Args::default();
+        while !input.is_empty() {
+            let lookahead = input.lookahead1();
+            if lookahead.peek(kw::topic) {
+                let key = input.parse::<kw::topic>()?;
+                let value = value::<LitStr>(input, "a topic name such as \"orders.close\"")?;
+                check_topic(&value.value()).map_err(|e| syn::Error::new(value.span(), e))?;
+                set(&mut args.topic, key.span, "topic", value)?;
+            } else if lookahead.peek(kw::retry) {
+                let key = input.parse::<kw::retry>()?;
+                let value = value::<LitStr>(input, "a retry policy such as \"15s, 3m, 10m\"")?;
+                let spec = retry_syntax::parse_retry(&value.value())
+                    .map_err(|e| syn::Error::new(value.span(), format!("invalid retry: {e}")))?;
+                set(&mut args.retry, key.span, "retry", normalize(&spec))?;
+            } else if lookahead.peek(kw::timeout) {
+                let key = input.parse::<kw::timeout>()?;
+                let value = value::<LitStr>(input, "a duration such as \"30s\"")?;
+                let ms = retry_syntax::parse_duration_ms(&value.value())
+                    .map_err(|e| syn::Error::new(value.span(), format!("invalid timeout: {e}")))?;
+                if ms == 0 {
+                    return Err(syn::Error::new(
+                        value.span(),
+                        "invalid timeout: must be longer than zero (leave it out for no timeout)",
+                    ));
+                }
+                set(&mut args.timeout_ms, key.span, "timeout", ms)?;
+            } else if lookahead.peek(kw::concurrency) {
+                let key = input.parse::<kw::concurrency>()?;
+                let value = value::<LitInt>(input, "an integer such as 16")?;
+                let n = value.base10_parse::<u32>()?;
+                if n == 0 {
+                    return Err(syn::Error::new(
+                        value.span(),
+                        "concurrency must be at least 1",
+                    ));
+                }
+                set(&mut args.concurrency, key.span, "concurrency", n)?;
+            } else if lookahead.peek(Token![crate]) {
+                let key = input.parse::<Token![crate]>()?;
+                let value = value::<LitStr>(input, "a path such as \"::dq\"")?;
+                let path = value.parse::<Path>().map_err(|_| {
+                    syn::Error::new(value.span(), "`crate` must be a path such as \"::dq\"")
+                })?;
+                set(&mut args.krate, key.span, "crate", path)?;
+            } else if input.peek(Ident::peek_any) {
+                let unknown = input.call(Ident::parse_any)?;
+                return Err(syn::Error::new(
+                    unknown.span(),
+                    format!("unknown argument `{unknown}`: {EXPECTED_ARGS}"),
+                ));
+            } else {
+                return Err(lookahead.error());
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(args)
+    }
+}
+
+/// Parses `= <value>` after an argument's name.
+fn value<T: Parse>(input: ParseStream<'_>, expected: &str) -> syn::Result<T> {
+    input.parse::<Token![=]>()?;
+    let span = input.span();
+    input
+        .parse::<T>()
+        .map_err(|_| syn::Error::new(span, format!("expected {expected}")))
+}
+
+fn set<T>(slot: &mut Option<T>, key: Span, name: &str, value: T) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new(
+            key,
+            format!("duplicate argument `{name}`: give it once"),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// The rules of `Topic::new` in dq-core: 1–128 characters of `[A-Za-z0-9._-]`.
+fn check_topic(name: &str) -> Result<(), String> {
+    let reason = if name.is_empty() {
+        "must not be empty"
+    } else if name.len() > MAX_TOPIC_LEN {
+        "longer than 128 bytes"
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        "only A-Z, a-z, 0-9, '.', '_' and '-' are allowed"
+    } else {
+        return Ok(());
+    };
+    Err(format!("invalid topic name {name:?}: {reason}"))
+}
+
+/// The canonical text of a retry policy: what the descriptor carries and dq-core parses again.
+pub(crate) fn normalize(spec: &RetrySpec) -> String {
+    match spec {
+        RetrySpec::None => "none".to_owned(),
+        RetrySpec::Tiered(delays) => delays
+            .iter()
+            .map(|ms| duration_text(*ms))
+            .collect::<Vec<_>>()
+            .join(", "),
+        RetrySpec::Fixed { delay_ms, retries } => {
+            format!("fixed({}, {retries})", duration_text(*delay_ms))
+        }
+        RetrySpec::Exponential {
+            initial_ms,
+            max_ms,
+            retries,
+        } => format!(
+            "exponential({}, {}, {retries})",
+            duration_text(*initial_ms),
+            duration_text(*max_ms)
+        ),
+    }
+}
+
+/// A duration in the largest unit that states it exactly: 90000 → `90s`, 180000 → `3m`.
+fn duration_text(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1_000, "s"),
+    ];
+    UNITS
+        .iter()
+        .find(|(per_unit, _)| ms != 0 && ms.is_multiple_of(*per_unit))
+        .map(|(per_unit, unit)| format!("{}{unit}", ms / per_unit))
+        .unwrap_or_else(|| format!("{ms}ms"))
+}
+
+/// What `#[delayed_job]` registers, all checked.
+pub(crate) struct Handler {
+    /// The user's fn, emitted unchanged.
+    pub(crate) item: ItemFn,
+    /// The topic: the `topic` argument, or the fn's name.
+    pub(crate) topic: String,
+    /// Where a topic problem would be reported (for the generated `TOPIC`).
+    pub(crate) topic_span: Span,
+    /// The normalized retry policy text.
+    pub(crate) retry: String,
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) concurrency: Option<u32>,
+    /// The path generated code reaches `__private` through (`::dq` unless overridden).
+    pub(crate) krate: Path,
+    /// The payload type (first parameter).
+    pub(crate) payload: Type,
+    /// The `JobContext` parameter's type, if the fn takes one.
+    pub(crate) context: Option<Type>,
+    /// The declared return type, to span result-type errors on it.
+    pub(crate) output: Type,
+}
+
+fn bad_signature(tokens: impl ToTokens, what: &str) -> syn::Error {
+    syn::Error::new_spanned(tokens, format!("bad signature: {what}"))
+}
+
+impl Handler {
+    /// Checks the fn's signature against what a handler may be.
+    pub(crate) fn new(args: Args, item: ItemFn) -> syn::Result<Self> {
+        let sig = &item.sig;
+        if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+            return Err(bad_signature(
+                &sig.generics,
+                "a job handler cannot be generic: the worker decodes its payload into one known type",
+            ));
+        }
+        if let Some(unsafety) = &sig.unsafety {
+            return Err(bad_signature(unsafety, "a job handler cannot be `unsafe`"));
+        }
+        if let Some(variadic) = &sig.variadic {
+            return Err(bad_signature(variadic, "a job handler cannot be variadic"));
+        }
+        if let Some(receiver) = sig.receiver() {
+            return Err(bad_signature(
+                receiver,
+                "a job handler cannot take `self`: make it a free fn",
+            ));
+        }
+        let mut params = sig.inputs.iter().map(|arg| match arg {
+            FnArg::Typed(typed) => typed,
+            FnArg::Receiver(_) => unreachable!("receivers are rejected above"),
+        });
+        let Some(payload) = params.next() else {
+            return Err(syn::Error::new(
+                sig.paren_token.span.join(),
+                "bad signature: a job handler takes its payload as the first parameter, \
+                 e.g. `async fn close_order(order: CloseOrder) -> Result<(), dq::JobError>`",
+            ));
+        };
+        let context = params.next();
+        if let Some(extra) = params.next() {
+            return Err(bad_signature(
+                extra,
+                "a job handler takes at most two parameters: the payload and a `dq::JobContext`",
+            ));
+        }
+        let payload_type = (*payload.ty).clone();
+        match &payload_type {
+            Type::ImplTrait(_) | Type::Infer(_) => {
+                return Err(bad_signature(
+                    &payload_type,
+                    "the payload must be a concrete type: the worker decodes it into that type",
+                ));
+            }
+            Type::Reference(_) => {
+                return Err(bad_signature(
+                    &payload_type,
+                    "the payload is decoded into an owned value: take it by value \
+                     (e.g. `String`, not `&str`)",
+                ));
+            }
+            _ => {}
+        }
+        let output = match &sig.output {
+            ReturnType::Default => {
+                return Err(syn::Error::new(
+                    sig.paren_token.span.close(),
+                    "bad signature: a job handler returns `Result<(), E>`, where E converts into \
+                     `dq::JobError`: add e.g. `-> Result<(), dq::JobError>`",
+                ));
+            }
+            ReturnType::Type(_, ty) if is_result(ty) => (**ty).clone(),
+            ReturnType::Type(_, ty) => {
+                return Err(bad_signature(
+                    ty,
+                    "a job handler returns `Result<(), E>`, where E converts into `dq::JobError`",
+                ));
+            }
+        };
+
+        let (topic, topic_span) = match &args.topic {
+            Some(lit) => (lit.value(), lit.span()),
+            None => {
+                let name = sig.ident.unraw().to_string();
+                check_topic(&name).map_err(|e| {
+                    syn::Error::new(
+                        sig.ident.span(),
+                        format!(
+                            "{e}; the topic defaults to the fn's name: set one with `topic = \"…\"`"
+                        ),
+                    )
+                })?;
+                (name, sig.ident.span())
+            }
+        };
+        Ok(Handler {
+            topic,
+            topic_span,
+            retry: args.retry.unwrap_or_else(|| DEFAULT_RETRY.to_owned()),
+            timeout_ms: args.timeout_ms,
+            concurrency: args.concurrency,
+            krate: args.krate.unwrap_or_else(|| syn::parse_quote!(::dq)),
+            payload: payload_type,
+            context: context.map(|c| (*c.ty).clone()),
+            output,
+            item,
+        })
+    }
+}
+
+/// A `Result<…>` by name (`Result`, `io::Result`, `anyhow::Result`, …): the compiler checks the
+/// rest, with errors spanned on the return type.
+fn is_result(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) => {
+            path.qself.is_none()
+                && path
+                    .path
+                    .segments
+                    .last()
+                    .is_some_and(|s| s.ident == "Result")
+        }
+        Type::Paren(inner) => is_result(&inner.elem),
+        Type::Group(inner) => is_result(&inner.elem),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalized_text_parses_back_to_the_same_policy() {
+        for text in [
+            "none",
+            "15s,3m , 10m",
+            "500ms, 1500ms, 90s, 86400s",
+            "fixed( 1s , 5)",
+            "exponential(1000ms, 1h, 10)",
+            DEFAULT_RETRY,
+        ] {
+            let spec = retry_syntax::parse_retry(text).unwrap();
+            let normal = normalize(&spec);
+            assert_eq!(retry_syntax::parse_retry(&normal).unwrap(), spec, "{text}");
+        }
+        let spec = retry_syntax::parse_retry("500ms, 1500ms, 90s, 86400s").unwrap();
+        assert_eq!(normalize(&spec), "500ms, 1500ms, 90s, 1d");
+        let spec = retry_syntax::parse_retry(" 15s,3m,10m,30m,30m,1h,2h,6h,15h").unwrap();
+        assert_eq!(normalize(&spec), DEFAULT_RETRY);
+    }
+
+    #[test]
+    fn topics() {
+        assert!(check_topic("orders.close-v2_x").is_ok());
+        assert!(check_topic("a:b").is_err());
+        assert!(check_topic("").is_err());
+        assert!(check_topic(&"a".repeat(129)).is_err());
+    }
+}

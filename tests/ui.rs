@@ -1,0 +1,11 @@
+//! Compile-time behaviour of `#[delayed_job]`: what it accepts (`ui/pass`), and the one clear,
+//! well-placed error it gives for each mistake a user will make (`ui/fail`, with `.stderr`).
+//!
+//! Regenerate the expected output with `TRYBUILD=overwrite cargo test --test ui`, then read it.
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/pass/*.rs");
+    t.compile_fail("tests/ui/fail/*.rs");
+}

@@ -1,0 +1,6 @@
+#[dq::delayed_job]
+struct CloseOrder {
+    order_id: u64,
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[dq::delayed_job]
+async fn close_order(_id: u64) -> Option<()> {
+    None
+}
+
+fn main() {}

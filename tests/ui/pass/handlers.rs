@@ -1,0 +1,137 @@
+//! The handler shapes the attribute accepts.
+
+use dq::{JobContext, JobError};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize)]
+pub struct CloseOrder {
+    pub order_id: u64,
+}
+
+#[dq::delayed_job(
+    topic = "orders.close",
+    retry = "15s, 3m, 10m",
+    timeout = "30s",
+    concurrency = 16
+)]
+async fn close_order(order: CloseOrder, ctx: JobContext) -> Result<(), JobError> {
+    let _ = (order.order_id, ctx.attempt);
+    Ok(())
+}
+
+#[dq::delayed_job]
+async fn no_context(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
+#[dq::delayed_job(retry = "none")]
+async fn io_error(_path: String) -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+#[dq::delayed_job(retry = "fixed(1s, 5)")]
+async fn io_result(_path: String) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[dq::delayed_job(retry = "exponential(1s, 1h, 10)")]
+async fn string_error(_text: String, _: JobContext) -> Result<(), String> {
+    Ok(())
+}
+
+#[dq::delayed_job]
+async fn str_error(_: Vec<u8>) -> Result<(), &'static str> {
+    Err("always")
+}
+
+#[dq::delayed_job]
+async fn boxed_error(
+    CloseOrder { order_id }: CloseOrder,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let _ = order_id;
+    Ok(())
+}
+
+/// A blocking handler runs on tokio's blocking pool.
+#[dq::delayed_job(timeout = "500ms")]
+fn blocking(_n: (u32, String), _ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+/// Raw identifiers lose their `r#` in the topic.
+#[dq::delayed_job]
+async fn r#match(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
+pub mod jobs {
+    use super::CloseOrder;
+
+    /// Visibility is kept: the companion type is as public as the fn.
+    #[dq::delayed_job(topic = "orders.remind")]
+    pub async fn remind(_order: CloseOrder) -> Result<(), dq::JobError> {
+        Ok(())
+    }
+}
+
+/// Code generated inside another crate names dq through its own path.
+mod reexport {
+    pub use ::dq as engine;
+}
+
+#[dq::delayed_job(crate = "crate::reexport::engine", topic = "via.reexport")]
+async fn via_reexport(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
+fn main() {
+    // Handlers may be declared inside a function body too.
+    #[dq::delayed_job(topic = "local")]
+    async fn local(_n: u64) -> Result<(), JobError> {
+        Ok(())
+    }
+
+    fn topic<J: dq::Job>(_payload: J::Payload) -> &'static str {
+        J::TOPIC
+    }
+    assert_eq!(
+        topic::<close_order>(CloseOrder { order_id: 7 }),
+        "orders.close"
+    );
+    assert_eq!(
+        topic::<jobs::remind>(CloseOrder { order_id: 7 }),
+        "orders.remind"
+    );
+    assert_eq!(topic::<r#match>(1), "match");
+    assert_eq!(topic::<local>(1), "local");
+    assert_eq!(topic::<via_reexport>(1), "via.reexport");
+    let _ = (
+        no_context,
+        io_error,
+        io_result,
+        string_error,
+        str_error,
+        boxed_error,
+        blocking,
+    );
+
+    let mut topics: Vec<_> = dq::registered_jobs().map(|d| d.topic).collect();
+    topics.sort();
+    assert_eq!(
+        topics,
+        [
+            "blocking",
+            "boxed_error",
+            "io_error",
+            "io_result",
+            "local",
+            "match",
+            "no_context",
+            "orders.close",
+            "orders.remind",
+            "str_error",
+            "string_error",
+            "via.reexport",
+        ]
+    );
+}
