@@ -10,8 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 
-/// Longest accepted topic name, in bytes.
-pub const MAX_TOPIC_LEN: usize = 128;
+pub use crate::retry_syntax::MAX_TOPIC_LEN;
 /// Longest accepted job key, in bytes.
 pub const MAX_KEY_LEN: usize = 256;
 
@@ -23,21 +22,9 @@ impl Topic {
     /// Validates `name` as a topic.
     pub fn new(name: impl Into<String>) -> Result<Self> {
         let name = name.into();
-        let reason = if name.is_empty() {
-            Some("must not be empty")
-        } else if name.len() > MAX_TOPIC_LEN {
-            Some("longer than 128 bytes")
-        } else if !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        {
-            Some("only A-Z, a-z, 0-9, '.', '_' and '-' are allowed")
-        } else {
-            None
-        };
-        match reason {
-            Some(reason) => Err(Error::InvalidTopic { name, reason }),
-            None => Ok(Topic(name)),
+        match crate::retry_syntax::check_topic(&name) {
+            Err(reason) => Err(Error::InvalidTopic { name, reason }),
+            Ok(()) => Ok(Topic(name)),
         }
     }
 

@@ -26,6 +26,14 @@ impl Default for RetryPolicy {
     }
 }
 
+#[test]
+fn default_text_matches_the_default_tiers() {
+    assert_eq!(
+        RetryPolicy::parse(retry_syntax::DEFAULT_RETRY).unwrap(),
+        RetryPolicy::default()
+    );
+}
+
 fn ms(d: Duration) -> Result<u64> {
     let ms = d.as_millis();
     if ms > u128::from(retry_syntax::MAX_DELAY_MS) {

@@ -1,8 +1,9 @@
-//! The text form of retry policies and durations, e.g. `"15s, 3m, 10m"`.
+//! The text forms a handler's attributes use: retry policies and durations (`"15s, 3m, 10m"`),
+//! and the rule for topic names.
 //!
 //! Plain `std` on purpose: `dq-macros` compiles this same file (through `#[path]`) to check a
-//! handler's `retry = "…"` and `timeout = "…"` at compile time, so the macro and the runtime can
-//! never disagree on the syntax.
+//! handler's `topic`, `retry` and `timeout` at compile time, so the macro and the runtime can
+//! never disagree on them.
 //!
 //! ```text
 //! retry    := "none" | tiered | "fixed(" duration "," count ")"
@@ -10,6 +11,29 @@
 //! tiered   := duration ("," duration)*                              one retry per entry
 //! duration := integer ("ms" | "s" | "m" | "h" | "d")
 //! ```
+
+/// The default retry policy: the tiered schedule, nine retries.
+pub const DEFAULT_RETRY: &str = "15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h";
+
+/// Longest accepted topic name, in bytes.
+pub const MAX_TOPIC_LEN: usize = 128;
+
+/// Checks a topic name: 1–128 characters of `[A-Za-z0-9._-]` (topics appear inside Redis key
+/// names, so `:`, `{`, `}` and whitespace are never allowed). Returns why a name is refused.
+pub fn check_topic(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        Err("must not be empty")
+    } else if name.len() > MAX_TOPIC_LEN {
+        Err("longer than 128 bytes")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        Err("only A-Z, a-z, 0-9, '.', '_' and '-' are allowed")
+    } else {
+        Ok(())
+    }
+}
 
 /// A parsed retry policy, in milliseconds.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,10 +19,7 @@ mod kw {
 }
 
 /// The default retry policy, as `RetryPolicy::default()` in dq-core (DESIGN §9).
-pub(crate) const DEFAULT_RETRY: &str = "15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h";
-
-/// Longest accepted topic name, as `names::MAX_TOPIC_LEN` in dq-core.
-const MAX_TOPIC_LEN: usize = 128;
+pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 
 const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
                              `concurrency = N` or `crate = \"…\"`";
@@ -126,21 +123,10 @@ fn set<T>(slot: &mut Option<T>, key: Span, name: &str, value: T) -> syn::Result<
     Ok(())
 }
 
-/// The rules of `Topic::new` in dq-core: 1–128 characters of `[A-Za-z0-9._-]`.
+/// The rules of `Topic::new` in dq-core (shared source: `retry_syntax.rs`).
 fn check_topic(name: &str) -> Result<(), String> {
-    let reason = if name.is_empty() {
-        "must not be empty"
-    } else if name.len() > MAX_TOPIC_LEN {
-        "longer than 128 bytes"
-    } else if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        "only A-Z, a-z, 0-9, '.', '_' and '-' are allowed"
-    } else {
-        return Ok(());
-    };
-    Err(format!("invalid topic name {name:?}: {reason}"))
+    crate::retry_syntax::check_topic(name)
+        .map_err(|reason| format!("invalid topic name {name:?}: {reason}"))
 }
 
 /// The canonical text of a retry policy: what the descriptor carries and dq-core parses again.
