@@ -27,6 +27,7 @@ pub use job::{
 };
 pub use names::{JobKey, Topic};
 pub use retry::RetryPolicy;
+pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{Store, WakeListener};
 

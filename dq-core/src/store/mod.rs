@@ -16,6 +16,7 @@ use crate::job::{
 };
 use crate::names::JobKey;
 
+pub mod memory;
 pub mod redis;
 
 /// A place jobs live: Redis, or (for tests and quick starts) memory.

@@ -1,0 +1,1882 @@
+//! `MemoryStore`: the [`Store`] in process, for tests and for quick starts without Redis.
+//!
+//! It implements the same semantics as [`RedisStore`](super::redis::RedisStore), operation by
+//! operation: each method mirrors one Lua script in `store/redis/lua/` (due times, ordering,
+//! dedup by key, replace, cancel/reschedule outcomes, lease recovery, retry/defer/bury, bounded
+//! history, dead-queue cap and retention, counters and wake-ups). The conformance suite, which
+//! runs the same tests against both stores, is the proof. Where Redis keeps *hints* (the `ready`
+//! list may hold stale keys of cancelled or rescheduled jobs), this store keeps exact structures.
+//! The only visible trace of that: a job made ready again while a stale hint of it is still
+//! queued takes its new place in line here, where Redis may deliver it at the old hint's place;
+//! and `fetch` never answers `next_in = 0` just because stale hints remain.
+//!
+//! **The clock is tokio's.** "Now" is a Unix-ms base read from [`SystemTime`] once, when the
+//! store is built, plus the time elapsed on [`tokio::time::Instant`] since then. Under
+//! `tokio::time::pause()` (or `#[tokio::test(start_paused = true)]`) time moves only when the
+//! test advances it, so "30 minutes later" or a whole tiered retry schedule runs instantly and
+//! every due time, lease deadline and retry time is exact to the millisecond.
+//!
+//! All partitions live in one [`Mutex`]; every operation takes it once, does its bounded work
+//! and releases it, never holding it across an `.await`. Wake-ups are a [`Notify`] per
+//! partition, so an idle fetcher waits without polling.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use super::{Store, WakeListener};
+use crate::client::{Client, ClientConfig};
+use crate::error::{Error, Result};
+use crate::job::{
+    AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
+    EnqueueOutcome, FailAction, FailOutcome, FetchReply, FetchRequest, JobInfo, JobState,
+    MAX_HISTORY, NewDue, NewJob, Queue, RescheduleOutcome, TopicStats, unix_ms,
+};
+use crate::names::JobKey;
+
+/// The latest due time the Redis record can hold (48 bits of ms); kept here so both stores
+/// clamp alike.
+const MAX_DUE: u64 = (1 << 48) - 1;
+/// Longest error text kept in a job's history, in bytes.
+const MAX_ERROR_LEN: usize = 1024;
+/// Most dead jobs removed by one trim (the Lua scripts' bound).
+const TRIM_LIMIT: usize = 100;
+/// Attempts are one byte in the Redis record.
+const MAX_ATTEMPTS: u32 = 255;
+
+/// The in-process implementation of [`Store`], on tokio's clock.
+///
+/// Build one with [`MemoryStore::new`], or get a client on a fresh one with
+/// [`Client::in_memory`]. Jobs live as long as the store; nothing is persisted.
+pub struct MemoryStore {
+    clock: Clock,
+    state: Mutex<HashMap<Queue, Partition>>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("now_ms", &self.clock.now_ms())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store whose clock starts at the current wall-clock time and then follows
+    /// tokio's clock (virtual under `tokio::time::pause()`).
+    pub fn new() -> Self {
+        MemoryStore {
+            clock: Clock::new(),
+            state: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How many jobs the store holds, in any state, over all partitions.
+    pub fn len(&self) -> usize {
+        self.lock().values().map(|p| p.jobs.len()).sum()
+    }
+
+    /// Whether the store holds no job at all (counters may be non-zero).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether nothing was ever written: no job and every counter (delivery tokens included)
+    /// still zero. For test harnesses, like an empty Redis namespace.
+    #[doc(hidden)]
+    pub fn is_untouched(&self) -> bool {
+        self.lock().values().all(|p| {
+            let c = &p.counters;
+            p.jobs.is_empty()
+                && [
+                    c.enqueued,
+                    c.succeeded,
+                    c.retried,
+                    c.buried,
+                    c.expired,
+                    c.cancelled,
+                    c.trimmed,
+                    c.token,
+                ]
+                .iter()
+                .all(|n| *n == 0)
+        })
+    }
+
+    /// Every broken internal invariant, one line each (empty when all is well): each job sits
+    /// in exactly the structure its state names, nothing dangles, ready jobs are due, leased
+    /// and retried jobs have a token and an attempt, histories are bounded. For test harnesses
+    /// (the counterpart of the Redis key-space check).
+    #[doc(hidden)]
+    pub fn violations(&self) -> Vec<String> {
+        let state = self.lock();
+        let now = self.clock.now_ms();
+        let mut v = Vec::new();
+        for (queue, p) in state.iter() {
+            p.violations(now, &mut |what| {
+                v.push(format!("{}#{}: {what}", queue.topic, queue.partition));
+            });
+        }
+        v
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Queue, Partition>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the partition, creating it if it does not exist yet (for writes).
+    fn write<T>(&self, queue: &Queue, f: impl FnOnce(&mut Partition, u64) -> T) -> T {
+        let mut state = self.lock();
+        let now = self.clock.now_ms();
+        f(state.entry(queue.clone()).or_default(), now)
+    }
+
+    /// Runs `f` on the partition if it exists (for reads, which never create one).
+    fn read<T>(&self, queue: &Queue, f: impl FnOnce(Option<&Partition>, u64) -> T) -> T {
+        let state = self.lock();
+        let now = self.clock.now_ms();
+        f(state.get(queue), now)
+    }
+}
+
+impl Client {
+    /// A client on a fresh [`MemoryStore`] with default settings: no Redis needed, and under
+    /// `tokio::time::pause()` delays and retries run in virtual time.
+    pub fn in_memory() -> Client {
+        Client::in_memory_with(ClientConfig::default())
+    }
+
+    /// A client on a fresh [`MemoryStore`] with these settings (partitions, dead-queue limits,
+    /// payload limit).
+    pub fn in_memory_with(config: ClientConfig) -> Client {
+        Client::from_store(Arc::new(MemoryStore::new()), config)
+    }
+}
+
+/// Unix ms from a fixed base plus tokio's elapsed time.
+struct Clock {
+    base_ms: u64,
+    start: tokio::time::Instant,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Clock {
+            base_ms: unix_ms(SystemTime::now()),
+            start: tokio::time::Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        let elapsed = tokio::time::Instant::now().saturating_duration_since(self.start);
+        self.base_ms.saturating_add(ms(elapsed))
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A due time as stored: not before `now`, not past [`MAX_DUE`] (Lua `bound_due`).
+fn bound_due(due: i128, now: u64) -> u64 {
+    due.clamp(i128::from(now), i128::from(MAX_DUE.max(now))) as u64
+}
+
+/// Where a job is; its state follows from it. Each variant holds the job's sort key in the
+/// structure that holds it, so it can be removed in O(log n).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// In `scheduled` under `(due, seq)`.
+    Scheduled(u64),
+    /// In `retry` under `(due, seq)`.
+    Retry(u64),
+    /// In `ready` at this position (smaller is nearer the front).
+    Ready(i64),
+    /// In `active` with this lease deadline.
+    Active(u64),
+    /// In `dead`, died at this ms.
+    Dead(u64),
+}
+
+/// One job: the Redis record's header fields, its payload and its attempt history.
+struct Record {
+    place: Place,
+    attempts: u32,
+    /// For retry: the next attempt; for dead: unchanged from the last wait.
+    due_ms: u64,
+    created_ms: u64,
+    /// Token of the current or last lease (0 before the first).
+    token: u64,
+    payload: Vec<u8>,
+    history: Vec<AttemptRecord>,
+}
+
+impl Record {
+    fn state(&self) -> JobState {
+        match self.place {
+            Place::Scheduled(_) => JobState::Scheduled,
+            Place::Retry(_) => JobState::Retry,
+            Place::Ready(_) => JobState::Ready,
+            Place::Active(_) => JobState::Active,
+            Place::Dead(_) => JobState::Dead,
+        }
+    }
+
+    fn info(&self, key: &JobKey) -> JobInfo {
+        JobInfo {
+            key: key.clone(),
+            state: self.state(),
+            due_ms: self.due_ms,
+            created_ms: self.created_ms,
+            attempts: self.attempts,
+            state_since_or_deadline_ms: match self.place {
+                Place::Active(deadline) => Some(deadline),
+                Place::Dead(died) => Some(died),
+                _ => None,
+            },
+            history: self.history.clone(),
+            payload: self.payload.clone(),
+        }
+    }
+
+    /// Appends one attempt to the bounded history (Lua `add_history`).
+    fn add_history(&mut self, at_ms: u64, outcome: AttemptOutcome, error: &str) {
+        self.history.push(AttemptRecord {
+            attempt: self.attempts,
+            at_ms,
+            outcome,
+            error: truncate(error, MAX_ERROR_LEN).to_owned(),
+        });
+        if self.history.len() > MAX_HISTORY {
+            let excess = self.history.len() - MAX_HISTORY;
+            self.history.drain(..excess);
+        }
+    }
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Which sorted set a waiting job joins when it is not due yet.
+#[derive(Clone, Copy)]
+enum Later {
+    Scheduled,
+    Retry,
+}
+
+/// The ordered structures of one partition: the exact counterparts of the Redis sorted sets and
+/// the `ready` list.
+#[derive(Default)]
+struct Sets {
+    /// `(due, seq) → key`: seq grows with every insert, so same-ms jobs keep arrival order.
+    scheduled: BTreeMap<(u64, u64), JobKey>,
+    /// Like `scheduled`, for next attempts.
+    retry: BTreeMap<(u64, u64), JobKey>,
+    /// Position → key, FIFO from the smallest position.
+    ready: BTreeMap<i64, JobKey>,
+    /// Next position at the front (decreasing) and at the back (increasing).
+    ready_front: i64,
+    ready_back: i64,
+    /// `(lease deadline, key)`: ties by key, as Redis orders equal scores.
+    active: BTreeSet<(u64, JobKey)>,
+    /// `(died ms, key)`.
+    dead: BTreeSet<(u64, JobKey)>,
+    seq: u64,
+}
+
+impl Sets {
+    /// Removes a job from the structure that holds it.
+    fn unlink(&mut self, key: &JobKey, place: Place, due_ms: u64) {
+        match place {
+            Place::Scheduled(seq) => {
+                self.scheduled.remove(&(due_ms, seq));
+            }
+            Place::Retry(seq) => {
+                self.retry.remove(&(due_ms, seq));
+            }
+            Place::Ready(pos) => {
+                self.ready.remove(&pos);
+            }
+            Place::Active(deadline) => {
+                self.active.remove(&(deadline, key.clone()));
+            }
+            Place::Dead(died) => {
+                self.dead.remove(&(died, key.clone()));
+            }
+        }
+    }
+
+    fn push_ready_back(&mut self, key: &JobKey) -> Place {
+        self.ready_back += 1;
+        self.ready.insert(self.ready_back, key.clone());
+        Place::Ready(self.ready_back)
+    }
+
+    fn push_ready_front(&mut self, key: &JobKey) -> Place {
+        self.ready_front -= 1;
+        self.ready.insert(self.ready_front, key.clone());
+        Place::Ready(self.ready_front)
+    }
+
+    /// Adds a job not yet due to `later`'s set, after every job already there for that ms.
+    fn insert_later(&mut self, later: Later, key: &JobKey, due: u64) -> Place {
+        self.seq += 1;
+        let (set, place) = match later {
+            Later::Scheduled => (&mut self.scheduled, Place::Scheduled(self.seq)),
+            Later::Retry => (&mut self.retry, Place::Retry(self.seq)),
+        };
+        set.insert((due, self.seq), key.clone());
+        place
+    }
+
+    /// Queues a waiting job (Lua `place`): onto `ready` if due now, else into `later`'s set.
+    /// Returns its place and whether a fetcher should be woken: it is ready, or the new
+    /// earliest of its set.
+    fn place(&mut self, later: Later, key: &JobKey, due: u64, now: u64) -> (Place, bool) {
+        if due <= now {
+            return (self.push_ready_back(key), true);
+        }
+        let place = self.insert_later(later, key, due);
+        let set = match later {
+            Later::Scheduled => &self.scheduled,
+            Later::Retry => &self.retry,
+        };
+        let head = set.first_key_value().map(|(_, k)| k);
+        (place, head == Some(key))
+    }
+}
+
+/// The counters of the Redis `stats` hash.
+#[derive(Default)]
+struct Counters {
+    enqueued: u64,
+    succeeded: u64,
+    retried: u64,
+    buried: u64,
+    expired: u64,
+    cancelled: u64,
+    trimmed: u64,
+    /// The last delivery token handed out.
+    token: u64,
+}
+
+/// Moves a job already taken out of `active` to the dead queue at `now` (Lua `bury`): state
+/// dead, attempts and due time unchanged.
+fn bury(sets: &mut Sets, counters: &mut Counters, rec: &mut Record, key: &JobKey, now: u64) {
+    rec.place = Place::Dead(now);
+    sets.dead.insert((now, key.clone()));
+    counters.buried += 1;
+}
+
+/// One partition of a topic: the counterpart of one Redis hash tag.
+#[derive(Default)]
+struct Partition {
+    jobs: HashMap<JobKey, Record>,
+    sets: Sets,
+    counters: Counters,
+    wake: Arc<Notify>,
+}
+
+impl Partition {
+    /// Pushes one wake-up token; at most one is ever stored (like the Redis `wake` list).
+    fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Reports every broken invariant of this partition to `report`.
+    fn violations(&self, now: u64, report: &mut dyn FnMut(String)) {
+        let s = &self.sets;
+        for (key, rec) in &self.jobs {
+            let held = match rec.place {
+                Place::Scheduled(seq) => s.scheduled.get(&(rec.due_ms, seq)) == Some(key),
+                Place::Retry(seq) => s.retry.get(&(rec.due_ms, seq)) == Some(key),
+                Place::Ready(pos) => s.ready.get(&pos) == Some(key),
+                Place::Active(deadline) => s.active.contains(&(deadline, key.clone())),
+                Place::Dead(died) => s.dead.contains(&(died, key.clone())),
+            };
+            if !held {
+                report(format!("{key:?} is {:?} but not held there", rec.place));
+            }
+            let state = rec.state();
+            if state == JobState::Ready && rec.due_ms > now {
+                report(format!(
+                    "ready job {key:?} is due at {} (now {now})",
+                    rec.due_ms
+                ));
+            }
+            if matches!(state, JobState::Scheduled | JobState::Retry) && rec.due_ms < rec.created_ms
+            {
+                report(format!("{key:?} is due before it was created"));
+            }
+            if matches!(state, JobState::Retry | JobState::Active)
+                && (rec.token == 0 || rec.attempts == 0)
+            {
+                report(format!("{state} job {key:?} has never run"));
+            }
+            if rec.history.len() > MAX_HISTORY {
+                report(format!(
+                    "{key:?} keeps {} history entries",
+                    rec.history.len()
+                ));
+            }
+            if rec.token > self.counters.token {
+                report(format!("{key:?} has a token never handed out"));
+            }
+        }
+        let mut members = 0;
+        let mut check = |key: &JobKey, want: JobState, what: &str| {
+            members += 1;
+            match self.jobs.get(key) {
+                None => report(format!("`{what}` member {key:?} has no record")),
+                Some(rec) if rec.state() != want => report(format!(
+                    "`{what}` member {key:?} has a record in state {}",
+                    rec.state()
+                )),
+                Some(_) => {}
+            }
+        };
+        s.scheduled
+            .values()
+            .for_each(|k| check(k, JobState::Scheduled, "scheduled"));
+        s.retry
+            .values()
+            .for_each(|k| check(k, JobState::Retry, "retry"));
+        s.ready
+            .values()
+            .for_each(|k| check(k, JobState::Ready, "ready"));
+        s.active
+            .iter()
+            .for_each(|(_, k)| check(k, JobState::Active, "active"));
+        s.dead
+            .iter()
+            .for_each(|(_, k)| check(k, JobState::Dead, "dead"));
+        if members != self.jobs.len() {
+            report(format!(
+                "{} jobs but {members} entries in the ordered structures",
+                self.jobs.len()
+            ));
+        }
+    }
+
+    /// Removes at most `limit` dead jobs older than the retention or beyond the cap, counting
+    /// them in `trimmed` (Lua `trim_dead`).
+    fn trim_dead(&mut self, now: u64, cap: u64, retention_ms: u64, limit: usize) -> u64 {
+        let mut removed = 0usize;
+        if let Some(cutoff) = now.checked_sub(retention_ms) {
+            let old: Vec<(u64, JobKey)> = self
+                .sets
+                .dead
+                .iter()
+                .take_while(|(died, _)| *died < cutoff)
+                .take(limit)
+                .cloned()
+                .collect();
+            for entry in old {
+                self.sets.dead.remove(&entry);
+                self.jobs.remove(&entry.1);
+                removed += 1;
+            }
+        }
+        let excess = (self.sets.dead.len() as u64).saturating_sub(cap);
+        let excess = usize::try_from(excess)
+            .unwrap_or(usize::MAX)
+            .min(limit - removed);
+        for _ in 0..excess {
+            if let Some((_, key)) = self.sets.dead.pop_first() {
+                self.jobs.remove(&key);
+                removed += 1;
+            }
+        }
+        self.counters.trimmed += removed as u64;
+        removed as u64
+    }
+
+    /// Mirrors `enqueue.lua`.
+    fn enqueue(&mut self, jobs: &[NewJob], now: u64) -> Vec<EnqueueOutcome> {
+        let mut need_wake = false;
+        let mut created = 0;
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let outcome = match self.jobs.get(&job.key) {
+                None => EnqueueOutcome::Created,
+                Some(old) if job.replace && old.state() != JobState::Active => {
+                    self.sets.unlink(&job.key, old.place, old.due_ms);
+                    EnqueueOutcome::Replaced
+                }
+                Some(old) => EnqueueOutcome::Exists(old.state()),
+            };
+            if matches!(outcome, EnqueueOutcome::Created | EnqueueOutcome::Replaced) {
+                let due = match job.due {
+                    Due::Now => i128::from(now),
+                    Due::After(d) => i128::from(now) + i128::from(ms(d)),
+                    Due::At(t) => i128::from(unix_ms(t)),
+                };
+                let due = bound_due(due, now);
+                let (place, wake) = self.sets.place(Later::Scheduled, &job.key, due, now);
+                need_wake |= wake;
+                self.jobs.insert(
+                    job.key.clone(),
+                    Record {
+                        place,
+                        attempts: 0,
+                        due_ms: due,
+                        created_ms: now,
+                        token: 0,
+                        payload: job.payload.clone(),
+                        history: Vec::new(),
+                    },
+                );
+                created += 1;
+            }
+            out.push(outcome);
+        }
+        self.counters.enqueued += created;
+        if need_wake {
+            self.wake();
+        }
+        out
+    }
+
+    /// Mirrors `fetch.lua`: recover expired leases, promote due jobs, lease ready ones.
+    fn fetch(&mut self, queue: &Queue, request: &FetchRequest, now: u64) -> FetchReply {
+        let lease_ms = ms(request.lease).max(1);
+        let cap = request.dead_limits.cap.max(1);
+        let retention_ms = ms(request.dead_limits.retention);
+        let mut trimmed = 0;
+        let mut buried = Vec::new();
+
+        // 1. expired leases: deadline < now
+        let expired: Vec<(u64, JobKey)> = self
+            .sets
+            .active
+            .iter()
+            .take_while(|(deadline, _)| *deadline < now)
+            .take(request.recover_batch)
+            .cloned()
+            .collect();
+        for (deadline, key) in expired {
+            self.sets.active.remove(&(deadline, key.clone()));
+            let Some(rec) = self.jobs.get_mut(&key) else {
+                continue;
+            };
+            self.counters.expired += 1;
+            rec.add_history(now, AttemptOutcome::LeaseExpired, "lease expired");
+            let delay = (rec.attempts as usize)
+                .checked_sub(1)
+                .and_then(|i| request.lease_expiry_retries.get(i));
+            match delay {
+                Some(delay) => {
+                    let at = bound_due(i128::from(now) + i128::from(ms(*delay)), now);
+                    rec.due_ms = at;
+                    rec.place = self.sets.insert_later(Later::Retry, &key, at);
+                    self.counters.retried += 1;
+                }
+                None => {
+                    bury(&mut self.sets, &mut self.counters, rec, &key, now);
+                    buried.push(key);
+                }
+            }
+        }
+        if !buried.is_empty() {
+            trimmed += self.trim_dead(now, cap, retention_ms, TRIM_LIMIT);
+        }
+
+        // 2. promote due jobs (due <= now), earliest first: scheduled, then retry
+        let mut promote_more = false;
+        for later in [Later::Scheduled, Later::Retry] {
+            let set = match later {
+                Later::Scheduled => &mut self.sets.scheduled,
+                Later::Retry => &mut self.sets.retry,
+            };
+            let due: Vec<(u64, u64)> = set
+                .keys()
+                .take_while(|(due, _)| *due <= now)
+                .take(request.promote_batch)
+                .copied()
+                .collect();
+            if due.len() == request.promote_batch {
+                promote_more = true;
+            }
+            for slot in due {
+                let set = match later {
+                    Later::Scheduled => &mut self.sets.scheduled,
+                    Later::Retry => &mut self.sets.retry,
+                };
+                let Some(key) = set.remove(&slot) else {
+                    continue;
+                };
+                let place = self.sets.push_ready_back(&key);
+                if let Some(rec) = self.jobs.get_mut(&key) {
+                    rec.place = place;
+                }
+            }
+        }
+
+        // 3. pop and lease
+        let mut jobs = Vec::new();
+        let mut token: Option<u64> = None;
+        while jobs.len() < request.max_jobs {
+            let Some((_, key)) = self.sets.ready.pop_first() else {
+                break;
+            };
+            let Some(rec) = self.jobs.get_mut(&key) else {
+                continue;
+            };
+            // One counter bump for the whole batch; tokens are base+1 .. base+max_jobs.
+            let next = match token {
+                Some(t) => t + 1,
+                None => {
+                    let base = self.counters.token;
+                    self.counters.token = base.saturating_add(request.max_jobs as u64);
+                    base + 1
+                }
+            };
+            token = Some(next);
+            let deadline = now + lease_ms;
+            rec.place = Place::Active(deadline);
+            rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
+            rec.token = next;
+            self.sets.active.insert((deadline, key.clone()));
+            jobs.push(Delivery {
+                queue: queue.clone(),
+                key,
+                token: next,
+                attempt: rec.attempts,
+                due_ms: rec.due_ms,
+                created_ms: rec.created_ms,
+                leased_ms: now,
+                lease_deadline_ms: deadline,
+                payload: rec.payload.clone(),
+            });
+        }
+
+        // 4. what next
+        let next_in = if !self.sets.ready.is_empty() || promote_more {
+            if !jobs.is_empty() {
+                self.wake();
+            }
+            Some(0)
+        } else {
+            let heads = [
+                self.sets
+                    .scheduled
+                    .first_key_value()
+                    .map(|((due, _), _)| *due),
+                self.sets.retry.first_key_value().map(|((due, _), _)| *due),
+                // a lease expires once now > deadline
+                self.sets.active.first().map(|(deadline, _)| deadline + 1),
+            ];
+            let next = heads.into_iter().flatten().min();
+            if jobs.is_empty() && retention_ms > 0 {
+                trimmed += self.trim_dead(now, cap, retention_ms, TRIM_LIMIT);
+            }
+            next.map(|at| at.saturating_sub(now))
+        };
+
+        FetchReply {
+            jobs,
+            next_in: next_in.map(Duration::from_millis),
+            buried,
+            trimmed,
+        }
+    }
+
+    /// Mirrors `ack.lua`.
+    fn ack(&mut self, done: &[(JobKey, u64)]) -> Vec<AckOutcome> {
+        let mut out = Vec::with_capacity(done.len());
+        for (key, token) in done {
+            let outcome = match self.jobs.get(key) {
+                None => AckOutcome::Gone,
+                Some(rec) if rec.state() != JobState::Active || rec.token != *token => {
+                    AckOutcome::Stale
+                }
+                Some(rec) => {
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.jobs.remove(key);
+                    self.counters.succeeded += 1;
+                    AckOutcome::Acked
+                }
+            };
+            out.push(outcome);
+        }
+        out
+    }
+
+    /// Mirrors `fail.lua`; `Err` only for a stale token.
+    fn fail(
+        &mut self,
+        key: &JobKey,
+        token: u64,
+        action: &FailAction,
+        error: &str,
+        dead_limits: DeadLimits,
+        now: u64,
+    ) -> Result<FailOutcome> {
+        let Some(rec) = self.jobs.get_mut(key) else {
+            return Ok(FailOutcome::Gone);
+        };
+        if rec.state() != JobState::Active || rec.token != token {
+            return Err(Error::StaleToken {
+                key: key.to_string(),
+            });
+        }
+        self.sets.unlink(key, rec.place, rec.due_ms);
+        let (delay, outcome, later) = match action {
+            FailAction::Bury => {
+                rec.add_history(now, AttemptOutcome::Buried, error);
+                bury(&mut self.sets, &mut self.counters, rec, key, now);
+                let trimmed = self.trim_dead(
+                    now,
+                    dead_limits.cap.max(1),
+                    ms(dead_limits.retention),
+                    TRIM_LIMIT,
+                );
+                return Ok(FailOutcome::Buried { trimmed });
+            }
+            FailAction::Defer(d) => (d, AttemptOutcome::Deferred, Later::Scheduled),
+            FailAction::Retry(d) => (d, AttemptOutcome::Failed, Later::Retry),
+        };
+        let at = bound_due(i128::from(now) + i128::from(ms(*delay)), now);
+        rec.add_history(now, outcome, error);
+        if matches!(later, Later::Scheduled) {
+            // "not yet": the attempt is given back and the job waits like a scheduled one
+            rec.attempts = rec.attempts.saturating_sub(1);
+        } else {
+            self.counters.retried += 1;
+        }
+        let (place, wake) = self.sets.place(later, key, at, now);
+        rec.place = place;
+        rec.due_ms = at;
+        if wake {
+            self.wake();
+        }
+        Ok(FailOutcome::Retrying { at_ms: at })
+    }
+
+    /// Mirrors `extend.lua`.
+    fn extend(&mut self, leases: &[(JobKey, u64)], lease: Duration, now: u64) -> Vec<bool> {
+        let deadline = now + ms(lease).max(1);
+        leases
+            .iter()
+            .map(|(key, token)| match self.jobs.get_mut(key) {
+                Some(rec) if rec.state() == JobState::Active && rec.token == *token => {
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    rec.place = Place::Active(deadline);
+                    self.sets.active.insert((deadline, key.clone()));
+                    true
+                }
+                _ => false,
+            })
+            .collect()
+    }
+
+    /// Mirrors `release.lua`: back to the front of `ready`, the attempt given back.
+    fn release(&mut self, leases: &[(JobKey, u64)]) -> Vec<bool> {
+        let mut released = false;
+        let out = leases
+            .iter()
+            .map(|(key, token)| match self.jobs.get_mut(key) {
+                Some(rec) if rec.state() == JobState::Active && rec.token == *token => {
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    rec.attempts = rec.attempts.saturating_sub(1);
+                    rec.place = self.sets.push_ready_front(key);
+                    released = true;
+                    true
+                }
+                _ => false,
+            })
+            .collect();
+        if released {
+            self.wake();
+        }
+        out
+    }
+
+    /// Mirrors `cancel.lua`.
+    fn cancel(&mut self, key: &JobKey) -> CancelOutcome {
+        let Some(rec) = self.jobs.get(key) else {
+            return CancelOutcome::NotFound;
+        };
+        match rec.state() {
+            JobState::Active => CancelOutcome::Running,
+            JobState::Dead => CancelOutcome::Dead,
+            _ => {
+                self.sets.unlink(key, rec.place, rec.due_ms);
+                self.jobs.remove(key);
+                self.counters.cancelled += 1;
+                CancelOutcome::Cancelled
+            }
+        }
+    }
+
+    /// Mirrors `reschedule.lua`: attempts and history are kept.
+    fn reschedule(&mut self, key: &JobKey, due: NewDue, now: u64) -> RescheduleOutcome {
+        let Some(rec) = self.jobs.get_mut(key) else {
+            return RescheduleOutcome::NotFound;
+        };
+        match rec.state() {
+            JobState::Active => return RescheduleOutcome::Running,
+            JobState::Dead => return RescheduleOutcome::Dead,
+            _ => {}
+        }
+        let at = match due {
+            NewDue::At(t) => i128::from(unix_ms(t)),
+            NewDue::After(d) => i128::from(now) + i128::from(ms(d)),
+            NewDue::Shift(delta) => i128::from(rec.due_ms) + i128::from(delta),
+        };
+        let at = bound_due(at, now);
+        if at <= now && rec.state() == JobState::Ready {
+            // already in ready: keep its place in line
+            rec.due_ms = at;
+            return RescheduleOutcome::Rescheduled { due_ms: at };
+        }
+        self.sets.unlink(key, rec.place, rec.due_ms);
+        let (place, wake) = self.sets.place(Later::Scheduled, key, at, now);
+        rec.place = place;
+        rec.due_ms = at;
+        if wake {
+            self.wake();
+        }
+        RescheduleOutcome::Rescheduled { due_ms: at }
+    }
+
+    /// Mirrors `stats.lua`.
+    fn stats(&self, now: u64) -> TopicStats {
+        let mut oldest = 0;
+        let heads = [
+            self.sets
+                .scheduled
+                .first_key_value()
+                .map(|((due, _), _)| *due),
+            self.sets.retry.first_key_value().map(|((due, _), _)| *due),
+            // the front of ready is the longest-waiting ready job
+            self.sets
+                .ready
+                .first_key_value()
+                .and_then(|(_, key)| self.jobs.get(key))
+                .map(|rec| rec.due_ms),
+        ];
+        for due in heads.into_iter().flatten() {
+            oldest = oldest.max(now.saturating_sub(due));
+        }
+        let c = &self.counters;
+        TopicStats {
+            scheduled: self.sets.scheduled.len() as u64,
+            ready: self.sets.ready.len() as u64,
+            active: self.sets.active.len() as u64,
+            retry: self.sets.retry.len() as u64,
+            dead: self.sets.dead.len() as u64,
+            enqueued: c.enqueued,
+            succeeded: c.succeeded,
+            retried: c.retried,
+            buried: c.buried,
+            expired: c.expired,
+            cancelled: c.cancelled,
+            trimmed: c.trimmed,
+            oldest_overdue_ms: oldest,
+        }
+    }
+
+    /// Dead jobs by death time (ties by key), like `ZRANGE dead`.
+    fn dead(&self, offset: usize, limit: usize) -> Vec<JobInfo> {
+        self.sets
+            .dead
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .filter_map(|(_, key)| self.jobs.get(key).map(|rec| rec.info(key)))
+            .collect()
+    }
+
+    /// Mirrors `requeue_dead.lua`: attempts reset, history kept, to the back of `ready`.
+    fn requeue_dead(&mut self, keys: &[JobKey], now: u64) -> Vec<bool> {
+        let mut moved = false;
+        let out = keys
+            .iter()
+            .map(|key| match self.jobs.get_mut(key) {
+                Some(rec) if rec.state() == JobState::Dead => {
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    rec.attempts = 0;
+                    rec.due_ms = now;
+                    rec.place = self.sets.push_ready_back(key);
+                    moved = true;
+                    true
+                }
+                _ => false,
+            })
+            .collect();
+        if moved {
+            self.wake();
+        }
+        out
+    }
+
+    /// Mirrors `purge_dead.lua`: the named dead jobs (a name repeated still takes a slot of
+    /// `limit`, but is deleted and counted once), or the oldest `limit`.
+    fn purge_dead(&mut self, keys: &[JobKey], limit: usize) -> u64 {
+        let chosen: Vec<JobKey> = if keys.is_empty() {
+            self.sets
+                .dead
+                .iter()
+                .take(limit)
+                .map(|(_, k)| k.clone())
+                .collect()
+        } else {
+            keys.iter()
+                .filter(|k| {
+                    self.jobs
+                        .get(*k)
+                        .is_some_and(|r| r.state() == JobState::Dead)
+                })
+                .take(limit)
+                .cloned()
+                .collect()
+        };
+        let mut deleted = 0;
+        for key in chosen {
+            if let Some(rec) = self.jobs.get(&key)
+                && rec.state() == JobState::Dead
+            {
+                self.sets.unlink(&key, rec.place, rec.due_ms);
+                self.jobs.remove(&key);
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+}
+
+fn warn_trimmed(queue: &Queue, trimmed: u64) {
+    if trimmed > 0 {
+        tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write(queue, |p, now| p.enqueue(jobs, now)))
+    }
+
+    async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply> {
+        if request.lease.is_zero() || request.promote_batch == 0 || request.recover_batch == 0 {
+            return Err(Error::InvalidConfig(
+                "fetch needs a lease and batch sizes above zero".into(),
+            ));
+        }
+        let reply = self.write(queue, |p, now| p.fetch(queue, request, now));
+        warn_trimmed(queue, reply.trimmed);
+        Ok(reply)
+    }
+
+    async fn ack(&self, queue: &Queue, done: &[(JobKey, u64)]) -> Result<Vec<AckOutcome>> {
+        if done.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write(queue, |p, _| p.ack(done)))
+    }
+
+    async fn fail(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        token: u64,
+        action: &FailAction,
+        error: &str,
+        dead_limits: DeadLimits,
+    ) -> Result<FailOutcome> {
+        let outcome = self.write(queue, |p, now| {
+            p.fail(key, token, action, error, dead_limits, now)
+        })?;
+        if let FailOutcome::Buried { trimmed } = outcome {
+            warn_trimmed(queue, trimmed);
+        }
+        Ok(outcome)
+    }
+
+    async fn extend(
+        &self,
+        queue: &Queue,
+        leases: &[(JobKey, u64)],
+        lease: Duration,
+    ) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write(queue, |p, now| p.extend(leases, lease, now)))
+    }
+
+    async fn release(&self, queue: &Queue, leases: &[(JobKey, u64)]) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write(queue, |p, _| p.release(leases)))
+    }
+
+    async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome> {
+        Ok(self.write(queue, |p, _| p.cancel(key)))
+    }
+
+    async fn reschedule(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        due: NewDue,
+    ) -> Result<RescheduleOutcome> {
+        Ok(self.write(queue, |p, now| p.reschedule(key, due, now)))
+    }
+
+    async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {
+        Ok(self.read(queue, |p, _| {
+            p.and_then(|p| p.jobs.get(key)).map(|rec| rec.info(key))
+        }))
+    }
+
+    async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
+        Ok(self.read(queue, |p, now| p.map(|p| p.stats(now)).unwrap_or_default()))
+    }
+
+    async fn dead(&self, queue: &Queue, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+        Ok(self.read(queue, |p, _| {
+            p.map(|p| p.dead(offset, limit)).unwrap_or_default()
+        }))
+    }
+
+    async fn requeue_dead(&self, queue: &Queue, keys: &[JobKey]) -> Result<Vec<bool>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write(queue, |p, now| p.requeue_dead(keys, now)))
+    }
+
+    async fn purge_dead(&self, queue: &Queue, keys: &[JobKey], limit: usize) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        Ok(self.write(queue, |p, _| p.purge_dead(keys, limit)))
+    }
+
+    async fn now_ms(&self) -> Result<u64> {
+        Ok(self.clock.now_ms())
+    }
+
+    async fn wake_listener(&self, queue: &Queue) -> Result<Box<dyn WakeListener>> {
+        let wake = self.write(queue, |p, _| p.wake.clone());
+        Ok(Box::new(MemoryWakeListener { wake }))
+    }
+}
+
+/// Waits on the partition's [`Notify`]: a stored permit is the Redis `wake` list's one token.
+struct MemoryWakeListener {
+    wake: Arc<Notify>,
+}
+
+#[async_trait]
+impl WakeListener for MemoryWakeListener {
+    async fn wait(&mut self, max_wait: Duration) -> Result<bool> {
+        Ok(tokio::time::timeout(max_wait, self.wake.notified())
+            .await
+            .is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::from_unix_ms;
+    use crate::names::Topic;
+    use crate::retry::RetryPolicy;
+    use tokio::time::advance;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn queue() -> Queue {
+        Queue::new(Topic::new("t").unwrap(), 0)
+    }
+
+    fn key(k: &str) -> JobKey {
+        JobKey::new(k).unwrap()
+    }
+
+    fn new_job(k: &str, due: Due) -> NewJob {
+        NewJob {
+            key: key(k),
+            payload: k.as_bytes().to_vec(),
+            due,
+            replace: false,
+        }
+    }
+
+    async fn put(store: &MemoryStore, k: &str, due: Due) -> EnqueueOutcome {
+        store.enqueue(&queue(), &[new_job(k, due)]).await.unwrap()[0]
+    }
+
+    async fn replace(store: &MemoryStore, k: &str, due: Due) -> EnqueueOutcome {
+        let job = NewJob {
+            replace: true,
+            ..new_job(k, due)
+        };
+        store.enqueue(&queue(), &[job]).await.unwrap()[0]
+    }
+
+    fn take(max_jobs: usize) -> FetchRequest {
+        FetchRequest {
+            max_jobs,
+            ..FetchRequest::default()
+        }
+    }
+
+    async fn fetch(store: &MemoryStore, max_jobs: usize) -> FetchReply {
+        store.fetch(&queue(), &take(max_jobs)).await.unwrap()
+    }
+
+    async fn fetch_one(store: &MemoryStore) -> Delivery {
+        let mut reply = fetch(store, 1).await;
+        assert_eq!(reply.jobs.len(), 1, "{reply:?}");
+        reply.jobs.remove(0)
+    }
+
+    fn keys(reply: &FetchReply) -> Vec<&str> {
+        reply.jobs.iter().map(|d| d.key.as_str()).collect()
+    }
+
+    async fn fail(store: &MemoryStore, d: &Delivery, action: FailAction) -> Result<FailOutcome> {
+        store
+            .fail(
+                &queue(),
+                &d.key,
+                d.token,
+                &action,
+                "boom",
+                DeadLimits::default(),
+            )
+            .await
+    }
+
+    async fn info(store: &MemoryStore, k: &str) -> JobInfo {
+        store.job(&queue(), &key(k)).await.unwrap().unwrap()
+    }
+
+    async fn now(store: &MemoryStore) -> u64 {
+        store.now_ms().await.unwrap()
+    }
+
+    /// Panics unless every internal invariant holds.
+    fn assert_sound(store: &MemoryStore) {
+        let v = store.violations();
+        assert!(v.is_empty(), "invariants violated:\n  {}", v.join("\n  "));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn not_delivered_before_due() {
+        let store = MemoryStore::new();
+        let t0 = now(&store).await;
+        assert_eq!(
+            put(&store, "late", Due::After(Duration::from_secs(1800))).await,
+            EnqueueOutcome::Created
+        );
+        let at = from_unix_ms(t0 + 5_000);
+        put(&store, "at", Due::At(at)).await;
+
+        let r = fetch(&store, 10).await;
+        assert!(r.jobs.is_empty());
+        assert_eq!(r.next_in, Some(Duration::from_secs(5)));
+
+        advance(Duration::from_millis(4_999)).await;
+        let r = fetch(&store, 10).await;
+        assert!(r.jobs.is_empty());
+        assert_eq!(r.next_in, Some(Duration::from_millis(1)));
+        advance(Duration::from_millis(1)).await;
+        let d = fetch_one(&store).await;
+        assert_eq!(
+            (d.key.as_str(), d.due_ms, d.leased_ms),
+            ("at", t0 + 5_000, t0 + 5_000)
+        );
+        store.ack(&queue(), &[(d.key, d.token)]).await.unwrap();
+
+        advance(Duration::from_secs(1800) - Duration::from_millis(5_001)).await;
+        let r = fetch(&store, 10).await;
+        assert!(r.jobs.is_empty());
+        assert_eq!(r.next_in, Some(Duration::from_millis(1)));
+        advance(Duration::from_millis(1)).await;
+        let d = fetch_one(&store).await;
+        assert_eq!(d.key.as_str(), "late");
+        assert_eq!(
+            (d.due_ms, d.leased_ms, d.attempt),
+            (t0 + 1_800_000, t0 + 1_800_000, 1)
+        );
+        assert_eq!(d.created_ms, t0);
+        assert_eq!(d.lease_deadline_ms, t0 + 1_800_000 + 30_000);
+        // Nothing else pending but the lease: next is just past its deadline.
+        let r = fetch(&store, 10).await;
+        assert_eq!(r.next_in, Some(Duration::from_millis(30_001)));
+        store.ack(&queue(), &[(d.key, d.token)]).await.unwrap();
+        assert_eq!(fetch(&store, 10).await.next_in, None);
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn same_ms_jobs_keep_enqueue_order() {
+        let store = MemoryStore::new();
+        let t0 = now(&store).await;
+        let ten = Due::After(Duration::from_millis(10));
+        put(&store, "b", ten).await;
+        put(&store, "c", ten).await;
+        put(&store, "d", Due::After(Duration::from_millis(5))).await;
+        put(&store, "a", Due::At(from_unix_ms(t0 + 10))).await;
+        // a bulk call keeps its order too
+        let bulk = [new_job("y", ten), new_job("x", ten)];
+        store.enqueue(&queue(), &bulk).await.unwrap();
+        put(&store, "r2", Due::Now).await;
+        put(&store, "r1", Due::Now).await;
+        // a due time in the past is due now, queued behind the ready ones
+        put(&store, "past", Due::At(from_unix_ms(t0 - 60_000))).await;
+
+        let r = fetch(&store, 10).await;
+        assert_eq!(keys(&r), ["r2", "r1", "past"]);
+        assert_eq!(r.next_in, Some(Duration::from_millis(5)));
+        advance(Duration::from_millis(10)).await;
+        let r = fetch(&store, 10).await;
+        assert_eq!(keys(&r), ["d", "b", "c", "a", "y", "x"]);
+        let tokens: Vec<u64> = r.jobs.iter().map(|d| d.token).collect();
+        assert!(tokens.windows(2).all(|w| w[1] == w[0] + 1), "{tokens:?}");
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn promotion_is_bounded_and_says_more_is_due() {
+        let store = MemoryStore::new();
+        for i in 0..5 {
+            put(&store, &format!("j{i}"), Due::After(SEC)).await;
+        }
+        advance(SEC).await;
+        let request = FetchRequest {
+            max_jobs: 0,
+            promote_batch: 2,
+            ..FetchRequest::default()
+        };
+        let r = store.fetch(&queue(), &request).await.unwrap();
+        assert_eq!((r.jobs.len(), r.next_in), (0, Some(Duration::ZERO)));
+        let s = store.stats(&queue()).await.unwrap();
+        assert_eq!((s.ready, s.scheduled), (2, 3));
+        let r = fetch(&store, 10).await;
+        assert_eq!(keys(&r), ["j0", "j1", "j2", "j3", "j4"]);
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_leases_retry_then_go_dead() {
+        let store = MemoryStore::new();
+        put(&store, "k", Due::Now).await;
+        let request = FetchRequest {
+            max_jobs: 1,
+            lease: Duration::from_secs(30),
+            lease_expiry_retries: vec![SEC, 2 * SEC],
+            ..FetchRequest::default()
+        };
+        let mut tokens = Vec::new();
+        for attempt in 1..=3u32 {
+            let r = store.fetch(&queue(), &request).await.unwrap();
+            assert_eq!(r.jobs.len(), 1, "attempt {attempt}: {r:?}");
+            assert_eq!(r.jobs[0].attempt, attempt);
+            tokens.push(r.jobs[0].token);
+            // deadline == now is not expired yet
+            advance(Duration::from_secs(30)).await;
+            let r = store.fetch(&queue(), &request).await.unwrap();
+            assert!(r.jobs.is_empty());
+            assert_eq!(r.next_in, Some(Duration::from_millis(1)));
+            advance(Duration::from_millis(1)).await;
+            let r = store.fetch(&queue(), &request).await.unwrap();
+            assert!(r.jobs.is_empty(), "{r:?}");
+            if attempt < 3 {
+                assert!(r.buried.is_empty());
+                assert_eq!(info(&store, "k").await.state, JobState::Retry);
+                assert_eq!(r.next_in, Some(attempt * SEC));
+                advance(attempt * SEC).await;
+            } else {
+                assert_eq!(r.buried, [key("k")]);
+                assert_eq!(r.next_in, None);
+            }
+        }
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+        let job = info(&store, "k").await;
+        assert_eq!((job.state, job.attempts), (JobState::Dead, 3));
+        assert_eq!(job.history.len(), 3);
+        assert!(
+            job.history
+                .iter()
+                .all(|h| h.outcome == AttemptOutcome::LeaseExpired && h.error == "lease expired")
+        );
+        assert_eq!(
+            job.history.iter().map(|h| h.attempt).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        assert_eq!(job.state_since_or_deadline_ms, Some(job.history[2].at_ms));
+        let s = store.stats(&queue()).await.unwrap();
+        assert_eq!((s.expired, s.retried, s.buried, s.dead), (3, 2, 1, 1));
+        let dead = store.dead(&queue(), 0, 10).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].key, key("k"));
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn default_tiered_schedule_runs_in_virtual_time() {
+        let store = MemoryStore::new();
+        let policy = RetryPolicy::default();
+        let schedule = policy.schedule();
+        assert_eq!(schedule.len(), 9);
+        put(&store, "hook", Due::Now).await;
+        let t0 = now(&store).await;
+
+        let mut expected = vec![t0];
+        for delay in &schedule {
+            expected.push(expected.last().unwrap() + ms(*delay));
+        }
+        let mut started = Vec::new();
+        let mut d = fetch_one(&store).await;
+        started.push(d.leased_ms);
+        for (i, delay) in schedule.iter().enumerate() {
+            let out = fail(&store, &d, FailAction::Retry(*delay)).await.unwrap();
+            let at = d.leased_ms + ms(*delay);
+            assert_eq!(out, FailOutcome::Retrying { at_ms: at });
+            let job = info(&store, "hook").await;
+            assert_eq!((job.state, job.due_ms), (JobState::Retry, at));
+
+            advance(*delay - Duration::from_millis(1)).await;
+            let r = fetch(&store, 1).await;
+            assert!(r.jobs.is_empty(), "early retry {i}");
+            assert_eq!(r.next_in, Some(Duration::from_millis(1)));
+            advance(Duration::from_millis(1)).await;
+            d = fetch_one(&store).await;
+            assert_eq!(d.attempt as usize, i + 2);
+            assert_eq!((d.due_ms, d.leased_ms), (at, at));
+            started.push(d.leased_ms);
+        }
+        assert_eq!(started, expected);
+        assert_eq!(policy.delay_after(d.attempt), None);
+        let out = fail(&store, &d, FailAction::Bury).await.unwrap();
+        assert_eq!(out, FailOutcome::Buried { trimmed: 0 });
+
+        let job = info(&store, "hook").await;
+        assert_eq!((job.state, job.attempts), (JobState::Dead, 10));
+        let at: Vec<u64> = job.history.iter().map(|h| h.at_ms).collect();
+        assert_eq!(at, expected);
+        assert!(
+            job.history[..9]
+                .iter()
+                .all(|h| h.outcome == AttemptOutcome::Failed)
+        );
+        assert_eq!(job.history[9].outcome, AttemptOutcome::Buried);
+        assert_eq!(job.state_since_or_deadline_ms, Some(expected[9]));
+        let s = store.stats(&queue()).await.unwrap();
+        assert_eq!((s.retried, s.buried, s.dead, s.enqueued), (9, 1, 1, 1));
+        assert_sound(&store);
+    }
+
+    /// Puts one job in each state: S, R, F, A, D.
+    async fn one_in_each_state(store: &MemoryStore) {
+        put(store, "a", Due::Now).await;
+        let a = fetch_one(store).await;
+        put(store, "f", Due::Now).await;
+        let f = fetch_one(store).await;
+        fail(store, &f, FailAction::Retry(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        put(store, "d", Due::Now).await;
+        let d = fetch_one(store).await;
+        fail(store, &d, FailAction::Bury).await.unwrap();
+        put(store, "s", Due::After(Duration::from_secs(60))).await;
+        put(store, "r", Due::Now).await;
+        for (k, state) in [
+            ("s", JobState::Scheduled),
+            ("r", JobState::Ready),
+            ("f", JobState::Retry),
+            ("a", JobState::Active),
+            ("d", JobState::Dead),
+        ] {
+            assert_eq!(info(store, k).await.state, state, "{k}");
+        }
+        assert_eq!(
+            info(store, "a").await.state_since_or_deadline_ms,
+            Some(a.lease_deadline_ms)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancel_from_every_state() {
+        let store = MemoryStore::new();
+        one_in_each_state(&store).await;
+        let q = queue();
+        for (k, outcome) in [
+            ("s", CancelOutcome::Cancelled),
+            ("r", CancelOutcome::Cancelled),
+            ("f", CancelOutcome::Cancelled),
+            ("a", CancelOutcome::Running),
+            ("d", CancelOutcome::Dead),
+            ("nope", CancelOutcome::NotFound),
+        ] {
+            assert_eq!(store.cancel(&q, &key(k)).await.unwrap(), outcome, "{k}");
+        }
+        // repeated: nothing is done twice
+        assert_eq!(
+            store.cancel(&q, &key("s")).await.unwrap(),
+            CancelOutcome::NotFound
+        );
+        assert!(store.job(&q, &key("r")).await.unwrap().is_none());
+        let s = store.stats(&q).await.unwrap();
+        assert_eq!((s.cancelled, s.scheduled, s.ready, s.retry), (3, 0, 0, 0));
+        assert_eq!((s.active, s.dead), (1, 1));
+        // the cancelled ready job is never delivered; nothing is left but the lease
+        let r = fetch(&store, 10).await;
+        assert!(r.jobs.is_empty());
+        assert_eq!(r.next_in, Some(Duration::from_millis(30_001)));
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reschedule_from_every_state() {
+        let store = MemoryStore::new();
+        one_in_each_state(&store).await;
+        let q = queue();
+        let t = now(&store).await;
+        let re = |k: &'static str, due: NewDue| {
+            let store = &store;
+            let q = q.clone();
+            async move { store.reschedule(&q, &key(k), due).await.unwrap() }
+        };
+        assert_eq!(
+            re("a", NewDue::After(SEC)).await,
+            RescheduleOutcome::Running
+        );
+        assert_eq!(re("d", NewDue::After(SEC)).await, RescheduleOutcome::Dead);
+        assert_eq!(
+            re("nope", NewDue::After(SEC)).await,
+            RescheduleOutcome::NotFound
+        );
+
+        // scheduled: shift by -30s from t+60s; at a time; after a delay
+        let due = |ms| RescheduleOutcome::Rescheduled { due_ms: ms };
+        assert_eq!(re("s", NewDue::Shift(-30_000)).await, due(t + 30_000));
+        assert_eq!(info(&store, "s").await.state, JobState::Scheduled);
+        assert_eq!(
+            re("s", NewDue::At(from_unix_ms(t + 7_000))).await,
+            due(t + 7_000)
+        );
+        assert_eq!(re("s", NewDue::After(2 * SEC)).await, due(t + 2_000));
+        // retry → scheduled, attempts and history kept
+        assert_eq!(re("f", NewDue::After(3 * SEC)).await, due(t + 3_000));
+        let f = info(&store, "f").await;
+        assert_eq!(
+            (f.state, f.attempts, f.history.len()),
+            (JobState::Scheduled, 1, 1)
+        );
+        // clamped to now: a past time or a large negative shift makes it ready
+        assert_eq!(re("f", NewDue::Shift(-3_600_000)).await, due(t));
+        assert_eq!(info(&store, "f").await.state, JobState::Ready);
+        assert_eq!(re("s", NewDue::At(from_unix_ms(t - 1))).await, due(t));
+        // ready → ready keeps its place: r is still first, before f and s
+        assert_eq!(re("r", NewDue::Shift(-10)).await, due(t));
+        let r = fetch(&store, 10).await;
+        assert_eq!(keys(&r), ["r", "f", "s"]);
+
+        // ready → scheduled leaves the ready line
+        put(&store, "x", Due::Now).await;
+        put(&store, "y", Due::Now).await;
+        assert_eq!(re("x", NewDue::After(SEC)).await, due(t + 1_000));
+        assert_eq!(keys(&fetch(&store, 10).await), ["y"]);
+        advance(SEC).await;
+        assert_eq!(keys(&fetch(&store, 10).await), ["x"]);
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stale_tokens_are_refused() {
+        let store = MemoryStore::new();
+        let q = queue();
+        put(&store, "k", Due::Now).await;
+        let request = FetchRequest {
+            max_jobs: 1,
+            lease: SEC,
+            lease_expiry_retries: vec![Duration::ZERO],
+            ..FetchRequest::default()
+        };
+        let first = store.fetch(&q, &request).await.unwrap().jobs.remove(0);
+        advance(SEC + Duration::from_millis(1)).await;
+        // recovered, retried at once, promoted and leased again in the same call
+        let second = store.fetch(&q, &request).await.unwrap().jobs.remove(0);
+        assert_eq!(second.attempt, 2);
+        assert_ne!(first.token, second.token);
+        let old = (first.key.clone(), first.token);
+
+        assert_eq!(
+            store.ack(&q, std::slice::from_ref(&old)).await.unwrap(),
+            [AckOutcome::Stale]
+        );
+        assert!(matches!(
+            fail(&store, &first, FailAction::Bury).await,
+            Err(Error::StaleToken { .. })
+        ));
+        assert_eq!(
+            store
+                .extend(&q, std::slice::from_ref(&old), SEC)
+                .await
+                .unwrap(),
+            [false]
+        );
+        assert_eq!(
+            store.release(&q, std::slice::from_ref(&old)).await.unwrap(),
+            [false]
+        );
+        let job = info(&store, "k").await;
+        assert_eq!((job.state, job.attempts), (JobState::Active, 2));
+
+        let new = (second.key.clone(), second.token);
+        assert_eq!(
+            store
+                .extend(&q, std::slice::from_ref(&new), 10 * SEC)
+                .await
+                .unwrap(),
+            [true]
+        );
+        let deadline = now(&store).await + 10_000;
+        assert_eq!(
+            info(&store, "k").await.state_since_or_deadline_ms,
+            Some(deadline)
+        );
+        assert_eq!(
+            store.ack(&q, &[new.clone(), new.clone()]).await.unwrap(),
+            [AckOutcome::Acked, AckOutcome::Gone]
+        );
+        assert_eq!(
+            fail(&store, &second, FailAction::Bury).await.unwrap(),
+            FailOutcome::Gone
+        );
+        let s = store.stats(&q).await.unwrap();
+        assert_eq!((s.succeeded, s.expired, s.retried, s.active), (1, 1, 1, 0));
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_dedup_and_replace() {
+        let store = MemoryStore::new();
+        assert_eq!(put(&store, "k", Due::Now).await, EnqueueOutcome::Created);
+        assert_eq!(
+            put(&store, "k", Due::Now).await,
+            EnqueueOutcome::Exists(JobState::Ready)
+        );
+        assert_eq!(
+            replace(&store, "k", Due::After(SEC)).await,
+            EnqueueOutcome::Replaced
+        );
+        assert_eq!(info(&store, "k").await.state, JobState::Scheduled);
+        let s = store.stats(&queue()).await.unwrap();
+        assert_eq!((s.enqueued, s.ready, s.scheduled), (2, 0, 1));
+        advance(SEC).await;
+        let d = fetch_one(&store).await;
+        assert_eq!(
+            replace(&store, "k", Due::Now).await,
+            EnqueueOutcome::Exists(JobState::Active)
+        );
+        fail(&store, &d, FailAction::Retry(SEC)).await.unwrap();
+        assert_eq!(
+            put(&store, "k", Due::Now).await,
+            EnqueueOutcome::Exists(JobState::Retry)
+        );
+        assert_eq!(
+            replace(&store, "k", Due::Now).await,
+            EnqueueOutcome::Replaced
+        );
+        let job = info(&store, "k").await;
+        assert_eq!(
+            (job.state, job.attempts, job.history.len()),
+            (JobState::Ready, 0, 0)
+        );
+        let d = fetch_one(&store).await;
+        assert_eq!(d.attempt, 1);
+        fail(&store, &d, FailAction::Bury).await.unwrap();
+        assert_eq!(
+            put(&store, "k", Due::Now).await,
+            EnqueueOutcome::Exists(JobState::Dead)
+        );
+        assert_eq!(
+            replace(&store, "k", Due::Now).await,
+            EnqueueOutcome::Replaced
+        );
+        let s = store.stats(&queue()).await.unwrap();
+        assert_eq!((s.dead, s.ready, s.retry, s.enqueued), (0, 1, 0, 4));
+        // the retry entry was replaced: advancing past it delivers nothing twice
+        advance(2 * SEC).await;
+        assert_eq!(fetch(&store, 10).await.jobs.len(), 1);
+        assert!(fetch(&store, 10).await.jobs.is_empty());
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_retry_defer_and_bounded_history() {
+        let store = MemoryStore::new();
+        put(&store, "k", Due::Now).await;
+        // defer: the attempt is given back and the job waits as scheduled
+        let d = fetch_one(&store).await;
+        let out = fail(&store, &d, FailAction::Defer(SEC)).await.unwrap();
+        assert_eq!(
+            out,
+            FailOutcome::Retrying {
+                at_ms: d.leased_ms + 1_000
+            }
+        );
+        let job = info(&store, "k").await;
+        assert_eq!((job.state, job.attempts), (JobState::Scheduled, 0));
+        assert_eq!(job.history[0].outcome, AttemptOutcome::Deferred);
+        assert_eq!(job.history[0].attempt, 1);
+        advance(SEC).await;
+        let d = fetch_one(&store).await;
+        assert_eq!(d.attempt, 1);
+        // a zero delay goes straight back to ready
+        let long = "é".repeat(1000);
+        let out = store
+            .fail(
+                &queue(),
+                &d.key,
+                d.token,
+                &FailAction::Retry(Duration::ZERO),
+                &long,
+                DeadLimits::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out, FailOutcome::Retrying { at_ms: d.leased_ms });
+        let job = info(&store, "k").await;
+        assert_eq!(job.state, JobState::Ready);
+        assert_eq!(job.history[1].error.len(), 1024);
+        for _ in 0..40 {
+            let d = fetch_one(&store).await;
+            fail(&store, &d, FailAction::Retry(Duration::ZERO))
+                .await
+                .unwrap();
+        }
+        let job = info(&store, "k").await;
+        assert_eq!(job.history.len(), MAX_HISTORY);
+        assert_eq!(job.attempts, 41);
+        assert_eq!(job.history.last().unwrap().attempt, 41);
+        assert_eq!(job.history[0].attempt, 10);
+        let s = store.stats(&queue()).await.unwrap();
+        assert_eq!(s.retried, 41);
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_requeue_purge_and_dead_trim() {
+        let store = MemoryStore::new();
+        let q = queue();
+        for k in ["a", "b", "c"] {
+            put(&store, k, Due::Now).await;
+        }
+        let r = fetch(&store, 2).await;
+        assert_eq!(r.next_in, Some(Duration::ZERO));
+        let leases: Vec<_> = r.jobs.iter().map(crate::store::lease_of).collect();
+        assert_eq!(store.release(&q, &leases).await.unwrap(), [true, true]);
+        assert_eq!(info(&store, "a").await.attempts, 0);
+        // released to the front, one after the other (like LPUSH)
+        let r = fetch(&store, 3).await;
+        assert_eq!(keys(&r), ["b", "a", "c"]);
+        assert!(r.jobs.iter().all(|d| d.attempt == 1));
+
+        let limits = DeadLimits {
+            cap: 2,
+            retention: Duration::from_secs(3600),
+        };
+        let mut trimmed = Vec::new();
+        for d in &r.jobs {
+            advance(Duration::from_millis(1)).await;
+            let out = store
+                .fail(&q, &d.key, d.token, &FailAction::Bury, "x", limits)
+                .await
+                .unwrap();
+            trimmed.push(out);
+        }
+        assert_eq!(
+            trimmed,
+            [0, 0, 1].map(|trimmed| FailOutcome::Buried { trimmed })
+        );
+        // oldest death first: b was trimmed
+        let dead = store.dead(&q, 0, 10).await.unwrap();
+        assert_eq!(
+            dead.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
+            ["a", "c"]
+        );
+        assert!(dead[0].state_since_or_deadline_ms < dead[1].state_since_or_deadline_ms);
+        assert_eq!(store.dead(&q, 1, 10).await.unwrap().len(), 1);
+        assert_eq!(store.stats(&q).await.unwrap().trimmed, 1);
+
+        put(&store, "z", Due::Now).await;
+        let moved = store
+            .requeue_dead(&q, &[key("c"), key("z"), key("c")])
+            .await
+            .unwrap();
+        assert_eq!(moved, [true, false, false]);
+        let c = info(&store, "c").await;
+        assert_eq!(
+            (c.state, c.attempts, c.history.len()),
+            (JobState::Ready, 0, 1)
+        );
+        assert_eq!(c.due_ms, now(&store).await);
+        assert_eq!(keys(&fetch(&store, 5).await), ["z", "c"]);
+
+        assert_eq!(
+            store
+                .purge_dead(&q, &[key("a"), key("a")], 5)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(store.purge_dead(&q, &[], 5).await.unwrap(), 0);
+        assert!(store.job(&q, &key("a")).await.unwrap().is_none());
+
+        // retention: an idle fetch trims dead jobs older than it
+        put(&store, "old", Due::Now).await;
+        let d = fetch_one(&store).await;
+        store
+            .fail(&q, &d.key, d.token, &FailAction::Bury, "x", limits)
+            .await
+            .unwrap();
+        advance(Duration::from_secs(3600)).await;
+        let request = FetchRequest {
+            dead_limits: limits,
+            ..take(0)
+        };
+        assert_eq!(store.fetch(&q, &request).await.unwrap().trimmed, 0);
+        advance(Duration::from_millis(1)).await;
+        assert_eq!(store.fetch(&q, &request).await.unwrap().trimmed, 1);
+        assert_eq!(store.stats(&q).await.unwrap().trimmed, 2);
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stats_count_and_measure_overdue() {
+        let store = MemoryStore::new();
+        let q = queue();
+        assert_eq!(store.stats(&q).await.unwrap(), TopicStats::default());
+        put(&store, "r", Due::Now).await;
+        put(&store, "s", Due::After(SEC)).await;
+        advance(3 * SEC).await;
+        let s = store.stats(&q).await.unwrap();
+        assert_eq!((s.ready, s.scheduled, s.enqueued), (1, 1, 2));
+        assert_eq!(s.oldest_overdue_ms, 3_000);
+        assert_sound(&store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wake_ups_follow_the_lua_wake_calls() {
+        let store = MemoryStore::new();
+        let q = queue();
+        let mut wake = store.wake_listener(&q).await.unwrap();
+        assert!(!wake.wait(SEC).await.unwrap(), "no token yet");
+
+        put(&store, "later", Due::After(Duration::from_secs(60))).await;
+        assert!(wake.wait(SEC).await.unwrap(), "new earliest");
+        put(&store, "even-later", Due::After(Duration::from_secs(120))).await;
+        assert!(!wake.wait(SEC).await.unwrap(), "not the earliest");
+
+        // a waiting listener is woken by a ready job
+        let waiter = tokio::spawn(async move { wake.wait(Duration::from_secs(30)).await });
+        tokio::task::yield_now().await;
+        put(&store, "now", Due::Now).await;
+        assert!(waiter.await.unwrap().unwrap());
+        // tokens do not pile up: many enqueues leave one
+        let mut wake = store.wake_listener(&q).await.unwrap();
+        put(&store, "n1", Due::Now).await;
+        put(&store, "n2", Due::Now).await;
+        assert!(wake.wait(SEC).await.unwrap());
+        assert!(!wake.wait(SEC).await.unwrap());
+        // a fetch leaving ready work behind passes a token on
+        fetch(&store, 1).await;
+        assert!(wake.wait(SEC).await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_memory_client_round_trip() {
+        #[allow(non_camel_case_types)]
+        struct ping;
+        impl crate::Job for ping {
+            type Payload = u64;
+            const TOPIC: &'static str = "t";
+        }
+        let client = Client::in_memory();
+        let e = client
+            .enqueue::<ping>(7)
+            .key("k")
+            .delay(Duration::from_secs(1800))
+            .await
+            .unwrap();
+        assert_eq!(e.outcome, EnqueueOutcome::Created);
+        let job = client.job::<ping>("k").await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::Scheduled);
+        assert_eq!(
+            client.cancel::<ping>("k").await.unwrap(),
+            CancelOutcome::Cancelled
+        );
+        assert_eq!(client.stats::<ping>().await.unwrap().cancelled, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn far_future_due_times_are_capped_like_redis() {
+        let store = MemoryStore::new();
+        put(&store, "delay", Due::After(Duration::from_secs(1 << 40))).await;
+        put(&store, "at", Due::At(from_unix_ms(1 << 50))).await;
+        for k in ["delay", "at"] {
+            assert_eq!(info(&store, k).await.due_ms, MAX_DUE, "{k}");
+        }
+        let q = queue();
+        let out = store.reschedule(&q, &key("at"), NewDue::Shift(-1000)).await;
+        assert_eq!(
+            out.unwrap(),
+            RescheduleOutcome::Rescheduled {
+                due_ms: MAX_DUE - 1000
+            }
+        );
+        let out = store
+            .reschedule(&q, &key("delay"), NewDue::After(Duration::MAX))
+            .await;
+        assert_eq!(
+            out.unwrap(),
+            RescheduleOutcome::Rescheduled { due_ms: MAX_DUE }
+        );
+        assert!(fetch(&store, 10).await.jobs.is_empty());
+        assert_sound(&store);
+    }
+
+    #[tokio::test]
+    async fn fetch_rejects_zero_limits() {
+        let store = MemoryStore::new();
+        let request = FetchRequest {
+            lease: Duration::ZERO,
+            ..FetchRequest::default()
+        };
+        assert!(matches!(
+            store.fetch(&queue(), &request).await,
+            Err(Error::InvalidConfig(_))
+        ));
+    }
+}
