@@ -40,6 +40,8 @@
 //! # }
 //! ```
 
+pub mod testing;
+
 pub use dq_core::*;
 pub use dq_macros::delayed_job;
 pub use dq_worker::{DeadJob, ShutdownReport, Worker, WorkerBuilder, WorkerError, WorkerHandle};

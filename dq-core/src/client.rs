@@ -586,6 +586,7 @@ impl TopicClient {
             total.cancelled += s.cancelled;
             total.trimmed += s.trimmed;
             total.oldest_overdue_ms = total.oldest_overdue_ms.max(s.oldest_overdue_ms);
+            total.overdue += s.overdue;
         }
         Ok(total)
     }

@@ -387,6 +387,9 @@ pub struct TopicStats {
     pub trimmed: u64,
     /// How long the most overdue job (due but not started) has waited, in ms.
     pub oldest_overdue_ms: u64,
+    /// Jobs whose due time has come but that are still in `scheduled` or `retry` (a worker
+    /// moves them to `ready` on its next fetch); with `ready`, what is due and not running.
+    pub overdue: u64,
 }
 
 /// Milliseconds since the Unix epoch of a wall-clock time (0 before the epoch).

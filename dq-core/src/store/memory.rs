@@ -877,6 +877,10 @@ impl Partition {
         for due in heads.into_iter().flatten() {
             oldest = oldest.max(now.saturating_sub(due));
         }
+        let overdue = [&self.sets.scheduled, &self.sets.retry]
+            .iter()
+            .map(|set| set.range(..=(now, u64::MAX)).count() as u64)
+            .sum();
         let c = &self.counters;
         TopicStats {
             scheduled: self.sets.scheduled.len() as u64,
@@ -892,6 +896,7 @@ impl Partition {
             cancelled: c.cancelled,
             trimmed: c.trimmed,
             oldest_overdue_ms: oldest,
+            overdue,
         }
     }
 

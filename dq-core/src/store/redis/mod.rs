@@ -487,14 +487,15 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.reschedule;
         let (mode, value): (&str, i64) = match due {
-            NewDue::At(t) => ("a", unix_ms(t) as i64),
-            NewDue::After(d) => ("d", ms(d) as i64),
+            // Saturate: a huge time must stay far away, not wrap to a negative "now".
+            NewDue::At(t) => ("a", i64::try_from(unix_ms(t)).unwrap_or(i64::MAX)),
+            NewDue::After(d) => ("d", i64::try_from(ms(d)).unwrap_or(i64::MAX)),
             NewDue::Shift(delta) => ("s", delta),
         };
         let reply = self
             .run(
                 s,
-                &[&k.scheduled, &k.retry, &k.ready, &k.pool, &k.stats, &k.wake],
+                &[&k.scheduled, &k.retry, &k.ready, &k.pool, &k.wake],
                 |inv| {
                     inv.arg(key.as_str()).arg(mode).arg(value);
                 },
@@ -578,6 +579,7 @@ impl Store for RedisStore {
             retry: r.int("retry")? as u64,
             dead: r.int("dead")? as u64,
             oldest_overdue_ms: r.int("oldest_overdue")?.max(0) as u64,
+            overdue: r.int("overdue")?.max(0) as u64,
             ..TopicStats::default()
         };
         while r.remaining() >= 2 {

@@ -58,7 +58,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     extend: script!("extend", 2),
     release: script!("release", 4),
     cancel: script!("cancel", 5),
-    reschedule: script!("reschedule", 6),
+    reschedule: script!("reschedule", 5),
     requeue_dead: script!("requeue_dead", 4),
     purge_dead: script!("purge_dead", 3),
     stats: script!("stats", 7),

@@ -64,10 +64,9 @@ for i = 0, n - 1 do
   if outcome == '+' or outcome == '~' then
     local due = now
     if mode == 'd' then due = now + value elseif mode == 'a' then due = value end
-    if due < now then due = now end
-    local seq = next_seq(stats)
+    due = bound_due(due, now)
     redis.call('HSET', pool, key, pack_record(waiting_state(due, now, 'S'), 0, due, now, 0, payload))
-    if place(scheduled, ready, key, due, seq, now) then need_wake = true end
+    if place(scheduled, ready, key, due, now) then need_wake = true end
     created = created + 1
   end
   results[i + 1] = outcome

@@ -51,7 +51,7 @@ if action == 'b' then
   return {2, now, trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)}
 end
 
-local at = now + delay
+local at = bound_due(now + delay, now)
 local code, later, zset = 'F', 'F', retry
 if action == 'd' then
   -- "not yet": the attempt is given back and the job waits like a scheduled one
@@ -63,5 +63,5 @@ else
   redis.call('HINCRBY', stats, 'retried', 1)
 end
 redis.call('HSET', pool, key, with_header(rec, waiting_state(at, now, later), attempts, at, owner))
-if place(zset, ready, key, at, next_seq(stats), now) then wake(wake_key) end
+if place(zset, ready, key, at, now) then wake(wake_key) end
 return {1, at, 0}

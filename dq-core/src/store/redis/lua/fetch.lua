@@ -63,9 +63,9 @@ for _, key in ipairs(expired) do
     add_history(hist, key, attempts, now, 'L', 'lease expired')
     local delay = delays[attempts]
     if delay then
-      local at = now + delay
+      local at = bound_due(now + delay, now)
       redis.call('HSET', pool, key, with_header(rec, 'F', attempts, at, token))
-      redis.call('ZADD', retry, score(at, next_seq(stats)), key)
+      redis.call('ZADD', retry, slot_score(retry, at), key)
       redis.call('HINCRBY', stats, 'retried', 1)
     else
       bury(dead, pool, stats, key, rec, now)
@@ -93,7 +93,10 @@ for _, source in ipairs({scheduled, retry}) do
         end
       end
     end
-    redis.call('ZREM', source, unpack(due_keys))
+    -- in slices: Lua's unpack fails past a few thousand values
+    for i = 1, #due_keys, 1000 do
+      redis.call('ZREM', source, unpack(due_keys, i, math.min(i + 999, #due_keys)))
+    end
     if #due_keys == promote_batch then promote_more = true end
   end
 end

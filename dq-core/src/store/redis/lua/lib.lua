@@ -11,9 +11,10 @@
 -- A job's failed attempts live in the `hist` hash (same field), a cmsgpack array of
 -- {attempt, at_ms, code, error}; codes: F failed, L lease expired, d deferred, B buried.
 --
--- Sorted-set scores are `due + (seq % 2048) / 4096`, seq a per-partition enqueue counter,
--- so jobs due in the same millisecond come out in the order they were queued. A job is
--- due when its score is below now + 1.
+-- Sorted-set scores are `due + k / 4096`, k one more than that of the last job already in the
+-- set for the same millisecond (at most 2047), so jobs due in the same millisecond come out in
+-- the order they were queued. A job is due when its score is below now + 1. Due times are
+-- capped at MAX_DUE, the largest value the record's 48-bit field holds.
 
 local HEADER = '>c1BI6I6I6'
 local HEADER_LEN = 20
@@ -47,14 +48,28 @@ local function with_header(rec, state, attempts, due, token)
   return struct.pack(HEADER, state, attempts, due, created, token) .. string.sub(rec, HEADER_LEN + 1)
 end
 
--- The sorted-set score of a job due at `due`, keeping enqueue order within the millisecond.
-local function score(due, seq)
-  return due + (seq % 2048) / 4096
+-- The latest due time a record can hold (48 bits): about the year 10889.
+local MAX_DUE = 281474976710655
+
+-- A due time as stored: not before `now`, not past MAX_DUE.
+local function bound_due(due, now)
+  if due < now then due = now end
+  if due > MAX_DUE then due = MAX_DUE end
+  return due
 end
 
--- The next value of the partition's ordering counter (see `score`).
-local function next_seq(stats)
-  return redis.call('HINCRBY', stats, 'seq', 1)
+-- The sorted-set score for a job due at `due` that joins `zset` now: after every job already
+-- there for the same millisecond, so that enqueue order is kept within the millisecond.
+-- (A per-partition counter modulo 2048 would wrap and put later jobs first.)
+local function slot_score(zset, due)
+  local last = redis.call('ZREVRANGEBYSCORE', zset, string.format('(%d', due + 1), due,
+    'WITHSCORES', 'LIMIT', 0, 1)
+  local k = 0
+  if last[2] then
+    k = math.floor((tonumber(last[2]) - due) * 4096 + 0.5) + 1
+    if k > 2047 then k = 2047 end
+  end
+  return due + k / 4096
 end
 
 -- Appends one attempt to a job's bounded history.
@@ -130,12 +145,12 @@ end
 -- Queues a job whose record is already written with `waiting_state(due, now, ...)`:
 -- onto `ready` if due now, else into `zset` (scheduled or retry).
 -- Returns true when a fetcher should be woken: the job is ready, or is the new earliest.
-local function place(zset, ready, key, due, seq, now)
+local function place(zset, ready, key, due, now)
   if due <= now then
     redis.call('RPUSH', ready, key)
     return true
   end
-  redis.call('ZADD', zset, score(due, seq), key)
+  redis.call('ZADD', zset, slot_score(zset, due), key)
   local head = redis.call('ZRANGE', zset, 0, 0)
   return head[1] == key
 end

@@ -21,9 +21,13 @@ if #ARGV > 1 then
 else
   keys = redis.call('ZRANGE', dead, 0, limit - 1)
 end
+local deleted = 0
 for _, key in ipairs(keys) do
-  redis.call('ZREM', dead, key)
-  redis.call('HDEL', pool, key)
-  redis.call('HDEL', hist, key)
+  -- a key named twice is deleted (and counted) once
+  if redis.call('ZREM', dead, key) == 1 then
+    redis.call('HDEL', pool, key)
+    redis.call('HDEL', hist, key)
+    deleted = deleted + 1
+  end
 end
-return #keys
+return deleted

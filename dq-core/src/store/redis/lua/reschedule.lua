@@ -6,8 +6,7 @@
 -- KEYS[2] retry      dq:{topic#p}:retry
 -- KEYS[3] ready      dq:{topic#p}:ready
 -- KEYS[4] pool       dq:{topic#p}:pool
--- KEYS[5] stats      dq:{topic#p}:stats
--- KEYS[6] wake       dq:{topic#p}:wake
+-- KEYS[5] wake       dq:{topic#p}:wake
 --
 -- ARGV[1] key
 -- ARGV[2] mode: 'a' at ARGV[3] Unix ms | 'd' ARGV[3] ms after now | 's' shift the current
@@ -19,8 +18,7 @@
 --        'A' running, 'D' dead: not touched;  'N' no such job
 -- Errors: 'ERR dq bad arguments: ...'
 
-local scheduled, retry, ready, pool, stats, wake_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local scheduled, retry, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
   return redis.error_reply('ERR dq bad arguments: reschedule')
@@ -34,7 +32,7 @@ if state == 'A' or state == 'D' then return {state, 0} end
 local now = now_ms()
 local at
 if mode == 'a' then at = value elseif mode == 'd' then at = now + value else at = due + value end
-if at < now then at = now end
+at = bound_due(at, now)
 
 unlink(state, scheduled, retry, nil, key)
 local new_state = waiting_state(at, now, 'S')
@@ -43,5 +41,5 @@ if new_state == 'R' and state == 'R' then
   -- already has a live hint in ready: keep its place in line
   return {'K', at}
 end
-if place(scheduled, ready, key, at, next_seq(stats), now) then wake(wake_key) end
+if place(scheduled, ready, key, at, now) then wake(wake_key) end
 return {'K', at}

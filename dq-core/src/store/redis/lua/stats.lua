@@ -8,9 +8,12 @@
 -- KEYS[6] pool       dq:{topic#p}:pool
 -- KEYS[7] stats      dq:{topic#p}:stats
 --
--- Returns {scheduled, ready, active, retry, dead, oldest_overdue_ms, counters...}
+-- ARGV none
+--
+-- Returns {scheduled, ready, active, retry, dead, oldest_overdue_ms, overdue, counters...}
 --   ready is derived: every record not in another state is ready (hints may be stale)
 --   oldest_overdue_ms: how long the most overdue waiting job has been due (0 if none)
+--   overdue: jobs in scheduled or retry whose due time has come (not yet moved to ready)
 --   counters: flat field, value pairs of the stats hash
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -23,7 +26,9 @@ local n_ready = redis.call('HLEN', pool) - n_sched - n_retry - n_active - n_dead
 if n_ready < 0 then n_ready = 0 end
 
 local oldest = 0
+local overdue = 0
 for _, z in ipairs({scheduled, retry}) do
+  overdue = overdue + redis.call('ZCOUNT', z, '-inf', string.format('(%d', now + 1))
   local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
   if head[2] then
     local late = now - math.floor(tonumber(head[2]))
@@ -41,6 +46,6 @@ for _, key in ipairs(hints) do
   end
 end
 
-local reply = {n_sched, n_ready, n_active, n_retry, n_dead, oldest}
+local reply = {n_sched, n_ready, n_active, n_retry, n_dead, oldest, overdue}
 for _, v in ipairs(redis.call('HGETALL', stats)) do reply[#reply + 1] = v end
 return reply

@@ -1,0 +1,196 @@
+//! Testing your jobs without Redis and without waiting.
+//!
+//! [`TestQueue`] is a client and a worker on the embedded store, whose clock is tokio's. In a
+//! test started with `#[tokio::test(start_paused = true)]`, time moves only when the test lets
+//! it: [`TestQueue::advance`] lets "30 minutes" pass in microseconds, running every job at its
+//! exact due time on the way, and [`TestQueue::run_until_idle`] plays out whole retry
+//! schedules (a day of tiered retries takes a fraction of a second).
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # #[dq::delayed_job(topic = "orders.close")]
+//! # async fn close_order(order_id: u64) -> Result<(), dq::JobError> { Ok(()) }
+//! #[tokio::test(start_paused = true)]
+//! async fn unpaid_order_is_closed_after_30_minutes() {
+//!     let queue = dq::testing::TestQueue::start(|worker| worker).unwrap();
+//!     queue.client().enqueue::<close_order>(7).key("order-7").delay(Duration::from_secs(1800)).await.unwrap();
+//!     queue.advance(Duration::from_secs(1800)).await;
+//!     assert_eq!(queue.client().stats::<close_order>().await.unwrap().succeeded, 1);
+//! }
+//! ```
+
+use std::time::Duration;
+
+use dq_core::{Client, Job, JobInfo, JobState, TopicStats};
+use dq_worker::{ShutdownReport, Worker, WorkerBuilder, WorkerError, WorkerHandle};
+
+/// Most rounds [`TestQueue::settle`] takes before it reports that jobs never settle.
+const SETTLE_ROUNDS: usize = 100_000;
+
+/// A client and a running worker on the embedded store, with helpers to let time pass.
+///
+/// The worker runs every `#[delayed_job]` handler of the test binary unless the configure
+/// closure given to [`TestQueue::start`] narrows it (`.topics([...])`), and gets test-friendly
+/// defaults: long leases and idle waits (the embedded store wakes fetchers directly, so these
+/// only bound how often timers fire while virtual time races ahead).
+pub struct TestQueue {
+    client: Client,
+    topics: Vec<String>,
+    worker: Option<WorkerHandle>,
+}
+
+impl std::fmt::Debug for TestQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestQueue")
+            .field("topics", &self.topics)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestQueue {
+    /// Starts a worker on a fresh embedded store; `configure` adds shared data, `on_dead`
+    /// hooks, topic filters and so on (pass `|w| w` for the defaults).
+    pub fn start(
+        configure: impl FnOnce(WorkerBuilder) -> WorkerBuilder,
+    ) -> Result<TestQueue, WorkerError> {
+        TestQueue::start_on(Client::in_memory(), configure)
+    }
+
+    /// Like [`TestQueue::start`], on a given client (e.g. `Client::in_memory_with(config)`).
+    pub fn start_on(
+        client: Client,
+        configure: impl FnOnce(WorkerBuilder) -> WorkerBuilder,
+    ) -> Result<TestQueue, WorkerError> {
+        let builder = Worker::builder(client.clone())
+            .lease(Duration::from_secs(300))
+            .idle_wait(Duration::from_secs(3600));
+        let worker = configure(builder).build()?;
+        let topics = worker.topics().map(str::to_owned).collect();
+        Ok(TestQueue {
+            client,
+            topics,
+            worker: Some(worker.start()),
+        })
+    }
+
+    /// The client: enqueue, cancel, reschedule and inspect jobs with it.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs every job that is due now to its outcome, letting no more time pass than running
+    /// handlers need (a handler that sleeps lets its sleep pass).
+    ///
+    /// # Panics
+    /// If jobs keep running after many rounds (a job that defers itself to "now" forever).
+    pub async fn settle(&self) {
+        for round in 0..SETTLE_ROUNDS {
+            if self.is_settled().await {
+                return;
+            }
+            if round % 64 == 63 {
+                // Handlers may be waiting on a timer: let the earliest one fire.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+        panic!("jobs did not settle: some job is always due or running");
+    }
+
+    async fn is_settled(&self) -> bool {
+        if self.worker.as_ref().is_some_and(|w| w.running() > 0) {
+            return false;
+        }
+        self.stats()
+            .await
+            .iter()
+            .all(|s| s.ready == 0 && s.active == 0 && s.overdue == 0)
+    }
+
+    /// Stats of every topic the worker runs.
+    async fn stats(&self) -> Vec<TopicStats> {
+        let mut all = Vec::with_capacity(self.topics.len());
+        for topic in &self.topics {
+            let topic = self
+                .client
+                .topic(topic)
+                .expect("topics come from the worker");
+            all.push(topic.stats().await.expect("embedded store"));
+        }
+        all
+    }
+
+    /// Lets `duration` pass, running each job at its due time on the way, then settles.
+    pub async fn advance(&self, duration: Duration) {
+        tokio::time::sleep(duration).await;
+        self.settle().await;
+    }
+
+    /// Lets time pass until no job is waiting anywhere (every job succeeded, was cancelled,
+    /// or is dead), at most `limit` of time.
+    ///
+    /// # Panics
+    /// If jobs are still waiting after `limit`.
+    pub async fn run_until_idle_within(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            self.settle().await;
+            let waiting: u64 = self
+                .stats()
+                .await
+                .iter()
+                .map(|s| s.scheduled + s.retry)
+                .sum();
+            if waiting == 0 {
+                return;
+            }
+            let now = tokio::time::Instant::now();
+            assert!(
+                now < deadline,
+                "{waiting} jobs still waiting after {limit:?}"
+            );
+            // The worker's own timers fire at each due time; this only bounds the loop.
+            tokio::time::sleep((deadline - now).min(Duration::from_secs(3600))).await;
+        }
+    }
+
+    /// [`TestQueue::run_until_idle_within`] 400 days: every retry schedule fits.
+    pub async fn run_until_idle(&self) {
+        self.run_until_idle_within(Duration::from_secs(400 * 24 * 3600))
+            .await
+    }
+
+    /// A job of type `J` by key, or `None` once it succeeded or was cancelled.
+    pub async fn job<J: Job>(&self, key: &str) -> Option<JobInfo> {
+        self.client.job::<J>(key).await.expect("embedded store")
+    }
+
+    /// The state of a job of type `J`, or `None` once it succeeded or was cancelled.
+    pub async fn state<J: Job>(&self, key: &str) -> Option<JobState> {
+        self.job::<J>(key).await.map(|j| j.state)
+    }
+
+    /// The dead jobs of `J`'s topic, oldest first.
+    pub async fn dead<J: Job>(&self) -> Vec<JobInfo> {
+        self.client
+            .topic(J::TOPIC)
+            .expect("valid topic")
+            .dead_jobs(0, usize::MAX / 2)
+            .await
+            .expect("embedded store")
+    }
+
+    /// The store's clock now, in ms (to compare with due times and attempt times).
+    pub async fn now_ms(&self) -> u64 {
+        self.client.store().now_ms().await.expect("embedded store")
+    }
+
+    /// Stops the worker gracefully.
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        match self.worker.take() {
+            Some(w) => w.shutdown().await,
+            None => ShutdownReport::default(),
+        }
+    }
+}
