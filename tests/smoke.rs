@@ -70,3 +70,40 @@ async fn one_job_end_to_end() {
         "{stats:?}"
     );
 }
+
+#[tokio::test]
+async fn a_long_multibyte_error_keeps_the_history_readable() {
+    let server = dq_testkit::shared();
+    let ns = dq_testkit::namespace("smoke");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    client.enqueue::<ping>(1).key("k").await.unwrap();
+    let q = Queue::new(Topic::new("smoke.ping").unwrap(), 0);
+    let d = client
+        .store()
+        .fetch(&q, &FetchRequest::default())
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    // 1023 ASCII bytes then 2-byte characters: byte 1024 falls inside a character.
+    let error = format!("{}{}", "x".repeat(1023), "é".repeat(100));
+    let action = dq::FailAction::Retry(Duration::from_secs(60));
+    client
+        .store()
+        .fail(
+            &q,
+            &d.key,
+            d.token,
+            &action,
+            &error,
+            dq::DeadLimits::default(),
+        )
+        .await
+        .unwrap();
+    let info = client.job::<ping>("k").await.unwrap().unwrap();
+    assert_eq!(info.history[0].error, "x".repeat(1023));
+}

@@ -334,6 +334,22 @@ pub struct AttemptRecord {
     pub error: String,
 }
 
+/// Longest error text kept in a job's history, in bytes.
+pub const MAX_ERROR_LEN: usize = 1024;
+
+/// An error text cut to at most [`MAX_ERROR_LEN`] bytes, on a character boundary (a cut
+/// inside a character would make the history undecodable).
+pub(crate) fn truncate_error(text: &str) -> &str {
+    if text.len() <= MAX_ERROR_LEN {
+        return text;
+    }
+    let mut end = MAX_ERROR_LEN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// How many attempt records a job keeps; older ones are dropped first.
 pub const MAX_HISTORY: usize = 32;
 

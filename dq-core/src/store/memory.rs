@@ -40,8 +40,6 @@ use crate::names::JobKey;
 /// The latest due time the Redis record can hold (48 bits of ms); kept here so both stores
 /// clamp alike.
 const MAX_DUE: u64 = (1 << 48) - 1;
-/// Longest error text kept in a job's history, in bytes.
-const MAX_ERROR_LEN: usize = 1024;
 /// Most dead jobs removed by one trim (the Lua scripts' bound).
 const TRIM_LIMIT: usize = 100;
 /// Attempts are one byte in the Redis record.
@@ -254,25 +252,13 @@ impl Record {
             attempt: self.attempts,
             at_ms,
             outcome,
-            error: truncate(error, MAX_ERROR_LEN).to_owned(),
+            error: crate::job::truncate_error(error).to_owned(),
         });
         if self.history.len() > MAX_HISTORY {
             let excess = self.history.len() - MAX_HISTORY;
             self.history.drain(..excess);
         }
     }
-}
-
-/// `text` cut to at most `max` bytes, on a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// Which sorted set a waiting job joins when it is not due yet.

@@ -384,7 +384,7 @@ impl Store for RedisStore {
                         .arg(token)
                         .arg(code)
                         .arg(delay)
-                        .arg(error)
+                        .arg(crate::job::truncate_error(error))
                         .arg(per_partition_cap(dead_limits))
                         .arg(ms(dead_limits.retention));
                 },
