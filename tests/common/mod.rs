@@ -1,0 +1,48 @@
+//! Shared support for the store tests.
+//!
+//! A store test is written once, in [`conformance`], as `async fn body<H: Harness>(h: &H)`, and
+//! instantiated for each store by [`conformance_suite!`](crate::conformance_suite): today the
+//! Redis store ([`redis::RedisHarness`]), later the embedded one. A [`Harness`] is one test's
+//! private store (for Redis: a fresh namespace on the shared test server) plus the checks that
+//! need to look inside it.
+
+#![allow(dead_code)]
+
+pub mod conformance;
+pub mod redis;
+
+use std::sync::Arc;
+
+use dq::{Client, ClientBuilder, Store};
+
+/// One test's private store, and the checks that look inside it.
+///
+/// Every client a harness hands out works on the same jobs (for Redis: the same namespace),
+/// and no other test sees them.
+#[allow(async_fn_in_trait)]
+pub trait Harness {
+    /// A client with default settings on this harness's store.
+    async fn client(&self) -> Client;
+
+    /// A client on this harness's store with settings changed by `configure` (partitions,
+    /// payload limit, dead-queue limits, bulk chunk, …). Fails as `ClientBuilder` fails, e.g.
+    /// with `InvalidTopic` for a bad topic name in `partitions`.
+    async fn client_with(
+        &self,
+        configure: impl FnOnce(ClientBuilder) -> ClientBuilder,
+    ) -> dq::Result<Client>;
+
+    /// The store behind [`Harness::client`].
+    fn store(&self) -> Arc<dyn Store>;
+
+    /// Panics, listing every violation, unless every job's record and the structures holding
+    /// it agree (see [`redis::violations`] for the Redis version of the rules).
+    async fn check_invariants(&self);
+
+    /// Panics unless the store holds no job data at all: only counters (and for Redis, an
+    /// unconsumed wake-up token) may remain.
+    async fn assert_no_leftovers(&self);
+
+    /// Panics unless nothing at all was ever written (for Redis: no key in the namespace).
+    async fn assert_untouched(&self);
+}

@@ -1,0 +1,409 @@
+//! The store test suite against a real Redis (the testkit's private server, never 6379).
+//!
+//! Every conformance body of `common::conformance` runs here once, in its own namespace, followed
+//! by the Redis invariant check (`common::redis::violations`). Below them are the tests that
+//! only make sense for Redis: the eviction-policy check at connect, hostile key bytes, the key
+//! layout, far-future due times and the invariant check itself.
+
+mod common;
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use common::Harness;
+use common::conformance::{HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
+use common::redis::{KEY_NAMES, RedisHarness, parse_key};
+use dq::{
+    Client, EnqueueOutcome, Error, FailAction, JobState, NewDue, Queue, RedisOptions, RedisStore,
+    RescheduleOutcome, Topic,
+};
+use dq_testkit::{RedisServer, ServerOptions, keys_in_namespace};
+
+crate::conformance_suite!(RedisHarness::new().await);
+
+/// A server whose `maxmemory-policy` may evict keys is refused at connect with
+/// `UnsuitableServer`, before anything is written; `allow_eviction(true)` accepts it.
+#[tokio::test]
+async fn evicting_server_is_refused_at_connect() {
+    let server = RedisServer::start_with(ServerOptions::default().maxmemory_policy("allkeys-lru"));
+    let ns = dq_testkit::namespace("evict");
+    for policy in [
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+    ] {
+        server.cmd::<()>(&["CONFIG", "SET", "maxmemory-policy", policy]);
+        match Client::builder()
+            .namespace(&ns)
+            .connect(&server.url())
+            .await
+        {
+            Err(Error::UnsuitableServer(msg)) => {
+                assert!(msg.contains(policy), "{msg}");
+                assert!(msg.contains("noeviction"), "says what to do: {msg}");
+            }
+            other => panic!("{policy}: expected UnsuitableServer, got {other:?}"),
+        }
+        assert!(keys_in_namespace(&server, &ns).is_empty());
+        assert_eq!(
+            server.cmd::<i64>(&["DBSIZE"]),
+            0,
+            "{policy}: nothing written"
+        );
+    }
+
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let store = RedisStore::connect(
+        &server.url(),
+        RedisOptions {
+            namespace: ns.clone(),
+            allow_eviction: true,
+            ..RedisOptions::default()
+        },
+    )
+    .await
+    .expect("allow_eviction(true) accepts an evicting server");
+    assert_eq!(store.server().maxmemory_policy, "allkeys-lru");
+    assert_eq!(
+        server.cmd::<i64>(&["DBSIZE"]),
+        0,
+        "connecting writes nothing"
+    );
+
+    let client = Client::builder()
+        .namespace(&ns)
+        .allow_eviction(true)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let e = client
+        .topic("evict")
+        .unwrap()
+        .enqueue(raw(1))
+        .key("k")
+        .await
+        .unwrap();
+    assert_eq!(e.outcome, EnqueueOutcome::Created);
+
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    Client::builder()
+        .namespace(&ns)
+        .connect(&server.url())
+        .await
+        .expect("noeviction is accepted");
+}
+
+/// Job keys full of Redis-significant bytes (separators, hash-tag braces, glob characters, the
+/// shape of a dq key, unicode) are fields and members only: they never reach a key name and
+/// come back byte for byte, on every partition.
+#[tokio::test]
+async fn hostile_key_bytes_never_reach_key_names() {
+    let h = RedisHarness::new().await;
+    let c = h.client_with(|b| b.partitions("hostile", 3)).await.unwrap();
+    let t = c.topic("hostile").unwrap();
+    let long = "}{:".repeat(85);
+    let own_shape = format!("{}:{{hostile#0}}:pool", h.namespace());
+    let keys: Vec<&str> = vec![
+        "a:b",
+        "{x}",
+        "}{",
+        "{",
+        "}",
+        "#0}:ready",
+        &own_shape,
+        "*?[]\\",
+        "%s%n%d",
+        "\"'`$()",
+        "ключ",
+        "🦀:{🦀}",
+        "\u{200b}",
+        "ä\u{301}",
+        &long,
+    ];
+    for (i, k) in keys.iter().enumerate() {
+        let job = t.enqueue(raw(i as u64)).key(*k);
+        let job = if i % 2 == 0 { job } else { job.delay(HOUR) };
+        assert_eq!(job.await.unwrap().outcome, EnqueueOutcome::Created, "{k:?}");
+    }
+    h.check_invariants().await;
+
+    let mut stored = BTreeSet::new();
+    for key in h.keys() {
+        let (topic, p, name) =
+            parse_key(h.namespace(), &key).unwrap_or_else(|| panic!("unexpected key name {key:?}"));
+        assert_eq!(topic, "hostile", "{key:?}");
+        assert!(p < 3, "{key:?}");
+        assert!(KEY_NAMES.iter().any(|(n, _)| *n == name), "{key:?}");
+        assert_eq!(
+            key,
+            format!("{}:{{hostile#{p}}}:{name}", h.namespace()),
+            "a job key leaked into a key name"
+        );
+        if name == "pool" {
+            stored.extend(h.server().cmd::<Vec<String>>(&["HKEYS", &key]));
+        }
+    }
+    let want: BTreeSet<String> = keys.iter().map(|k| k.to_string()).collect();
+    assert_eq!(stored, want, "pool fields are the keys, byte for byte");
+    for k in &keys {
+        let i = info(&t, k).await;
+        assert_eq!(i.key.as_str(), *k);
+        let p = jk(k).partition(3);
+        let pool = format!("{}:{{hostile#{p}}}:pool", h.namespace());
+        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &pool, k]), 1, "{k:?}");
+    }
+
+    // Reschedule the scheduled ones to now, then deliver everything.
+    for (i, k) in keys.iter().enumerate() {
+        if i % 2 == 1 {
+            let out = t
+                .reschedule(k, NewDue::Shift(-2 * 3_600_000))
+                .await
+                .unwrap();
+            assert!(
+                matches!(out, RescheduleOutcome::Rescheduled { .. }),
+                "{k:?}"
+            );
+        }
+    }
+    let mut delivered = BTreeSet::new();
+    for p in 0..3 {
+        let q = Queue::new(Topic::new("hostile").unwrap(), p);
+        let jobs = fetch(&h, &q, &req()).await.jobs;
+        for d in &jobs {
+            assert_eq!(d.key.partition(3), p);
+            let i = common::conformance::unraw(&d.payload) as usize;
+            assert_eq!(d.key.as_str(), keys[i]);
+        }
+        delivered.extend(keys_of(&jobs));
+        ack_all(&h, &q, &jobs).await;
+    }
+    assert_eq!(delivered, want);
+    h.check_invariants().await;
+    h.assert_no_leftovers().await;
+}
+
+/// Every key is `<ns>:{<topic>#<p>}:<name>`: one hash tag per partition (one cluster slot),
+/// known names with fixed types, and each job's record in the partition its key hashes to.
+#[tokio::test]
+async fn key_layout_is_one_hash_tag_per_partition() {
+    let h = RedisHarness::new().await;
+    let c = h
+        .client_with(|b| b.partitions("orders.close", 4))
+        .await
+        .unwrap();
+    let t = c.topic("orders.close").unwrap();
+    let names: Vec<String> = (0..24).map(|i| format!("order-{i}")).collect();
+    for (i, k) in names.iter().enumerate() {
+        let e = t.enqueue(raw(i as u64)).key(k);
+        let e = if i % 4 == 0 { e.delay(HOUR) } else { e };
+        e.await.unwrap();
+    }
+    // Spread the due-now jobs over active, retry, dead and ready.
+    for p in 0..4 {
+        let q = Queue::new(Topic::new("orders.close").unwrap(), p);
+        let jobs = fetch(&h, &q, &req()).await.jobs;
+        for (i, d) in jobs.iter().enumerate() {
+            let store = h.store();
+            match i % 4 {
+                0 => {} // stays active
+                1 => {
+                    store
+                        .fail(
+                            &q,
+                            &d.key,
+                            d.token,
+                            &FailAction::Retry(HOUR),
+                            "e",
+                            Default::default(),
+                        )
+                        .await
+                        .unwrap();
+                }
+                2 => {
+                    store
+                        .fail(
+                            &q,
+                            &d.key,
+                            d.token,
+                            &FailAction::Bury,
+                            "e",
+                            Default::default(),
+                        )
+                        .await
+                        .unwrap();
+                }
+                _ => {
+                    store.release(&q, &[dq::store::lease_of(d)]).await.unwrap();
+                }
+            }
+        }
+    }
+    h.check_invariants().await;
+
+    let ns = h.namespace();
+    let mut seen_names = HashSet::new();
+    let mut seen_partitions = HashSet::new();
+    for key in h.keys() {
+        let (topic, p, name) =
+            parse_key(ns, &key).unwrap_or_else(|| panic!("unexpected key name {key:?}"));
+        assert_eq!(topic, "orders.close");
+        assert!(p < 4, "{key}");
+        let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
+        assert_eq!(tag, format!("orders.close#{p}"), "{key}");
+        let want_type = KEY_NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("unknown key name {key}"))
+            .1;
+        assert_eq!(
+            h.server().cmd::<String>(&["TYPE", &key]),
+            want_type,
+            "{key}"
+        );
+        seen_names.insert(name.to_string());
+        seen_partitions.insert(p);
+    }
+    assert_eq!(
+        seen_partitions.len(),
+        4,
+        "24 keys should reach all 4 partitions"
+    );
+    for name in [
+        "scheduled",
+        "retry",
+        "ready",
+        "active",
+        "dead",
+        "pool",
+        "hist",
+        "stats",
+    ] {
+        assert!(seen_names.contains(name), "no `{name}` key: {seen_names:?}");
+    }
+    for k in &names {
+        let p = jk(k).partition(4);
+        let pool = format!("{ns}:{{orders.close#{p}}}:pool");
+        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &pool, k]), 1, "{k}");
+    }
+}
+
+/// Due times past what a record holds (48 bits of ms, year 10889) are capped, never wrapped:
+/// the job stays far in the future and a shift earlier does not bring it to the past.
+#[tokio::test]
+async fn far_future_due_times_are_capped() {
+    const MAX_DUE: u64 = (1 << 48) - 1;
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("far.future").unwrap();
+    t.enqueue(raw(1))
+        .key("delay")
+        .delay(Duration::from_secs(1 << 40))
+        .await
+        .unwrap();
+    t.enqueue(raw(1))
+        .key("at")
+        .at(dq::job::from_unix_ms(1 << 50))
+        .await
+        .unwrap();
+    for k in ["delay", "at"] {
+        let i = info(&t, k).await;
+        assert_eq!(
+            (i.state, i.due_ms),
+            (JobState::Scheduled, MAX_DUE),
+            "{k}: {i:?}"
+        );
+    }
+    let out = t.reschedule("at", NewDue::Shift(-1000)).await.unwrap();
+    assert_eq!(
+        out,
+        RescheduleOutcome::Rescheduled {
+            due_ms: MAX_DUE - 1000
+        }
+    );
+    let out = t
+        .reschedule("delay", NewDue::After(Duration::MAX))
+        .await
+        .unwrap();
+    assert_eq!(out, RescheduleOutcome::Rescheduled { due_ms: MAX_DUE });
+    let q = queue("far.future");
+    let reply = fetch(&h, &q, &req()).await;
+    assert!(reply.jobs.is_empty(), "{reply:?}");
+    h.check_invariants().await;
+}
+
+/// The invariant check itself finds each kind of damage.
+#[tokio::test]
+async fn invariant_check_finds_damage() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("damage").unwrap();
+    t.enqueue(raw(1)).key("s").delay(HOUR).await.unwrap();
+    t.enqueue(raw(1)).key("r").await.unwrap();
+    assert!(h.violations().await.is_empty());
+
+    let ns = h.namespace().to_string();
+    let key = |name: &str| format!("{ns}:{{damage#0}}:{name}");
+    let (sched, retry, ready, pool, hist) = (
+        key("scheduled"),
+        key("retry"),
+        key("ready"),
+        key("pool"),
+        key("hist"),
+    );
+    let bad_record = format!("Z{}", "\0".repeat(19));
+    let bogus = key("bogus");
+    let cases: Vec<(Vec<&str>, Vec<&str>, &str)> = vec![
+        (
+            vec!["ZADD", &sched, "1", "ghost"],
+            vec!["ZREM", &sched, "ghost"],
+            "has no record",
+        ),
+        (
+            vec!["ZADD", &retry, "1", "s"],
+            vec!["ZREM", &retry, "s"],
+            "is also in `retry`",
+        ),
+        (
+            vec!["ZREM", &sched, "s"],
+            vec!["ZADD", &sched, "0", "s"],
+            "missing from `scheduled`",
+        ),
+        (
+            vec!["HSET", &hist, "ghost", "x"],
+            vec!["HDEL", &hist, "ghost"],
+            "`hist` entry",
+        ),
+        (
+            vec!["LREM", &ready, "0", "r"],
+            vec!["RPUSH", &ready, "r"],
+            "has no hint",
+        ),
+        (
+            vec!["HSET", &pool, "z", &bad_record],
+            vec!["HDEL", &pool, "z"],
+            "unknown state byte",
+        ),
+        (
+            vec!["SET", &bogus, "1"],
+            vec!["DEL", &bogus],
+            "unknown key name",
+        ),
+    ];
+    for (damage, repair, expect) in cases {
+        h.server().cmd::<()>(&damage);
+        let v = h.violations().await;
+        assert!(
+            v.iter().any(|m| m.contains(expect)),
+            "{damage:?} should be reported as {expect:?}, got {v:?}"
+        );
+        h.server().cmd::<()>(&repair);
+    }
+    // The score of `s` was rewritten to 0 by the repair above; put it back through the API.
+    t.reschedule("s", NewDue::After(HOUR)).await.unwrap();
+    h.check_invariants().await;
+}
