@@ -191,6 +191,34 @@ pub struct FetchRequest {
     pub dead_limits: DeadLimits,
 }
 
+/// Most jobs one fetch may lease.
+pub const MAX_FETCH_JOBS: usize = 10_000;
+/// Largest promote or recover batch of one fetch (it bounds the script's running time).
+pub const MAX_FETCH_BATCH: usize = 100_000;
+
+impl FetchRequest {
+    /// Checks the limits; both stores refuse a request that fails this, before any work.
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.lease.is_zero() || self.promote_batch == 0 || self.recover_batch == 0 {
+            return Err(crate::Error::InvalidConfig(
+                "fetch needs a lease and batch sizes above zero".into(),
+            ));
+        }
+        if self.max_jobs > MAX_FETCH_JOBS
+            || self.promote_batch > MAX_FETCH_BATCH
+            || self.recover_batch > MAX_FETCH_BATCH
+            || self.lease_expiry_retries.len() > crate::retry_syntax::MAX_RETRIES as usize
+        {
+            return Err(crate::Error::InvalidConfig(format!(
+                "fetch limits too large: at most {MAX_FETCH_JOBS} jobs, batches of \
+                 {MAX_FETCH_BATCH}, {} retry delays",
+                crate::retry_syntax::MAX_RETRIES
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Default for FetchRequest {
     fn default() -> Self {
         FetchRequest {

@@ -42,6 +42,8 @@ macro_rules! conformance_suite {
             extend_keeps_the_lease,
             stale_tokens_change_nothing,
             release_gives_the_attempt_back_at_the_front,
+            release_of_many_keeps_their_order,
+            scheduled_and_retry_are_promoted_in_due_order,
             retry_schedule_until_dead,
             defer_spends_no_attempt,
             dead_queue_list_requeue_purge,
@@ -2286,4 +2288,44 @@ pub async fn no_leftovers_after_mixed_workload<H: Harness>(h: &H) {
     assert_eq!(st.succeeded as usize, acked);
     assert_eq!(acked + buried - 1 + 5, 40, "every job ended exactly once");
     h.assert_no_leftovers().await;
+}
+
+/// Several jobs released in one call stand at the front of ready in the order given.
+pub async fn release_of_many_keeps_their_order<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("release.many").unwrap();
+    let q = queue("release.many");
+    for k in ["a", "b", "c", "d"] {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let jobs = fetch(h, &q, &req_max(3)).await.jobs;
+    assert_eq!(keys_of(&jobs), ["a", "b", "c"]);
+    let leases: Vec<_> = jobs.iter().map(dq::store::lease_of).collect();
+    assert_eq!(
+        h.store().release(&q, &leases).await.unwrap(),
+        [true, true, true]
+    );
+    let again = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&again), ["a", "b", "c", "d"]);
+    ack_all(h, &q, &again).await;
+}
+
+/// Due jobs of `scheduled` and `retry` reach ready merged by due time, not set by set.
+pub async fn scheduled_and_retry_are_promoted_in_due_order<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("promote.merge").unwrap();
+    let q = queue("promote.merge");
+    t.enqueue(raw(1)).key("r").await.unwrap();
+    let r = fetch_one(h, &q, &req()).await;
+    // "r" waits in retry until +100 ms; "s1" is due before it and "s2" after it.
+    t.enqueue(raw(1)).key("s1").delay(ms(50)).await.unwrap();
+    fail(h, &r, FailAction::Retry(ms(100)), "once")
+        .await
+        .unwrap();
+    t.enqueue(raw(1)).key("s2").delay(ms(150)).await.unwrap();
+    let start = now(h).await;
+    until_store_time(h, start + 200).await;
+    let jobs = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&jobs), ["s1", "r", "s2"]);
+    ack_all(h, &q, &jobs).await;
 }

@@ -585,34 +585,35 @@ impl Partition {
             trimmed += self.trim_dead(now, cap, retention_ms, TRIM_LIMIT);
         }
 
-        // 2. promote due jobs (due <= now), earliest first: scheduled, then retry
+        // 2. promote due jobs (due <= now) from both sets, merged by due ms (scheduled first
+        //    on a tie), as fetch.lua does
         let mut promote_more = false;
-        for later in [Later::Scheduled, Later::Retry] {
-            let set = match later {
-                Later::Scheduled => &mut self.sets.scheduled,
-                Later::Retry => &mut self.sets.retry,
-            };
-            let due: Vec<(u64, u64)> = set
+        let mut due: Vec<(u64, u8, (u64, u64))> = Vec::new();
+        for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
+            let batch: Vec<(u64, u64)> = set
                 .keys()
                 .take_while(|(due, _)| *due <= now)
                 .take(request.promote_batch)
                 .copied()
                 .collect();
-            if due.len() == request.promote_batch {
+            if batch.len() == request.promote_batch {
                 promote_more = true;
             }
-            for slot in due {
-                let set = match later {
-                    Later::Scheduled => &mut self.sets.scheduled,
-                    Later::Retry => &mut self.sets.retry,
-                };
-                let Some(key) = set.remove(&slot) else {
-                    continue;
-                };
-                let place = self.sets.push_ready_back(&key);
-                if let Some(rec) = self.jobs.get_mut(&key) {
-                    rec.place = place;
-                }
+            due.extend(batch.into_iter().map(|slot| (slot.0, rank, slot)));
+        }
+        due.sort();
+        for (_, rank, slot) in due {
+            let set = if rank == 0 {
+                &mut self.sets.scheduled
+            } else {
+                &mut self.sets.retry
+            };
+            let Some(key) = set.remove(&slot) else {
+                continue;
+            };
+            let place = self.sets.push_ready_back(&key);
+            if let Some(rec) = self.jobs.get_mut(&key) {
+                rec.place = place;
             }
         }
 
@@ -777,8 +778,10 @@ impl Partition {
     /// Mirrors `release.lua`: back to the front of `ready`, the attempt given back.
     fn release(&mut self, leases: &[(JobKey, u64)]) -> Vec<bool> {
         let mut released = false;
-        let out = leases
+        // Backwards, so the jobs end at the front of ready in the order given.
+        let mut out: Vec<bool> = leases
             .iter()
+            .rev()
             .map(|(key, token)| match self.jobs.get_mut(key) {
                 Some(rec) if rec.state() == JobState::Active && rec.token == *token => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
@@ -790,6 +793,7 @@ impl Partition {
                 _ => false,
             })
             .collect();
+        out.reverse();
         if released {
             self.wake();
         }
@@ -971,11 +975,7 @@ impl Store for MemoryStore {
     }
 
     async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply> {
-        if request.lease.is_zero() || request.promote_batch == 0 || request.recover_batch == 0 {
-            return Err(Error::InvalidConfig(
-                "fetch needs a lease and batch sizes above zero".into(),
-            ));
-        }
+        request.validate()?;
         let reply = self.write(queue, |p, now| p.fetch(queue, request, now));
         warn_trimmed(queue, reply.trimmed);
         Ok(reply)
@@ -1689,9 +1689,9 @@ mod tests {
         let leases: Vec<_> = r.jobs.iter().map(crate::store::lease_of).collect();
         assert_eq!(store.release(&q, &leases).await.unwrap(), [true, true]);
         assert_eq!(info(&store, "a").await.attempts, 0);
-        // released to the front, one after the other (like LPUSH)
+        // released to the front, in the order given
         let r = fetch(&store, 3).await;
-        assert_eq!(keys(&r), ["b", "a", "c"]);
+        assert_eq!(keys(&r), ["a", "b", "c"]);
         assert!(r.jobs.iter().all(|d| d.attempt == 1));
 
         let limits = DeadLimits {
@@ -1711,11 +1711,11 @@ mod tests {
             trimmed,
             [0, 0, 1].map(|trimmed| FailOutcome::Buried { trimmed })
         );
-        // oldest death first: b was trimmed
+        // oldest death first: a died first and was trimmed
         let dead = store.dead(&q, 0, 10).await.unwrap();
         assert_eq!(
             dead.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
-            ["a", "c"]
+            ["b", "c"]
         );
         assert!(dead[0].state_since_or_deadline_ms < dead[1].state_since_or_deadline_ms);
         assert_eq!(store.dead(&q, 1, 10).await.unwrap().len(), 1);
@@ -1737,7 +1737,7 @@ mod tests {
 
         assert_eq!(
             store
-                .purge_dead(&q, &[key("a"), key("a")], 5)
+                .purge_dead(&q, &[key("b"), key("b")], 5)
                 .await
                 .unwrap(),
             1

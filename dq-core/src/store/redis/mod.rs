@@ -248,11 +248,7 @@ impl Store for RedisStore {
     async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply> {
         let k = self.keys(queue);
         let s = &SCRIPTS.fetch;
-        if request.lease.is_zero() || request.promote_batch == 0 || request.recover_batch == 0 {
-            return Err(Error::InvalidConfig(
-                "fetch needs a lease and batch sizes above zero".into(),
-            ));
-        }
+        request.validate()?;
         let lease_ms = ms(request.lease).max(1);
         let reply = self
             .run(

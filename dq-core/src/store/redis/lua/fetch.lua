@@ -1,7 +1,8 @@
 -- fetch: the worker's one call per round trip. In order:
 --   1. recover at most ARGV[4] expired leases: each counts as a failed attempt
 --      ("lease expired") and goes to retry after the topic's delay, or to dead;
---   2. promote at most ARGV[3] due jobs from scheduled, and as many from retry, to ready;
+--   2. promote at most ARGV[3] due jobs from scheduled, and as many from retry, to ready,
+--      merged by due time;
 --   3. pop up to ARGV[1] ready keys, skipping stale hints, and lease them with fresh tokens;
 --   4. pass a wake-up token on if ready work is left behind (chained wake-ups).
 --
@@ -77,28 +78,50 @@ if #buried > 0 then
   trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
 end
 
--- 2. promote due jobs (score < now + 1), earliest first
+-- 2. promote due jobs (score < now + 1) from both sets, merged by due ms (scheduled first
+--    on a tie), so ready keeps due order across the two
 local promote_more = false
-for _, source in ipairs({scheduled, retry}) do
-  local due_keys = redis.call('ZRANGEBYSCORE', source, '-inf', string.format('(%d', now + 1),
-    'LIMIT', 0, promote_batch)
-  if #due_keys > 0 then
-    for _, key in ipairs(due_keys) do
-      local rec = redis.call('HGET', pool, key)
-      if rec then
-        local state, attempts, due, _, token = unpack_record(rec)
-        if state == 'S' or state == 'F' then
-          redis.call('HSET', pool, key, with_header(rec, 'R', attempts, due, token))
-          redis.call('RPUSH', ready, key)
-        end
-      end
+local due_lists = {}
+for i, source in ipairs({scheduled, retry}) do
+  due_lists[i] = redis.call('ZRANGEBYSCORE', source, '-inf', string.format('(%d', now + 1),
+    'WITHSCORES', 'LIMIT', 0, promote_batch)
+  if #due_lists[i] == 2 * promote_batch then promote_more = true end
+end
+local function promote(key)
+  local rec = redis.call('HGET', pool, key)
+  if rec then
+    local state, attempts, due, _, token = unpack_record(rec)
+    if state == 'S' or state == 'F' then
+      redis.call('HSET', pool, key, with_header(rec, 'R', attempts, due, token))
+      redis.call('RPUSH', ready, key)
     end
-    -- in slices: Lua's unpack fails past a few thousand values
-    for i = 1, #due_keys, 1000 do
-      redis.call('ZREM', source, unpack(due_keys, i, math.min(i + 999, #due_keys)))
-    end
-    if #due_keys == promote_batch then promote_more = true end
   end
+end
+local s_list, r_list = due_lists[1], due_lists[2]
+local si, ri = 1, 1
+while si <= #s_list or ri <= #r_list do
+  local take_s = ri > #r_list
+    or (si <= #s_list and math.floor(tonumber(s_list[si + 1])) <= math.floor(tonumber(r_list[ri + 1])))
+  if take_s then
+    promote(s_list[si])
+    si = si + 2
+  else
+    promote(r_list[ri])
+    ri = ri + 2
+  end
+end
+for i, source in ipairs({scheduled, retry}) do
+  local list = due_lists[i]
+  -- in slices: Lua's unpack fails past a few thousand values
+  local keys = {}
+  for j = 1, #list, 2 do
+    keys[#keys + 1] = list[j]
+    if #keys == 1000 then
+      redis.call('ZREM', source, unpack(keys))
+      keys = {}
+    end
+  end
+  if #keys > 0 then redis.call('ZREM', source, unpack(keys)) end
 end
 
 -- 3. pop and lease

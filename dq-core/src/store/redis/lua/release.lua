@@ -1,5 +1,6 @@
 -- release: hand running jobs back without charging the attempt (graceful shutdown).
--- Released jobs go to the FRONT of ready: they were due before anything queued behind them.
+-- Released jobs go to the FRONT of ready, in the order given: they were due before anything
+-- queued behind them.
 --
 -- KEYS[1] active  dq:{topic#p}:active
 -- KEYS[2] ready   dq:{topic#p}:ready
@@ -21,7 +22,8 @@ end
 
 local codes = {}
 local released = 0
-for i = 1, #ARGV, 2 do
+-- Backwards, so that after the LPUSHes the jobs stand at the front in the order given.
+for i = #ARGV - 1, 1, -2 do
   local key, token = ARGV[i], tonumber(ARGV[i + 1])
   local rec = redis.call('HGET', pool, key)
   local ok = '0'
@@ -35,7 +37,7 @@ for i = 1, #ARGV, 2 do
       ok = '1'
     end
   end
-  codes[#codes + 1] = ok
+  codes[(i + 1) / 2] = ok
 end
 if released > 0 then wake(wake_key) end
 return table.concat(codes)
