@@ -102,3 +102,8 @@ pub mod __private {
         }
     }
 }
+
+/// The README's code blocks, compiled as doctests so the README cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

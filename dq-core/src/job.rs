@@ -306,6 +306,10 @@ pub enum NewDue {
     /// This long after now.
     After(Duration),
     /// Moved from its current due time by this many ms (negative: earlier).
+    ///
+    /// Unlike `At` and `After`, a shift is relative: repeating it after an ambiguous error
+    /// (a timeout) shifts again. Where a retry must be harmless, read the job's `due_ms`
+    /// and reschedule `At` the time you want.
     Shift(i64),
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Layout (DESIGN §5): per partition a `pool` hash of records, `scheduled`/`retry`/`active`/
 //! `dead` sorted sets, a `ready` list of hints, a `hist` hash of attempt histories, a `stats`
-//! hash of counters and a `wake` list. Keys come from [`keys`]; scripts from [`scripts`].
+//! hash of counters and a `wake` list. Keys come from `keys.rs`; scripts from `scripts.rs` and `lua/`.
 
 mod checks;
 mod keys;
