@@ -585,74 +585,77 @@ impl Partition {
             trimmed += self.trim_dead(now, cap, retention_ms, TRIM_LIMIT);
         }
 
-        // 2. promote due jobs (due <= now) from both sets, merged by due ms (scheduled first
-        //    on a tie), as fetch.lua does
-        let mut promote_more = false;
-        let mut due: Vec<(u64, u8, (u64, u64))> = Vec::new();
-        for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
-            let batch: Vec<(u64, u64)> = set
-                .keys()
-                .take_while(|(due, _)| *due <= now)
-                .take(request.promote_batch)
-                .copied()
-                .collect();
-            if batch.len() == request.promote_batch {
-                promote_more = true;
-            }
-            due.extend(batch.into_iter().map(|slot| (slot.0, rank, slot)));
-        }
-        due.sort();
-        for (_, rank, slot) in due {
-            let set = if rank == 0 {
-                &mut self.sets.scheduled
-            } else {
-                &mut self.sets.retry
-            };
-            let Some(key) = set.remove(&slot) else {
-                continue;
-            };
-            let place = self.sets.push_ready_back(&key);
-            if let Some(rec) = self.jobs.get_mut(&key) {
-                rec.place = place;
-            }
-        }
-
-        // 3. pop and lease
+        // 2. lease ready jobs, FIFO; 3. then take the due jobs of both sets merged by due
+        //    ms (scheduled first on a tie), at most room + promote_batch of them: the first
+        //    `room` are leased (ready is empty by then, so they are next in line), the rest
+        //    wait in ready — as fetch.lua does
         let mut jobs = Vec::new();
         let mut token: Option<u64> = None;
-        while jobs.len() < request.max_jobs {
-            let Some((_, key)) = self.sets.ready.pop_first() else {
-                break;
-            };
-            let Some(rec) = self.jobs.get_mut(&key) else {
-                continue;
-            };
-            // One counter bump for the whole batch; tokens are base+1 .. base+max_jobs.
-            let next = match token {
-                Some(t) => t + 1,
-                None => {
-                    let base = self.counters.token;
-                    self.counters.token = base.saturating_add(request.max_jobs as u64);
-                    base + 1
+        let mut promote_more = false;
+        for pass in 0..2 {
+            if pass == 1 {
+                let limit = request.max_jobs - jobs.len() + request.promote_batch;
+                let mut due: Vec<(u64, u8, (u64, u64))> = Vec::new();
+                for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
+                    due.extend(
+                        set.keys()
+                            .take_while(|(due, _)| *due <= now)
+                            .take(limit)
+                            .map(|slot| (slot.0, rank, *slot)),
+                    );
                 }
-            };
-            token = Some(next);
-            let deadline = now + lease_ms;
-            rec.place = Place::Active(deadline);
-            rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
-            rec.token = next;
-            self.sets.active.insert((deadline, key.clone()));
-            jobs.push(Delivery {
-                queue: queue.clone(),
-                key,
-                token: next,
-                attempt: rec.attempts,
-                due_ms: rec.due_ms,
-                created_ms: rec.created_ms,
-                leased_ms: now,
-                lease_deadline_ms: deadline,
-                payload: rec.payload.clone(),
-            });
+                due.sort();
+                due.truncate(limit);
+                promote_more = limit > 0 && due.len() == limit;
+                for (_, rank, slot) in due {
+                    let set = if rank == 0 {
+                        &mut self.sets.scheduled
+                    } else {
+                        &mut self.sets.retry
+                    };
+                    let Some(key) = set.remove(&slot) else {
+                        continue;
+                    };
+                    let place = self.sets.push_ready_back(&key);
+                    if let Some(rec) = self.jobs.get_mut(&key) {
+                        rec.place = place;
+                    }
+                }
+            }
+            while jobs.len() < request.max_jobs {
+                let Some((_, key)) = self.sets.ready.pop_first() else {
+                    break;
+                };
+                let Some(rec) = self.jobs.get_mut(&key) else {
+                    continue;
+                };
+                // One counter bump for the whole batch; tokens are base+1 .. base+max_jobs.
+                let next = match token {
+                    Some(t) => t + 1,
+                    None => {
+                        let base = self.counters.token;
+                        self.counters.token = base.saturating_add(request.max_jobs as u64);
+                        base + 1
+                    }
+                };
+                token = Some(next);
+                let deadline = now + lease_ms;
+                rec.place = Place::Active(deadline);
+                rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
+                rec.token = next;
+                self.sets.active.insert((deadline, key.clone()));
+                jobs.push(Delivery {
+                    queue: queue.clone(),
+                    key,
+                    token: next,
+                    attempt: rec.attempts,
+                    due_ms: rec.due_ms,
+                    created_ms: rec.created_ms,
+                    leased_ms: now,
+                    lease_deadline_ms: deadline,
+                    payload: rec.payload.clone(),
+                });
+            }
         }
 
         // 4. what next

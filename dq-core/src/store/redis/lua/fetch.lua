@@ -1,9 +1,9 @@
 -- fetch: the worker's one call per round trip. In order:
 --   1. recover at most ARGV[4] expired leases: each counts as a failed attempt
 --      ("lease expired") and goes to retry after the topic's delay, or to dead;
---   2. promote at most ARGV[3] due jobs from scheduled, and as many from retry, to ready,
---      merged by due time;
---   3. pop up to ARGV[1] ready keys, skipping stale hints, and lease them with fresh tokens;
+--   2. pop up to ARGV[1] ready keys, skipping stale hints, and lease them with fresh tokens;
+--   3. take the due jobs of scheduled and retry, merged by due time: lease them directly while
+--      room is left, then move at most ARGV[3] more to ready;
 --   4. pass a wake-up token on if ready work is left behind (chained wake-ups).
 --
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
@@ -18,7 +18,7 @@
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
 -- ARGV[2] lease length, ms (> 0)
--- ARGV[3] promote batch per source set (> 0)
+-- ARGV[3] promote batch: most due jobs moved to ready, beyond those leased (> 0)
 -- ARGV[4] recover batch (> 0)
 -- ARGV[5] dead-queue cap for this partition
 -- ARGV[6] dead-queue retention, ms
@@ -78,79 +78,77 @@ if #buried > 0 then
   trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
 end
 
--- 2. promote due jobs (score < now + 1) from both sets, merged by due ms (scheduled first
---    on a tie), so ready keeps due order across the two
-local promote_more = false
-local due_lists = {}
-for i, source in ipairs({scheduled, retry}) do
-  due_lists[i] = redis.call('ZRANGEBYSCORE', source, '-inf', string.format('(%d', now + 1),
-    'WITHSCORES', 'LIMIT', 0, promote_batch)
-  if #due_lists[i] == 2 * promote_batch then promote_more = true end
-end
-local function promote(key)
-  local rec = redis.call('HGET', pool, key)
-  if rec then
-    local state, attempts, due, _, token = unpack_record(rec)
-    if state == 'S' or state == 'F' then
-      redis.call('HSET', pool, key, with_header(rec, 'R', attempts, due, token))
-      redis.call('RPUSH', ready, key)
-    end
-  end
-end
-local s_list, r_list = due_lists[1], due_lists[2]
-local si, ri = 1, 1
-while si <= #s_list or ri <= #r_list do
-  local take_s = ri > #r_list
-    or (si <= #s_list and math.floor(tonumber(s_list[si + 1])) <= math.floor(tonumber(r_list[ri + 1])))
-  if take_s then
-    promote(s_list[si])
-    si = si + 2
-  else
-    promote(r_list[ri])
-    ri = ri + 2
-  end
-end
-for i, source in ipairs({scheduled, retry}) do
-  local list = due_lists[i]
-  -- in slices: Lua's unpack fails past a few thousand values
-  local keys = {}
-  for j = 1, #list, 2 do
-    keys[#keys + 1] = list[j]
-    if #keys == 1000 then
-      redis.call('ZREM', source, unpack(keys))
-      keys = {}
-    end
-  end
-  if #keys > 0 then redis.call('ZREM', source, unpack(keys)) end
-end
-
--- 3. pop and lease
+-- 2. lease ready jobs, FIFO
 local out = {}
 local n_jobs = 0
-if max_jobs > 0 then
-  local rounds = 0
-  local token = nil
-  while n_jobs < max_jobs and rounds < 4 do
-    rounds = rounds + 1
-    local popped = redis.call('LPOP', ready, max_jobs - n_jobs)
-    if not popped then break end
-    for _, key in ipairs(popped) do
-      local rec = redis.call('HGET', pool, key)
-      if rec and string.sub(rec, 1, 1) == 'R' then
-        local _, attempts, due = unpack_record(rec)
-        if not token then
-          -- one counter bump for the whole batch; tokens are base+1 .. base+max_jobs
-          token = redis.call('HINCRBY', stats, 'token', max_jobs) - max_jobs
-        end
-        token = token + 1
-        local leased = with_header(rec, 'A', attempts + 1, due, token)
-        redis.call('HSET', pool, key, leased)
-        redis.call('ZADD', active, now + lease, key)
-        out[#out + 1] = key
-        out[#out + 1] = leased
-        n_jobs = n_jobs + 1
+local token = nil
+local function lease_record(key, rec, attempts, due)
+  if not token then
+    -- one counter bump for the whole call; tokens are base+1 .. base+max_jobs
+    token = redis.call('HINCRBY', stats, 'token', max_jobs) - max_jobs
+  end
+  token = token + 1
+  local leased = with_header(rec, 'A', attempts + 1, due, token)
+  redis.call('HSET', pool, key, leased)
+  redis.call('ZADD', active, now + lease, key)
+  out[#out + 1] = key
+  out[#out + 1] = leased
+  n_jobs = n_jobs + 1
+end
+local rounds = 0
+while n_jobs < max_jobs and rounds < 4 do
+  rounds = rounds + 1
+  local popped = redis.call('LPOP', ready, max_jobs - n_jobs)
+  if not popped then break end
+  for _, key in ipairs(popped) do
+    local rec = redis.call('HGET', pool, key)
+    if rec and string.sub(rec, 1, 1) == 'R' then
+      local _, attempts, due = unpack_record(rec)
+      lease_record(key, rec, attempts, due)
+    end
+  end
+end
+
+-- 3. due jobs (score < now + 1) of scheduled and retry, merged by due ms (scheduled first on
+--    a tie): while this call still has room they are leased directly (ready is empty by now,
+--    so they are next in line anyway); up to ARGV[3] more move to ready for other fetchers.
+local room = max_jobs - n_jobs
+local limit = room + promote_batch
+local s_list = redis.call('ZRANGEBYSCORE', scheduled, '-inf', string.format('(%d', now + 1),
+  'WITHSCORES', 'LIMIT', 0, limit)
+local r_list = redis.call('ZRANGEBYSCORE', retry, '-inf', string.format('(%d', now + 1),
+  'WITHSCORES', 'LIMIT', 0, limit)
+local taken = {{}, {}}
+local si, ri, n_taken = 1, 1, 0
+while n_taken < limit and (si <= #s_list or ri <= #r_list) do
+  local key, from
+  if ri > #r_list or (si <= #s_list
+      and math.floor(tonumber(s_list[si + 1])) <= math.floor(tonumber(r_list[ri + 1]))) then
+    key, from, si = s_list[si], 1, si + 2
+  else
+    key, from, ri = r_list[ri], 2, ri + 2
+  end
+  n_taken = n_taken + 1
+  taken[from][#taken[from] + 1] = key
+  local rec = redis.call('HGET', pool, key)
+  if rec then
+    local state, attempts, due, _, old_token = unpack_record(rec)
+    if state == 'S' or state == 'F' then
+      if n_jobs < max_jobs then
+        lease_record(key, rec, attempts, due)
+      else
+        redis.call('HSET', pool, key, with_header(rec, 'R', attempts, due, old_token))
+        redis.call('RPUSH', ready, key)
       end
     end
+  end
+end
+local promote_more = n_taken == limit and limit > 0
+for from, source in ipairs({scheduled, retry}) do
+  local keys = taken[from]
+  -- in slices: Lua's unpack fails past a few thousand values
+  for i = 1, #keys, 1000 do
+    redis.call('ZREM', source, unpack(keys, i, math.min(i + 999, #keys)))
   end
 end
 
