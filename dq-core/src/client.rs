@@ -420,16 +420,22 @@ impl Enqueue {
     async fn send(self) -> Result<Enqueued> {
         let topic = self.topic?;
         let payload = self.payload?;
-        let mut out = topic
-            .enqueue_bulk(vec![BulkJob {
-                payload,
-                key: self.key,
-                due: self.due,
-                replace: self.replace,
-            }])
-            .await?;
-        out.pop()
-            .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))
+        let (queue, job) = topic.new_job(BulkJob {
+            payload,
+            key: self.key,
+            due: self.due,
+            replace: self.replace,
+        })?;
+        let jobs = [job];
+        let mut outcomes = topic.store_enqueue(&queue, &jobs).await?;
+        let [job] = jobs;
+        let outcome = outcomes
+            .pop()
+            .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))?;
+        Ok(Enqueued {
+            key: job.key,
+            outcome,
+        })
     }
 }
 
@@ -500,41 +506,24 @@ impl TopicClient {
     /// first write, so a repeat creates no second job. A job written by an earlier try is then
     /// reported as `Exists`.
     pub async fn enqueue_bulk(&self, jobs: Vec<BulkJob<Vec<u8>>>) -> Result<Vec<Enqueued>> {
-        let max = self.client.config.max_payload;
         // Validate everything first: nothing is written if any job is bad.
-        let mut by_partition: HashMap<u16, Vec<(usize, NewJob)>> = HashMap::new();
         let n = jobs.len();
+        let mut by_partition: HashMap<u16, (Vec<usize>, Vec<NewJob>)> = HashMap::new();
         for (i, job) in jobs.into_iter().enumerate() {
-            payload::check_size(&job.payload, max)?;
-            let key = match job.key {
-                Some(k) => JobKey::new(k)?,
-                None => JobKey::generate(),
-            };
-            let partition = key.partition(self.partitions);
-            by_partition.entry(partition).or_default().push((
-                i,
-                NewJob {
-                    key,
-                    payload: job.payload,
-                    due: job.due,
-                    replace: job.replace,
-                },
-            ));
+            let (queue, job) = self.new_job(job)?;
+            let (indices, jobs) = by_partition.entry(queue.partition).or_default();
+            indices.push(i);
+            jobs.push(job);
         }
         let mut out: Vec<Option<Enqueued>> = vec![None; n];
         let chunk = self.client.config.bulk_chunk.max(1);
         let mut partitions: Vec<_> = by_partition.into_iter().collect();
         partitions.sort_by_key(|(p, _)| *p);
-        for (partition, jobs) in partitions {
+        for (partition, (indices, jobs)) in partitions {
             let queue = Queue::new(self.topic.clone(), partition);
-            for part in jobs.chunks(chunk) {
-                let batch: Vec<NewJob> = part.iter().map(|(_, j)| j.clone()).collect();
-                let store = &self.client.store;
-                let outcomes = (|| async { store.enqueue(&queue, &batch).await })
-                    .retry(retrying())
-                    .when(Error::is_retryable)
-                    .await?;
-                for ((i, job), outcome) in part.iter().zip(outcomes) {
+            for (indices, jobs) in indices.chunks(chunk).zip(jobs.chunks(chunk)) {
+                let outcomes = self.store_enqueue(&queue, jobs).await?;
+                for ((i, job), outcome) in indices.iter().zip(jobs).zip(outcomes) {
                     out[*i] = Some(Enqueued {
                         key: job.key.clone(),
                         outcome,
@@ -545,6 +534,34 @@ impl TopicClient {
         out.into_iter()
             .map(|o| o.ok_or_else(|| Error::Protocol("enqueue lost an outcome".into())))
             .collect()
+    }
+
+    /// Validates one job and finds its partition.
+    fn new_job(&self, job: BulkJob<Vec<u8>>) -> Result<(Queue, NewJob)> {
+        payload::check_size(&job.payload, self.client.config.max_payload)?;
+        let key = match job.key {
+            Some(k) => JobKey::new(k)?,
+            None => JobKey::generate(),
+        };
+        Ok((
+            self.queue_of(&key),
+            NewJob {
+                key,
+                payload: job.payload,
+                due: job.due,
+                replace: job.replace,
+            },
+        ))
+    }
+
+    /// One enqueue call to the store, retried through connection trouble: keys are fixed
+    /// before the first try, so a repeat creates nothing twice.
+    async fn store_enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+        let store = &self.client.store;
+        (|| async { store.enqueue(queue, jobs).await })
+            .retry(retrying())
+            .when(Error::is_retryable)
+            .await
     }
 
     /// Cancels a job that has not started.

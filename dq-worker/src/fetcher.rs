@@ -46,6 +46,13 @@ pub(crate) struct Fetcher {
     pub on_dead: Option<OnDead>,
 }
 
+/// How long a fetch for a busy pool may wait for more free slots (see `min_batch`).
+const LINGER: Duration = Duration::from_millis(1);
+
+/// Due jobs one fetch moves to `ready` beyond those it leases: enough to keep other fetchers
+/// busy, small enough that a mass expiry never makes one script call long.
+const PROMOTE_BATCH: usize = 200;
+
 fn error_backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(50))
@@ -68,6 +75,10 @@ impl Fetcher {
         let mut backoff = error_backoff();
         let permits = self.topic.permits.clone();
         let max_batch = self.settings.max_batch.clamp(1, self.topic.concurrency);
+        // Below this many free slots, a fetch for a busy pool waits up to LINGER for more.
+        let min_batch = (max_batch / 4).max(1);
+        // Whether the last fetch left work behind (so more is surely waiting).
+        let mut busy = false;
         loop {
             let first = tokio::select! {
                 p = permits.clone().acquire_owned() => match p {
@@ -83,10 +94,25 @@ impl Fetcher {
                     Err(_) => break,
                 }
             }
+            if busy && held.len() < min_batch {
+                // The pool is busy and more work is waiting: rather than a round trip for one
+                // or two jobs, give running jobs a moment to free more slots.
+                let linger = tokio::time::sleep(LINGER);
+                tokio::pin!(linger);
+                while held.len() < min_batch {
+                    tokio::select! {
+                        p = permits.clone().acquire_owned() => match p {
+                            Ok(p) => held.push(p),
+                            Err(_) => break,
+                        },
+                        () = &mut linger => break,
+                    }
+                }
+            }
             let request = FetchRequest {
                 max_jobs: held.len(),
                 lease: self.settings.lease,
-                promote_batch: 1000,
+                promote_batch: PROMOTE_BATCH,
                 recover_batch: 100,
                 lease_expiry_retries: self.topic.lease_expiry_retries.clone(),
                 dead_limits: self.topic.dead_limits,
@@ -113,8 +139,8 @@ impl Fetcher {
                     }
                 }
             };
-            let asked = held.len();
-            let got = reply.jobs.len();
+            let (asked, got) = (held.len(), reply.jobs.len());
+            busy = reply.next_in == Some(Duration::ZERO) || (got > 0 && got == asked);
             for job in reply.jobs {
                 let Some(permit) = held.pop() else { break };
                 self.runners.spawn(runner::run(
@@ -130,15 +156,18 @@ impl Fetcher {
             for key in reply.buried {
                 self.report_buried(key);
             }
-            if reply.next_in == Some(Duration::ZERO) || (got > 0 && got == asked) {
+            if busy {
                 continue; // more work is ready; permits decide the pace
             }
             let wait = reply
                 .next_in
                 .unwrap_or(self.settings.idle_wait)
                 .min(self.settings.idle_wait);
+            // The delay was measured from Redis `TIME` while the call was in flight: counting it
+            // from when the call was sent fires no later than due (never early in effect: the
+            // script refuses jobs before their time and answers with the remaining delay).
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep_until(sent + wait) => {}
                 () = wake.notified() => {}
                 () = self.stop.cancelled() => break,
             }

@@ -45,6 +45,11 @@ local now = now_ms()
 local results = {}
 local need_wake = false
 local created = 0
+-- The earliest scheduled job before this call: a fetcher's timer is set for it, so a new job
+-- due earlier must wake one (checked once per call, not per job).
+local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
+local head_due = head[2] and math.floor(tonumber(head[2]))
+local earliest_new
 for i = 0, n - 1 do
   local base = 2 + 5 * i
   local key, mode, value, replace, payload =
@@ -66,11 +71,18 @@ for i = 0, n - 1 do
     if mode == 'd' then due = now + value elseif mode == 'a' then due = value end
     due = bound_due(due, now)
     redis.call('HSET', pool, key, pack_record(waiting_state(due, now, 'S'), 0, due, now, 0, payload))
-    if place(scheduled, ready, key, due, now) then need_wake = true end
+    if due <= now then
+      redis.call('RPUSH', ready, key)
+      need_wake = true
+    else
+      redis.call('ZADD', scheduled, slot_score(scheduled, due), key)
+      if not earliest_new or due < earliest_new then earliest_new = due end
+    end
     created = created + 1
   end
   results[i + 1] = outcome
 end
 if created > 0 then redis.call('HINCRBY', stats, 'enqueued', created) end
+if earliest_new and (not head_due or earliest_new < head_due) then need_wake = true end
 if need_wake then wake(wake_key) end
 return results
