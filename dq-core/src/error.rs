@@ -99,6 +99,7 @@ impl Error {
                         redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
                             | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
                             | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
                     )
             }
             _ => false,

@@ -3,7 +3,9 @@
 //! 1. take pool permits *before* fetching — at least one, then whatever else is free — so it
 //!    never leases a job that cannot start now;
 //! 2. call `fetch` once for that many jobs (the script also promotes due jobs and recovers
-//!    expired leases) and hand each job with its permit to a runner;
+//!    expired leases) and hand each job with its permit to a runner. While one call is in
+//!    flight, slots freed by finished jobs start a second one: a busy pool is not left idle
+//!    for a round trip;
 //! 3. with nothing to do, wait for whichever comes first: a local timer for the delay `fetch`
 //!    reported (computed from Redis `TIME`), or a wake-up token (a producer queued work due
 //!    now, or a new earliest job) — never a polling interval. The wait is capped so that a
@@ -18,7 +20,8 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use dq_core::{FetchRequest, Queue, Store};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -46,8 +49,9 @@ pub(crate) struct Fetcher {
     pub on_dead: Option<OnDead>,
 }
 
-/// How long a fetch for a busy pool may wait for more free slots (see `min_batch`).
-const LINGER: Duration = Duration::from_millis(1);
+/// Fetch calls one partition may have in flight: a second one starts with the slots freed
+/// while the first is on its way, so slots never wait out a whole round trip.
+const MAX_FETCHES_IN_FLIGHT: usize = 2;
 
 /// Due jobs one fetch moves to `ready` beyond those it leases: enough to keep other fetchers
 /// busy, small enough that a mass expiry never makes one script call long.
@@ -62,6 +66,13 @@ fn error_backoff() -> impl Iterator<Item = Duration> {
         .build()
 }
 
+/// What one fetch call brings back to the loop, with the permits it took.
+type FetchDone = (
+    dq_core::Result<dq_core::FetchReply>,
+    Vec<OwnedSemaphorePermit>,
+    tokio::time::Instant,
+);
+
 impl Fetcher {
     pub async fn run(self) {
         let wake = Arc::new(Notify::new());
@@ -75,104 +86,141 @@ impl Fetcher {
         let mut backoff = error_backoff();
         let permits = self.topic.permits.clone();
         let max_batch = self.settings.max_batch.clamp(1, self.topic.concurrency);
-        // Below this many free slots, a fetch for a busy pool waits up to LINGER for more.
-        let min_batch = (max_batch / 4).max(1);
-        // Whether the last fetch left work behind (so more is surely waiting).
-        let mut busy = false;
+        let mut in_flight: JoinSet<FetchDone> = JoinSet::new();
+        // Set when the last fetch found nothing to do: wait this long (or for a wake-up).
+        let mut idle: Option<(tokio::time::Instant, Duration)> = None;
         loop {
-            let first = tokio::select! {
-                p = permits.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break, // the pool is closed: shutting down
-                },
-                () = self.stop.cancelled() => break,
-            };
-            let mut held = vec![first];
-            while held.len() < max_batch {
-                match permits.clone().try_acquire_owned() {
-                    Ok(p) => held.push(p),
-                    Err(_) => break,
-                }
-            }
-            if busy && held.len() < min_batch {
-                // The pool is busy and more work is waiting: rather than a round trip for one
-                // or two jobs, give running jobs a moment to free more slots.
-                let linger = tokio::time::sleep(LINGER);
-                tokio::pin!(linger);
-                while held.len() < min_batch {
+            if in_flight.is_empty() {
+                if let Some((sent, wait)) = idle.take() {
+                    // The delay was measured from Redis `TIME` while the call was in flight:
+                    // counting it from when the call was sent fires no later than due (never
+                    // early in effect: the script refuses jobs before their time and answers
+                    // with the remaining delay).
                     tokio::select! {
-                        p = permits.clone().acquire_owned() => match p {
-                            Ok(p) => held.push(p),
-                            Err(_) => break,
-                        },
-                        () = &mut linger => break,
-                    }
-                }
-            }
-            let request = FetchRequest {
-                max_jobs: held.len(),
-                lease: self.settings.lease,
-                promote_batch: PROMOTE_BATCH,
-                recover_batch: 100,
-                lease_expiry_retries: self.topic.lease_expiry_retries.clone(),
-                dead_limits: self.topic.dead_limits,
-            };
-            let sent = tokio::time::Instant::now();
-            let reply = match self.store.fetch(&self.queue, &request).await {
-                Ok(reply) => {
-                    backoff = error_backoff();
-                    reply
-                }
-                Err(e) => {
-                    drop(held);
-                    let pause = backoff.next().unwrap_or(Duration::from_secs(2));
-                    tracing::warn!(
-                        topic = %self.queue.topic,
-                        partition = self.queue.partition,
-                        error = %e,
-                        retry_in = ?pause,
-                        "fetch failed"
-                    );
-                    tokio::select! {
-                        () = tokio::time::sleep(pause) => continue,
+                        () = tokio::time::sleep_until(sent + wait) => {}
+                        () = wake.notified() => {}
                         () = self.stop.cancelled() => break,
                     }
                 }
-            };
-            let (asked, got) = (held.len(), reply.jobs.len());
-            busy = reply.next_in == Some(Duration::ZERO) || (got > 0 && got == asked);
-            for job in reply.jobs {
-                let Some(permit) = held.pop() else { break };
-                self.runners.spawn(runner::run(
-                    job,
-                    sent,
-                    self.settings.lease,
-                    permit,
-                    self.topic.clone(),
-                    self.shared.clone(),
-                ));
+                // Nothing in flight: wait for a free slot.
+                let first = tokio::select! {
+                    p = permits.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break, // the pool is closed: shutting down
+                    },
+                    () = self.stop.cancelled() => break,
+                };
+                self.start_fetch(&mut in_flight, &permits, first, max_batch);
+                continue;
             }
-            drop(held);
-            for key in reply.buried {
-                self.report_buried(key);
-            }
-            if busy {
-                continue; // more work is ready; permits decide the pace
-            }
-            let wait = reply
-                .next_in
-                .unwrap_or(self.settings.idle_wait)
-                .min(self.settings.idle_wait);
-            // The delay was measured from Redis `TIME` while the call was in flight: counting it
-            // from when the call was sent fires no later than due (never early in effect: the
-            // script refuses jobs before their time and answers with the remaining delay).
+            // A fetch is in flight. While it is, slots freed by finished jobs start a second
+            // one, so the pool never sits idle for a whole round trip.
+            let can_start = in_flight.len() < MAX_FETCHES_IN_FLIGHT;
             tokio::select! {
-                () = tokio::time::sleep_until(sent + wait) => {}
-                () = wake.notified() => {}
+                done = in_flight.join_next() => {
+                    let Some(Ok((reply, held, sent))) = done else { continue };
+                    match reply {
+                        Ok(reply) => {
+                            backoff = error_backoff();
+                            idle = self.dispatch(reply, held, sent);
+                        }
+                        Err(e) => {
+                            drop(held);
+                            let pause = backoff.next().unwrap_or(Duration::from_secs(2));
+                            tracing::warn!(
+                                topic = %self.queue.topic,
+                                partition = self.queue.partition,
+                                error = %e,
+                                retry_in = ?pause,
+                                "fetch failed"
+                            );
+                            tokio::select! {
+                                () = tokio::time::sleep(pause) => {}
+                                () = self.stop.cancelled() => break,
+                            }
+                        }
+                    }
+                }
+                p = permits.clone().acquire_owned(), if can_start && idle.is_none() => {
+                    let Ok(first) = p else { break };
+                    self.start_fetch(&mut in_flight, &permits, first, max_batch);
+                }
                 () = self.stop.cancelled() => break,
             }
         }
+        // Fetches still in flight may have leased jobs: run them (shutdown drains or
+        // releases them) rather than leave them to expire.
+        while let Some(done) = in_flight.join_next().await {
+            if let Ok((Ok(reply), held, sent)) = done {
+                self.dispatch(reply, held, sent);
+            }
+        }
         listener.abort();
+    }
+
+    /// Takes what other slots are free beside `first` and starts one fetch for that many jobs.
+    fn start_fetch(
+        &self,
+        in_flight: &mut JoinSet<FetchDone>,
+        permits: &Arc<tokio::sync::Semaphore>,
+        first: OwnedSemaphorePermit,
+        max_batch: usize,
+    ) {
+        let mut held = vec![first];
+        while held.len() < max_batch {
+            match permits.clone().try_acquire_owned() {
+                Ok(p) => held.push(p),
+                Err(_) => break,
+            }
+        }
+        let request = FetchRequest {
+            max_jobs: held.len(),
+            lease: self.settings.lease,
+            promote_batch: PROMOTE_BATCH,
+            recover_batch: 100,
+            lease_expiry_retries: self.topic.lease_expiry_retries.clone(),
+            dead_limits: self.topic.dead_limits,
+        };
+        let store = self.store.clone();
+        let queue = self.queue.clone();
+        in_flight.spawn(async move {
+            let sent = tokio::time::Instant::now();
+            (store.fetch(&queue, &request).await, held, sent)
+        });
+    }
+
+    /// Hands fetched jobs to runners; returns the idle wait if this fetch found nothing.
+    fn dispatch(
+        &self,
+        reply: dq_core::FetchReply,
+        mut held: Vec<OwnedSemaphorePermit>,
+        sent: tokio::time::Instant,
+    ) -> Option<(tokio::time::Instant, Duration)> {
+        let (asked, got) = (held.len(), reply.jobs.len());
+        let busy = reply.next_in == Some(Duration::ZERO) || (got > 0 && got == asked);
+        for job in reply.jobs {
+            let Some(permit) = held.pop() else { break };
+            self.runners.spawn(runner::run(
+                job,
+                sent,
+                self.settings.lease,
+                permit,
+                self.topic.clone(),
+                self.shared.clone(),
+            ));
+        }
+        drop(held);
+        for key in reply.buried {
+            self.report_buried(key);
+        }
+        if busy || got > 0 {
+            return None; // more work may be ready; permits decide the pace
+        }
+        let wait = reply
+            .next_in
+            .unwrap_or(self.settings.idle_wait)
+            .min(self.settings.idle_wait);
+        Some((sent, wait))
     }
 
     /// A job whose lease expired on its last attempt was buried by this fetch: tell `on_dead`.

@@ -9,7 +9,8 @@
 --
 -- Returns a string with one character per pair:
 --   'A' acked: the record is deleted
---   'G' gone: no such job (already acked, cancelled, purged); nothing done
+--   'G' gone: no such job (already acked, cancelled, purged), or a key named twice in the
+--       batch (acked once); nothing done
 --   'S' stale: the job exists but this token no longer owns it; nothing done
 -- Errors: 'ERR dq bad arguments: ...'
 
@@ -21,25 +22,28 @@ for i = 2, #ARGV, 2 do
   if not tonumber(ARGV[i]) then return redis.error_reply('ERR dq bad arguments: token') end
 end
 
-local codes = {}
-local acked = 0
-for i = 1, #ARGV, 2 do
-  local key, token = ARGV[i], tonumber(ARGV[i + 1])
-  local rec = redis.call('HGET', pool, key)
-  if not rec then
-    codes[#codes + 1] = 'G'
+-- One HMGET, then one variadic HDEL/ZREM for the whole batch.
+local keys = {}
+for i = 1, #ARGV, 2 do keys[#keys + 1] = ARGV[i] end
+local recs = hmget(pool, keys)
+local codes, done, seen = {}, {}, {}
+for i, key in ipairs(keys) do
+  local rec = recs[i]
+  if seen[key] or not rec then
+    codes[i] = 'G' -- gone (or named twice: acked once)
+  elseif string.sub(rec, 1, 1) ~= 'A' or token_of(rec) ~= tonumber(ARGV[2 * i]) then
+    codes[i] = 'S'
   else
-    local state, _, _, _, owner = unpack_record(rec)
-    if state ~= 'A' or owner ~= token then
-      codes[#codes + 1] = 'S'
-    else
-      redis.call('HDEL', pool, key)
-      redis.call('HDEL', hist, key)
-      redis.call('ZREM', active, key)
-      acked = acked + 1
-      codes[#codes + 1] = 'A'
-    end
+    codes[i] = 'A'
+    seen[key] = true
+    done[#done + 1] = key
   end
 end
-if acked > 0 then redis.call('HINCRBY', stats, 'succeeded', acked) end
+if #done > 0 then
+  call_many('HDEL', pool, done)
+  -- the history hash exists only while some job of the partition has failed before
+  if redis.call('EXISTS', hist) == 1 then call_many('HDEL', hist, done) end
+  call_many('ZREM', active, done)
+  redis.call('HINCRBY', stats, 'succeeded', #done)
+end
 return table.concat(codes)

@@ -78,35 +78,53 @@ if #buried > 0 then
   trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
 end
 
--- 2. lease ready jobs, FIFO
+-- 2. lease ready jobs, FIFO. Each step reads records with one HMGET and writes with one
+--    variadic HSET / ZADD / RPUSH, so a batch costs a few calls, not a few per job.
 local out = {}
 local n_jobs = 0
 local token = nil
-local function lease_record(key, rec, attempts, due)
+local deadline = now + lease
+local seen = {} -- a key may have two hints in ready (one stale): lease it once
+local function lease_all(keys, recs)
+  if #keys == 0 then return end
   if not token then
     -- one counter bump for the whole call; tokens are base+1 .. base+max_jobs
     token = redis.call('HINCRBY', stats, 'token', max_jobs) - max_jobs
   end
-  token = token + 1
-  local leased = with_header(rec, 'A', attempts + 1, due, token)
-  redis.call('HSET', pool, key, leased)
-  redis.call('ZADD', active, now + lease, key)
-  out[#out + 1] = key
-  out[#out + 1] = leased
-  n_jobs = n_jobs + 1
+  local records, members = {}, {}
+  for i, key in ipairs(keys) do
+    local rec = recs[i]
+    local _, attempts, due, created = struct.unpack(HEADER, rec)
+    token = token + 1
+    local leased = pack_record('A', attempts + 1, due, created, token,
+      string.sub(rec, HEADER_LEN + 1))
+    records[#records + 1] = key
+    records[#records + 1] = leased
+    members[#members + 1] = deadline
+    members[#members + 1] = key
+    out[#out + 1] = key
+    out[#out + 1] = leased
+  end
+  call_many('HSET', pool, records)
+  call_many('ZADD', active, members)
+  n_jobs = n_jobs + #keys
 end
 local rounds = 0
 while n_jobs < max_jobs and rounds < 4 do
   rounds = rounds + 1
   local popped = redis.call('LPOP', ready, max_jobs - n_jobs)
   if not popped then break end
-  for _, key in ipairs(popped) do
-    local rec = redis.call('HGET', pool, key)
-    if rec and string.sub(rec, 1, 1) == 'R' then
-      local _, attempts, due = unpack_record(rec)
-      lease_record(key, rec, attempts, due)
+  local recs = hmget(pool, popped)
+  local keys, live = {}, {}
+  for i, key in ipairs(popped) do
+    local rec = recs[i]
+    if rec and not seen[key] and string.sub(rec, 1, 1) == 'R' then
+      seen[key] = true
+      keys[#keys + 1] = key
+      live[#live + 1] = rec
     end
   end
+  lease_all(keys, live)
 end
 
 -- 3. due jobs (score < now + 1) of scheduled and retry, merged by due ms (scheduled first on
@@ -118,9 +136,9 @@ local s_list = redis.call('ZRANGEBYSCORE', scheduled, '-inf', string.format('(%d
   'WITHSCORES', 'LIMIT', 0, limit)
 local r_list = redis.call('ZRANGEBYSCORE', retry, '-inf', string.format('(%d', now + 1),
   'WITHSCORES', 'LIMIT', 0, limit)
-local taken = {{}, {}}
-local si, ri, n_taken = 1, 1, 0
-while n_taken < limit and (si <= #s_list or ri <= #r_list) do
+local taken, from_set = {}, {{}, {}}
+local si, ri = 1, 1
+while #taken < limit and (si <= #s_list or ri <= #r_list) do
   local key, from
   if ri > #r_list or (si <= #s_list
       and math.floor(tonumber(s_list[si + 1])) <= math.floor(tonumber(r_list[ri + 1]))) then
@@ -128,28 +146,36 @@ while n_taken < limit and (si <= #s_list or ri <= #r_list) do
   else
     key, from, ri = r_list[ri], 2, ri + 2
   end
-  n_taken = n_taken + 1
-  taken[from][#taken[from] + 1] = key
-  local rec = redis.call('HGET', pool, key)
-  if rec then
-    local state, attempts, due, _, old_token = unpack_record(rec)
-    if state == 'S' or state == 'F' then
-      if n_jobs < max_jobs then
-        lease_record(key, rec, attempts, due)
+  taken[#taken + 1] = key
+  from_set[from][#from_set[from] + 1] = key
+end
+local promote_more = #taken == limit and limit > 0
+if #taken > 0 then
+  local recs = hmget(pool, taken)
+  local lease_keys, lease_recs, records, hints = {}, {}, {}, {}
+  for i, key in ipairs(taken) do
+    local rec = recs[i]
+    local state = rec and string.sub(rec, 1, 1)
+    if (state == 'S' or state == 'F') and not seen[key] then
+      seen[key] = true
+      if #lease_keys < room then
+        lease_keys[#lease_keys + 1] = key
+        lease_recs[#lease_recs + 1] = rec
       else
-        redis.call('HSET', pool, key, with_header(rec, 'R', attempts, due, old_token))
-        redis.call('RPUSH', ready, key)
+        local _, attempts, due, _, old_token = unpack_record(rec)
+        records[#records + 1] = key
+        records[#records + 1] = with_header(rec, 'R', attempts, due, old_token)
+        hints[#hints + 1] = key
       end
     end
   end
-end
-local promote_more = n_taken == limit and limit > 0
-for from, source in ipairs({scheduled, retry}) do
-  local keys = taken[from]
-  -- in slices: Lua's unpack fails past a few thousand values
-  for i = 1, #keys, 1000 do
-    redis.call('ZREM', source, unpack(keys, i, math.min(i + 999, #keys)))
+  lease_all(lease_keys, lease_recs)
+  if #hints > 0 then
+    call_many('HSET', pool, records)
+    call_many('RPUSH', ready, hints)
   end
+  call_many('ZREM', scheduled, from_set[1])
+  call_many('ZREM', retry, from_set[2])
 end
 
 -- 4. what next

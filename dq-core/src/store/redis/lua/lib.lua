@@ -39,6 +39,31 @@ local function pack_record(state, attempts, due, created, token, payload)
   return struct.pack(HEADER, state, attempts, due, created, token) .. payload
 end
 
+-- Variadic commands take many arguments, but Lua's unpack only a few thousand at once.
+local SLICE = 4000
+
+-- Runs `cmd key args...` over `args` in slices (keep pairs whole: SLICE is even).
+local function call_many(cmd, key, args)
+  for i = 1, #args, SLICE do
+    redis.call(cmd, key, unpack(args, i, math.min(i + SLICE - 1, #args)))
+  end
+end
+
+-- HMGET over any number of fields; the result is aligned with `fields` (false: missing).
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, SLICE do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + SLICE - 1, #fields)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
+-- The delivery token of a record, read without copying the payload.
+local function token_of(rec)
+  return (struct.unpack('>I6', rec, 15))
+end
+
 -- Rewrites the header of `rec` in place of the old one, keeping the payload.
 local function with_header(rec, state, attempts, due, token)
   local _, _, _, created = struct.unpack(HEADER, rec)
