@@ -38,6 +38,7 @@
 
 mod namespace;
 mod process;
+pub mod proxy;
 mod server;
 mod wait;
 
