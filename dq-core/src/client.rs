@@ -24,8 +24,9 @@ use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
 use crate::store::Store;
 use crate::store::redis::{RedisOptions, RedisStore};
 
-/// Largest number of jobs sent in one enqueue script call by bulk enqueue.
-pub const DEFAULT_BULK_CHUNK: usize = 1000;
+/// Largest number of jobs sent in one enqueue script call by bulk enqueue: small enough that
+/// one call stays in the low milliseconds, so Redis never stalls its other clients.
+pub const DEFAULT_BULK_CHUNK: usize = 250;
 
 /// Settings shared by a client and the workers built from it.
 #[derive(Clone, Debug)]
@@ -38,7 +39,7 @@ pub struct ClientConfig {
     pub max_payload: usize,
     /// Dead-queue limits per topic; topics not listed get [`DeadLimits::default`].
     pub dead_limits: HashMap<String, DeadLimits>,
-    /// Jobs per enqueue script call in bulk enqueue (default 1000).
+    /// Jobs per enqueue script call in bulk enqueue (default 250).
     pub bulk_chunk: usize,
 }
 
@@ -119,7 +120,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Jobs per script call in bulk enqueue (default 1000).
+    /// Jobs per script call in bulk enqueue (default 250).
     pub fn bulk_chunk(mut self, jobs: usize) -> Self {
         self.config.bulk_chunk = jobs;
         self

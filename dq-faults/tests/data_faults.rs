@@ -153,7 +153,6 @@ async fn maxmemory_refuses_enqueue_but_acks_and_deletes_work() {
 /// than a lease is cancelled and re-run until it is dead. Extending a lease does not grow
 /// memory; it should work at `maxmemory` like ack and fail do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FINDING: extend.lua is refused at maxmemory (see the report)"]
 async fn lease_extension_works_at_maxmemory() {
     let mut s = Scenario::start("maxmemory-extend", BIN, ServerOptions::default()).await;
     s.spawn(&spec(&s, 1, 1000));
@@ -346,7 +345,6 @@ async fn orphaned_record_is_repaired_or_dead_lettered() {
 /// after it lose their only hint and are never delivered. `fetch` should check a record
 /// before unpacking it and bury a corrupt one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FINDING: a truncated record strands the rest of its fetch batch (see the report)"]
 async fn truncated_record_does_not_strand_its_batch() {
     let mut s = Scenario::start("corrupt-truncated", BIN, ServerOptions::default()).await;
     s.enqueue_bulk::<WorkJob>("before", 0..4, 5).await;

@@ -312,7 +312,6 @@ async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
 /// keeper checks its local deadline only when an `extend` call returns an error. The handler
 /// should be cancelled at the local deadline, whatever the calls in flight are doing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FINDING: a partitioned handler outlives its lease by the response timeout"]
 async fn partitioned_handler_stops_at_its_lease_deadline_with_default_timeouts() {
     let mut s = Scenario::start("partition-default", BIN, ServerOptions::default()).await;
     let proxy = FaultProxy::start(s.server.port());

@@ -52,7 +52,17 @@ impl LeaseKeeper {
             for chunk in leases.chunks(BATCH) {
                 let pairs: Vec<_> = chunk.iter().map(|l| (l.key.clone(), l.token)).collect();
                 let sent = tokio::time::Instant::now();
-                match self.store.extend(&queue, &pairs, self.lease).await {
+                // Never wait past the earliest lease of the batch: a hung connection must not
+                // keep a handler running after its job may have gone to another worker.
+                let earliest = chunk.iter().map(Lease::expires).min().unwrap_or(sent);
+                let call = self.store.extend(&queue, &pairs, self.lease);
+                let result = match tokio::time::timeout_at(earliest.max(sent), call).await {
+                    Ok(result) => result,
+                    Err(_) => Err(dq_core::Error::Timeout(
+                        earliest.saturating_duration_since(sent),
+                    )),
+                };
+                match result {
                     Ok(held) => {
                         for (lease, held) in chunk.iter().zip(held) {
                             if held {

@@ -22,11 +22,15 @@ pub(crate) struct LuaScript {
 
 macro_rules! script {
     ($name:literal, $keys:literal) => {
+        script!($name, $keys, "")
+    };
+    ($name:literal, $keys:literal, $shebang:expr) => {
         LuaScript {
             name: $name,
             keys: $keys,
             script: Script::new(&format!(
-                "{LIB}\n{}",
+                "{}{LIB}\n{}",
+                $shebang,
                 include_str!(concat!("lua/", $name, ".lua"))
             )),
             #[cfg(test)]
@@ -34,6 +38,11 @@ macro_rules! script {
         }
     };
 }
+
+/// Scripts that only move, shrink or read jobs keep working when Redis is at `maxmemory`:
+/// acks, leases and failures must never stall behind a full server. Only `enqueue`, which
+/// adds jobs, is refused there (with a typed `OutOfMemory`, before it writes anything).
+const ALLOW_OOM: &str = "#!lua flags=allow-oom\n";
 
 /// All scripts.
 pub(crate) struct Scripts {
@@ -52,16 +61,16 @@ pub(crate) struct Scripts {
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     enqueue: script!("enqueue", 8),
-    fetch: script!("fetch", 9),
-    ack: script!("ack", 4),
-    fail: script!("fail", 9),
-    extend: script!("extend", 2),
-    release: script!("release", 4),
-    cancel: script!("cancel", 5),
-    reschedule: script!("reschedule", 5),
-    requeue_dead: script!("requeue_dead", 4),
-    purge_dead: script!("purge_dead", 3),
-    stats: script!("stats", 7),
+    fetch: script!("fetch", 9, ALLOW_OOM),
+    ack: script!("ack", 4, ALLOW_OOM),
+    fail: script!("fail", 9, ALLOW_OOM),
+    extend: script!("extend", 2, ALLOW_OOM),
+    release: script!("release", 4, ALLOW_OOM),
+    cancel: script!("cancel", 5, ALLOW_OOM),
+    reschedule: script!("reschedule", 5, ALLOW_OOM),
+    requeue_dead: script!("requeue_dead", 4, ALLOW_OOM),
+    purge_dead: script!("purge_dead", 3, ALLOW_OOM),
+    stats: script!("stats", 7, ALLOW_OOM),
 });
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when

@@ -31,7 +31,8 @@ for i, key in ipairs(keys) do
   local rec = recs[i]
   if seen[key] or not rec then
     codes[i] = 'G' -- gone (or named twice: acked once)
-  elseif string.sub(rec, 1, 1) ~= 'A' or token_of(rec) ~= tonumber(ARGV[2 * i]) then
+  elseif not is_record(rec) or string.sub(rec, 1, 1) ~= 'A'
+      or token_of(rec) ~= tonumber(ARGV[2 * i]) then
     codes[i] = 'S'
   else
     codes[i] = 'A'

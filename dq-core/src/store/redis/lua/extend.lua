@@ -26,7 +26,7 @@ for i = 2, #ARGV, 2 do
   local key, token = ARGV[i], tonumber(ARGV[i + 1])
   local rec = redis.call('HGET', pool, key)
   local ok = '0'
-  if rec then
+  if is_record(rec) then
     local state, _, _, _, owner = unpack_record(rec)
     if state == 'A' and owner == token then
       redis.call('ZADD', active, 'XX', deadline, key)

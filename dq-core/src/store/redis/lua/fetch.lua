@@ -52,13 +52,28 @@ local now = now_ms()
 local trimmed = 0
 local buried = {}
 
+-- A value in the pool that is not a record (written by hand, or damaged) must not stop the
+-- rest of the batch: it goes to the dead queue as it is, for someone to look at.
+local function bury_corrupt(key, rec)
+  redis.call('ZREM', scheduled, key)
+  redis.call('ZREM', retry, key)
+  redis.call('ZREM', active, key)
+  redis.call('HSET', pool, key, pack_record('D', 0, now, now, 0, rec))
+  add_history(hist, key, 0, now, 'B', 'corrupt record')
+  redis.call('ZADD', dead, now, key)
+  redis.call('HINCRBY', stats, 'buried', 1)
+  buried[#buried + 1] = key
+end
+
 -- 1. expired leases: deadline < now
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', string.format('(%d', now),
   'LIMIT', 0, recover_batch)
 for _, key in ipairs(expired) do
   redis.call('ZREM', active, key)
   local rec = redis.call('HGET', pool, key)
-  if rec and string.sub(rec, 1, 1) == 'A' then
+  if rec and not is_record(rec) then
+    bury_corrupt(key, rec)
+  elseif rec and string.sub(rec, 1, 1) == 'A' then
     local _, attempts, due, _, token = unpack_record(rec)
     redis.call('HINCRBY', stats, 'expired', 1)
     add_history(hist, key, attempts, now, 'L', 'lease expired')
@@ -118,7 +133,12 @@ while n_jobs < max_jobs and rounds < 4 do
   local keys, live = {}, {}
   for i, key in ipairs(popped) do
     local rec = recs[i]
-    if rec and not seen[key] and string.sub(rec, 1, 1) == 'R' then
+    if rec and not is_record(rec) then
+      if not seen[key] then
+        seen[key] = true
+        bury_corrupt(key, rec)
+      end
+    elseif rec and not seen[key] and string.sub(rec, 1, 1) == 'R' then
       seen[key] = true
       keys[#keys + 1] = key
       live[#live + 1] = rec
@@ -156,7 +176,10 @@ if #taken > 0 then
   for i, key in ipairs(taken) do
     local rec = recs[i]
     local state = rec and string.sub(rec, 1, 1)
-    if (state == 'S' or state == 'F') and not seen[key] then
+    if rec and not is_record(rec) and not seen[key] then
+      seen[key] = true
+      bury_corrupt(key, rec)
+    elseif (state == 'S' or state == 'F') and not seen[key] then
       seen[key] = true
       if #lease_keys < room then
         lease_keys[#lease_keys + 1] = key

@@ -26,6 +26,11 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- True for a value that is a well-formed record (a header and a known state).
+local function is_record(rec)
+  return rec and #rec >= HEADER_LEN and string.find('SRAFD', string.sub(rec, 1, 1), 1, true) ~= nil
+end
+
 -- Returns state, attempts, due, created, token, payload of a record.
 local function unpack_record(rec)
   local state, attempts, due, created, token = struct.unpack(HEADER, rec)

@@ -27,7 +27,7 @@ for i = #ARGV - 1, 1, -2 do
   local key, token = ARGV[i], tonumber(ARGV[i + 1])
   local rec = redis.call('HGET', pool, key)
   local ok = '0'
-  if rec then
+  if is_record(rec) then
     local state, attempts, due, _, owner = unpack_record(rec)
     if state == 'A' and owner == token then
       redis.call('ZREM', active, key)
