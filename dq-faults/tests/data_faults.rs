@@ -317,7 +317,7 @@ fn rmp_payload(p: &FaultPayload) -> Vec<u8> {
 /// "ready" by `stats`. It should be found (e.g. by a bounded background audit) and repaired or
 /// moved to the dead queue with a reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FINDING: an orphaned record is never repaired nor dead-lettered (see the report)"]
+#[ignore = "known limit (README, Guarantees): an orphaned record is not repaired yet"]
 async fn orphaned_record_is_repaired_or_dead_lettered() {
     let mut s = Scenario::start("corrupt-orphan", BIN, ServerOptions::default()).await;
     let now = now_ms();

@@ -260,7 +260,7 @@ async fn proxy_cuts_every_connection_repeatedly() {
 /// (the job was due now, the retry waits for the response timeout plus a backoff), the retry
 /// creates the job a second time and it runs twice — with no worker or Redis fault at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FINDING: a retried enqueue re-creates a job that already ran (see the report)"]
+#[ignore = "known limit (README, Guarantees): a retried enqueue can re-create a job that already ran"]
 async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
     let mut s = Scenario::start("ambiguous-enqueue-ran", BIN, ServerOptions::default()).await;
     let proxy = FaultProxy::start(s.server.port());
