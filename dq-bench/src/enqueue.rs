@@ -1,0 +1,262 @@
+//! `dq-bench enqueue`: one producer enqueues N jobs of a scenario, one by one (`single`:
+//! each add awaited before the next) or with the bulk API (`bulk`: chunks of `--chunk`).
+//!
+//! Due times per scenario:
+//!
+//! | scenario | due |
+//! |---|---|
+//! | S1, FILL | a random delay in [600 s, 3600 s] (none fires during a run) |
+//! | S3 | 5 s from now (`--delay-ms` overrides) |
+//! | S3R, S5 | now |
+//! | S4, MASS | `T + i*W/N` with `--start-ms T --window-ms W` (MASS: W defaults to 0) |
+//! | SCALE | `--delay-ms` from now (default 1 s) |
+//!
+//! Prints `{secs, jobs_per_s, first_add_ms, last_due_ms, ...}`: `secs` runs from the first
+//! add sent to the last one acknowledged.
+
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use clap::{Args, ValueEnum};
+use dq::{BulkJob, Client, Due, EnqueueOutcome, Job};
+use serde_json::json;
+
+use crate::jobs::{
+    Order, bench_mass, bench_s1, bench_s3, bench_s3r, bench_s4, bench_s5, bench_scale, now_ms,
+};
+use crate::{Result, Scenario};
+
+/// How jobs are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// One add at a time, each awaited before the next.
+    Single,
+    /// The bulk API, `--chunk` jobs per call.
+    Bulk,
+}
+
+/// Arguments of `dq-bench enqueue`.
+#[derive(Args, Debug, Clone)]
+pub struct EnqueueArgs {
+    /// The scenario (S1, S3, S3R, S4, S5; MASS, FILL, SCALE are used by `all`).
+    #[arg(long, ignore_case = true)]
+    pub scenario: Scenario,
+    /// `single` (await each add) or `bulk` (the bulk API).
+    #[arg(long, value_enum, default_value = "single")]
+    pub mode: Mode,
+    /// How many jobs.
+    #[arg(long)]
+    pub n: u64,
+    /// Jobs per bulk call.
+    #[arg(long, default_value_t = 1000)]
+    pub chunk: usize,
+    /// S4/MASS: due time of the first job, Unix ms.
+    #[arg(long)]
+    pub start_ms: Option<u64>,
+    /// S4/MASS: due times spread over this many ms (`due = T + i*W/N`).
+    #[arg(long)]
+    pub window_ms: Option<u64>,
+    /// S3/SCALE: the delay, ms (defaults: S3 5000, SCALE 1000).
+    #[arg(long)]
+    pub delay_ms: Option<u64>,
+    /// Number of the first order (FILL uses a high one so fillers never count as results).
+    #[arg(long, default_value_t = 0)]
+    pub first_id: u64,
+    /// Extra: the tokio runtime (`multi`, the default, or `current`: one thread).
+    #[arg(long, value_enum, default_value = "multi")]
+    pub runtime: crate::Flavor,
+}
+
+/// When job `i` of `n` is due.
+#[derive(Clone, Copy, Debug)]
+enum DueRule {
+    /// A random delay in [600 s, 3600 s].
+    RandomFar,
+    /// This many ms from now.
+    Delay(u64),
+    /// Now.
+    Now,
+    /// `start + i * window / n`, Unix ms.
+    Spread { start: u64, window: u64 },
+}
+
+impl DueRule {
+    fn of(args: &EnqueueArgs) -> Result<DueRule> {
+        Ok(match args.scenario {
+            Scenario::S1 | Scenario::Fill => DueRule::RandomFar,
+            Scenario::S3 => DueRule::Delay(args.delay_ms.unwrap_or(5000)),
+            Scenario::Scale => DueRule::Delay(args.delay_ms.unwrap_or(1000)),
+            Scenario::S3R | Scenario::S5 => DueRule::Now,
+            Scenario::S4 | Scenario::Mass => {
+                let start = args
+                    .start_ms
+                    .ok_or("S4 and MASS need --start-ms (Unix ms of the first due time)")?;
+                let window = match (args.scenario, args.window_ms) {
+                    (_, Some(w)) => w,
+                    (Scenario::Mass, None) => 0,
+                    _ => return Err("S4 needs --window-ms".into()),
+                };
+                DueRule::Spread { start, window }
+            }
+            Scenario::Idle => return Err("nothing is enqueued for IDLE".into()),
+        })
+    }
+
+    /// The job's due (as dq takes it) and the due time in its payload, Unix ms.
+    fn due(self, i: u64, n: u64, rng: &mut SplitMix64) -> (Due, u64) {
+        match self {
+            DueRule::RandomFar => {
+                let ms = 600_000 + rng.next() % 3_000_001;
+                (Due::After(Duration::from_millis(ms)), now_ms() + ms)
+            }
+            DueRule::Delay(ms) => (Due::After(Duration::from_millis(ms)), now_ms() + ms),
+            DueRule::Now => (Due::Now, now_ms()),
+            DueRule::Spread { start, window } => {
+                let at = start + (u128::from(i) * u128::from(window) / u128::from(n.max(1))) as u64;
+                (Due::At(UNIX_EPOCH + Duration::from_millis(at)), at)
+            }
+        }
+    }
+}
+
+/// A small deterministic generator for the random delays (splitmix64).
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Runs `dq-bench enqueue` and prints its result line.
+pub async fn run(args: EnqueueArgs) -> Result<()> {
+    if args.n == 0 {
+        return Err("--n must be at least 1".into());
+    }
+    let rule = DueRule::of(&args)?;
+    let client = crate::connect(args.chunk).await?;
+    let out = match args.scenario {
+        Scenario::S1 => send::<bench_s1>(&client, &args, rule).await?,
+        Scenario::S3 => send::<bench_s3>(&client, &args, rule).await?,
+        Scenario::S3R => send::<bench_s3r>(&client, &args, rule).await?,
+        Scenario::S4 => send::<bench_s4>(&client, &args, rule).await?,
+        Scenario::S5 => send::<bench_s5>(&client, &args, rule).await?,
+        Scenario::Mass => send::<bench_mass>(&client, &args, rule).await?,
+        Scenario::Fill | Scenario::Scale => send::<bench_scale>(&client, &args, rule).await?,
+        Scenario::Idle => unreachable!("rejected by DueRule::of"),
+    };
+    crate::emit(&out);
+    Ok(())
+}
+
+async fn send<J: Job<Payload = Order>>(
+    client: &Client,
+    args: &EnqueueArgs,
+    rule: DueRule,
+) -> Result<serde_json::Value> {
+    let n = args.n;
+    let mut rng = SplitMix64(0x5eed_0000 ^ args.first_id ^ n);
+    let mut last_due_ms = 0;
+    let mut not_created = 0u64;
+    let first_add_ms = now_ms();
+    let started = Instant::now();
+    match args.mode {
+        Mode::Single => {
+            for i in 0..n {
+                let (due, due_ms) = rule.due(i, n, &mut rng);
+                last_due_ms = last_due_ms.max(due_ms);
+                let order = Order::new(args.first_id + i, due_ms);
+                let pending = client.enqueue::<J>(order);
+                let pending = match due {
+                    Due::Now => pending,
+                    Due::After(d) => pending.delay(d),
+                    Due::At(t) => pending.at(t),
+                };
+                let done = pending.await?;
+                if done.outcome != EnqueueOutcome::Created {
+                    not_created += 1;
+                }
+            }
+        }
+        Mode::Bulk => {
+            let chunk = args.chunk.max(1) as u64;
+            let mut i = 0;
+            while i < n {
+                let end = (i + chunk).min(n);
+                let jobs: Vec<BulkJob<Order>> = (i..end)
+                    .map(|i| {
+                        let (due, due_ms) = rule.due(i, n, &mut rng);
+                        last_due_ms = last_due_ms.max(due_ms);
+                        let mut job = BulkJob::new(Order::new(args.first_id + i, due_ms));
+                        job.due = due;
+                        job
+                    })
+                    .collect();
+                let done = client.enqueue_bulk::<J>(jobs).await?;
+                not_created += done
+                    .iter()
+                    .filter(|d| d.outcome != EnqueueOutcome::Created)
+                    .count() as u64;
+                i = end;
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    Ok(json!({
+        "secs": secs,
+        "jobs_per_s": n as f64 / secs,
+        "first_add_ms": first_add_ms,
+        "last_due_ms": last_due_ms,
+        "last_add_ms": now_ms(),
+        "scenario": args.scenario.name(),
+        "mode": match args.mode { Mode::Single => "single", Mode::Bulk => "bulk" },
+        "n": n,
+        "chunk": args.chunk,
+        "not_created": not_created,
+    }))
+}
+
+/// Unix ms of a `SystemTime` (for tests of the due rule).
+#[cfg(test)]
+fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_due_times_cover_the_window() {
+        let rule = DueRule::Spread {
+            start: 1_000_000,
+            window: 30_000,
+        };
+        let mut rng = SplitMix64(1);
+        let (first, first_ms) = rule.due(0, 10_000, &mut rng);
+        let (_, last_ms) = rule.due(9_999, 10_000, &mut rng);
+        assert_eq!(first_ms, 1_000_000);
+        assert_eq!(last_ms, 1_000_000 + 29_997);
+        match first {
+            Due::At(t) => assert_eq!(unix_ms(t), 1_000_000),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn random_far_delays_stay_in_range() {
+        let mut rng = SplitMix64(7);
+        for i in 0..10_000 {
+            let before = now_ms();
+            let (due, due_ms) = DueRule::RandomFar.due(i, 10_000, &mut rng);
+            let Due::After(d) = due else {
+                panic!("{due:?}")
+            };
+            assert!((600_000..=3_600_000).contains(&(d.as_millis() as u64)));
+            assert!(due_ms >= before + 600_000);
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! What the orchestrator reads from Redis and from `/proc`: `INFO` fields, command statistics,
+//! a census of the keys (type, `MEMORY USAGE`), the slow log with each script call named, and
+//! the CPU time of a process.
+
+use std::collections::BTreeMap;
+
+use redis::{Connection, Value};
+use serde::Serialize;
+
+use crate::Result;
+
+/// Runs one admin command.
+pub fn cmd<T: redis::FromRedisValue>(conn: &mut Connection, args: &[&str]) -> Result<T> {
+    let (name, rest) = args.split_first().ok_or("empty command")?;
+    Ok(redis::cmd(name).arg(rest).query(conn)?)
+}
+
+/// `INFO <section>`.
+pub fn info(conn: &mut Connection, section: &str) -> Result<String> {
+    cmd(conn, &["INFO", section])
+}
+
+/// The value of `field` in an `INFO` reply.
+pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+/// A numeric `INFO` field.
+pub fn info_u64(conn: &mut Connection, section: &str, field: &str) -> Result<u64> {
+    let info = info(conn, section)?;
+    info_field(&info, field)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("INFO {section} has no numeric {field}").into())
+}
+
+/// One line of `INFO commandstats`.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct CmdStat {
+    /// Calls.
+    pub calls: u64,
+    /// Total microseconds.
+    pub usec: u64,
+}
+
+impl CmdStat {
+    /// Microseconds per call.
+    pub fn usec_per_call(&self) -> f64 {
+        if self.calls == 0 {
+            0.0
+        } else {
+            self.usec as f64 / self.calls as f64
+        }
+    }
+}
+
+/// `INFO commandstats`, by command name (`evalsha`, `zadd`, `client|setinfo`, ...).
+///
+/// Redis counts the commands scripts run too, so `zadd` includes those inside `evalsha`.
+pub fn commandstats(conn: &mut Connection) -> Result<BTreeMap<String, CmdStat>> {
+    let info = info(conn, "commandstats")?;
+    let mut out = BTreeMap::new();
+    for line in info.lines() {
+        let Some((name, rest)) = line
+            .trim()
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let mut stat = CmdStat::default();
+        for kv in rest.split(',') {
+            match kv.split_once('=') {
+                Some(("calls", v)) => stat.calls = v.parse().unwrap_or(0),
+                Some(("usec", v)) => stat.usec = v.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        out.insert(name.to_owned(), stat);
+    }
+    Ok(out)
+}
+
+/// Commands a client sends (as opposed to commands a script runs inside Redis): the ones dq
+/// and redis-rs use, plus the other blocking and scripting commands a queue could use.
+pub const SENT_BY_CLIENTS: &[&str] = &[
+    "evalsha",
+    "eval",
+    "evalsha_ro",
+    "eval_ro",
+    "fcall",
+    "blpop",
+    "brpop",
+    "blmove",
+    "bzpopmin",
+    "script",
+    "ping",
+    "hello",
+    "client",
+    "select",
+    "subscribe",
+    "psubscribe",
+];
+
+/// Calls of [`SENT_BY_CLIENTS`] commands in a `commandstats` map.
+pub fn client_sent_calls(stats: &BTreeMap<String, CmdStat>) -> u64 {
+    stats
+        .iter()
+        .filter(|(name, _)| {
+            let base = name.split('|').next().unwrap_or(name);
+            SENT_BY_CLIENTS.contains(&base)
+        })
+        .map(|(_, s)| s.calls)
+        .sum()
+}
+
+/// The largest key found by a census.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LargestKey {
+    /// Its name.
+    pub key: String,
+    /// Its type.
+    pub key_type: String,
+    /// `MEMORY USAGE key SAMPLES 0`, bytes.
+    pub bytes: u64,
+}
+
+/// Every key: how many, of which type, their memory, the largest.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Census {
+    /// `DBSIZE`.
+    pub dbsize: u64,
+    /// Keys per type.
+    pub by_type: BTreeMap<String, u64>,
+    /// `MEMORY USAGE … SAMPLES 0` summed over every key, bytes.
+    pub total_usage_bytes: u64,
+    /// The largest key.
+    pub largest: Option<LargestKey>,
+}
+
+/// SCAN + TYPE + `MEMORY USAGE key SAMPLES 0` over every key (bounded: at most `max_rounds`
+/// SCAN calls).
+pub fn census(conn: &mut Connection, max_rounds: usize) -> Result<Census> {
+    let mut out = Census {
+        dbsize: cmd(conn, &["DBSIZE"])?,
+        ..Census::default()
+    };
+    let mut cursor = "0".to_owned();
+    for _ in 0..max_rounds {
+        let (next, keys): (String, Vec<String>) = cmd(conn, &["SCAN", &cursor, "COUNT", "1000"])?;
+        for key in keys {
+            let key_type: String = cmd(conn, &["TYPE", &key])?;
+            let bytes: Option<u64> = cmd(conn, &["MEMORY", "USAGE", &key, "SAMPLES", "0"])?;
+            let bytes = bytes.unwrap_or(0);
+            *out.by_type.entry(key_type.clone()).or_insert(0) += 1;
+            out.total_usage_bytes += bytes;
+            if out.largest.as_ref().is_none_or(|l| bytes > l.bytes) {
+                out.largest = Some(LargestKey {
+                    key,
+                    key_type,
+                    bytes,
+                });
+            }
+        }
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// One slow-log entry.
+#[derive(Clone, Debug)]
+pub struct SlowEntry {
+    /// How long the command ran, µs.
+    pub micros: u64,
+    /// Its arguments (Redis keeps at most 32, each cut at 128 bytes).
+    pub args: Vec<String>,
+}
+
+/// Every entry of the slow log (`SLOWLOG GET -1`).
+pub fn slowlog(conn: &mut Connection) -> Result<Vec<SlowEntry>> {
+    let Value::Array(entries) = cmd::<Value>(conn, &["SLOWLOG", "GET", "-1"])? else {
+        return Err("SLOWLOG GET: unexpected reply".into());
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            continue;
+        };
+        let micros = match fields.get(2) {
+            Some(Value::Int(us)) => *us as u64,
+            _ => continue,
+        };
+        let args = match fields.get(3) {
+            Some(Value::Array(args)) => args
+                .iter()
+                .map(|a| match a {
+                    Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    Value::SimpleString(s) => s.clone(),
+                    other => format!("{other:?}"),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        out.push(SlowEntry { micros, args });
+    }
+    Ok(out)
+}
+
+/// dq's scripts by the names of their keys (the part after the last `:`), from the headers
+/// of `dq-core/src/store/redis/lua/*.lua`. `fetch` and `fail` share one key list; they are
+/// told apart by ARGV[3] (a number for fetch, an action letter for fail).
+const SCRIPTS: &[(&str, &[&str])] = &[
+    ("ack", &["active", "pool", "hist", "stats"]),
+    ("cancel", &["scheduled", "retry", "pool", "hist", "stats"]),
+    (
+        "enqueue",
+        &[
+            "scheduled",
+            "retry",
+            "ready",
+            "dead",
+            "pool",
+            "hist",
+            "stats",
+            "wake",
+        ],
+    ),
+    ("extend", &["active", "pool"]),
+    (
+        "fetch",
+        &[
+            "scheduled",
+            "retry",
+            "ready",
+            "active",
+            "dead",
+            "pool",
+            "hist",
+            "stats",
+            "wake",
+        ],
+    ),
+    ("purge_dead", &["dead", "pool", "hist"]),
+    ("release", &["active", "ready", "pool", "wake"]),
+    ("requeue_dead", &["dead", "ready", "pool", "wake"]),
+    (
+        "reschedule",
+        &["scheduled", "retry", "ready", "pool", "wake"],
+    ),
+    (
+        "stats",
+        &[
+            "scheduled",
+            "retry",
+            "ready",
+            "active",
+            "dead",
+            "pool",
+            "stats",
+        ],
+    ),
+];
+
+/// What a slow-log entry was: `evalsha:fetch`, `evalsha:ack`, `blpop`, ...
+pub fn classify(args: &[String]) -> String {
+    let Some(name) = args.first() else {
+        return "?".into();
+    };
+    let name = name.to_ascii_lowercase();
+    if name != "evalsha" && name != "eval" {
+        return name;
+    }
+    let numkeys: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let suffixes: Vec<&str> = args
+        .iter()
+        .skip(3)
+        .take(numkeys)
+        .map(|k| k.rsplit(':').next().unwrap_or(k))
+        .collect();
+    for (script, keys) in SCRIPTS {
+        if suffixes == *keys {
+            if *script == "fetch" {
+                // ARGV[3] is the promote batch (a number) for fetch, the action for fail.
+                let argv3 = args.get(3 + numkeys + 2).map(String::as_str).unwrap_or("");
+                if argv3.parse::<u64>().is_err() {
+                    return format!("{name}:fail");
+                }
+            }
+            return format!("{name}:{script}");
+        }
+    }
+    format!("{name}:keys={}", suffixes.join(","))
+}
+
+/// Per-class totals of a slow log: calls, total µs, max µs.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SlowClass {
+    /// Calls.
+    pub calls: u64,
+    /// Total µs.
+    pub total_us: u64,
+    /// Longest call, µs.
+    pub max_us: u64,
+    /// Mean µs per call.
+    pub mean_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: u64,
+}
+
+/// Groups slow-log entries by [`classify`].
+pub fn slow_classes(entries: &[SlowEntry]) -> BTreeMap<String, SlowClass> {
+    let mut by: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for e in entries {
+        by.entry(classify(&e.args)).or_default().push(e.micros);
+    }
+    by.into_iter()
+        .map(|(name, mut us)| {
+            us.sort_unstable();
+            let total: u64 = us.iter().sum();
+            let rank = ((0.99 * us.len() as f64).ceil() as usize).clamp(1, us.len());
+            let class = SlowClass {
+                calls: us.len() as u64,
+                total_us: total,
+                max_us: *us.last().unwrap_or(&0),
+                mean_us: total as f64 / us.len().max(1) as f64,
+                p99_us: us[rank - 1],
+            };
+            (name, class)
+        })
+        .collect()
+}
+
+/// User + system CPU time of process `pid` so far, in clock ticks (`/proc/<pid>/stat`).
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start at field 3.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn scripts_are_told_apart_by_their_keys() {
+        let p = |s: &str| format!("bench:{{bench.s3#0}}:{s}");
+        let fetch_keys = [
+            "scheduled",
+            "retry",
+            "ready",
+            "active",
+            "dead",
+            "pool",
+            "hist",
+            "stats",
+            "wake",
+        ];
+        let mut fetch = args(&["EVALSHA", "abc", "9"]);
+        fetch.extend(fetch_keys.iter().map(|k| p(k)));
+        fetch.extend(args(&["50", "30000", "1000", "100"]));
+        assert_eq!(classify(&fetch), "evalsha:fetch");
+        let mut fail = args(&["evalsha", "abc", "9"]);
+        fail.extend(fetch_keys.iter().map(|k| p(k)));
+        fail.extend(args(&["key", "17", "r", "1000"]));
+        assert_eq!(classify(&fail), "evalsha:fail");
+        let mut ack = args(&["evalsha", "abc", "4"]);
+        ack.extend(["active", "pool", "hist", "stats"].iter().map(|k| p(k)));
+        assert_eq!(classify(&ack), "evalsha:ack");
+        assert_eq!(classify(&args(&["BLPOP", "x", "5"])), "blpop");
+    }
+
+    #[test]
+    fn commandstats_lines_parse() {
+        let mut m = BTreeMap::new();
+        m.insert("evalsha".to_owned(), CmdStat { calls: 4, usec: 10 });
+        m.insert("zadd".to_owned(), CmdStat { calls: 9, usec: 1 });
+        m.insert("client|setinfo".to_owned(), CmdStat { calls: 2, usec: 1 });
+        assert_eq!(client_sent_calls(&m), 6);
+        assert_eq!(m["evalsha"].usec_per_call(), 2.5);
+    }
+
+    #[test]
+    fn own_cpu_time_is_readable() {
+        assert!(cpu_ticks(std::process::id()).is_some());
+    }
+}

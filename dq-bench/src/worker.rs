@@ -1,0 +1,155 @@
+//! `dq-bench worker`: one worker process running one scenario's topic with concurrency C
+//! until N jobs have succeeded (or `--timeout-s` passes).
+//!
+//! It connects, prints `{"ready":true}`, and starts its clock just before the worker is
+//! created. After the N-th successful completion it lingers (3 s by default) so that any
+//! duplicate run shows up, shuts the worker down, and prints one line:
+//!
+//! `{secs, completed, jobs_per_s, timed_out, last_done_ms, attempts_hist,
+//!   jobs_not_exactly_expected, lateness_ms{p50,p90,p99,max}, ...}`
+//!
+//! `secs` runs from worker start to the N-th successful completion; `attempts_hist` maps
+//! "runs of a job" to "how many jobs ran that often"; `jobs_not_exactly_expected` counts jobs
+//! that ran other than once (S5: twice); lateness is `now_ms - due_ms` of each successful run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::jobs::{Recorder, now_ms};
+use crate::{Result, Scenario};
+
+/// Arguments of `dq-bench worker`.
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// The scenario (S3, S3R, S4, S5; MASS, SCALE, IDLE are used by `all`).
+    #[arg(long, ignore_case = true)]
+    pub scenario: Scenario,
+    /// The topic's concurrency in this worker.
+    #[arg(long)]
+    pub conc: usize,
+    /// Successful completions to wait for.
+    #[arg(long)]
+    pub n: u64,
+    /// Give up after this many seconds (the result then says `timed_out`).
+    #[arg(long)]
+    pub timeout_s: f64,
+    /// How long to keep running after the N-th completion, ms (catches duplicate runs).
+    #[arg(long, default_value_t = 3000)]
+    pub linger_ms: u64,
+    /// Extra: most jobs one fetch leases (dq's default when not given).
+    #[arg(long)]
+    pub max_fetch_batch: Option<usize>,
+    /// Extra: the tokio runtime (`multi`, the default, or `current`: one thread).
+    #[arg(long, value_enum, default_value = "multi")]
+    pub runtime: crate::Flavor,
+}
+
+/// Runs `dq-bench worker` and prints its two lines.
+pub async fn run(args: WorkerArgs) -> Result<()> {
+    if args.n == 0 || args.conc == 0 {
+        return Err("--n and --conc must be at least 1".into());
+    }
+    if matches!(args.scenario, Scenario::S1 | Scenario::Fill) {
+        return Err(format!("no worker runs {}", args.scenario.name()).into());
+    }
+    let topic = args.scenario.topic();
+    let client = crate::connect(dq::client::DEFAULT_BULK_CHUNK).await?;
+    crate::emit(&json!({"ready": true}));
+    // The clock starts here, just before the worker is created.
+    let recorder = Recorder::new(args.n, args.scenario.fail_first());
+    let mut builder = dq::Worker::builder(client)
+        .topics([topic])
+        .concurrency(topic, args.conc)
+        .data(recorder.clone());
+    if let Some(batch) = args.max_fetch_batch {
+        builder = builder.max_fetch_batch(batch);
+    }
+    let handle = builder.build()?.start();
+    let deadline = recorder.started() + Duration::from_secs_f64(args.timeout_s.max(0.0));
+    let timed_out = tokio::select! {
+        () = recorder.wait_done() => false,
+        () = tokio::time::sleep_until(deadline.into()) => true,
+    };
+    if !timed_out {
+        tokio::time::sleep(Duration::from_millis(args.linger_ms)).await;
+    }
+    let report = handle.shutdown().await;
+    crate::emit(&result(&args, &recorder, timed_out, report.drained));
+    Ok(())
+}
+
+/// The result line.
+fn result(
+    args: &WorkerArgs,
+    recorder: &Arc<Recorder>,
+    timed_out: bool,
+    drained: bool,
+) -> serde_json::Value {
+    let completed = recorder.completed();
+    let secs = recorder
+        .done_after_secs()
+        .unwrap_or_else(|| args.timeout_s.max(1e-9));
+    let expected = args.scenario.expected_runs();
+    let hist = recorder.runs_histogram();
+    let not_expected: u64 = hist
+        .iter()
+        .filter(|(runs, _)| **runs != expected)
+        .map(|(_, jobs)| jobs)
+        .sum();
+    let lateness = recorder.lateness_sorted();
+    json!({
+        "secs": secs,
+        "completed": completed,
+        "jobs_per_s": completed.min(args.n) as f64 / secs,
+        "timed_out": timed_out,
+        "last_done_ms": recorder.last_done_ms(),
+        "attempts_hist": hist.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "jobs_not_exactly_expected": not_expected,
+        "expected_runs": expected,
+        "lateness_ms": percentiles(&lateness),
+        "stray_runs": recorder.strays(),
+        "scenario": args.scenario.name(),
+        "conc": args.conc,
+        "n": args.n,
+        "drained_at_shutdown": drained,
+        "finished_ms": now_ms(),
+    })
+}
+
+/// `{p50, p90, p99, max}` of sorted values (nulls when empty).
+pub fn percentiles(sorted: &[i64]) -> serde_json::Value {
+    let at = |q: f64| -> Option<i64> {
+        if sorted.is_empty() {
+            return None;
+        }
+        // Nearest rank.
+        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        Some(sorted[rank - 1])
+    };
+    json!({
+        "p50": at(0.50),
+        "p90": at(0.90),
+        "p99": at(0.99),
+        "max": sorted.last(),
+        "count": sorted.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<i64> = (1..=100).collect();
+        let p = percentiles(&v);
+        assert_eq!(p["p50"], 50);
+        assert_eq!(p["p90"], 90);
+        assert_eq!(p["p99"], 99);
+        assert_eq!(p["max"], 100);
+        assert!(percentiles(&[])["p50"].is_null());
+    }
+}
