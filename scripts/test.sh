@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check dq's CI runs: installs redis-server if missing, then fmt, clippy, the whole
 # test suite (each test binary starts its own redis-server on a free port; nothing uses 6379),
-# and every example. Usage: ./scripts/test.sh
+# every example, the TLS build, and a smoke run of the benchmark. Usage: ./scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,8 +15,11 @@ redis-server --version
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+cargo check -p dq-core --features tls
 cargo test --workspace
 for example in $(ls examples/*.rs 2>/dev/null | xargs -r -n1 basename | sed 's/\.rs$//'); do
   echo "== example: $example"
   cargo run --quiet --example "$example"
 done
+echo "== benchmark smoke run (dq-bench all --quick; figures are not asserted)"
+cargo run --quiet -p dq-bench -- all --quick
