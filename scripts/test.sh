@@ -16,10 +16,16 @@ redis-server --version
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo check -p dq-core --features tls
-cargo test --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace 2>&1 | tee "$log"
 for example in $(ls examples/*.rs 2>/dev/null | xargs -r -n1 basename | sed 's/\.rs$//'); do
   echo "== example: $example"
   cargo run --quiet --example "$example"
 done
 echo "== benchmark smoke run (dq-bench all --quick; figures are not asserted)"
 cargo run --quiet -p dq-bench -- all --quick
+
+# The closing line: every cargo test result above, summed.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "cargo test: %d passed, %d failed\n", p, f }' "$log"
