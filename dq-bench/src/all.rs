@@ -1138,6 +1138,7 @@ impl Orchestrator {
             let timeout = (p.s4_lead_ms + p.s4_window_ms) / 1000 + 120;
             let running = o.start_worker(Scenario::S4, p.conc, p.s4_n, timeout)?;
             o.wait_blocked(Duration::from_secs(10))?;
+            o.resetstat()?;
             let start = now_ms() + p.s4_lead_ms;
             let produced = o.enqueue(&[
                 s("--scenario"),
@@ -1159,7 +1160,11 @@ impl Orchestrator {
                 );
             }
             o.push("s4_not_once", num(&worker, "/jobs_not_exactly_expected")?);
-            Ok(json!({"start_ms": start, "enqueue": produced, "worker": worker}))
+            let stats = o.commandstats()?;
+            Ok(
+                json!({"start_ms": start, "enqueue": produced, "worker": worker,
+                      "commandstats": stats}),
+            )
         })
     }
 
@@ -1169,6 +1174,7 @@ impl Orchestrator {
             o.flush()?;
             let running = o.start_worker(Scenario::S5, p.conc, p.s5_n, 120)?;
             o.wait_blocked(Duration::from_secs(10))?;
+            o.resetstat()?;
             let produced = o.enqueue(&[
                 s("--scenario"),
                 s("S5"),
@@ -1182,7 +1188,12 @@ impl Orchestrator {
                 (num(&worker, "/last_done_ms")? - num(&produced, "/first_add_ms")?) / 1000.0;
             o.push("s5_total", total);
             o.push("s5_not_twice", num(&worker, "/jobs_not_exactly_expected")?);
-            Ok(json!({"total_secs": total, "enqueue": produced, "worker": worker}))
+            // Producer and worker together: bulk enqueue, fetch, fail, ack.
+            let stats = o.commandstats()?;
+            Ok(
+                json!({"total_secs": total, "enqueue": produced, "worker": worker,
+                      "commandstats": stats}),
+            )
         })
     }
 
