@@ -43,5 +43,6 @@ mod server;
 mod wait;
 
 pub use namespace::{keys_in_namespace, namespace};
+pub use proxy::FaultProxy;
 pub use server::{Persistence, RedisServer, ServerOptions, shared};
 pub use wait::{POLL_INTERVAL, eventually, eventually_blocking, eventually_some};
