@@ -55,7 +55,7 @@ const MAX_FETCHES_IN_FLIGHT: usize = 2;
 
 /// Due jobs one fetch moves to `ready` beyond those it leases: enough to keep other fetchers
 /// busy, small enough that a mass expiry never makes one script call long.
-const PROMOTE_BATCH: usize = 200;
+const PROMOTE_BATCH: usize = 16;
 
 fn error_backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
