@@ -22,9 +22,9 @@ pub const KEY_NAMES: [(&str, &str); 9] = [
     ("wake", "list"),
 ];
 
-/// Fields the `stats` hash may hold: the counters, the token counter, and the ordering
-/// counter older versions kept.
-const STATS_FIELDS: [&str; 9] = [
+/// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
+/// and the ordering counter older versions kept.
+const STATS_FIELDS: [&str; 11] = [
     "enqueued",
     "succeeded",
     "retried",
@@ -33,6 +33,8 @@ const STATS_FIELDS: [&str; 9] = [
     "cancelled",
     "trimmed",
     "token",
+    "repaired",
+    "audit_cursor",
     "seq",
 ];
 

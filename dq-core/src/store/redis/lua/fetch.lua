@@ -4,7 +4,9 @@
 --   2. pop up to ARGV[1] ready keys, skipping stale hints, and lease them with fresh tokens;
 --   3. take the due jobs of scheduled and retry, merged by due time: lease them directly while
 --      room is left, then move at most ARGV[3] more to ready;
---   4. pass a wake-up token on if ready work is left behind (chained wake-ups).
+--   4. pass a wake-up token on if ready work is left behind (chained wake-ups);
+--   5. on a fetch that leased nothing, audit up to 32 records (HSCAN, cursor in stats) and
+--      re-link any whose sorted-set entry is missing.
 --
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
 -- KEYS[2] retry      dq:{topic#p}:retry
@@ -201,10 +203,49 @@ if #taken > 0 then
   call_many('ZREM', retry, from_set[2])
 end
 
+-- 5. (idle fetches only) audit a few records: one whose sorted-set entry is missing (deleted by
+--    hand, or a damaged restore) would otherwise wait for ever. Re-link it where its state
+--    says; a ready record is re-hinted only when ready is empty (the one cheap proof it has no
+--    hint). The HSCAN cursor lives in stats, so successive idle fetches walk the whole pool.
+local repaired = 0
+if n_jobs == 0 then
+  local cursor = redis.call('HGET', stats, 'audit_cursor') or '0'
+  local scan = redis.call('HSCAN', pool, cursor, 'COUNT', 32)
+  redis.call('HSET', stats, 'audit_cursor', scan[1])
+  local ready_empty = redis.call('LLEN', ready) == 0
+  local entries = scan[2]
+  for i = 1, #entries, 2 do
+    local key, rec = entries[i], entries[i + 1]
+    if not is_record(rec) then
+      if not seen[key] then bury_corrupt(key, rec) end
+    else
+      local state, _, due = unpack_record(rec)
+      if state == 'S' and not redis.call('ZSCORE', scheduled, key) then
+        redis.call('ZADD', scheduled, slot_score(scheduled, due), key)
+        repaired = repaired + 1
+      elseif state == 'F' and not redis.call('ZSCORE', retry, key) then
+        redis.call('ZADD', retry, slot_score(retry, due), key)
+        repaired = repaired + 1
+      elseif state == 'A' and not redis.call('ZSCORE', active, key) then
+        redis.call('ZADD', active, now, key) -- recovered as an expired lease next time
+        repaired = repaired + 1
+      elseif state == 'D' and not redis.call('ZSCORE', dead, key) then
+        redis.call('ZADD', dead, now, key)
+        repaired = repaired + 1
+      elseif state == 'R' and ready_empty then
+        redis.call('RPUSH', ready, key)
+        repaired = repaired + 1
+      end
+    end
+  end
+  if repaired > 0 then redis.call('HINCRBY', stats, 'repaired', repaired) end
+end
+
 -- 4. what next
 local next_ms = -1
+if repaired > 0 then next_ms = 0 end
 local ready_left = redis.call('LLEN', ready) > 0
-if ready_left or promote_more then
+if ready_left or promote_more or repaired > 0 then
   next_ms = 0
   if n_jobs > 0 then wake(wake_key) end
 else
