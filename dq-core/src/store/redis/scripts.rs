@@ -90,19 +90,17 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
 }
 
 /// Reads script replies with errors that name the script and the field.
-pub(crate) struct Reply<'a> {
+pub(crate) struct Reply {
     script: &'static str,
     items: std::vec::IntoIter<Value>,
-    _marker: std::marker::PhantomData<&'a ()>,
 }
 
-impl Reply<'_> {
+impl Reply {
     pub fn new(script: &'static str, value: Value) -> Result<Self> {
         match value {
             Value::Array(items) => Ok(Reply {
                 script,
                 items: items.into_iter(),
-                _marker: std::marker::PhantomData,
             }),
             other => Err(unexpected(script, "array", &other)),
         }

@@ -31,10 +31,10 @@ local function is_record(rec)
   return rec and #rec >= HEADER_LEN and string.find('SRAFD', string.sub(rec, 1, 1), 1, true) ~= nil
 end
 
--- Returns state, attempts, due, created, token, payload of a record.
+-- Returns state, attempts, due, created, token of a record (the payload is not copied).
 local function unpack_record(rec)
   local state, attempts, due, created, token = struct.unpack(HEADER, rec)
-  return state, attempts, due, created, token, string.sub(rec, HEADER_LEN + 1)
+  return state, attempts, due, created, token
 end
 
 local function pack_record(state, attempts, due, created, token, payload)
@@ -69,13 +69,10 @@ local function token_of(rec)
   return (struct.unpack('>I6', rec, 15))
 end
 
--- Rewrites the header of `rec` in place of the old one, keeping the payload.
+-- Rewrites the header of `rec` in place of the old one, keeping `created` and the payload.
 local function with_header(rec, state, attempts, due, token)
-  local _, _, _, created = struct.unpack(HEADER, rec)
-  if attempts > 255 then attempts = 255 end
-  if attempts < 0 then attempts = 0 end
-  if due < 0 then due = 0 end
-  return struct.pack(HEADER, state, attempts, due, created, token) .. string.sub(rec, HEADER_LEN + 1)
+  local created = struct.unpack('>I6', rec, 9) -- bytes 9-14; no second full decode
+  return pack_record(state, attempts, due, created, token, string.sub(rec, HEADER_LEN + 1))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.
