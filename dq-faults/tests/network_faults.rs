@@ -14,12 +14,21 @@ use tokio::task::block_in_place;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fault-worker");
 
-/// The client's response timeout in these tests; replies are delayed beyond it.
+/// The client's response timeout in these tests.
 const TIMEOUT: Duration = Duration::from_millis(300);
-/// The reply delay: longer than [`TIMEOUT`] (the first try times out), but short enough that
-/// a retry sent after the fault is lifted gets its reply — queued behind the late one — within
-/// its own timeout.
-const DELAY: Duration = Duration::from_millis(450);
+/// The reply delay while a fault is on: the reply never arrives while the test runs. The test
+/// then cuts the connection, dropping the held reply, so the try that sent the command always
+/// fails (by timeout or by the cut) however late any thread is scheduled; a retry on a new
+/// connection gets a prompt reply. A merely late reply (a delay just past the timeout) races
+/// the client's timer: on a loaded machine both are ready at the same poll and the reply can
+/// win, which made the outcome depend on scheduling.
+const HELD: Duration = Duration::from_secs(3600);
+
+/// Ends the fault: replies flow again, and every connection holding a late reply is closed.
+fn lift(proxy: &FaultProxy) {
+    proxy.set_reply_delay(Duration::ZERO);
+    proxy.cut();
+}
 
 fn spec(s: &Scenario, url: &str, lease_ms: u64) -> WorkerSpec {
     let mut spec = s.spec();
@@ -56,7 +65,7 @@ async fn ambiguous_enqueue_is_retried_harmlessly() {
         .await
         .unwrap();
 
-    proxy.set_reply_delay(DELAY);
+    proxy.set_reply_delay(HELD);
     let sent = producer
         .enqueue::<WorkJob>(FaultPayload::new(1, 10))
         .key("amb-enq");
@@ -65,7 +74,7 @@ async fn ambiguous_enqueue_is_retried_harmlessly() {
         exists(&s, "amb-enq")
     })
     .await;
-    proxy.set_reply_delay(Duration::ZERO);
+    lift(&proxy);
     let outcome = call.await.unwrap();
     let enqueued = outcome.expect("the retry succeeds");
     // The first try timed out; the retry saw the job the first try had stored.
@@ -110,14 +119,14 @@ async fn ambiguous_ack_is_retried_harmlessly() {
         async move { started }
     })
     .await;
-    proxy.set_reply_delay(DELAY);
+    proxy.set_reply_delay(HELD);
     eventually(
         "the ack was applied (the job is gone)",
         Duration::from_secs(10),
         || async { !exists(&s, "amb-ack").await },
     )
     .await;
-    proxy.set_reply_delay(Duration::ZERO);
+    lift(&proxy);
     eventually(
         "the worker retried the ack and found the job gone",
         Duration::from_secs(10),
@@ -272,7 +281,7 @@ async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
         .unwrap();
     s.wait_settled(WORK_TOPIC, Duration::from_secs(10)).await;
 
-    proxy.set_reply_delay(DELAY);
+    proxy.set_reply_delay(HELD);
     let call = tokio::spawn(
         producer
             .enqueue::<WorkJob>(FaultPayload::new(1, 10))
@@ -292,7 +301,7 @@ async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
         },
     )
     .await;
-    proxy.set_reply_delay(Duration::ZERO);
+    lift(&proxy);
     let outcome = call.await.unwrap().expect("the retry succeeds");
     s.expected.ok.insert("ran-once".into(), now_ms());
     s.wait_settled(WORK_TOPIC, Duration::from_secs(10)).await;
