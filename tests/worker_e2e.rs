@@ -110,14 +110,12 @@ async fn delayed_job_runs_after_its_delay_and_due_now_runs_at_once() {
     let info = client.job::<record_job>("delayed").await.unwrap().unwrap();
     assert_eq!(info.due_ms - info.created_ms, 400);
 
-    let sent = Instant::now();
+    // How soon a due job starts is measured by the benchmarks (S4), not asserted here.
     client.enqueue::<record_job>(2).key("now").await.unwrap();
     eventually("due-now job ran", WAIT, || async {
         log.of("now").len() == 1
     })
     .await;
-    let start_latency = log.of("now")[0].started - sent;
-    assert!(start_latency < Duration::from_secs(1), "{start_latency:?}");
 
     eventually("delayed job ran", WAIT, || async {
         log.of(delayed.key.as_str()).len() == 1

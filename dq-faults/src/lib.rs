@@ -94,7 +94,16 @@ pub struct Scenario {
     binary: PathBuf,
     spawned: usize,
     started: Instant,
+    /// Held for the scenario's life, so that the scenarios of one test binary run one at a
+    /// time (declared last: released after the workers and Redis are gone).
+    _serial: tokio::sync::OwnedMutexGuard<()>,
 }
+
+/// One scenario at a time per test binary. Scenarios run several worker processes and a Redis
+/// each, with leases of about a second; two at once on a 2-core machine can starve a worker
+/// long enough to lose a lease, and a duplicate run no fault explains fails the scenario.
+static SERIAL: std::sync::LazyLock<std::sync::Arc<tokio::sync::Mutex<()>>> =
+    std::sync::LazyLock::new(Default::default);
 
 impl std::fmt::Debug for Scenario {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,9 +116,11 @@ impl std::fmt::Debug for Scenario {
 }
 
 impl Scenario {
-    /// Starts a Redis with `options` and connects a client. `binary` is the test's
+    /// Waits until no other scenario of this binary runs, then starts a Redis with `options`
+    /// and connects a client. `binary` is the test's
     /// `env!("CARGO_BIN_EXE_fault-worker")`.
     pub async fn start(name: &'static str, binary: &str, options: ServerOptions) -> Scenario {
+        let serial = SERIAL.clone().lock_owned().await;
         let server = RedisServer::start_with(options);
         let ns = dq_testkit::namespace("faults");
         let client = Client::builder()
@@ -137,6 +148,7 @@ impl Scenario {
             binary: PathBuf::from(binary),
             spawned: 0,
             started: Instant::now(),
+            _serial: serial,
         }
     }
 

@@ -14,14 +14,14 @@ use tokio::task::block_in_place;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fault-worker");
 
-/// The client's response timeout in these tests.
-const TIMEOUT: Duration = Duration::from_millis(300);
+/// The client's response timeout in the ambiguous-reply tests: long, so that only the cut
+/// below ends the first try.
+const TIMEOUT: Duration = Duration::from_secs(30);
 /// The reply delay while a fault is on: the reply never arrives while the test runs. The test
 /// then cuts the connection, dropping the held reply, so the try that sent the command always
-/// fails (by timeout or by the cut) however late any thread is scheduled; a retry on a new
-/// connection gets a prompt reply. A merely late reply (a delay just past the timeout) races
-/// the client's timer: on a loaded machine both are ready at the same poll and the reply can
-/// win, which made the outcome depend on scheduling.
+/// fails however late any thread is scheduled, and the retry, on a new connection, gets a
+/// prompt reply. (A merely late reply — a delay just past a short timeout — raced the client's
+/// timer: on a loaded machine both were ready at the same poll and the reply could win.)
 const HELD: Duration = Duration::from_secs(3600);
 
 /// Ends the fault: replies flow again, and every connection holding a late reply is closed.
@@ -99,7 +99,8 @@ async fn ambiguous_enqueue_is_retried_harmlessly() {
 async fn ambiguous_ack_is_retried_harmlessly() {
     let mut s = Scenario::start("ambiguous-ack", BIN, ServerOptions::default()).await;
     let proxy = FaultProxy::start(s.server.port());
-    let mut w = spec(&s, &proxy.url(), 3000);
+    // The lease outlives the time the ack is held (a hung extend must not cancel the job).
+    let mut w = spec(&s, &proxy.url(), 10_000);
     w.response_timeout = Some(TIMEOUT);
     w.log = "warn,dq_worker=debug".into();
     s.spawn(&w);
@@ -108,7 +109,8 @@ async fn ambiguous_ack_is_retried_harmlessly() {
         .await
         .unwrap();
     s.wait_settled(WORK_TOPIC, Duration::from_secs(10)).await;
-    s.enqueue_one::<WorkJob>("amb-ack", FaultPayload::new(1, 1000))
+    // The job runs 3 s: the reply delay is on well before its ack is sent.
+    s.enqueue_one::<WorkJob>("amb-ack", FaultPayload::new(1, 3000))
         .await
         .unwrap();
     eventually("the job started", Duration::from_secs(10), || {
@@ -316,15 +318,18 @@ async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
     s.stop_workers();
 }
 
-/// FINDING (DESIGN §2.2): a worker cut off from Redis by a hung connection keeps running its
-/// handler past its lease for up to the client's response timeout (default 5 s): the lease
-/// keeper checks its local deadline only when an `extend` call returns an error. The handler
-/// should be cancelled at the local deadline, whatever the calls in flight are doing.
+/// Found by this suite (DESIGN §2.2): a worker cut off from Redis by a hung connection kept
+/// running its handler past its lease for up to the client's response timeout, because the
+/// lease keeper checked its local deadline only when an `extend` call returned an error. The
+/// handler must be cancelled at the local deadline, whatever the calls in flight are doing.
+/// The response timeout here is 30 s, so the two behaviours are far apart: about one lease
+/// (1 s) after the cut, or 30 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn partitioned_handler_stops_at_its_lease_deadline_with_default_timeouts() {
-    let mut s = Scenario::start("partition-default", BIN, ServerOptions::default()).await;
+async fn partitioned_handler_stops_at_its_lease_deadline_while_calls_hang() {
+    let mut s = Scenario::start("partition-hang", BIN, ServerOptions::default()).await;
     let proxy = FaultProxy::start(s.server.port());
-    let cut_off = spec(&s, &proxy.url(), 1000); // dq's default response timeout (5 s)
+    let mut cut_off = spec(&s, &proxy.url(), 1000);
+    cut_off.response_timeout = Some(Duration::from_secs(30));
     let victim = s.spawn(&cut_off);
     let victim_pid = s.workers[victim].pid();
     s.enqueue_one::<WorkJob>("part", FaultPayload::new(1, 20_000))
@@ -356,8 +361,9 @@ async fn partitioned_handler_stops_at_its_lease_deadline_with_default_timeouts()
     .await;
     proxy.set_blackhole(false);
     let ran_on = stopped - cut_at;
-    println!("partition with default timeouts: handler cancelled {ran_on} ms after the cut");
-    // The lease is 1 s; it was extended at most a third of a lease before the cut.
-    assert!(ran_on <= 1_300, "handler ran {ran_on} ms past the cut");
+    println!("partition, calls hanging: handler cancelled {ran_on} ms after the cut");
+    // The lease is 1 s (extended at most a third of a lease before the cut); a handler
+    // stopped only when the hung `extend` times out would have run 30 s.
+    assert!(ran_on < 15_000, "handler ran {ran_on} ms past the cut");
     block_in_place(|| s.stop_workers());
 }

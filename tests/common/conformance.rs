@@ -439,7 +439,7 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
         .map(|i| {
             BulkJob::new(raw(i))
                 .key(format!("same-{:04}", n - i))
-                .delay(ms(1000))
+                .delay(ms(5000))
         })
         .collect();
     let out = t.enqueue_bulk(bulk).await.unwrap();
@@ -457,7 +457,7 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
             .unwrap();
         t.enqueue(raw(i as u64))
             .key(format!("solo-{i}"))
-            .delay(ms([600, 400, 1200, 500, 800][i]))
+            .delay(ms([3000, 2000, 6000, 2500, 4000][i]))
             .await
             .unwrap();
     }
@@ -847,7 +847,7 @@ pub async fn reschedule_from_every_state<H: Harness>(h: &H) {
         ("s", HOUR),
         ("t", HOUR),
         ("u", Duration::from_secs(10)),
-        ("v", ms(200)),
+        ("v", ms(3000)),
         ("w", HOUR),
     ] {
         t.enqueue(raw(0)).key(k).delay(delay).await.unwrap();
@@ -867,7 +867,9 @@ pub async fn reschedule_from_every_state<H: Harness>(h: &H) {
     assert!((before + 200..=after + 200).contains(&due), "{due}");
     want.insert("s", due);
     // At: an absolute time (Unix ms, the store's clock).
-    let target = now(h).await + 300;
+    // Far enough ahead that it is still in the future when the call lands on a loaded
+    // machine (a due time in the past is moved up to now).
+    let target = now(h).await + 3000;
     let due = expect_due(
         c.reschedule::<close_order>("t", NewDue::At(dq::job::from_unix_ms(target)))
             .await
