@@ -155,8 +155,9 @@ async fn maxmemory_refuses_enqueue_but_acks_and_deletes_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_extension_works_at_maxmemory() {
     let mut s = Scenario::start("maxmemory-extend", BIN, ServerOptions::default()).await;
-    s.spawn(&spec(&s, 1, 1000));
-    s.enqueue_one::<WorkJob>("long", FaultPayload::new(1, 3000))
+    // A job of three leases: it finishes only if its lease is extended at maxmemory.
+    s.spawn(&spec(&s, 1, 2000));
+    s.enqueue_one::<WorkJob>("long", FaultPayload::new(1, 6000))
         .await
         .unwrap();
     eventually("the long job started", Duration::from_secs(10), || {
@@ -169,7 +170,7 @@ async fn lease_extension_works_at_maxmemory() {
     assert!(matches!(err, Error::OutOfMemory), "{err:?}");
     eventually(
         "the long job finished or was cancelled",
-        Duration::from_secs(15),
+        Duration::from_secs(20),
         || {
             let r = runs(&s.ledger());
             let over = r["long"]
@@ -187,7 +188,12 @@ async fn lease_extension_works_at_maxmemory() {
         "the first run was cancelled: its lease could not be extended\n{}",
         s.workers[0].log_tail(10)
     );
-    assert!(!log.contains("could not extend leases"), "{log}");
+    // (An extend that timed out on a loaded machine is not this finding: only OOM counts.)
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("could not extend leases") && l.contains("out of memory")),
+        "{log}"
+    );
 }
 
 /// Scenario 12b: at `maxmemory`, delayed jobs that come due are still delivered, so the worker
