@@ -10,14 +10,15 @@ use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
 
 use crate::error::{Error, Result};
 use crate::job::{
-    CancelOutcome, DeadLimits, Due, EnqueueOutcome, Job, JobInfo, NewDue, NewJob, Queue,
-    RescheduleOutcome, TopicStats,
+    CancelOutcome, DeadLimits, Due, EnqueueCall, EnqueueOutcome, Job, JobInfo, NewDue, NewJob,
+    Queue, RescheduleOutcome, TopicStats,
 };
 use crate::names::{JobKey, Topic};
 use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
@@ -466,6 +467,11 @@ impl std::fmt::Debug for TopicClient {
     }
 }
 
+/// How long after its first try an enqueue call is still retried. Shorter than
+/// [`ENQUEUE_RECEIPT_LIFE`](crate::ENQUEUE_RECEIPT_LIFE) by a margin, so that a retry always
+/// finds the receipt of an earlier try that was applied.
+pub const ENQUEUE_RETRY_WINDOW: Duration = Duration::from_secs(20);
+
 /// Retries a call that is safe to repeat after connection trouble or a timeout.
 fn retrying() -> ExponentialBuilder {
     ExponentialBuilder::default()
@@ -503,9 +509,12 @@ impl TopicClient {
 
     /// Enqueues many jobs with raw payloads; every job is validated before any is written.
     ///
-    /// Safe to retry as a whole after an error: keys (generated ones too) are fixed before the
-    /// first write, so a repeat creates no second job. A job written by an earlier try is then
-    /// reported as `Exists`.
+    /// Jobs are sent in calls of at most `bulk_chunk` jobs per partition; each call is retried
+    /// inside through connection trouble with no double effect (keys, generated ones too, and
+    /// a call id are fixed before its first try; see [`ENQUEUE_RETRY_WINDOW`]). If an error is
+    /// returned all the same, the calls before it were stored: calling again with the same
+    /// keys creates no second job while those jobs exist (they are reported as `Exists`);
+    /// jobs without a key would get new keys.
     pub async fn enqueue_bulk(&self, jobs: Vec<BulkJob<Vec<u8>>>) -> Result<Vec<Enqueued>> {
         // Validate everything first: nothing is written if any job is bad.
         let n = jobs.len();
@@ -555,14 +564,26 @@ impl TopicClient {
         ))
     }
 
-    /// One enqueue call to the store, retried through connection trouble: keys are fixed
-    /// before the first try, so a repeat creates nothing twice.
+    /// One enqueue call to the store, retried through connection trouble. Keys and the call
+    /// id are fixed before the first try, and every retry says it is one: a retry after a try
+    /// that was applied (its reply lost) finds the call's receipt and writes nothing, even if
+    /// the job has run and gone in between. Retries stop [`ENQUEUE_RETRY_WINDOW`] after the
+    /// first try, well inside the receipt's life.
     async fn store_enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
         let store = &self.client.store;
-        (|| async { store.enqueue(queue, jobs).await })
-            .retry(retrying())
-            .when(Error::is_retryable)
-            .await
+        let first = EnqueueCall::new();
+        let started = tokio::time::Instant::now();
+        let tries = &AtomicU32::new(0);
+        (move || async move {
+            let call = match tries.fetch_add(1, Ordering::Relaxed) {
+                0 => first,
+                _ => first.retried(),
+            };
+            store.enqueue(queue, jobs, call).await
+        })
+        .retry(retrying())
+        .when(|e| e.is_retryable() && started.elapsed() < ENQUEUE_RETRY_WINDOW)
+        .await
     }
 
     /// Cancels a job that has not started.

@@ -130,6 +130,54 @@ pub enum EnqueueOutcome {
     /// A job with this key exists in this state; nothing was written. With `replace`, this is
     /// reported only for a running job (`Active`), which is never replaced under its handler.
     Exists(JobState),
+    /// Reported only when a call is retried after an ambiguous error (a timeout or dropped
+    /// connection): an earlier try of the same call was applied — its reply was lost — and
+    /// the job is gone since (it ran and succeeded, or was cancelled or purged). Nothing was
+    /// written: the job is not created a second time.
+    Ended,
+}
+
+/// How long the store keeps the receipt of an applied [`EnqueueCall`] — at least this long,
+/// at most twice. A retry must reach the store within it to be recognised; the client stops
+/// retrying an enqueue well before (see [`crate::Client`]).
+pub const ENQUEUE_RECEIPT_LIFE: Duration = Duration::from_secs(30);
+
+/// One client call to [`Store::enqueue`](crate::Store::enqueue), the same across its tries.
+///
+/// A try whose reply is lost (a timeout, a dropped connection) may or may not have been
+/// applied. Its retry presents the same `id` with `retry` set; a store that finds the receipt
+/// of that id writes nothing and reports what is there now, so a job that ran in the meantime
+/// is not created again ([`EnqueueOutcome::Ended`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnqueueCall {
+    /// Chosen at random before the first try.
+    pub id: u64,
+    /// Whether this try repeats an earlier one whose outcome is unknown.
+    pub retry: bool,
+}
+
+impl EnqueueCall {
+    /// A new call with a random id (its first try).
+    pub fn new() -> EnqueueCall {
+        EnqueueCall {
+            id: rand::random(),
+            retry: false,
+        }
+    }
+
+    /// The same call, marked as a retry.
+    pub fn retried(self) -> EnqueueCall {
+        EnqueueCall {
+            retry: true,
+            ..self
+        }
+    }
+}
+
+impl Default for EnqueueCall {
+    fn default() -> Self {
+        EnqueueCall::new()
+    }
 }
 
 /// A job leased to a worker by `fetch`.

@@ -14,7 +14,10 @@ pub mod retry;
 pub mod retry_syntax;
 pub mod store;
 
-pub use client::{BulkJob, Client, ClientBuilder, ClientConfig, Enqueue, Enqueued, TopicClient};
+pub use client::{
+    BulkJob, Client, ClientBuilder, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued,
+    TopicClient,
+};
 pub use error::{Error, Result};
 pub use handler::{
     BoxError, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError, SharedData,
@@ -22,8 +25,8 @@ pub use handler::{
 };
 pub use job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    EnqueueOutcome, FailAction, FailOutcome, FetchReply, FetchRequest, Job, JobInfo, JobState,
-    NewDue, NewJob, Queue, RescheduleOutcome, TopicStats,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchReply,
+    FetchRequest, Job, JobInfo, JobState, NewDue, NewJob, Queue, RescheduleOutcome, TopicStats,
 };
 pub use names::{JobKey, Topic};
 pub use retry::RetryPolicy;

@@ -137,6 +137,14 @@ impl Snapshot {
                     part.hist = v.into_iter().map(text).collect();
                 }
                 "wake" => part.wake = redis::cmd("LLEN").arg(&key).query(conn)?,
+                // Receipts of applied enqueue calls; they expire by themselves.
+                "calls0" | "calls1" => {
+                    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn)?;
+                    let life = 2 * dq::ENQUEUE_RECEIPT_LIFE.as_millis() as i64;
+                    if !(0..=life).contains(&ttl) {
+                        snap.foreign.push(format!("{key} (expires in {ttl} ms)"));
+                    }
+                }
                 "stats" => {
                     let v: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(conn)?;
                     part.stats = v

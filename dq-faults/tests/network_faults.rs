@@ -266,12 +266,12 @@ async fn proxy_cuts_every_connection_repeatedly() {
     s.stop_workers();
 }
 
-/// FINDING (DESIGN §2.6): enqueue-by-key is idempotent only while the job exists. An enqueue
-/// whose reply is lost is retried by the client; if a worker ran and acked the job in between
-/// (the job was due now, the retry waits for the response timeout plus a backoff), the retry
-/// creates the job a second time and it runs twice — with no worker or Redis fault at all.
+/// Found by this suite (DESIGN §2.6): enqueue-by-key was idempotent only while the job
+/// existed. An enqueue whose reply is lost is retried by the client; if a worker ran and acked
+/// the job in between, the retry created the job a second time and it ran twice — with no
+/// worker or Redis fault at all. Now the retry presents its call id, finds the receipt the
+/// first try left, and writes nothing: it answers `Ended`, and the job runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known limit (README, Guarantees): a retried enqueue can re-create a job that already ran"]
 async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
     let mut s = Scenario::start("ambiguous-enqueue-ran", BIN, ServerOptions::default()).await;
     let proxy = FaultProxy::start(s.server.port());
@@ -315,6 +315,10 @@ async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
         r.len()
     );
     assert_eq!(r.len(), 1, "one enqueue call, one job: {r:?}");
+    assert_eq!(outcome.outcome, EnqueueOutcome::Ended);
+    assert_eq!((stats.enqueued, stats.succeeded), (2, 2), "{stats:?}");
+    let rec = s.reconcile();
+    s.assert_clean(&rec, &[]);
     s.stop_workers();
 }
 

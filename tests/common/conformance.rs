@@ -10,9 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use dq::{
-    AckOutcome, AttemptOutcome, BulkJob, CancelOutcome, DeadLimits, Delivery, EnqueueOutcome,
-    Error, FailAction, FailOutcome, FetchReply, FetchRequest, Job, JobInfo, JobKey, JobState,
-    NewDue, Queue, RescheduleOutcome, RetryPolicy, Topic, TopicClient,
+    AckOutcome, AttemptOutcome, BulkJob, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall,
+    EnqueueOutcome, Error, FailAction, FailOutcome, FetchReply, FetchRequest, Job, JobInfo, JobKey,
+    JobState, NewDue, NewJob, Queue, RescheduleOutcome, RetryPolicy, Topic, TopicClient,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -29,6 +29,7 @@ macro_rules! conformance_suite {
             due_time_is_never_early,
             due_jobs_come_out_in_due_order,
             enqueue_by_key_is_idempotent,
+            retried_enqueue_finds_its_receipt,
             replace_swaps_pending_jobs,
             replace_is_refused_while_running,
             replace_revives_a_dead_job,
@@ -525,6 +526,80 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
 
 // ---------------------------------------------------------------------------------------------
 // Enqueue by key, replace
+
+/// Guarantee 6 for enqueue: a retry of a call whose earlier try was applied (its reply lost)
+/// writes nothing — even after the job has run and gone, and even with `replace` — while a
+/// retry of a call that was never applied stores its jobs. Receipts are per call, not per key:
+/// a new call for a key whose job has ended creates it again.
+pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
+    use EnqueueOutcome::{Created, Ended, Exists};
+    let store = h.store();
+    let q = queue("receipts");
+    let job = |k: &str, replace: bool| NewJob {
+        key: jk(k),
+        payload: raw(1),
+        due: Due::Now,
+        replace,
+    };
+    let pair = [job("r-1", false), job("r-2", false)];
+
+    // Applied once; a retry while the jobs wait reports them and writes nothing.
+    let call = EnqueueCall::new();
+    let out = store.enqueue(&q, &pair, call).await.unwrap();
+    assert_eq!(out, [Created, Created]);
+    let out = store.enqueue(&q, &pair, call.retried()).await.unwrap();
+    assert_eq!(out, [Exists(JobState::Ready), Exists(JobState::Ready)]);
+
+    // The jobs run and are acked; a late retry does not bring them back.
+    let jobs = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&jobs), ["r-1", "r-2"]);
+    ack_all(h, &q, &jobs).await;
+    let out = store.enqueue(&q, &pair, call.retried()).await.unwrap();
+    assert_eq!(out, [Ended, Ended]);
+
+    // A replace is not applied twice: the retry leaves the job the first try stored.
+    let replace = EnqueueCall::new();
+    let r3 = [job("r-3", true)];
+    assert_eq!(store.enqueue(&q, &r3, replace).await.unwrap(), [Created]);
+    let d = &fetch(h, &q, &req()).await.jobs[0];
+    let out = store.enqueue(&q, &r3, replace.retried()).await.unwrap();
+    assert_eq!(out, [Exists(JobState::Active)]);
+    ack_all(h, &q, std::slice::from_ref(d)).await;
+
+    // A retry of a call whose first try never reached the store stores the job.
+    let lost = EnqueueCall::new();
+    let r4 = [job("r-4", false)];
+    assert_eq!(
+        store.enqueue(&q, &r4, lost.retried()).await.unwrap(),
+        [Created]
+    );
+    // A call that stored nothing leaves no receipt: its retry creates a job that has
+    // ended since (one effect in all).
+    let noop = EnqueueCall::new();
+    assert_eq!(
+        store.enqueue(&q, &r4, noop).await.unwrap(),
+        [Exists(JobState::Ready)]
+    );
+    let d = fetch(h, &q, &req()).await.jobs;
+    ack_all(h, &q, &d).await;
+    assert_eq!(
+        store.enqueue(&q, &r4, noop.retried()).await.unwrap(),
+        [Created]
+    );
+
+    // A new call for a key whose job has ended creates it again.
+    let again = store
+        .enqueue(&q, &pair[..1], EnqueueCall::new())
+        .await
+        .unwrap();
+    assert_eq!(again, [Created]);
+
+    let jobs = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&jobs), ["r-4", "r-1"]);
+    ack_all(h, &q, &jobs).await;
+    let st = h.store().stats(&q).await.unwrap();
+    assert_eq!((st.enqueued, st.succeeded), (6, 6), "{st:?}");
+}
 
 /// Enqueueing an existing key creates no second job, whatever its state; retrying a keyed
 /// bulk creates nothing new; a key may be reused once its job has ended.

@@ -10,7 +10,7 @@ use dq_testkit::{RedisServer, keys_in_namespace};
 use super::Harness;
 
 /// Every key name a partition may have (`<ns>:{<topic>#<p>}:<name>`), with its Redis type.
-pub const KEY_NAMES: [(&str, &str); 9] = [
+pub const KEY_NAMES: [(&str, &str); 11] = [
     ("scheduled", "zset"),
     ("retry", "zset"),
     ("ready", "list"),
@@ -20,6 +20,8 @@ pub const KEY_NAMES: [(&str, &str); 9] = [
     ("hist", "hash"),
     ("stats", "hash"),
     ("wake", "list"),
+    ("calls0", "list"),
+    ("calls1", "list"),
 ];
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
@@ -119,12 +121,18 @@ impl Harness for RedisHarness {
         let keys = self.keys();
         let left: Vec<String> = keys
             .iter()
-            .filter(|k| !matches!(parse_key(&self.ns, k), Some((_, _, "stats" | "wake"))))
+            .filter(|k| {
+                !matches!(
+                    parse_key(&self.ns, k),
+                    Some((_, _, "stats" | "wake" | "calls0" | "calls1"))
+                )
+            })
             .map(|k| describe(self.server, k))
             .collect();
         assert!(
             left.is_empty(),
-            "job data left in namespace {} (only `stats` and `wake` may remain):\n  {}",
+            "job data left in namespace {} (only `stats`, `wake` and the enqueue receipts, \
+             which expire, may remain):\n  {}",
             self.ns,
             left.join("\n  ")
         );
@@ -241,6 +249,14 @@ pub async fn violations(server: &RedisServer, ns: &str, store: Option<&dyn Store
                 let ty: String = server.cmd(&["TYPE", &key]);
                 if ty != *want {
                     v.push(format!("{key:?} is a {ty}, expected a {want}"));
+                }
+                if name.starts_with("calls") {
+                    // Receipts of enqueue calls: they must go by themselves.
+                    let ttl: i64 = server.cmd(&["PTTL", &key]);
+                    let life = 2 * dq::ENQUEUE_RECEIPT_LIFE.as_millis() as i64;
+                    if !(0..=life).contains(&ttl) {
+                        v.push(format!("{key:?} expires in {ttl} ms, not within {life}"));
+                    }
                 }
             }
         }

@@ -9,8 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dq::store::WakeListener;
 use dq::{
-    AckOutcome, CancelOutcome, DeadLimits, EnqueueOutcome, FailAction, FailOutcome, FetchReply,
-    FetchRequest, JobInfo, JobKey, NewDue, NewJob, Queue, RescheduleOutcome, Store, TopicStats,
+    AckOutcome, CancelOutcome, DeadLimits, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome,
+    FetchReply, FetchRequest, JobInfo, JobKey, NewDue, NewJob, Queue, RescheduleOutcome, Store,
+    TopicStats,
 };
 
 /// One handler run, as seen from inside the handler.
@@ -84,8 +85,13 @@ pub struct NoExtend(pub Arc<dyn Store>);
 
 #[async_trait]
 impl Store for NoExtend {
-    async fn enqueue(&self, q: &Queue, jobs: &[NewJob]) -> dq::Result<Vec<EnqueueOutcome>> {
-        self.0.enqueue(q, jobs).await
+    async fn enqueue(
+        &self,
+        q: &Queue,
+        jobs: &[NewJob],
+        call: EnqueueCall,
+    ) -> dq::Result<Vec<EnqueueOutcome>> {
+        self.0.enqueue(q, jobs, call).await
     }
     async fn fetch(&self, q: &Queue, r: &FetchRequest) -> dq::Result<FetchReply> {
         self.0.fetch(q, r).await

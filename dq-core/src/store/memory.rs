@@ -20,7 +20,7 @@
 //! and releases it, never holding it across an `.await`. Wake-ups are a [`Notify`] per
 //! partition, so an idle fetcher waits without polling.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -32,8 +32,9 @@ use crate::client::{Client, ClientConfig};
 use crate::error::{Error, Result};
 use crate::job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    EnqueueOutcome, FailAction, FailOutcome, FetchReply, FetchRequest, JobInfo, JobState,
-    MAX_HISTORY, NewDue, NewJob, Queue, RescheduleOutcome, TopicStats, unix_ms,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchReply,
+    FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue, RescheduleOutcome,
+    TopicStats, unix_ms,
 };
 use crate::names::JobKey;
 
@@ -372,6 +373,44 @@ fn bury(sets: &mut Sets, counters: &mut Counters, rec: &mut Record, key: &JobKey
     counters.buried += 1;
 }
 
+/// Receipts of applied enqueue calls, like the `calls0`/`calls1` lists: a receipt made in
+/// generation `g` (of `ENQUEUE_RECEIPT_LIFE`) lives until the end of generation `g + 1`.
+#[derive(Default)]
+struct Receipts {
+    /// Call id → the last ms it is kept.
+    until: HashMap<u64, u64>,
+    /// (last ms kept, call id), oldest first, for pruning.
+    order: VecDeque<(u64, u64)>,
+}
+
+impl Receipts {
+    fn life_ms() -> u64 {
+        ms(ENQUEUE_RECEIPT_LIFE)
+    }
+
+    fn prune(&mut self, now: u64) {
+        while let Some(&(until, id)) = self.order.front() {
+            if until >= now {
+                break;
+            }
+            self.order.pop_front();
+            if self.until.get(&id) == Some(&until) {
+                self.until.remove(&id);
+            }
+        }
+    }
+
+    fn insert(&mut self, id: u64, now: u64) {
+        let until = (now / Self::life_ms() + 2) * Self::life_ms();
+        self.until.insert(id, until);
+        self.order.push_back((until, id));
+    }
+
+    fn contains(&self, id: u64, now: u64) -> bool {
+        self.until.get(&id).is_some_and(|&until| until >= now)
+    }
+}
+
 /// One partition of a topic: the counterpart of one Redis hash tag.
 #[derive(Default)]
 struct Partition {
@@ -379,6 +418,7 @@ struct Partition {
     sets: Sets,
     counters: Counters,
     wake: Arc<Notify>,
+    receipts: Receipts,
 }
 
 impl Partition {
@@ -496,7 +536,19 @@ impl Partition {
     }
 
     /// Mirrors `enqueue.lua`.
-    fn enqueue(&mut self, jobs: &[NewJob], now: u64) -> Vec<EnqueueOutcome> {
+    fn enqueue(&mut self, jobs: &[NewJob], call: EnqueueCall, now: u64) -> Vec<EnqueueOutcome> {
+        self.receipts.prune(now);
+        if call.retry && self.receipts.contains(call.id, now) {
+            // An earlier try of this call was applied: report, write nothing.
+            return jobs
+                .iter()
+                .map(|job| {
+                    self.jobs
+                        .get(&job.key)
+                        .map_or(EnqueueOutcome::Ended, |r| EnqueueOutcome::Exists(r.state()))
+                })
+                .collect();
+        }
         let mut need_wake = false;
         let mut created = 0;
         let mut out = Vec::with_capacity(jobs.len());
@@ -535,6 +587,9 @@ impl Partition {
             out.push(outcome);
         }
         self.counters.enqueued += created;
+        if created > 0 {
+            self.receipts.insert(call.id, now);
+        }
         if need_wake {
             self.wake();
         }
@@ -970,11 +1025,16 @@ fn warn_trimmed(queue: &Queue, trimmed: u64) {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+    async fn enqueue(
+        &self,
+        queue: &Queue,
+        jobs: &[NewJob],
+        call: EnqueueCall,
+    ) -> Result<Vec<EnqueueOutcome>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.write(queue, |p, now| p.enqueue(jobs, now)))
+        Ok(self.write(queue, |p, now| p.enqueue(jobs, call, now)))
     }
 
     async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply> {
@@ -1123,7 +1183,10 @@ mod tests {
     }
 
     async fn put(store: &MemoryStore, k: &str, due: Due) -> EnqueueOutcome {
-        store.enqueue(&queue(), &[new_job(k, due)]).await.unwrap()[0]
+        store
+            .enqueue(&queue(), &[new_job(k, due)], EnqueueCall::new())
+            .await
+            .unwrap()[0]
     }
 
     async fn replace(store: &MemoryStore, k: &str, due: Due) -> EnqueueOutcome {
@@ -1131,7 +1194,10 @@ mod tests {
             replace: true,
             ..new_job(k, due)
         };
-        store.enqueue(&queue(), &[job]).await.unwrap()[0]
+        store
+            .enqueue(&queue(), &[job], EnqueueCall::new())
+            .await
+            .unwrap()[0]
     }
 
     fn take(max_jobs: usize) -> FetchRequest {
@@ -1180,6 +1246,29 @@ mod tests {
     fn assert_sound(store: &MemoryStore) {
         let v = store.violations();
         assert!(v.is_empty(), "invariants violated:\n  {}", v.join("\n  "));
+    }
+
+    /// A receipt is kept at least `ENQUEUE_RECEIPT_LIFE` and at most twice that; a retry
+    /// after it is gone is taken for a first try (the client stops retrying long before).
+    #[tokio::test(start_paused = true)]
+    async fn enqueue_receipts_expire() {
+        let store = MemoryStore::new();
+        let life = ENQUEUE_RECEIPT_LIFE;
+        let call = EnqueueCall::new();
+        let job = [new_job("r", Due::After(3 * life))];
+        let q = queue();
+        let put = |call| store.enqueue(&q, &job, call);
+        assert_eq!(put(call).await.unwrap(), [EnqueueOutcome::Created]);
+        store.cancel(&queue(), &key("r")).await.unwrap();
+        advance(life).await;
+        assert_eq!(put(call.retried()).await.unwrap(), [EnqueueOutcome::Ended]);
+        advance(life + Duration::from_millis(1)).await;
+        assert_eq!(
+            put(call.retried()).await.unwrap(),
+            [EnqueueOutcome::Created]
+        );
+        let receipts = store.write(&queue(), |p, _| p.receipts.until.len());
+        assert_eq!(receipts, 1, "expired receipts are pruned");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1241,7 +1330,10 @@ mod tests {
         put(&store, "a", Due::At(from_unix_ms(t0 + 10))).await;
         // a bulk call keeps its order too
         let bulk = [new_job("y", ten), new_job("x", ten)];
-        store.enqueue(&queue(), &bulk).await.unwrap();
+        store
+            .enqueue(&queue(), &bulk, EnqueueCall::new())
+            .await
+            .unwrap();
         put(&store, "r2", Due::Now).await;
         put(&store, "r1", Due::Now).await;
         // a due time in the past is due now, queued behind the ready ones

@@ -11,8 +11,9 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::job::{
-    AckOutcome, CancelOutcome, DeadLimits, Delivery, EnqueueOutcome, FailAction, FailOutcome,
-    FetchReply, FetchRequest, JobInfo, NewDue, NewJob, Queue, RescheduleOutcome, TopicStats,
+    AckOutcome, CancelOutcome, DeadLimits, Delivery, EnqueueCall, EnqueueOutcome, FailAction,
+    FailOutcome, FetchReply, FetchRequest, JobInfo, NewDue, NewJob, Queue, RescheduleOutcome,
+    TopicStats,
 };
 use crate::names::JobKey;
 
@@ -28,7 +29,17 @@ pub mod redis;
 pub trait Store: Send + Sync + 'static {
     /// Stores new jobs of one partition; one outcome per job, in order. Jobs due now go
     /// straight to `ready` and wake a fetcher.
-    async fn enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>>;
+    ///
+    /// A call that stored something leaves a receipt of `call.id` for
+    /// [`ENQUEUE_RECEIPT_LIFE`](crate::ENQUEUE_RECEIPT_LIFE); a retry (`call.retry`) that finds
+    /// it writes nothing and reports each job as it is now, or
+    /// [`EnqueueOutcome::Ended`] if it is gone.
+    async fn enqueue(
+        &self,
+        queue: &Queue,
+        jobs: &[NewJob],
+        call: EnqueueCall,
+    ) -> Result<Vec<EnqueueOutcome>>;
 
     /// Recovers expired leases, promotes due jobs, and leases up to `max_jobs` ready ones.
     async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply>;

@@ -25,9 +25,9 @@ use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unex
 use super::{Store, WakeListener};
 use crate::error::{Error, Result, from_redis};
 use crate::job::{
-    AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueOutcome, FailAction, FailOutcome,
-    FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue, RescheduleOutcome,
-    TopicStats, unix_ms,
+    AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall, EnqueueOutcome, FailAction,
+    FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
+    RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::JobKey;
 
@@ -188,7 +188,12 @@ fn state_of(code: u8) -> Result<JobState> {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+    async fn enqueue(
+        &self,
+        queue: &Queue,
+        jobs: &[NewJob],
+        call: EnqueueCall,
+    ) -> Result<Vec<EnqueueOutcome>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -206,9 +211,13 @@ impl Store for RedisStore {
                     &k.hist,
                     &k.stats,
                     &k.wake,
+                    &k.calls[0],
+                    &k.calls[1],
                 ],
                 |inv| {
-                    inv.arg(jobs.len());
+                    inv.arg(jobs.len())
+                        .arg(call.id)
+                        .arg(if call.retry { "1" } else { "0" });
                     for job in jobs {
                         let (mode, value) = match job.due {
                             Due::Now => ("n", 0),
@@ -239,6 +248,7 @@ impl Store for RedisStore {
             .map(|v| match &v {
                 Value::BulkString(b) if b.as_slice() == b"+" => Ok(EnqueueOutcome::Created),
                 Value::BulkString(b) if b.as_slice() == b"~" => Ok(EnqueueOutcome::Replaced),
+                Value::BulkString(b) if b.as_slice() == b"E" => Ok(EnqueueOutcome::Ended),
                 Value::BulkString(b) if b.len() == 1 => Ok(EnqueueOutcome::Exists(state_of(b[0])?)),
                 _ => Err(unexpected(s.name, "outcome", &v)),
             })

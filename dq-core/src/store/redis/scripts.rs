@@ -60,7 +60,7 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    enqueue: script!("enqueue", 8),
+    enqueue: script!("enqueue", 10),
     fetch: script!("fetch", 9, ALLOW_OOM),
     ack: script!("ack", 4, ALLOW_OOM),
     fail: script!("fail", 9, ALLOW_OOM),
@@ -211,5 +211,18 @@ mod tests {
                 script.name
             );
         }
+    }
+
+    /// The receipt life in `enqueue.lua` is the one the client's retry window is built on.
+    #[test]
+    fn receipt_life_matches() {
+        let ms = crate::job::ENQUEUE_RECEIPT_LIFE.as_millis();
+        assert!(
+            SCRIPTS
+                .enqueue
+                .body
+                .contains(&format!("local RECEIPT_MS = {ms}\n")),
+            "enqueue.lua's RECEIPT_MS is not {ms}"
+        );
     }
 }

@@ -8,9 +8,13 @@
 -- KEYS[6] hist       dq:{topic#p}:hist       HASH key -> attempt history
 -- KEYS[7] stats      dq:{topic#p}:stats      HASH counters
 -- KEYS[8] wake       dq:{topic#p}:wake       LIST wake-up tokens
+-- KEYS[9] calls0     dq:{topic#p}:calls0     LIST receipts of applied calls (even generations)
+-- KEYS[10] calls1    dq:{topic#p}:calls1     LIST receipts of applied calls (odd generations)
 --
 -- ARGV[1]            n, the number of jobs
--- then per job i (5 arguments each, starting at ARGV[2 + 5*(i-1)]):
+-- ARGV[2]            call id: the same for every try of one client call
+-- ARGV[3]            '0' first try, '1' a retry after an ambiguous error
+-- then per job i (5 arguments each, starting at ARGV[4 + 5*(i-1)]):
 --   key              job key
 --   mode             'n' due now | 'd' delay (value = ms from Redis TIME) | 'a' at (value = Unix ms)
 --   value            integer ms (ignored for 'n')
@@ -18,22 +22,35 @@
 --   payload          bytes
 --
 -- Every argument is checked before the first write; a bad one writes nothing.
+--
+-- Receipts: a call that created or replaced a job leaves its id in the list of the current
+-- generation (RECEIPT_MS long); a list expires at the end of the generation after its own,
+-- so a receipt lives at least RECEIPT_MS. A retry whose id is found there was applied by an
+-- earlier try whose reply was lost: it writes nothing and reports what is there now, so a job
+-- that has run since is not created again. Clients retry for less than RECEIPT_MS.
+--
 -- Returns an array with one string per job:
 --   '+'  created
 --   '~'  replaced (the old job removed; attempts and history start again)
 --   'S' | 'R' | 'A' | 'F' | 'D'  a job with this key exists in that state; nothing written
 --   ('A' is also the answer with replace: a running job is never replaced)
+--   'E'  (retries only) an earlier try of this call was applied, and the job is gone since
+--        (it ran, or was cancelled or purged); nothing written
 -- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed.
 
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local RECEIPT_MS = 30000
 
-local n = tonumber(ARGV[1])
-if not n or n < 1 or #ARGV ~= 1 + 5 * n then
+local n, call, is_retry = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+if not n or n < 1 or #ARGV ~= 3 + 5 * n then
   return redis.error_reply('ERR dq bad arguments: job count does not match')
 end
+if call == '' or (is_retry ~= '0' and is_retry ~= '1') then
+  return redis.error_reply('ERR dq bad arguments: call')
+end
 for i = 0, n - 1 do
-  local base = 2 + 5 * i
+  local base = 4 + 5 * i
   local mode, value, replace = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
   if ARGV[base] == '' or (mode ~= 'n' and mode ~= 'd' and mode ~= 'a')
       or not tonumber(value) or (replace ~= '0' and replace ~= '1') then
@@ -42,6 +59,19 @@ for i = 0, n - 1 do
 end
 
 local now = now_ms()
+local generation = math.floor(now / RECEIPT_MS)
+local receipts, previous = KEYS[9], KEYS[10]
+if generation % 2 == 1 then receipts, previous = KEYS[10], KEYS[9] end
+if is_retry == '1' and (redis.call('LPOS', receipts, call) or redis.call('LPOS', previous, call)) then
+  -- An earlier try of this call was applied: report, write nothing.
+  local results = {}
+  for i = 0, n - 1 do
+    local old = redis.call('HGET', pool, ARGV[4 + 5 * i])
+    results[i + 1] = old and string.sub(old, 1, 1) or 'E'
+  end
+  return results
+end
+
 local results = {}
 local need_wake = false
 local created = 0
@@ -51,7 +81,7 @@ local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
 local head_due = head[2] and math.floor(tonumber(head[2]))
 local earliest_new
 for i = 0, n - 1 do
-  local base = 2 + 5 * i
+  local base = 4 + 5 * i
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
   local outcome = '+'
@@ -82,7 +112,11 @@ for i = 0, n - 1 do
   end
   results[i + 1] = outcome
 end
-if created > 0 then redis.call('HINCRBY', stats, 'enqueued', created) end
+if created > 0 then
+  redis.call('HINCRBY', stats, 'enqueued', created)
+  redis.call('RPUSH', receipts, call)
+  redis.call('PEXPIREAT', receipts, (generation + 2) * RECEIPT_MS)
+end
 if earliest_new and (not head_due or earliest_new < head_due) then need_wake = true end
 if need_wake then wake(wake_key) end
 return results
