@@ -401,7 +401,7 @@ impl Receipts {
     }
 
     fn insert(&mut self, id: u64, now: u64) {
-        let until = (now / Self::life_ms() + 2) * Self::life_ms();
+        let until = (now / Self::life_ms() + 2) * Self::life_ms() - 1;
         self.until.insert(id, until);
         self.order.push_back((until, id));
     }

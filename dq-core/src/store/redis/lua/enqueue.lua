@@ -24,8 +24,8 @@
 -- Every argument is checked before the first write; a bad one writes nothing.
 --
 -- Receipts: a call that created or replaced a job leaves its id in the list of the current
--- generation (RECEIPT_MS long); a list expires at the end of the generation after its own,
--- so a receipt lives at least RECEIPT_MS. A retry whose id is found there was applied by an
+-- generation (RECEIPT_MS long; two lists, by parity); a list expires at the last ms of the
+-- generation after its own, so a receipt lives at least RECEIPT_MS and less than twice that. A retry whose id is found there was applied by an
 -- earlier try whose reply was lost: it writes nothing and reports what is there now, so a job
 -- that has run since is not created again. Clients retry for less than RECEIPT_MS.
 --
@@ -114,8 +114,11 @@ for i = 0, n - 1 do
 end
 if created > 0 then
   redis.call('HINCRBY', stats, 'enqueued', created)
-  redis.call('RPUSH', receipts, call)
-  redis.call('PEXPIREAT', receipts, (generation + 2) * RECEIPT_MS)
+  if redis.call('RPUSH', receipts, call) == 1 then
+    -- A new list: it goes at the last ms of the next generation. (The list of this parity
+    -- two generations ago expired at the ms before this generation began.)
+    redis.call('PEXPIREAT', receipts, (generation + 2) * RECEIPT_MS - 1)
+  end
 end
 if earliest_new and (not head_due or earliest_new < head_due) then need_wake = true end
 if need_wake then wake(wake_key) end
