@@ -25,9 +25,11 @@
 --
 -- Receipts: a call that created or replaced a job leaves its id in the list of the current
 -- generation (RECEIPT_MS long; two lists, by parity); a list expires at the last ms of the
--- generation after its own, so a receipt lives at least RECEIPT_MS and less than twice that. A retry whose id is found there was applied by an
--- earlier try whose reply was lost: it writes nothing and reports what is there now, so a job
--- that has run since is not created again. Clients retry for less than RECEIPT_MS.
+-- generation after its own, so a receipt lives at least RECEIPT_MS and less than twice that.
+-- A retry whose id is found there was applied by an earlier try whose reply was lost: it
+-- writes nothing and reports what is there now, so a job that has run since is not created
+-- again. Clients retry for less than RECEIPT_MS. The lookup (LPOS) scans the receipts of the
+-- last one to two generations; only retries pay it.
 --
 -- Returns an array with one string per job:
 --   '+'  created
