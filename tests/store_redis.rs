@@ -294,6 +294,43 @@ async fn key_layout_is_one_hash_tag_per_partition() {
 
 /// Due times past what a record holds (48 bits of ms, year 10889) are capped, never wrapped:
 /// the job stays far in the future and a shift earlier does not bring it to the past.
+/// Enqueue receipts stay bounded with no call doing much: receipts past their life are
+/// removed, at most 64 by any one call, by about one call in ten; the set carries an expiry.
+#[tokio::test]
+async fn enqueue_receipts_are_trimmed_a_few_at_a_time() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("receipts.trim").unwrap();
+    t.enqueue(raw(0)).key("first").await.unwrap();
+    let calls = format!("{}:{{receipts.trim#0}}:calls", h.namespace());
+    // 500 receipts from long ago (score 1 ms), as if left by an earlier burst.
+    let mut add = vec!["ZADD".to_string(), calls.clone()];
+    for i in 0..500 {
+        add.push("1".into());
+        add.push(format!("old-{i}"));
+    }
+    let add: Vec<&str> = add.iter().map(String::as_str).collect();
+    h.server().cmd::<i64>(&add);
+    let old = |server: &RedisServer| server.cmd::<i64>(&["ZCOUNT", &calls, "0", "1"]);
+    assert_eq!(old(h.server()), 500);
+
+    // Each call removes at most 64 of them; enough calls remove them all.
+    let mut last = 500;
+    let mut n = 0;
+    while last > 0 {
+        assert!(n < 2_000, "{last} stale receipts left after {n} calls");
+        t.enqueue(raw(n)).key(format!("k-{n}")).await.unwrap();
+        let now = old(h.server());
+        assert!(last - now <= 64, "one call removed {} receipts", last - now);
+        last = now;
+        n += 1;
+    }
+    let kept: i64 = h.server().cmd(&["ZCARD", &calls]);
+    assert_eq!(kept, n as i64 + 1, "every fresh receipt is kept");
+    let ttl: i64 = h.server().cmd(&["PTTL", &calls]);
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+}
+
 #[tokio::test]
 async fn far_future_due_times_are_capped() {
     const MAX_DUE: u64 = (1 << 48) - 1;

@@ -132,14 +132,15 @@ pub enum EnqueueOutcome {
     Exists(JobState),
     /// Reported only when a call is retried after an ambiguous error (a timeout or dropped
     /// connection): an earlier try of the same call was applied — its reply was lost — and
-    /// the job is gone since (it ran and succeeded, or was cancelled or purged). Nothing was
+    /// the job with this key is gone since (it ran and succeeded, or was cancelled or purged;
+    /// this is also the answer for a job the earlier try found already there). Nothing was
     /// written: the job is not created a second time.
     Ended,
 }
 
-/// How long the store keeps the receipt of an applied [`EnqueueCall`] — at least this long,
-/// at most twice. A retry must reach the store within it to be recognised; the client stops
-/// retrying an enqueue well before (see [`crate::Client`]).
+/// How long the store keeps the receipt of an applied [`EnqueueCall`], at least. A retry must
+/// reach the store within it to be recognised; the client stops retrying an enqueue well
+/// before (see [`ENQUEUE_RETRY_WINDOW`](crate::ENQUEUE_RETRY_WINDOW)).
 pub const ENQUEUE_RECEIPT_LIFE: Duration = Duration::from_secs(30);
 
 /// One client call to [`Store::enqueue`](crate::Store::enqueue), the same across its tries.

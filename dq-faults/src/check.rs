@@ -138,10 +138,11 @@ impl Snapshot {
                 }
                 "wake" => part.wake = redis::cmd("LLEN").arg(&key).query(conn)?,
                 // Receipts of applied enqueue calls; they expire by themselves.
-                "calls0" | "calls1" => {
+                "calls" => {
                     let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn)?;
                     let life = 2 * dq::ENQUEUE_RECEIPT_LIFE.as_millis() as i64;
-                    if !(0..=life).contains(&ttl) {
+                    // (-2: expired since the key was listed.)
+                    if ttl != -2 && !(0..=life).contains(&ttl) {
                         snap.foreign.push(format!("{key} (expires in {ttl} ms)"));
                     }
                 }

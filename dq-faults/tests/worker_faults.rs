@@ -129,7 +129,7 @@ async fn chaos_kill_and_respawn_every_two_seconds() {
 /// meets the job while the rescuer still holds it. (Had the rescuer already acked, the
 /// victim's ack would find the job gone: `Gone`, equally harmless.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_longer_than_the_lease_the_stale_ack_is_rejected() {
+async fn sigstop_longer_than_the_lease_the_paused_run_is_not_counted() {
     let mut s = Scenario::start("sigstop-long", BIN, ServerOptions::default()).await;
     let victim = s.spawn(&spec(&s, 1, 1000));
     let victim_pid = s.workers[victim].pid();

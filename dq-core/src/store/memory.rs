@@ -373,8 +373,9 @@ fn bury(sets: &mut Sets, counters: &mut Counters, rec: &mut Record, key: &JobKey
     counters.buried += 1;
 }
 
-/// Receipts of applied enqueue calls, like the `calls0`/`calls1` lists: a receipt made in
-/// generation `g` (of `ENQUEUE_RECEIPT_LIFE`) lives until the end of generation `g + 1`.
+/// Receipts of applied enqueue calls, like the `calls` sorted set: each is kept
+/// `ENQUEUE_RECEIPT_LIFE`. (Redis keeps some longer until a trim reaches them; a receipt found
+/// late is as true as one found early.)
 #[derive(Default)]
 struct Receipts {
     /// Call id → the last ms it is kept.
@@ -401,7 +402,7 @@ impl Receipts {
     }
 
     fn insert(&mut self, id: u64, now: u64) {
-        let until = (now / Self::life_ms() + 2) * Self::life_ms() - 1;
+        let until = now + Self::life_ms();
         self.until.insert(id, until);
         self.order.push_back((until, id));
     }

@@ -27,9 +27,9 @@ pub(crate) struct PartitionKeys {
     pub stats: String,
     /// LIST of wake-up tokens for blocked fetchers.
     pub wake: String,
-    /// LISTs of the ids of applied enqueue calls (receipts), for even and odd generations of
-    /// `ENQUEUE_RECEIPT_LIFE`; each expires by itself.
-    pub calls: [String; 2],
+    /// ZSET applied enqueue call id -> ms: receipts, kept `ENQUEUE_RECEIPT_LIFE` at least;
+    /// the set expires by itself once no call writes to it.
+    pub calls: String,
 }
 
 impl PartitionKeys {
@@ -46,7 +46,7 @@ impl PartitionKeys {
             hist: key("hist"),
             stats: key("stats"),
             wake: key("wake"),
-            calls: [key("calls0"), key("calls1")],
+            calls: key("calls"),
         }
     }
 }
@@ -61,16 +61,7 @@ mod tests {
         let k = PartitionKeys::new("dq", &Queue::new(Topic::new("orders.close").unwrap(), 3));
         assert_eq!(k.scheduled, "dq:{orders.close#3}:scheduled");
         for key in [
-            &k.retry,
-            &k.ready,
-            &k.active,
-            &k.dead,
-            &k.pool,
-            &k.hist,
-            &k.stats,
-            &k.wake,
-            &k.calls[0],
-            &k.calls[1],
+            &k.retry, &k.ready, &k.active, &k.dead, &k.pool, &k.hist, &k.stats, &k.wake, &k.calls,
         ] {
             assert!(key.starts_with("dq:{orders.close#3}:"), "{key}");
         }

@@ -211,8 +211,7 @@ impl Store for RedisStore {
                     &k.hist,
                     &k.stats,
                     &k.wake,
-                    &k.calls[0],
-                    &k.calls[1],
+                    &k.calls,
                 ],
                 |inv| {
                     inv.arg(jobs.len())

@@ -8,8 +8,7 @@
 -- KEYS[6] hist       dq:{topic#p}:hist       HASH key -> attempt history
 -- KEYS[7] stats      dq:{topic#p}:stats      HASH counters
 -- KEYS[8] wake       dq:{topic#p}:wake       LIST wake-up tokens
--- KEYS[9] calls0     dq:{topic#p}:calls0     LIST receipts of applied calls (even generations)
--- KEYS[10] calls1    dq:{topic#p}:calls1     LIST receipts of applied calls (odd generations)
+-- KEYS[9] calls      dq:{topic#p}:calls      ZSET receipts: applied call id -> when (ms)
 --
 -- ARGV[1]            n, the number of jobs
 -- ARGV[2]            call id: the same for every try of one client call
@@ -23,13 +22,12 @@
 --
 -- Every argument is checked before the first write; a bad one writes nothing.
 --
--- Receipts: a call that created or replaced a job leaves its id in the list of the current
--- generation (RECEIPT_MS long; two lists, by parity); a list expires at the last ms of the
--- generation after its own, so a receipt lives at least RECEIPT_MS and less than twice that.
--- A retry whose id is found there was applied by an earlier try whose reply was lost: it
--- writes nothing and reports what is there now, so a job that has run since is not created
--- again. Clients retry for less than RECEIPT_MS. The lookup (LPOS) scans the receipts of the
--- last one to two generations; only retries pay it.
+-- Receipts: a call that created or replaced a job leaves its id in `calls`, scored with the
+-- time. A retry whose id is found there was applied by an earlier try whose reply was lost:
+-- it writes nothing and reports what is there now, so a job that has run since is not
+-- created again. Receipts are kept at least RECEIPT_MS (clients retry for less): about one
+-- call in ten removes up to TRIM older ones, and the set expires 2 * RECEIPT_MS after the
+-- last call that wrote to it. Lookups and writes are O(log n); no call does unbounded work.
 --
 -- Returns an array with one string per job:
 --   '+'  created
@@ -43,6 +41,7 @@
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local RECEIPT_MS = 30000
+local TRIM = 64
 
 local n, call, is_retry = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 if not n or n < 1 or #ARGV ~= 3 + 5 * n then
@@ -61,10 +60,8 @@ for i = 0, n - 1 do
 end
 
 local now = now_ms()
-local generation = math.floor(now / RECEIPT_MS)
-local receipts, previous = KEYS[9], KEYS[10]
-if generation % 2 == 1 then receipts, previous = KEYS[10], KEYS[9] end
-if is_retry == '1' and (redis.call('LPOS', receipts, call) or redis.call('LPOS', previous, call)) then
+local calls = KEYS[9]
+if is_retry == '1' and redis.call('ZSCORE', calls, call) then
   -- An earlier try of this call was applied: report, write nothing.
   local results = {}
   for i = 0, n - 1 do
@@ -116,10 +113,15 @@ for i = 0, n - 1 do
 end
 if created > 0 then
   redis.call('HINCRBY', stats, 'enqueued', created)
-  if redis.call('RPUSH', receipts, call) == 1 then
-    -- A new list: it goes at the last ms of the next generation. (The list of this parity
-    -- two generations ago expired at the ms before this generation began.)
-    redis.call('PEXPIREAT', receipts, (generation + 2) * RECEIPT_MS - 1)
+  redis.call('ZADD', calls, now, call)
+  redis.call('PEXPIRE', calls, 2 * RECEIPT_MS)
+  -- About one call in ten (the id is random; its last digit decides) removes up to TRIM
+  -- receipts past their life.
+  if string.sub(call, -1) == '0' then
+    local expired = redis.call('ZCOUNT', calls, '-inf', '(' .. (now - RECEIPT_MS))
+    if expired > 0 then
+      redis.call('ZREMRANGEBYRANK', calls, 0, math.min(expired, TRIM) - 1)
+    end
   end
 end
 if earliest_new and (not head_due or earliest_new < head_due) then need_wake = true end
