@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dq::Client;
 use dq_faults::ledger::{Kind, now_ms};
 use dq_faults::{FaultPayload, Scenario, WORK_TOPIC, WorkJob, WorkerSpec};
 use dq_testkit::{Persistence, ServerOptions, eventually};
@@ -34,62 +33,68 @@ struct Produced {
 
 type Shared = Arc<Mutex<Produced>>;
 
-/// Enqueues one job at a time (key `{prefix}-{i}`, working `sleep_ms`) every `pace` until
-/// `stop` says so or `max` jobs were tried; results go to the returned record as they come.
-fn produce(
-    client: Client,
-    prefix: &'static str,
-    sleep_ms: u64,
-    pace: Duration,
-    max: u64,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> (Shared, tokio::task::JoinHandle<()>) {
-    let seen: Shared = Arc::default();
-    let out = seen.clone();
-    let task = tokio::spawn(async move {
-        for i in 0..max {
-            if *stop.borrow() {
-                break;
-            }
-            let key = format!("{prefix}-{i}");
-            let started = now_ms();
-            let result = client
-                .enqueue::<WorkJob>(FaultPayload::new(i, sleep_ms))
-                .key(&key)
-                .await;
-            {
-                let mut out = out.lock().unwrap();
-                out.call_started.insert(key.clone(), started);
-                match result {
-                    Ok(_) => {
-                        out.ok.insert(key, now_ms());
-                    }
-                    Err(_) => {
-                        out.failed.insert(key);
-                    }
-                }
-            }
-            tokio::time::sleep(pace).await;
-        }
-    });
-    (seen, task)
+/// A producer task enqueueing one job at a time (key `p-{i}`), recording every outcome.
+struct Producer {
+    stop: tokio::sync::watch::Sender<bool>,
+    seen: Shared,
+    task: tokio::task::JoinHandle<()>,
 }
 
-/// Stops the producer and moves what it saw into the scenario's expectations; returns the
-/// numbers of Ok and failed enqueues.
-async fn absorb(
-    s: &mut Scenario,
-    stop: tokio::sync::watch::Sender<bool>,
-    (seen, task): (Shared, tokio::task::JoinHandle<()>),
-) -> (usize, usize) {
-    stop.send_replace(true);
-    task.await.unwrap();
-    let p = std::mem::take(&mut *seen.lock().unwrap());
-    let counts = (p.ok.len(), p.failed.len());
-    s.expected.ok.extend(p.ok);
-    s.expected.ambiguous.extend(p.failed);
-    s.expected.call_started.extend(p.call_started);
-    counts
+impl Producer {
+    /// Enqueues a job working `sleep_ms` every `pace` until stopped or `max` jobs were tried.
+    fn start(s: &Scenario, sleep_ms: u64, pace: Duration, max: u64) -> Producer {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let client = s.client.clone();
+        let seen: Shared = Arc::default();
+        let out = seen.clone();
+        let task = tokio::spawn(async move {
+            for i in 0..max {
+                if *stopped.borrow() {
+                    break;
+                }
+                let key = format!("p-{i}");
+                let started = now_ms();
+                let result = client
+                    .enqueue::<WorkJob>(FaultPayload::new(i, sleep_ms))
+                    .key(&key)
+                    .await;
+                {
+                    let mut out = out.lock().unwrap();
+                    out.call_started.insert(key.clone(), started);
+                    match result {
+                        Ok(_) => {
+                            out.ok.insert(key, now_ms());
+                        }
+                        Err(_) => {
+                            out.failed.insert(key);
+                        }
+                    }
+                }
+                tokio::time::sleep(pace).await;
+            }
+        });
+        Producer { stop, seen, task }
+    }
+
+    /// Stops the producer and moves what it saw into the scenario's expectations; returns
+    /// the numbers of Ok and failed enqueues.
+    async fn absorb(self, s: &mut Scenario) -> (usize, usize) {
+        self.stop.send_replace(true);
+        self.task.await.unwrap();
+        let p = std::mem::take(&mut *self.seen.lock().unwrap());
+        let counts = (p.ok.len(), p.failed.len());
+        s.expected.ok.extend(p.ok);
+        s.expected.ambiguous.extend(p.failed);
+        s.expected.call_started.extend(p.call_started);
+        counts
+    }
+}
+
+/// The usual pair of workers: concurrency 8, a 1 s lease.
+fn spawn_two_workers(s: &mut Scenario) {
+    let w = spec(s, 8, 1000);
+    s.spawn(&w);
+    s.spawn(&w);
 }
 
 fn finished(s: &Scenario) -> usize {
@@ -129,18 +134,8 @@ fn assert_workers_alive(s: &mut Scenario) {
 async fn redis_sigkill_with_aof_always_loses_no_acknowledged_enqueue() {
     let options = ServerOptions::default().persistence(Persistence::AofAlways);
     let mut s = Scenario::start("redis-kill-aof-always", BIN, options).await;
-    let w = spec(&s, 8, 1000);
-    s.spawn(&w);
-    s.spawn(&w);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let producer = produce(
-        s.client.clone(),
-        "p",
-        20,
-        Duration::from_millis(2),
-        20_000,
-        stopped,
-    );
+    spawn_two_workers(&mut s);
+    let producer = Producer::start(&s, 20, Duration::from_millis(2), 20_000);
     eventually("work is flowing", Duration::from_secs(15), || {
         let n = finished(&s);
         async move { n >= 200 }
@@ -151,7 +146,7 @@ async fn redis_sigkill_with_aof_always_loses_no_acknowledged_enqueue() {
     // already done. Read the store first: a job acked after that read wrote its finish line
     // before its ack, so the ledger read second has it.
     let acknowledged: Vec<String> = producer
-        .0
+        .seen
         .lock()
         .unwrap()
         .ok
@@ -187,7 +182,7 @@ async fn redis_sigkill_with_aof_always_loses_no_acknowledged_enqueue() {
         async move { after >= 200 }
     })
     .await;
-    let (ok, failed) = absorb(&mut s, stop, producer).await;
+    let (ok, failed) = producer.absorb(&mut s).await;
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
     assert_workers_alive(&mut s);
 
@@ -203,31 +198,21 @@ async fn redis_sigkill_with_aof_always_loses_no_acknowledged_enqueue() {
 
 /// Scenario 7: Redis is SIGKILLed under load with `appendfsync everysec`. Measures the loss
 /// window: jobs whose enqueue returned `Ok` but that are gone after the restart, without a run.
-/// It must stay within the fsync interval (about 1 s, at most 2 s of writes); nothing that was already acked
-/// may come back stuck, and every job that survived ends.
+/// It must stay within the fsync interval (about 1 s, at most 2 s of writes); nothing that was
+/// already acked may come back stuck, and every job that survived ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_sigkill_with_aof_everysec_loses_at_most_a_second() {
     let options = ServerOptions::default().persistence(Persistence::AofEverySec);
     let mut s = Scenario::start("redis-kill-aof-everysec", BIN, options).await;
-    let w = spec(&s, 8, 1000);
-    s.spawn(&w);
-    s.spawn(&w);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let producer = produce(
-        s.client.clone(),
-        "p",
-        20,
-        Duration::from_millis(2),
-        20_000,
-        stopped,
-    );
+    spawn_two_workers(&mut s);
+    let producer = Producer::start(&s, 20, Duration::from_millis(2), 20_000);
     eventually("work is flowing", Duration::from_secs(15), || {
         let n = finished(&s);
         async move { n >= 300 }
     })
     .await;
     let killed_at = crash_and_restart(&mut s, Duration::ZERO);
-    absorb(&mut s, stop, producer).await;
+    producer.absorb(&mut s).await;
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
     assert_workers_alive(&mut s);
 
@@ -265,9 +250,7 @@ async fn redis_sigkill_with_aof_everysec_loses_at_most_a_second() {
 async fn redis_down_ten_seconds_during_processing() {
     let options = ServerOptions::default().persistence(Persistence::AofAlways);
     let mut s = Scenario::start("redis-down-10s", BIN, options).await;
-    let w = spec(&s, 8, 1000);
-    s.spawn(&w);
-    s.spawn(&w);
+    spawn_two_workers(&mut s);
     s.enqueue_bulk::<WorkJob>("d", 0..400, 50).await;
     eventually("some jobs are done", Duration::from_secs(15), || {
         let n = finished(&s);
@@ -335,19 +318,9 @@ async fn worker_started_before_redis_waits_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_killed_repeatedly() {
     let mut s = Scenario::start("client-kill", BIN, ServerOptions::default()).await;
-    let w = spec(&s, 8, 1000);
-    s.spawn(&w);
-    s.spawn(&w);
+    spawn_two_workers(&mut s);
     s.enqueue_bulk::<WorkJob>("bulk", 0..600, 30).await;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let producer = produce(
-        s.client.clone(),
-        "p",
-        30,
-        Duration::from_millis(10),
-        5_000,
-        stopped,
-    );
+    let producer = Producer::start(&s, 30, Duration::from_millis(10), 5_000);
     let started = now_ms();
     let until = Instant::now() + Duration::from_secs(10);
     let mut kills = 0u32;
@@ -363,7 +336,7 @@ async fn connections_killed_repeatedly() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     s.record_global_fault("CLIENT KILL TYPE normal every 200 ms", started);
-    absorb(&mut s, stop, producer).await;
+    producer.absorb(&mut s).await;
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
     assert_workers_alive(&mut s);
 
@@ -386,18 +359,8 @@ async fn connections_killed_repeatedly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_mid_run_reloads_transparently() {
     let mut s = Scenario::start("script-flush", BIN, ServerOptions::default()).await;
-    let w = spec(&s, 8, 1000);
-    s.spawn(&w);
-    s.spawn(&w);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let producer = produce(
-        s.client.clone(),
-        "p",
-        10,
-        Duration::from_millis(5),
-        5_000,
-        stopped,
-    );
+    spawn_two_workers(&mut s);
+    let producer = Producer::start(&s, 10, Duration::from_millis(5), 5_000);
     s.enqueue_bulk::<WorkJob>("bulk", 0..500, 20).await;
     let mut flushes = 0;
     let until = Instant::now() + Duration::from_secs(5);
@@ -406,7 +369,7 @@ async fn script_flush_mid_run_reloads_transparently() {
         flushes += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (_, failed) = absorb(&mut s, stop, producer).await;
+    let (_, failed) = producer.absorb(&mut s).await;
     s.wait_settled(WORK_TOPIC, Duration::from_secs(30)).await;
     assert_workers_alive(&mut s);
 

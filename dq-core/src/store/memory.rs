@@ -407,8 +407,9 @@ impl Receipts {
         self.order.push_back((until, id));
     }
 
-    fn contains(&self, id: u64, now: u64) -> bool {
-        self.until.get(&id).is_some_and(|&until| until >= now)
+    /// Whether `id` has a receipt (call after [`prune`](Self::prune), which drops the stale).
+    fn contains(&self, id: u64) -> bool {
+        self.until.contains_key(&id)
     }
 }
 
@@ -539,7 +540,7 @@ impl Partition {
     /// Mirrors `enqueue.lua`.
     fn enqueue(&mut self, jobs: &[NewJob], call: EnqueueCall, now: u64) -> Vec<EnqueueOutcome> {
         self.receipts.prune(now);
-        if call.retry && self.receipts.contains(call.id, now) {
+        if call.retry && self.receipts.contains(call.id) {
             // An earlier try of this call was applied: report, write nothing.
             return jobs
                 .iter()
