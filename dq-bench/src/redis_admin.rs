@@ -229,6 +229,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
             "hist",
             "stats",
             "wake",
+            "calls",
         ],
     ),
     ("extend", &["active", "pool"]),
@@ -381,6 +382,37 @@ mod tests {
         ack.extend(["active", "pool", "hist", "stats"].iter().map(|k| p(k)));
         assert_eq!(classify(&ack), "evalsha:ack");
         assert_eq!(classify(&args(&["BLPOP", "x", "5"])), "blpop");
+        let mut enqueue = args(&["evalsha", "abc", "9"]);
+        enqueue.extend(
+            SCRIPTS
+                .iter()
+                .find(|s| s.0 == "enqueue")
+                .unwrap()
+                .1
+                .iter()
+                .map(|k| p(k)),
+        );
+        assert_eq!(classify(&enqueue), "evalsha:enqueue");
+    }
+
+    /// The key lists above are those of the scripts' headers (`-- KEYS[i] name ...`), so a
+    /// script that gains a key cannot silently drop out of the slow-log figures.
+    #[test]
+    fn key_lists_match_the_script_headers() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../dq-core/src/store/redis/lua"
+        );
+        for (name, keys) in SCRIPTS {
+            let body = std::fs::read_to_string(format!("{dir}/{name}.lua")).unwrap();
+            let documented: Vec<&str> = body
+                .lines()
+                .filter_map(|l| l.strip_prefix("-- KEYS["))
+                .filter_map(|l| l.split_once(']'))
+                .filter_map(|(_, rest)| rest.split_whitespace().next())
+                .collect();
+            assert_eq!(&documented, keys, "{name}.lua");
+        }
     }
 
     #[test]
