@@ -270,7 +270,9 @@ impl Client {
     }
 
     /// Enqueues many jobs of type `J` with one script call per partition and chunk of
-    /// [`ClientConfig::bulk_chunk`]. Every job is validated before any is written.
+    /// [`ClientConfig::bulk_chunk`]. Every job is validated before any is written; a bad one
+    /// is refused as [`Error::BulkItem`], which names its index and key. See
+    /// [`TopicClient::enqueue_bulk`] for what an error after that means.
     pub async fn enqueue_bulk<J: Job>(
         &self,
         jobs: impl IntoIterator<Item = BulkJob<J::Payload>>,
@@ -278,9 +280,11 @@ impl Client {
         let max = self.config.max_payload;
         let raw = jobs
             .into_iter()
-            .map(|j| {
+            .enumerate()
+            .map(|(i, j)| {
                 Ok(BulkJob {
-                    payload: payload::encode(&j.payload, max)?,
+                    payload: payload::encode(&j.payload, max)
+                        .map_err(|e| e.in_bulk_item(i, j.key.as_deref()))?,
                     key: j.key,
                     due: j.due,
                     replace: j.replace,
@@ -507,7 +511,9 @@ impl TopicClient {
         Enqueue::new(Ok(self.clone()), checked)
     }
 
-    /// Enqueues many jobs with raw payloads; every job is validated before any is written.
+    /// Enqueues many jobs with raw payloads; every job is validated before any is written, and
+    /// a bad one is refused as [`Error::BulkItem`] (its index in `jobs`, its key, and the
+    /// item's own error as `source`): nothing is written then.
     ///
     /// Jobs are sent in calls of at most `bulk_chunk` jobs per partition; each call is retried
     /// inside through connection trouble with no double effect (keys, generated ones too, and
@@ -520,7 +526,10 @@ impl TopicClient {
         let n = jobs.len();
         let mut by_partition: HashMap<u16, (Vec<usize>, Vec<NewJob>)> = HashMap::new();
         for (i, job) in jobs.into_iter().enumerate() {
-            let (queue, job) = self.new_job(job)?;
+            let key = job.key.clone();
+            let (queue, job) = self
+                .new_job(job)
+                .map_err(|e| e.in_bulk_item(i, key.as_deref()))?;
             let (indices, jobs) = by_partition.entry(queue.partition).or_default();
             indices.push(i);
             jobs.push(job);

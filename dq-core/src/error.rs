@@ -78,12 +78,33 @@ pub enum Error {
     /// A script returned something this version of dq does not understand.
     #[error("unexpected reply from the store: {0}")]
     Protocol(String),
+    /// One item of a bulk enqueue was refused (bad key, payload too large, …); nothing of the
+    /// bulk was written. `source` is the item's own error.
+    #[error("bulk item {index}{}: {source}", key.as_deref().map(|k| format!(" (key {k:?})")).unwrap_or_default())]
+    BulkItem {
+        /// The item's position in the bulk, from 0.
+        index: usize,
+        /// The item's key as given (`None`: a key was to be generated).
+        key: Option<String>,
+        /// Why the item was refused.
+        #[source]
+        source: Box<Error>,
+    },
     /// A Redis connection or command error.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
 }
 
 impl Error {
+    /// The error of a bulk item as [`Error::BulkItem`], naming its index and key.
+    pub(crate) fn in_bulk_item(self, index: usize, key: Option<&str>) -> Error {
+        Error::BulkItem {
+            index,
+            key: key.map(str::to_owned),
+            source: Box::new(self),
+        }
+    }
+
     /// True for errors after which the same call may be retried as is: connection trouble,
     /// timeouts, a server still loading its data. Input and state errors are not retryable.
     pub fn is_retryable(&self) -> bool {

@@ -2013,7 +2013,9 @@ pub async fn oversized_payloads_are_refused<H: Harness>(h: &H) {
         .enqueue_bulk::<close_order>([BulkJob::new(order(1)), BulkJob::new(big)])
         .await
     {
-        Err(Error::PayloadTooLarge { limit: 64, .. }) => {}
+        Err(Error::BulkItem {
+            index: 1, source, ..
+        }) if matches!(*source, Error::PayloadTooLarge { limit: 64, .. }) => {}
         other => panic!("{other:?}"),
     }
     h.assert_untouched().await;
@@ -2023,7 +2025,7 @@ pub async fn oversized_payloads_are_refused<H: Harness>(h: &H) {
 }
 
 /// A bulk enqueue with one bad item — a bad key, an oversized payload — writes nothing, even
-/// when its good items span partitions and chunks.
+/// when its good items span partitions and chunks, and its error names the item (index, key).
 pub async fn bulk_with_one_bad_item_writes_nothing<H: Harness>(h: &H) {
     let c = h
         .client_with(|b| b.partitions("bulk.bad", 4).bulk_chunk(3).max_payload(64))
@@ -2037,19 +2039,41 @@ pub async fn bulk_with_one_bad_item_writes_nothing<H: Harness>(h: &H) {
     };
     let mut bulk = good();
     bulk[13] = BulkJob::new(raw(13)).key("job 13");
-    assert_invalid_key(t.enqueue_bulk(bulk).await, "job 13");
+    match t.enqueue_bulk(bulk).await {
+        Err(Error::BulkItem { index, key, source }) => {
+            assert_eq!((index, key.as_deref()), (13, Some("job 13")));
+            assert_invalid_key::<()>(Err(*source), "job 13");
+        }
+        other => panic!("{other:?}"),
+    }
     let mut bulk = good();
     bulk[17] = BulkJob::new(vec![0xc0; 65]).key("job-17");
-    assert!(matches!(
-        t.enqueue_bulk(bulk).await,
-        Err(Error::PayloadTooLarge { size: 65, .. })
-    ));
+    let err = t.enqueue_bulk(bulk).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::BulkItem { index: 17, key: Some(k), source }
+                if k == "job-17" && matches!(**source, Error::PayloadTooLarge { size: 65, .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "bulk item 17 (key \"job-17\"): payload of 65 bytes exceeds the limit of 64 bytes"
+    );
     let mut typed: Vec<_> = (0..20).map(|i| BulkJob::new(order(i))).collect();
     typed[19].payload.note = "y".repeat(100);
-    assert!(matches!(
-        c.enqueue_bulk::<close_order>(typed).await,
-        Err(Error::PayloadTooLarge { .. })
-    ));
+    match c.enqueue_bulk::<close_order>(typed).await {
+        Err(Error::BulkItem {
+            index: 19,
+            key: None,
+            source,
+        }) => assert!(
+            matches!(*source, Error::PayloadTooLarge { .. }),
+            "{source:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
     h.assert_untouched().await;
 
     let out = t.enqueue_bulk(good()).await.unwrap();
