@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
@@ -295,13 +295,15 @@ impl Client {
     }
 
     /// Cancels a job of type `J` that has not started; the outcome says what happened.
+    /// Retried inside through connection trouble: see [`TopicClient::cancel`].
     pub async fn cancel<J: Job>(&self, key: &str) -> Result<CancelOutcome> {
         self.typed::<J>()?.cancel(key).await
     }
 
     /// Gives a waiting job of type `J` a new due time: [`NewDue::At`] a time,
     /// [`NewDue::After`] a delay from now, or [`NewDue::Shift`] by ± ms from its current due
-    /// time.
+    /// time. `At` and `After` are retried inside through connection trouble, `Shift` is
+    /// not: see [`TopicClient::reschedule`].
     pub async fn reschedule<J: Job>(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
         self.typed::<J>()?.reschedule(key, due).await
     }
@@ -485,6 +487,28 @@ fn retrying() -> ExponentialBuilder {
         .with_jitter()
 }
 
+/// Runs a store call that is harmless to repeat, retrying it (if `repeatable`) through
+/// connection trouble for up to [`ENQUEUE_RETRY_WINDOW`]. Also says whether an earlier try
+/// that failed may have been applied (its reply lost), which a later outcome may need to
+/// account for.
+async fn retry_harmless<T, Fut>(call: impl FnMut() -> Fut, repeatable: bool) -> Result<(T, bool)>
+where
+    Fut: Future<Output = Result<T>>,
+{
+    let started = tokio::time::Instant::now();
+    let ambiguous = AtomicBool::new(false);
+    let outcome = call
+        .retry(retrying())
+        .when(|e| repeatable && e.is_retryable() && started.elapsed() < ENQUEUE_RETRY_WINDOW)
+        .notify(|e, _| {
+            if e.may_have_applied() {
+                ambiguous.store(true, Ordering::Relaxed);
+            }
+        })
+        .await?;
+    Ok((outcome, ambiguous.load(Ordering::Relaxed)))
+}
+
 impl TopicClient {
     /// The topic.
     pub fn topic(&self) -> &Topic {
@@ -596,18 +620,38 @@ impl TopicClient {
     }
 
     /// Cancels a job that has not started.
+    ///
+    /// Retried inside through connection trouble (as enqueue is; for up to
+    /// [`ENQUEUE_RETRY_WINDOW`]): cancelling is harmless to repeat. A retry after a try whose
+    /// reply was lost (it may have cancelled the job) that finds no job reports
+    /// [`CancelOutcome::Gone`], not `NotFound`: the job will not run, but whether this call
+    /// cancelled it or it ended otherwise in between is not known.
     pub async fn cancel(&self, key: &str) -> Result<CancelOutcome> {
         let key = JobKey::new(key)?;
-        self.client.store.cancel(&self.queue_of(&key), &key).await
+        let (queue, store) = (&self.queue_of(&key), &self.client.store);
+        let (outcome, ambiguous) = retry_harmless(|| store.cancel(queue, &key), true).await?;
+        Ok(match outcome {
+            CancelOutcome::NotFound if ambiguous => CancelOutcome::Gone,
+            other => other,
+        })
     }
 
     /// Gives a scheduled, ready or retry job a new due time.
+    ///
+    /// [`NewDue::At`] and [`NewDue::After`] are retried inside through connection trouble (for
+    /// up to [`ENQUEUE_RETRY_WINDOW`]), as enqueue is: repeating them sets the same time again
+    /// — for `After`, counted from the try that was applied last, so at most the retry window
+    /// later than from the first try (as if the call had been sent that much later); the
+    /// reported `due_ms` is the one stored. Each outcome is the job as the last try found it.
+    /// [`NewDue::Shift`] is relative and would shift twice: it is never retried, and an
+    /// error after which it may have been applied is returned as is.
     pub async fn reschedule(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
         let key = JobKey::new(key)?;
-        self.client
-            .store
-            .reschedule(&self.queue_of(&key), &key, due)
+        let (queue, store) = (&self.queue_of(&key), &self.client.store);
+        let repeatable = !matches!(due, NewDue::Shift(_));
+        retry_harmless(|| store.reschedule(queue, &key, due), repeatable)
             .await
+            .map(|(outcome, _)| outcome)
     }
 
     /// Everything known about a job, or `None`.

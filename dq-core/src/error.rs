@@ -128,6 +128,22 @@ impl Error {
     }
 }
 
+impl Error {
+    /// For a retryable error: whether the call may have been applied all the same (its reply
+    /// was lost: a timeout, a connection dropped after sending). `false` where the store
+    /// surely did nothing: the connection was refused, or the server answered with an error.
+    pub(crate) fn may_have_applied(&self) -> bool {
+        match self {
+            Error::Timeout(_) => true,
+            Error::Redis(e) => {
+                !e.is_connection_refusal()
+                    && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Converts a Redis error, recognising the ones dq gives their own meaning.
 pub(crate) fn from_redis(e: redis::RedisError) -> Error {
     if e.code() == Some("OOM") {

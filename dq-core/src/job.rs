@@ -345,6 +345,13 @@ pub enum CancelOutcome {
     NotFound,
     /// The job is in the dead queue; it was not touched (purge it instead).
     Dead,
+    /// Reported only when the client retried the call after an ambiguous error (a timeout or
+    /// a connection dropped after the request was sent): no job has this key now, and the
+    /// earlier try may be what cancelled it — or the job ended otherwise in between (it ran,
+    /// or was purged). Either way it will not run. (A cancel leaves no receipt, so the two
+    /// cannot be told apart; a retry after a try that surely never reached the store reports
+    /// `NotFound` as usual.)
+    Gone,
 }
 
 /// A new due time for `reschedule`.
@@ -357,8 +364,9 @@ pub enum NewDue {
     /// Moved from its current due time by this many ms (negative: earlier).
     ///
     /// Unlike `At` and `After`, a shift is relative: repeating it after an ambiguous error
-    /// (a timeout) shifts again. Where a retry must be harmless, read the job's `due_ms`
-    /// and reschedule `At` the time you want.
+    /// (a timeout) shifts again, so the client never retries it and surfaces the error. Where
+    /// a retry must be harmless, read the job's `due_ms` and reschedule `At` the time you
+    /// want.
     Shift(i64),
 }
 
