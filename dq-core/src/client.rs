@@ -539,12 +539,39 @@ impl TopicClient {
     /// a bad one is refused as [`Error::BulkItem`] (its index in `jobs`, its key, and the
     /// item's own error as `source`): nothing is written then.
     ///
-    /// Jobs are sent in calls of at most `bulk_chunk` jobs per partition; each call is retried
-    /// inside through connection trouble with no double effect (keys, generated ones too, and
-    /// a call id are fixed before its first try; see [`ENQUEUE_RETRY_WINDOW`]). If an error is
-    /// returned all the same, the calls before it were stored: calling again with the same
-    /// keys creates no second job while those jobs exist (they are reported as `Exists`);
-    /// jobs without a key would get new keys.
+    /// Jobs are sent in calls (chunks) of at most `bulk_chunk` jobs per partition, partition
+    /// by partition, each in the order given; each call is atomic and is retried inside
+    /// through connection trouble with no double effect (keys, generated ones too, and a call
+    /// id are fixed before its first try; see [`ENQUEUE_RETRY_WINDOW`]). The bulk as a whole
+    /// is not atomic:
+    ///
+    /// - An error other than [`Error::BulkPartial`] means that no chunk was stored (for a
+    ///   retryable error, the first chunk may have been, as for a single enqueue).
+    /// - [`Error::BulkPartial`] means that some chunks were stored before one failed (e.g.
+    ///   with [`Error::OutOfMemory`] at Redis's `maxmemory`): its `outcomes` has one entry per
+    ///   job, `Some` for each job stored (with its key, generated ones too) and `None` for
+    ///   each job not stored. To resume, send again exactly the jobs whose entry is `None`:
+    ///   every job is then stored once. (If `source` is retryable, the chunk named by
+    ///   `failed` may have been stored: resending those jobs with keys creates no second job
+    ///   while the first exists; give every job a key where that matters.)
+    ///
+    /// ```no_run
+    /// # async fn demo(t: dq_core::TopicClient, jobs: Vec<dq_core::BulkJob<Vec<u8>>>) -> dq_core::Result<()> {
+    /// match t.enqueue_bulk(jobs.clone()).await {
+    ///     Err(dq_core::Error::BulkPartial { outcomes, .. }) => {
+    ///         // Later (e.g. once memory is free): the jobs not stored, each once.
+    ///         let rest = jobs
+    ///             .into_iter()
+    ///             .zip(&outcomes)
+    ///             .filter(|(_, stored)| stored.is_none())
+    ///             .map(|(job, _)| job)
+    ///             .collect();
+    ///         t.enqueue_bulk(rest).await?;
+    ///     }
+    ///     other => { other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn enqueue_bulk(&self, jobs: Vec<BulkJob<Vec<u8>>>) -> Result<Vec<Enqueued>> {
         // Validate everything first: nothing is written if any job is bad.
         let n = jobs.len();
@@ -562,10 +589,22 @@ impl TopicClient {
         let chunk = self.client.config.bulk_chunk.max(1);
         let mut partitions: Vec<_> = by_partition.into_iter().collect();
         partitions.sort_by_key(|(p, _)| *p);
+        let mut stored_any = false;
         for (partition, (indices, jobs)) in partitions {
             let queue = Queue::new(self.topic.clone(), partition);
             for (indices, jobs) in indices.chunks(chunk).zip(jobs.chunks(chunk)) {
-                let outcomes = self.store_enqueue(&queue, jobs).await?;
+                let outcomes = match self.store_enqueue(&queue, jobs).await {
+                    Ok(outcomes) => outcomes,
+                    Err(source) if stored_any => {
+                        return Err(Error::BulkPartial {
+                            outcomes: out,
+                            failed: indices.to_vec(),
+                            source: Box::new(source),
+                        });
+                    }
+                    Err(e) => return Err(e),
+                };
+                stored_any = true;
                 for ((i, job), outcome) in indices.iter().zip(jobs).zip(outcomes) {
                     out[*i] = Some(Enqueued {
                         key: job.key.clone(),

@@ -90,6 +90,28 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A bulk enqueue failed part-way: some of its script calls (chunks) were stored, then
+    /// one failed (`source`, e.g. [`Error::OutOfMemory`]) and the rest were not sent. Each
+    /// chunk is atomic; the bulk is not. See
+    /// [`TopicClient::enqueue_bulk`](crate::TopicClient::enqueue_bulk) for how to resume.
+    #[error(
+        "bulk enqueue stored {} of {} jobs, then failed: {source}",
+        outcomes.iter().flatten().count(),
+        outcomes.len()
+    )]
+    BulkPartial {
+        /// One entry per job of the call, in the order given: `Some` (its key, generated keys
+        /// too, and its outcome) for a job whose chunk was stored, `None` for one that was
+        /// not. With one partition the `Some`s are a prefix.
+        outcomes: Vec<Option<crate::client::Enqueued>>,
+        /// The indices of the jobs of the chunk that failed. If `source` is retryable (a
+        /// timeout or lost connection that outlasted dq's own retries) that chunk may have
+        /// been stored all the same; otherwise (e.g. `OutOfMemory`) it was not.
+        failed: Vec<usize>,
+        /// Why the chunk failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A Redis connection or command error.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
