@@ -532,7 +532,7 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
 /// retry of a call that was never applied stores its jobs. Receipts are per call, not per key:
 /// a new call for a key whose job has ended creates it again.
 pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
-    use EnqueueOutcome::{Created, Ended, Exists};
+    use EnqueueOutcome::{Created, Ended, Exists, Replaced};
     let store = h.store();
     let q = queue("receipts");
     let job = |k: &str, replace: bool| NewJob {
@@ -543,12 +543,13 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     };
     let pair = [job("r-1", false), job("r-2", false)];
 
-    // Applied once; a retry while the jobs wait reports them and writes nothing.
+    // Applied once; a retry while the jobs wait writes nothing and reports them as this
+    // call's: created by it, not someone else's job holding the key.
     let call = EnqueueCall::new();
     let out = store.enqueue(&q, &pair, call).await.unwrap();
     assert_eq!(out, [Created, Created]);
     let out = store.enqueue(&q, &pair, call.retried()).await.unwrap();
-    assert_eq!(out, [Exists(JobState::Ready), Exists(JobState::Ready)]);
+    assert_eq!(out, [Created, Created]);
 
     // The jobs run and are acked; a late retry does not bring them back.
     let jobs = fetch(h, &q, &req()).await.jobs;
@@ -557,13 +558,14 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     let out = store.enqueue(&q, &pair, call.retried()).await.unwrap();
     assert_eq!(out, [Ended, Ended]);
 
-    // A replace is not applied twice: the retry leaves the job the first try stored.
+    // A replace is not applied twice: the retry leaves the job the first try stored (running
+    // now), and reports it as this call's.
     let replace = EnqueueCall::new();
     let r3 = [job("r-3", true)];
     assert_eq!(store.enqueue(&q, &r3, replace).await.unwrap(), [Created]);
     let d = &fetch(h, &q, &req()).await.jobs[0];
     let out = store.enqueue(&q, &r3, replace.retried()).await.unwrap();
-    assert_eq!(out, [Exists(JobState::Active)]);
+    assert_eq!(out, [Created]);
     ack_all(h, &q, std::slice::from_ref(d)).await;
 
     // A retry of a call whose first try never reached the store stores the job.
@@ -599,6 +601,52 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     ack_all(h, &q, &jobs).await;
     let st = h.store().stats(&q).await.unwrap();
     assert_eq!((st.enqueued, st.succeeded), (6, 6), "{st:?}");
+
+    // A call that stored some of its jobs: the retry tells its own (created, replaced) from
+    // the jobs others hold the keys with.
+    let q = queue("receipts.mixed");
+    let theirs = [job("m-theirs", false), job("m-replaced", false)];
+    store
+        .enqueue(&q, &theirs, EnqueueCall::new())
+        .await
+        .unwrap();
+    let mixed = [
+        job("m-new", false),
+        job("m-theirs", false),
+        job("m-replaced", true),
+    ];
+    let call = EnqueueCall::new();
+    let first = store.enqueue(&q, &mixed, call).await.unwrap();
+    assert_eq!(first, [Created, Exists(JobState::Ready), Replaced]);
+    let out = store.enqueue(&q, &mixed, call.retried()).await.unwrap();
+    assert_eq!(out, first);
+    // Its jobs run and end; others enqueue the keys again: the retry claims none of them,
+    // whether stored in the same millisecond (another payload) or later (the same payload).
+    let jobs = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(jobs.len(), 3);
+    ack_all(h, &q, &jobs).await;
+    let other = NewJob {
+        payload: raw(2),
+        ..job("m-new", false)
+    };
+    store
+        .enqueue(&q, &[other], EnqueueCall::new())
+        .await
+        .unwrap();
+    let stored_at = store.now_ms().await.unwrap();
+    dq_testkit::eventually("the store's clock moved", WAIT, || async {
+        store.now_ms().await.unwrap() > stored_at
+    })
+    .await;
+    store
+        .enqueue(&q, &[job("m-replaced", false)], EnqueueCall::new())
+        .await
+        .unwrap();
+    let out = store.enqueue(&q, &mixed, call.retried()).await.unwrap();
+    assert_eq!(
+        out,
+        [Exists(JobState::Ready), Ended, Exists(JobState::Ready)]
+    );
 }
 
 /// Enqueueing an existing key creates no second job, whatever its state; retrying a keyed
