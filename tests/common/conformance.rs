@@ -2192,10 +2192,14 @@ pub async fn hostile_key<H: Harness>(h: &H, key: &str) {
             assert_invalid_key(t.cancel(key).await, key);
             assert_invalid_key(t.job(key).await, key);
             assert_invalid_key(t.reschedule(key, NewDue::Shift(1)).await, key);
-            assert_invalid_key(
-                t.enqueue_bulk(vec![BulkJob::new(raw(1)).key(key)]).await,
-                key,
-            );
+            match t.enqueue_bulk(vec![BulkJob::new(raw(1)).key(key)]).await {
+                Err(Error::BulkItem {
+                    index: 0,
+                    key: Some(k),
+                    source,
+                }) if k == key => assert_invalid_key::<()>(Err(*source), key),
+                other => panic!("expected BulkItem 0 for {key:?}, got {other:?}"),
+            }
         }
         Err(e) => panic!("key {key:?}: unexpected error {e}"),
     }
