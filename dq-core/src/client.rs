@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
@@ -270,7 +270,9 @@ impl Client {
     }
 
     /// Enqueues many jobs of type `J` with one script call per partition and chunk of
-    /// [`ClientConfig::bulk_chunk`]. Every job is validated before any is written.
+    /// [`ClientConfig::bulk_chunk`]. Every job is validated before any is written; a bad one
+    /// is refused as [`Error::BulkItem`], which names its index and key. See
+    /// [`TopicClient::enqueue_bulk`] for what an error after that means.
     pub async fn enqueue_bulk<J: Job>(
         &self,
         jobs: impl IntoIterator<Item = BulkJob<J::Payload>>,
@@ -278,9 +280,11 @@ impl Client {
         let max = self.config.max_payload;
         let raw = jobs
             .into_iter()
-            .map(|j| {
+            .enumerate()
+            .map(|(i, j)| {
                 Ok(BulkJob {
-                    payload: payload::encode(&j.payload, max)?,
+                    payload: payload::encode(&j.payload, max)
+                        .map_err(|e| e.in_bulk_item(i, j.key.as_deref()))?,
                     key: j.key,
                     due: j.due,
                     replace: j.replace,
@@ -291,13 +295,15 @@ impl Client {
     }
 
     /// Cancels a job of type `J` that has not started; the outcome says what happened.
+    /// Retried inside through connection trouble: see [`TopicClient::cancel`].
     pub async fn cancel<J: Job>(&self, key: &str) -> Result<CancelOutcome> {
         self.typed::<J>()?.cancel(key).await
     }
 
     /// Gives a waiting job of type `J` a new due time: [`NewDue::At`] a time,
     /// [`NewDue::After`] a delay from now, or [`NewDue::Shift`] by ± ms from its current due
-    /// time.
+    /// time. `At` and `After` are retried inside through connection trouble, `Shift` is
+    /// not: see [`TopicClient::reschedule`].
     pub async fn reschedule<J: Job>(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
         self.typed::<J>()?.reschedule(key, due).await
     }
@@ -481,6 +487,28 @@ fn retrying() -> ExponentialBuilder {
         .with_jitter()
 }
 
+/// Runs a store call that is harmless to repeat, retrying it (if `repeatable`) through
+/// connection trouble for up to [`ENQUEUE_RETRY_WINDOW`]. Also says whether an earlier try
+/// that failed may have been applied (its reply lost), which a later outcome may need to
+/// account for.
+async fn retry_harmless<T, Fut>(call: impl FnMut() -> Fut, repeatable: bool) -> Result<(T, bool)>
+where
+    Fut: Future<Output = Result<T>>,
+{
+    let started = tokio::time::Instant::now();
+    let ambiguous = AtomicBool::new(false);
+    let outcome = call
+        .retry(retrying())
+        .when(|e| repeatable && e.is_retryable() && started.elapsed() < ENQUEUE_RETRY_WINDOW)
+        .notify(|e, _| {
+            if e.may_have_applied() {
+                ambiguous.store(true, Ordering::Relaxed);
+            }
+        })
+        .await?;
+    Ok((outcome, ambiguous.load(Ordering::Relaxed)))
+}
+
 impl TopicClient {
     /// The topic.
     pub fn topic(&self) -> &Topic {
@@ -507,20 +535,52 @@ impl TopicClient {
         Enqueue::new(Ok(self.clone()), checked)
     }
 
-    /// Enqueues many jobs with raw payloads; every job is validated before any is written.
+    /// Enqueues many jobs with raw payloads; every job is validated before any is written, and
+    /// a bad one is refused as [`Error::BulkItem`] (its index in `jobs`, its key, and the
+    /// item's own error as `source`): nothing is written then.
     ///
-    /// Jobs are sent in calls of at most `bulk_chunk` jobs per partition; each call is retried
-    /// inside through connection trouble with no double effect (keys, generated ones too, and
-    /// a call id are fixed before its first try; see [`ENQUEUE_RETRY_WINDOW`]). If an error is
-    /// returned all the same, the calls before it were stored: calling again with the same
-    /// keys creates no second job while those jobs exist (they are reported as `Exists`);
-    /// jobs without a key would get new keys.
+    /// Jobs are sent in calls (chunks) of at most `bulk_chunk` jobs per partition, partition
+    /// by partition, each in the order given; each call is atomic and is retried inside
+    /// through connection trouble with no double effect (keys, generated ones too, and a call
+    /// id are fixed before its first try; see [`ENQUEUE_RETRY_WINDOW`]). The bulk as a whole
+    /// is not atomic:
+    ///
+    /// - An error other than [`Error::BulkPartial`] means that no chunk was stored (for a
+    ///   retryable error, the first chunk may have been, as for a single enqueue).
+    /// - [`Error::BulkPartial`] means that some chunks were stored before one failed (e.g.
+    ///   with [`Error::OutOfMemory`] at Redis's `maxmemory`): its `outcomes` has one entry per
+    ///   job, `Some` for each job stored (with its key, generated ones too) and `None` for
+    ///   each job not stored. To resume, send again exactly the jobs whose entry is `None`:
+    ///   every job is then stored once. (If `source` is retryable, the chunk named by
+    ///   `failed` may have been stored: resending those jobs with keys creates no second job
+    ///   while the first exists; give every job a key where that matters.)
+    ///
+    /// ```no_run
+    /// # async fn demo(t: dq_core::TopicClient, jobs: Vec<dq_core::BulkJob<Vec<u8>>>) -> dq_core::Result<()> {
+    /// match t.enqueue_bulk(jobs.clone()).await {
+    ///     Err(dq_core::Error::BulkPartial { outcomes, .. }) => {
+    ///         // Later (e.g. once memory is free): the jobs not stored, each once.
+    ///         let rest = jobs
+    ///             .into_iter()
+    ///             .zip(&outcomes)
+    ///             .filter(|(_, stored)| stored.is_none())
+    ///             .map(|(job, _)| job)
+    ///             .collect();
+    ///         t.enqueue_bulk(rest).await?;
+    ///     }
+    ///     other => { other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn enqueue_bulk(&self, jobs: Vec<BulkJob<Vec<u8>>>) -> Result<Vec<Enqueued>> {
         // Validate everything first: nothing is written if any job is bad.
         let n = jobs.len();
         let mut by_partition: HashMap<u16, (Vec<usize>, Vec<NewJob>)> = HashMap::new();
         for (i, job) in jobs.into_iter().enumerate() {
-            let (queue, job) = self.new_job(job)?;
+            let key = job.key.clone();
+            let (queue, job) = self
+                .new_job(job)
+                .map_err(|e| e.in_bulk_item(i, key.as_deref()))?;
             let (indices, jobs) = by_partition.entry(queue.partition).or_default();
             indices.push(i);
             jobs.push(job);
@@ -529,10 +589,22 @@ impl TopicClient {
         let chunk = self.client.config.bulk_chunk.max(1);
         let mut partitions: Vec<_> = by_partition.into_iter().collect();
         partitions.sort_by_key(|(p, _)| *p);
+        let mut stored_any = false;
         for (partition, (indices, jobs)) in partitions {
             let queue = Queue::new(self.topic.clone(), partition);
             for (indices, jobs) in indices.chunks(chunk).zip(jobs.chunks(chunk)) {
-                let outcomes = self.store_enqueue(&queue, jobs).await?;
+                let outcomes = match self.store_enqueue(&queue, jobs).await {
+                    Ok(outcomes) => outcomes,
+                    Err(source) if stored_any => {
+                        return Err(Error::BulkPartial {
+                            outcomes: out,
+                            failed: indices.to_vec(),
+                            source: Box::new(source),
+                        });
+                    }
+                    Err(e) => return Err(e),
+                };
+                stored_any = true;
                 for ((i, job), outcome) in indices.iter().zip(jobs).zip(outcomes) {
                     out[*i] = Some(Enqueued {
                         key: job.key.clone(),
@@ -587,18 +659,38 @@ impl TopicClient {
     }
 
     /// Cancels a job that has not started.
+    ///
+    /// Retried inside through connection trouble (as enqueue is; for up to
+    /// [`ENQUEUE_RETRY_WINDOW`]): cancelling is harmless to repeat. A retry after a try whose
+    /// reply was lost (it may have cancelled the job) that finds no job reports
+    /// [`CancelOutcome::Gone`], not `NotFound`: the job will not run, but whether this call
+    /// cancelled it or it ended otherwise in between is not known.
     pub async fn cancel(&self, key: &str) -> Result<CancelOutcome> {
         let key = JobKey::new(key)?;
-        self.client.store.cancel(&self.queue_of(&key), &key).await
+        let (queue, store) = (&self.queue_of(&key), &self.client.store);
+        let (outcome, ambiguous) = retry_harmless(|| store.cancel(queue, &key), true).await?;
+        Ok(match outcome {
+            CancelOutcome::NotFound if ambiguous => CancelOutcome::Gone,
+            other => other,
+        })
     }
 
     /// Gives a scheduled, ready or retry job a new due time.
+    ///
+    /// [`NewDue::At`] and [`NewDue::After`] are retried inside through connection trouble (for
+    /// up to [`ENQUEUE_RETRY_WINDOW`]), as enqueue is: repeating them sets the same time again
+    /// — for `After`, counted from the try that was applied last, so at most the retry window
+    /// later than from the first try (as if the call had been sent that much later); the
+    /// reported `due_ms` is the one stored. Each outcome is the job as the last try found it.
+    /// [`NewDue::Shift`] is relative and would shift twice: it is never retried, and an
+    /// error after which it may have been applied is returned as is.
     pub async fn reschedule(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
         let key = JobKey::new(key)?;
-        self.client
-            .store
-            .reschedule(&self.queue_of(&key), &key, due)
+        let (queue, store) = (&self.queue_of(&key), &self.client.store);
+        let repeatable = !matches!(due, NewDue::Shift(_));
+        retry_harmless(|| store.reschedule(queue, &key, due), repeatable)
             .await
+            .map(|(outcome, _)| outcome)
     }
 
     /// Everything known about a job, or `None`.

@@ -78,12 +78,55 @@ pub enum Error {
     /// A script returned something this version of dq does not understand.
     #[error("unexpected reply from the store: {0}")]
     Protocol(String),
+    /// One item of a bulk enqueue was refused (bad key, payload too large, …); nothing of the
+    /// bulk was written. `source` is the item's own error.
+    #[error("bulk item {index}{}: {source}", key.as_deref().map(|k| format!(" (key {k:?})")).unwrap_or_default())]
+    BulkItem {
+        /// The item's position in the bulk, from 0.
+        index: usize,
+        /// The item's key as given (`None`: a key was to be generated).
+        key: Option<String>,
+        /// Why the item was refused.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A bulk enqueue failed part-way: some of its script calls (chunks) were stored, then
+    /// one failed (`source`, e.g. [`Error::OutOfMemory`]) and the rest were not sent. Each
+    /// chunk is atomic; the bulk is not. See
+    /// [`TopicClient::enqueue_bulk`](crate::TopicClient::enqueue_bulk) for how to resume.
+    #[error(
+        "bulk enqueue stored {} of {} jobs, then failed: {source}",
+        outcomes.iter().flatten().count(),
+        outcomes.len()
+    )]
+    BulkPartial {
+        /// One entry per job of the call, in the order given: `Some` (its key, generated keys
+        /// too, and its outcome) for a job whose chunk was stored, `None` for one that was
+        /// not. With one partition the `Some`s are a prefix.
+        outcomes: Vec<Option<crate::client::Enqueued>>,
+        /// The indices of the jobs of the chunk that failed. If `source` is retryable (a
+        /// timeout or lost connection that outlasted dq's own retries) that chunk may have
+        /// been stored all the same; otherwise (e.g. `OutOfMemory`) it was not.
+        failed: Vec<usize>,
+        /// Why the chunk failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A Redis connection or command error.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
 }
 
 impl Error {
+    /// The error of a bulk item as [`Error::BulkItem`], naming its index and key.
+    pub(crate) fn in_bulk_item(self, index: usize, key: Option<&str>) -> Error {
+        Error::BulkItem {
+            index,
+            key: key.map(str::to_owned),
+            source: Box::new(self),
+        }
+    }
+
     /// True for errors after which the same call may be retried as is: connection trouble,
     /// timeouts, a server still loading its data. Input and state errors are not retryable.
     pub fn is_retryable(&self) -> bool {
@@ -101,6 +144,22 @@ impl Error {
                             | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
                             | redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
                     )
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Error {
+    /// For a retryable error: whether the call may have been applied all the same (its reply
+    /// was lost: a timeout, a connection dropped after sending). `false` where the store
+    /// surely did nothing: the connection was refused, or the server answered with an error.
+    pub(crate) fn may_have_applied(&self) -> bool {
+        match self {
+            Error::Timeout(_) => true,
+            Error::Redis(e) => {
+                !e.is_connection_refusal()
+                    && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
             }
             _ => false,
         }

@@ -120,15 +120,21 @@ pub struct NewJob {
 }
 
 /// What an enqueue did.
+///
+/// When dq retries a call after an ambiguous error (a timeout or dropped connection) and an
+/// earlier try of it was applied — its reply lost — the outcome is still what that try did:
+/// `Created` / `Replaced` for a job it stored that is still there (in whatever state it is
+/// now), `Exists` for a job someone else holds the key with, `Ended` for one gone since.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EnqueueOutcome {
-    /// A new job was stored.
+    /// A new job was stored by this call.
     Created,
     /// A pending (scheduled, ready or retry) or dead job with the key was replaced by the new
     /// one: payload and due time are the new ones, attempts start again from zero.
     Replaced,
-    /// A job with this key exists in this state; nothing was written. With `replace`, this is
-    /// reported only for a running job (`Active`), which is never replaced under its handler.
+    /// A job with this key, not stored by this call, exists in this state; nothing was
+    /// written. With `replace`, this is reported only for a running job (`Active`), which is
+    /// never replaced under its handler.
     Exists(JobState),
     /// Reported only when a call is retried after an ambiguous error (a timeout or dropped
     /// connection): an earlier try of the same call was applied — its reply was lost — and
@@ -345,6 +351,13 @@ pub enum CancelOutcome {
     NotFound,
     /// The job is in the dead queue; it was not touched (purge it instead).
     Dead,
+    /// Reported only when the client retried the call after an ambiguous error (a timeout or
+    /// a connection dropped after the request was sent): no job has this key now, and the
+    /// earlier try may be what cancelled it — or the job ended otherwise in between (it ran,
+    /// or was purged). Either way it will not run. (A cancel leaves no receipt, so the two
+    /// cannot be told apart; a retry after a try that surely never reached the store reports
+    /// `NotFound` as usual.)
+    Gone,
 }
 
 /// A new due time for `reschedule`.
@@ -357,8 +370,9 @@ pub enum NewDue {
     /// Moved from its current due time by this many ms (negative: earlier).
     ///
     /// Unlike `At` and `After`, a shift is relative: repeating it after an ambiguous error
-    /// (a timeout) shifts again. Where a retry must be harmless, read the job's `due_ms`
-    /// and reschedule `At` the time you want.
+    /// (a timeout) shifts again, so the client never retries it and surfaces the error. Where
+    /// a retry must be harmless, read the job's `due_ms` and reschedule `At` the time you
+    /// want.
     Shift(i64),
 }
 

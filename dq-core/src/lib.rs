@@ -29,7 +29,7 @@ pub use job::{
     FetchRequest, Job, JobInfo, JobState, NewDue, NewJob, Queue, RescheduleOutcome, TopicStats,
 };
 pub use names::{JobKey, Topic};
-pub use retry::RetryPolicy;
+pub use retry::{Jitter, RetryPolicy};
 pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{Store, WakeListener};

@@ -5,13 +5,32 @@
 
 use std::time::Duration;
 
-use backon::BackoffBuilder;
-
 use crate::error::{Error, Result};
 use crate::retry_syntax::{self, RetrySpec};
 
 /// The default tiered schedule, in seconds.
 pub const DEFAULT_TIERS_SECS: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21600, 54000];
+
+/// The random extra delay of an exponential retry policy (see [`RetryPolicy::with_jitter`]).
+///
+/// Jitter spreads the retries of jobs that failed together (an outage) so that they do not
+/// all come back at the same instant. Turn it off where the delays must be exact (tests,
+/// schedules a user can read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Jitter {
+    /// Every delay exactly as computed: `initial`, `2 × initial`, … up to `max`.
+    None,
+    /// Every delay plus a random 0 to this many percent of itself (0–100), never above `max`.
+    /// The default is `UpTo(100)`.
+    UpTo(u32),
+}
+
+impl Default for Jitter {
+    /// `UpTo(100)`: each delay plus 0–100 % (the behaviour before jitter was configurable).
+    fn default() -> Self {
+        Jitter::UpTo(retry_syntax::DEFAULT_JITTER_PCT)
+    }
+}
 
 /// How a job is retried after a failed attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,7 +89,9 @@ impl RetryPolicy {
         }))
     }
 
-    /// `retries` retries, the delay doubling from `initial` up to `max`, each with random jitter.
+    /// `retries` retries, the delay doubling from `initial` up to `max`, each plus a random
+    /// 0–100 % of itself (never above `max`); change or remove the jitter with
+    /// [`with_jitter`](Self::with_jitter).
     pub fn exponential(initial: Duration, max: Duration, retries: u32) -> Result<Self> {
         let (initial_ms, max_ms) = (ms(initial)?, ms(max)?);
         if initial_ms == 0 || max_ms < initial_ms {
@@ -82,7 +103,57 @@ impl RetryPolicy {
             initial_ms,
             max_ms,
             retries: count(retries)?,
+            jitter_pct: retry_syntax::DEFAULT_JITTER_PCT,
         }))
+    }
+
+    /// The same exponential policy with another jitter: [`Jitter::None`] for exact delays,
+    /// [`Jitter::UpTo`]`(pct)` for a random extra 0–`pct` % (`pct` at most 100). The text
+    /// form is `"exponential(1s, 1h, 10, jitter = 20%)"`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use dq_core::{Jitter, RetryPolicy};
+    /// let exact = RetryPolicy::exponential(Duration::from_secs(1), Duration::from_secs(60), 5)?
+    ///     .with_jitter(Jitter::None)?;
+    /// assert_eq!(exact.delay_after(3), Some(Duration::from_secs(4)));
+    /// # Ok::<(), dq_core::Error>(())
+    /// ```
+    ///
+    /// Fails with [`Error::InvalidConfig`] for a percentage above 100, and for a policy that
+    /// is not exponential (the others have no jitter).
+    pub fn with_jitter(self, jitter: Jitter) -> Result<Self> {
+        let pct = match jitter {
+            Jitter::None => 0,
+            Jitter::UpTo(pct) => {
+                retry_syntax::check_jitter_pct(pct).map_err(Error::InvalidConfig)?
+            }
+        };
+        match self.0 {
+            RetrySpec::Exponential {
+                initial_ms,
+                max_ms,
+                retries,
+                ..
+            } => Ok(RetryPolicy(RetrySpec::Exponential {
+                initial_ms,
+                max_ms,
+                retries,
+                jitter_pct: pct,
+            })),
+            _ => Err(Error::InvalidConfig(
+                "jitter applies to exponential retry policies only".into(),
+            )),
+        }
+    }
+
+    /// The jitter of an exponential policy; `None` for the other kinds, which have none.
+    pub fn jitter(&self) -> Option<Jitter> {
+        match self.0 {
+            RetrySpec::Exponential { jitter_pct: 0, .. } => Some(Jitter::None),
+            RetrySpec::Exponential { jitter_pct, .. } => Some(Jitter::UpTo(jitter_pct)),
+            _ => None,
+        }
     }
 
     /// No retries: the first failure is final.
@@ -126,16 +197,17 @@ impl RetryPolicy {
             RetrySpec::Exponential {
                 initial_ms,
                 max_ms,
-                retries,
-            } => backon::ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(*initial_ms))
-                .with_max_delay(Duration::from_millis(*max_ms))
-                .with_factor(2.0)
-                .with_max_times(*retries as usize)
-                .with_jitter()
-                .build()
-                .nth(i)
-                .map(|d| d.min(Duration::from_millis(*max_ms)))?,
+                jitter_pct,
+                ..
+            } => {
+                // Whole ms, exactly doubling (backon's float steps give 200.000003 ms), so
+                // that a policy without jitter has exactly the delays it names.
+                let doubling = 1u64.checked_shl(i as u32).unwrap_or(u64::MAX);
+                let base = Duration::from_millis(initial_ms.saturating_mul(doubling).min(*max_ms));
+                let share = f64::from(*jitter_pct) / 100.0 * rand::random::<f64>();
+                base.mul_f64(1.0 + share)
+                    .min(Duration::from_millis(*max_ms))
+            }
         })
     }
 
@@ -177,6 +249,57 @@ mod tests {
                 .all(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(1))
         );
         assert_eq!(p.delay_after(7), None);
+    }
+
+    #[test]
+    fn jitter_is_configurable_and_can_be_off() {
+        let exp = || {
+            RetryPolicy::exponential(Duration::from_millis(100), Duration::from_secs(1), 6).unwrap()
+        };
+        assert_eq!(exp().jitter(), Some(Jitter::UpTo(100)), "default unchanged");
+        let exact = exp().with_jitter(Jitter::None).unwrap();
+        assert_eq!(exact.jitter(), Some(Jitter::None));
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|m| Duration::from_millis(*m))
+                .collect::<Vec<_>>()
+        };
+        // Exactly doubling, capped at max, every time.
+        for _ in 0..20 {
+            assert_eq!(exact.schedule(), ms(&[100, 200, 400, 800, 1000, 1000]));
+        }
+        assert_eq!(
+            exact,
+            RetryPolicy::parse("exponential(100ms, 1s, 6, jitter = 0%)").unwrap()
+        );
+        assert_eq!(exp().with_jitter(Jitter::UpTo(0)).unwrap(), exact);
+
+        // Up to 10 %: each delay within [base, base × 1.1], never above max; over many
+        // samples some delay is above its base (the chance that none of 100 is: 0).
+        let some = exp().with_jitter(Jitter::UpTo(10)).unwrap();
+        assert_eq!(
+            some,
+            RetryPolicy::parse("exponential(100ms, 1s, 6, jitter = 10%)").unwrap()
+        );
+        let base = ms(&[100, 200, 400, 800, 1000, 1000]);
+        let mut above = false;
+        for _ in 0..100 {
+            for (d, b) in some.schedule().iter().zip(&base) {
+                assert!(*d >= *b && *d <= b.mul_f64(1.1) && *d <= Duration::from_secs(1));
+                above |= d > b;
+            }
+        }
+        assert!(above, "10 % jitter never added anything");
+
+        assert!(exp().with_jitter(Jitter::UpTo(101)).is_err());
+        assert!(RetryPolicy::parse("exponential(100ms, 1s, 6, jitter = 101%)").is_err());
+        assert!(
+            RetryPolicy::fixed(Duration::from_secs(1), 2)
+                .unwrap()
+                .with_jitter(Jitter::None)
+                .is_err()
+        );
+        assert_eq!(RetryPolicy::none().jitter(), None);
     }
 
     #[test]

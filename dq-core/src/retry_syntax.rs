@@ -7,8 +7,10 @@
 //!
 //! ```text
 //! retry    := "none" | tiered | "fixed(" duration "," count ")"
-//!           | "exponential(" duration "," duration "," count ")"     initial, max, retries
+//!           | "exponential(" duration "," duration "," count [ "," jitter ] ")"
+//!                                                          initial, max, retries, jitter
 //! tiered   := duration ("," duration)*                              one retry per entry
+//! jitter   := "jitter" "=" integer "%"       0 to 100; default 100: each delay + 0–100 %
 //! duration := integer ("ms" | "s" | "m" | "h" | "d")
 //! ```
 
@@ -49,7 +51,8 @@ pub enum RetrySpec {
         /// How many retries.
         retries: u32,
     },
-    /// `retries` retries, doubling from `initial_ms` up to `max_ms`, with jitter.
+    /// `retries` retries, doubling from `initial_ms` up to `max_ms`, each plus a random
+    /// 0 to `jitter_pct` % of itself (still at most `max_ms`).
     Exponential {
         /// First delay, ms.
         initial_ms: u64,
@@ -57,7 +60,41 @@ pub enum RetrySpec {
         max_ms: u64,
         /// How many retries.
         retries: u32,
+        /// Most random extra delay, in percent of the delay: 0 (no jitter) to 100.
+        jitter_pct: u32,
     },
+}
+
+/// The jitter of an exponential policy that does not name one: each delay plus 0–100 %.
+pub const DEFAULT_JITTER_PCT: u32 = 100;
+
+/// Checks a jitter percentage: 0 to 100.
+pub fn check_jitter_pct(pct: u32) -> Result<u32, String> {
+    if pct > 100 {
+        return Err(format!("jitter of {pct}% is more than 100%"));
+    }
+    Ok(pct)
+}
+
+/// Parses `jitter = 20%`.
+fn parse_jitter(text: &str) -> Result<u32, String> {
+    let bad = || {
+        format!(
+            "`{}` is not a jitter: write e.g. `jitter = 20%`",
+            text.trim()
+        )
+    };
+    let value = text
+        .trim()
+        .strip_prefix("jitter")
+        .and_then(|r| r.trim_start().strip_prefix('='))
+        .and_then(|r| r.trim().strip_suffix('%'))
+        .ok_or_else(bad)?;
+    let digits = value.trim_end();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    check_jitter_pct(digits.parse().map_err(|_| bad())?)
 }
 
 /// Most retries any policy may have.
@@ -138,11 +175,16 @@ pub fn parse_retry(text: &str) -> Result<RetrySpec, String> {
         });
     }
     if let Some(args) = call_args(t, "exponential") {
-        let [initial, max, retries] = args[..] else {
-            return Err(
-                "exponential takes (initial, max, retries), e.g. \"exponential(1s, 1h, 10)\""
-                    .into(),
-            );
+        let (initial, max, retries, jitter) = match args[..] {
+            [initial, max, retries] => (initial, max, retries, None),
+            [initial, max, retries, jitter] => (initial, max, retries, Some(jitter)),
+            _ => {
+                return Err(
+                    "exponential takes (initial, max, retries[, jitter = N%]), e.g. \
+                            \"exponential(1s, 1h, 10)\" or \"exponential(1s, 1h, 10, jitter = 0%)\""
+                        .into(),
+                );
+            }
         };
         let (initial_ms, max_ms) = (parse_duration_ms(initial)?, parse_duration_ms(max)?);
         if initial_ms == 0 || max_ms < initial_ms {
@@ -152,6 +194,7 @@ pub fn parse_retry(text: &str) -> Result<RetrySpec, String> {
             initial_ms,
             max_ms,
             retries: parse_count(retries)?,
+            jitter_pct: jitter.map_or(Ok(DEFAULT_JITTER_PCT), parse_jitter)?,
         });
     }
     let delays = t
@@ -211,15 +254,39 @@ mod tests {
             Ok(RetrySpec::Exponential {
                 initial_ms: 1000,
                 max_ms: 3_600_000,
-                retries: 10
+                retries: 10,
+                jitter_pct: 100,
             })
         );
+        for (text, jitter_pct) in [
+            ("exponential(1s, 1h, 10, jitter = 0%)", 0),
+            ("exponential(1s,1h,10,jitter=25%)", 25),
+            ("exponential(1s, 1h, 10, jitter = 100%)", 100),
+        ] {
+            assert_eq!(
+                parse_retry(text),
+                Ok(RetrySpec::Exponential {
+                    initial_ms: 1000,
+                    max_ms: 3_600_000,
+                    retries: 10,
+                    jitter_pct,
+                }),
+                "{text}"
+            );
+        }
         for bad in [
             "",
             "15s,,3m",
             "fixed(1s)",
             "exponential(1h, 1s, 3)",
             "fixed(1s, 101)",
+            "exponential(1s, 1h, 10, jitter = 101%)",
+            "exponential(1s, 1h, 10, jitter = 20)",
+            "exponential(1s, 1h, 10, jitter = -5%)",
+            "exponential(1s, 1h, 10, jitter = %)",
+            "exponential(1s, 1h, 10, jitter = 1.5%)",
+            "exponential(1s, 1h, 10, 20%)",
+            "exponential(1s, 1h, 10, jitter = 0%, 1)",
         ] {
             assert!(parse_retry(bad).is_err(), "{bad:?}");
         }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dq::{Client, EnqueueOutcome, JobState};
+use dq::{Client, EnqueueOutcome};
 use dq_faults::check::runs;
 use dq_faults::ledger::{Kind, now_ms};
 use dq_faults::{FaultPayload, Scenario, WORK_TOPIC, WorkJob, WorkerSpec};
@@ -52,8 +52,8 @@ async fn exists(s: &Scenario, key: &str) -> bool {
 }
 
 /// Scenario 10a: an enqueue whose reply is delayed past the response timeout after Redis
-/// stored the job. The client retries; the retry finds the job and creates nothing: one job,
-/// one run, one ack.
+/// stored the job. The client retries; the retry finds the job and creates nothing, and
+/// reports it `Created` (by this call): one job, one run, one ack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_enqueue_is_retried_harmlessly() {
     let mut s = Scenario::start("ambiguous-enqueue", BIN, ServerOptions::default()).await;
@@ -77,8 +77,9 @@ async fn ambiguous_enqueue_is_retried_harmlessly() {
     lift(&proxy);
     let outcome = call.await.unwrap();
     let enqueued = outcome.expect("the retry succeeds");
-    // The first try timed out; the retry saw the job the first try had stored.
-    assert_eq!(enqueued.outcome, EnqueueOutcome::Exists(JobState::Ready));
+    // The first try's reply was lost; the retry found the job the first try had stored and
+    // reports it as this call's: created by it, not someone else's job holding the key.
+    assert_eq!(enqueued.outcome, EnqueueOutcome::Created);
     s.expected.ok.insert("amb-enq".into(), now_ms());
 
     let w = spec(&s, &s.server.url(), 1000);

@@ -145,10 +145,16 @@ pub(crate) fn normalize(spec: &RetrySpec) -> String {
             initial_ms,
             max_ms,
             retries,
+            jitter_pct,
         } => format!(
-            "exponential({}, {}, {retries})",
+            "exponential({}, {}, {retries}{})",
             duration_text(*initial_ms),
-            duration_text(*max_ms)
+            duration_text(*max_ms),
+            if *jitter_pct == retry_syntax::DEFAULT_JITTER_PCT {
+                String::new()
+            } else {
+                format!(", jitter = {jitter_pct}%")
+            }
         ),
     }
 }

@@ -532,7 +532,7 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
 /// retry of a call that was never applied stores its jobs. Receipts are per call, not per key:
 /// a new call for a key whose job has ended creates it again.
 pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
-    use EnqueueOutcome::{Created, Ended, Exists};
+    use EnqueueOutcome::{Created, Ended, Exists, Replaced};
     let store = h.store();
     let q = queue("receipts");
     let job = |k: &str, replace: bool| NewJob {
@@ -543,12 +543,13 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     };
     let pair = [job("r-1", false), job("r-2", false)];
 
-    // Applied once; a retry while the jobs wait reports them and writes nothing.
+    // Applied once; a retry while the jobs wait writes nothing and reports them as this
+    // call's: created by it, not someone else's job holding the key.
     let call = EnqueueCall::new();
     let out = store.enqueue(&q, &pair, call).await.unwrap();
     assert_eq!(out, [Created, Created]);
     let out = store.enqueue(&q, &pair, call.retried()).await.unwrap();
-    assert_eq!(out, [Exists(JobState::Ready), Exists(JobState::Ready)]);
+    assert_eq!(out, [Created, Created]);
 
     // The jobs run and are acked; a late retry does not bring them back.
     let jobs = fetch(h, &q, &req()).await.jobs;
@@ -557,13 +558,14 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     let out = store.enqueue(&q, &pair, call.retried()).await.unwrap();
     assert_eq!(out, [Ended, Ended]);
 
-    // A replace is not applied twice: the retry leaves the job the first try stored.
+    // A replace is not applied twice: the retry leaves the job the first try stored (running
+    // now), and reports it as this call's.
     let replace = EnqueueCall::new();
     let r3 = [job("r-3", true)];
     assert_eq!(store.enqueue(&q, &r3, replace).await.unwrap(), [Created]);
     let d = &fetch(h, &q, &req()).await.jobs[0];
     let out = store.enqueue(&q, &r3, replace.retried()).await.unwrap();
-    assert_eq!(out, [Exists(JobState::Active)]);
+    assert_eq!(out, [Created]);
     ack_all(h, &q, std::slice::from_ref(d)).await;
 
     // A retry of a call whose first try never reached the store stores the job.
@@ -599,6 +601,52 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     ack_all(h, &q, &jobs).await;
     let st = h.store().stats(&q).await.unwrap();
     assert_eq!((st.enqueued, st.succeeded), (6, 6), "{st:?}");
+
+    // A call that stored some of its jobs: the retry tells its own (created, replaced) from
+    // the jobs others hold the keys with.
+    let q = queue("receipts.mixed");
+    let theirs = [job("m-theirs", false), job("m-replaced", false)];
+    store
+        .enqueue(&q, &theirs, EnqueueCall::new())
+        .await
+        .unwrap();
+    let mixed = [
+        job("m-new", false),
+        job("m-theirs", false),
+        job("m-replaced", true),
+    ];
+    let call = EnqueueCall::new();
+    let first = store.enqueue(&q, &mixed, call).await.unwrap();
+    assert_eq!(first, [Created, Exists(JobState::Ready), Replaced]);
+    let out = store.enqueue(&q, &mixed, call.retried()).await.unwrap();
+    assert_eq!(out, first);
+    // Its jobs run and end; others enqueue the keys again: the retry claims none of them,
+    // whether stored in the same millisecond (another payload) or later (the same payload).
+    let jobs = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(jobs.len(), 3);
+    ack_all(h, &q, &jobs).await;
+    let other = NewJob {
+        payload: raw(2),
+        ..job("m-new", false)
+    };
+    store
+        .enqueue(&q, &[other], EnqueueCall::new())
+        .await
+        .unwrap();
+    let stored_at = store.now_ms().await.unwrap();
+    dq_testkit::eventually("the store's clock moved", WAIT, || async {
+        store.now_ms().await.unwrap() > stored_at
+    })
+    .await;
+    store
+        .enqueue(&q, &[job("m-replaced", false)], EnqueueCall::new())
+        .await
+        .unwrap();
+    let out = store.enqueue(&q, &mixed, call.retried()).await.unwrap();
+    assert_eq!(
+        out,
+        [Exists(JobState::Ready), Ended, Exists(JobState::Ready)]
+    );
 }
 
 /// Enqueueing an existing key creates no second job, whatever its state; retrying a keyed
@@ -2013,7 +2061,9 @@ pub async fn oversized_payloads_are_refused<H: Harness>(h: &H) {
         .enqueue_bulk::<close_order>([BulkJob::new(order(1)), BulkJob::new(big)])
         .await
     {
-        Err(Error::PayloadTooLarge { limit: 64, .. }) => {}
+        Err(Error::BulkItem {
+            index: 1, source, ..
+        }) if matches!(*source, Error::PayloadTooLarge { limit: 64, .. }) => {}
         other => panic!("{other:?}"),
     }
     h.assert_untouched().await;
@@ -2023,7 +2073,7 @@ pub async fn oversized_payloads_are_refused<H: Harness>(h: &H) {
 }
 
 /// A bulk enqueue with one bad item — a bad key, an oversized payload — writes nothing, even
-/// when its good items span partitions and chunks.
+/// when its good items span partitions and chunks, and its error names the item (index, key).
 pub async fn bulk_with_one_bad_item_writes_nothing<H: Harness>(h: &H) {
     let c = h
         .client_with(|b| b.partitions("bulk.bad", 4).bulk_chunk(3).max_payload(64))
@@ -2037,19 +2087,41 @@ pub async fn bulk_with_one_bad_item_writes_nothing<H: Harness>(h: &H) {
     };
     let mut bulk = good();
     bulk[13] = BulkJob::new(raw(13)).key("job 13");
-    assert_invalid_key(t.enqueue_bulk(bulk).await, "job 13");
+    match t.enqueue_bulk(bulk).await {
+        Err(Error::BulkItem { index, key, source }) => {
+            assert_eq!((index, key.as_deref()), (13, Some("job 13")));
+            assert_invalid_key::<()>(Err(*source), "job 13");
+        }
+        other => panic!("{other:?}"),
+    }
     let mut bulk = good();
     bulk[17] = BulkJob::new(vec![0xc0; 65]).key("job-17");
-    assert!(matches!(
-        t.enqueue_bulk(bulk).await,
-        Err(Error::PayloadTooLarge { size: 65, .. })
-    ));
+    let err = t.enqueue_bulk(bulk).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::BulkItem { index: 17, key: Some(k), source }
+                if k == "job-17" && matches!(**source, Error::PayloadTooLarge { size: 65, .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "bulk item 17 (key \"job-17\"): payload of 65 bytes exceeds the limit of 64 bytes"
+    );
     let mut typed: Vec<_> = (0..20).map(|i| BulkJob::new(order(i))).collect();
     typed[19].payload.note = "y".repeat(100);
-    assert!(matches!(
-        c.enqueue_bulk::<close_order>(typed).await,
-        Err(Error::PayloadTooLarge { .. })
-    ));
+    match c.enqueue_bulk::<close_order>(typed).await {
+        Err(Error::BulkItem {
+            index: 19,
+            key: None,
+            source,
+        }) => assert!(
+            matches!(*source, Error::PayloadTooLarge { .. }),
+            "{source:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
     h.assert_untouched().await;
 
     let out = t.enqueue_bulk(good()).await.unwrap();
@@ -2120,10 +2192,14 @@ pub async fn hostile_key<H: Harness>(h: &H, key: &str) {
             assert_invalid_key(t.cancel(key).await, key);
             assert_invalid_key(t.job(key).await, key);
             assert_invalid_key(t.reschedule(key, NewDue::Shift(1)).await, key);
-            assert_invalid_key(
-                t.enqueue_bulk(vec![BulkJob::new(raw(1)).key(key)]).await,
-                key,
-            );
+            match t.enqueue_bulk(vec![BulkJob::new(raw(1)).key(key)]).await {
+                Err(Error::BulkItem {
+                    index: 0,
+                    key: Some(k),
+                    source,
+                }) if k == key => assert_invalid_key::<()>(Err(*source), key),
+                other => panic!("expected BulkItem 0 for {key:?}, got {other:?}"),
+            }
         }
         Err(e) => panic!("key {key:?}: unexpected error {e}"),
     }

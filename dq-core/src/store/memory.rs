@@ -380,6 +380,9 @@ fn bury(sets: &mut Sets, counters: &mut Counters, rec: &mut Record, key: &JobKey
 struct Receipts {
     /// Call id → the last ms it is kept.
     until: HashMap<u64, u64>,
+    /// Call id → when it was applied (ms), and its outcomes unless it created every job (as
+    /// `enqueue.lua` stores them). Pruned with `until`.
+    applied: HashMap<u64, (u64, Option<Vec<EnqueueOutcome>>)>,
     /// (last ms kept, call id), oldest first, for pruning.
     order: VecDeque<(u64, u64)>,
 }
@@ -397,19 +400,26 @@ impl Receipts {
             self.order.pop_front();
             if self.until.get(&id) == Some(&until) {
                 self.until.remove(&id);
+                self.applied.remove(&id);
             }
         }
     }
 
-    fn insert(&mut self, id: u64, now: u64) {
+    fn insert(&mut self, id: u64, now: u64, outcomes: &[EnqueueOutcome]) {
         let until = now + Self::life_ms();
         self.until.insert(id, until);
         self.order.push_back((until, id));
+        let all_created = outcomes.iter().all(|o| *o == EnqueueOutcome::Created);
+        self.applied
+            .insert(id, (now, (!all_created).then(|| outcomes.to_vec())));
     }
 
-    /// Whether `id` has a receipt (call after [`prune`](Self::prune), which drops the stale).
-    fn contains(&self, id: u64) -> bool {
-        self.until.contains_key(&id)
+    /// When `id` was applied and its outcomes if stored (`None`: it created every job), if
+    /// it has a receipt (call after [`prune`](Self::prune), which drops the stale).
+    fn get(&self, id: u64) -> Option<(u64, Option<&[EnqueueOutcome]>)> {
+        self.applied
+            .get(&id)
+            .map(|(at, outcomes)| (*at, outcomes.as_deref()))
     }
 }
 
@@ -540,14 +550,27 @@ impl Partition {
     /// Mirrors `enqueue.lua`.
     fn enqueue(&mut self, jobs: &[NewJob], call: EnqueueCall, now: u64) -> Vec<EnqueueOutcome> {
         self.receipts.prune(now);
-        if call.retry && self.receipts.contains(call.id) {
-            // An earlier try of this call was applied: report, write nothing.
+        if let Some((applied, then)) = self.receipts.get(call.id).filter(|_| call.retry) {
+            // An earlier try of this call was applied: report, write nothing. A job it created
+            // or replaced that is still there (its time, this payload) is reported so again.
             return jobs
                 .iter()
-                .map(|job| {
-                    self.jobs
-                        .get(&job.key)
-                        .map_or(EnqueueOutcome::Ended, |r| EnqueueOutcome::Exists(r.state()))
+                .enumerate()
+                .map(|(i, job)| {
+                    let then = then.map_or(EnqueueOutcome::Created, |o| o[i]);
+                    match self.jobs.get(&job.key) {
+                        None => EnqueueOutcome::Ended,
+                        Some(r)
+                            if matches!(
+                                then,
+                                EnqueueOutcome::Created | EnqueueOutcome::Replaced
+                            ) && r.created_ms == applied
+                                && r.payload == job.payload =>
+                        {
+                            then
+                        }
+                        Some(r) => EnqueueOutcome::Exists(r.state()),
+                    }
                 })
                 .collect();
         }
@@ -590,7 +613,7 @@ impl Partition {
         }
         self.counters.enqueued += created;
         if created > 0 {
-            self.receipts.insert(call.id, now);
+            self.receipts.insert(call.id, now, &out);
         }
         if need_wake {
             self.wake();

@@ -39,6 +39,11 @@ async fn string_error(_text: String, _: JobContext) -> Result<(), String> {
     Ok(())
 }
 
+#[dq::delayed_job(retry = "exponential(1s, 1h, 10, jitter = 0%)")]
+async fn exact_backoff(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
 #[dq::delayed_job]
 async fn str_error(_: Vec<u8>) -> Result<(), &'static str> {
     Err("always")
@@ -113,7 +118,16 @@ fn main() {
         str_error,
         boxed_error,
         blocking,
+        exact_backoff,
     );
+
+    // A chosen jitter reaches the runtime policy; the default is left out of the text.
+    let retry_of = |topic: &str| {
+        let d = dq::registered_jobs().find(|d| d.topic == topic).unwrap();
+        dq::RetryPolicy::parse(d.retry).unwrap()
+    };
+    assert_eq!(retry_of("exact_backoff").jitter(), Some(dq::Jitter::None));
+    assert_eq!(retry_of("string_error").jitter(), Some(dq::Jitter::UpTo(100)));
 
     let mut topics: Vec<_> = dq::registered_jobs().map(|d| d.topic).collect();
     topics.sort();
@@ -122,6 +136,7 @@ fn main() {
         [
             "blocking",
             "boxed_error",
+            "exact_backoff",
             "io_error",
             "io_result",
             "local",

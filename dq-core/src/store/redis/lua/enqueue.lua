@@ -29,9 +29,19 @@
 -- call in ten removes up to TRIM older ones, and the set expires 2 * RECEIPT_MS after the
 -- last call that wrote to it. Lookups and writes are O(log n); no call does unbounded work.
 --
+-- What the applied try did per job: a job it created or replaced carries the try's time as
+-- its `created` ms, the receipt's score. A call that did not create every one of its jobs
+-- also stores its outcomes, one character per job, as the member 'o' .. id .. ':' ..
+-- outcomes with the same score (found again among the few members of that score); a call
+-- that created all its jobs, the common case, stores nothing more. At one score, digits
+-- sort before 'o', so a trim by rank removes a receipt before its outcomes: a receipt never
+-- outlives them. A retry reports '+' / '~' again for a job the earlier try created or
+-- replaced that is still there (same `created` ms and payload, in any state).
+--
 -- Returns an array with one string per job:
---   '+'  created
---   '~'  replaced (the old job removed; attempts and history start again)
+--   '+'  created (by this try, or by an earlier try of this call: the job is still there)
+--   '~'  replaced (the old job removed; attempts and history start again); also on a retry,
+--        as '+'
 --   'S' | 'R' | 'A' | 'F' | 'D'  a job with this key exists in that state; nothing written
 --   ('A' is also the answer with replace: a running job is never replaced)
 --   'E'  (retries only) an earlier try of this call was applied, and the job is gone since
@@ -61,12 +71,36 @@ end
 
 local now = now_ms()
 local calls = KEYS[9]
-if is_retry == '1' and redis.call('ZSCORE', calls, call) then
-  -- An earlier try of this call was applied: report, write nothing.
+local applied = is_retry == '1' and redis.call('ZSCORE', calls, call)
+if applied then
+  -- An earlier try of this call was applied at `applied` ms: report, write nothing.
+  applied = tonumber(applied)
+  -- The try's outcomes, if it stored them: among the members of its score (the calls of one
+  -- millisecond), the one that starts with 'o' .. id .. ':'.
+  local outcomes
+  local mark = 'o' .. call .. ':'
+  for _, m in ipairs(redis.call('ZRANGE', calls, applied, applied, 'BYSCORE')) do
+    if string.sub(m, 1, #mark) == mark then outcomes = string.sub(m, #mark + 1) end
+  end
   local results = {}
   for i = 0, n - 1 do
-    local old = redis.call('HGET', pool, ARGV[4 + 5 * i])
-    results[i + 1] = old and string.sub(old, 1, 1) or 'E'
+    local base = 4 + 5 * i
+    local old = redis.call('HGET', pool, ARGV[base])
+    local then_ = outcomes and string.sub(outcomes, i + 1, i + 1) or '+'
+    if not old then
+      results[i + 1] = 'E'
+    else
+      -- Still the job that try stored: created at its time, with this call's payload (a job
+      -- stored in the same ms by another call would have to carry the same payload too).
+      local state, _, _, created = unpack_record(old)
+      local payload = ARGV[base + 4]
+      if (then_ == '+' or then_ == '~') and created == applied
+          and #old == HEADER_LEN + #payload and string.sub(old, HEADER_LEN + 1) == payload then
+        results[i + 1] = then_
+      else
+        results[i + 1] = state
+      end
+    end
   end
   return results
 end
@@ -74,6 +108,7 @@ end
 local results = {}
 local need_wake = false
 local created = 0
+local some_replaced = false
 -- The earliest scheduled job before this call: a fetcher's timer is set for it, so a new job
 -- due earlier must wake one (checked once per call, not per job).
 local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
@@ -91,6 +126,7 @@ for i = 0, n - 1 do
       unlink(state, scheduled, retry, dead, key)
       redis.call('HDEL', hist, key)
       outcome = '~'
+      some_replaced = true
     else
       outcome = state
     end
@@ -114,6 +150,9 @@ end
 if created > 0 then
   redis.call('HINCRBY', stats, 'enqueued', created)
   redis.call('ZADD', calls, now, call)
+  if created < n or some_replaced then
+    redis.call('ZADD', calls, now, 'o' .. call .. ':' .. table.concat(results))
+  end
   redis.call('PEXPIRE', calls, 2 * RECEIPT_MS)
   -- About one call in ten (the id is random; its last digit decides) removes up to TRIM
   -- receipts past their life.
