@@ -214,7 +214,7 @@ pub fn slowlog(conn: &mut Connection) -> Result<Vec<SlowEntry>> {
 
 /// dq's scripts by the names of their keys (the part after the last `:`), from the headers
 /// of `dq-core/src/store/redis/lua/*.lua`. `fetch` and `fail` share one key list; they are
-/// told apart by ARGV[3] (a number for fetch, an action letter for fail).
+/// told apart by `ARGV[3]` (a number for fetch, an action letter for fail).
 const SCRIPTS: &[(&str, &[&str])] = &[
     ("ack", &["active", "pool", "hist", "stats"]),
     ("cancel", &["scheduled", "retry", "pool", "hist", "stats"]),

@@ -10,8 +10,8 @@ pub mod job;
 pub mod names;
 pub mod payload;
 pub mod retry;
-#[allow(missing_docs)]
-pub mod retry_syntax;
+/// The retry, duration and topic syntax, shared with `dq-macros` (the `dq-syntax` crate).
+pub use dq_syntax as retry_syntax;
 pub mod store;
 
 pub use client::{

@@ -13,10 +13,9 @@ use quote::ToTokens;
 mod args;
 mod expand;
 
-/// The retry and duration syntax, compiled from dq-core's own file so that what the attribute
-/// accepts at compile time is exactly what dq-core parses at run time.
-#[path = "../../dq-core/src/retry_syntax.rs"]
-mod retry_syntax;
+/// The retry and duration syntax: the crate dq-core parses the same text with at run time, so
+/// what the attribute accepts at compile time is exactly what dq-core accepts.
+use dq_syntax as retry_syntax;
 
 /// Makes a fn a dq job handler: registers it for the worker and adds a same-named type that
 /// names the job for producers (`client.enqueue::<close_order>(…)`).

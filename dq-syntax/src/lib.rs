@@ -1,9 +1,9 @@
-//! The text forms a handler's attributes use: retry policies and durations (`"15s, 3m, 10m"`),
-//! and the rule for topic names.
+//! dq-syntax: the text forms a handler's attributes use — retry policies and durations
+//! (`"15s, 3m, 10m"`), and the rule for topic names.
 //!
-//! Plain `std` on purpose: `dq-macros` compiles this same file (through `#[path]`) to check a
-//! handler's `topic`, `retry` and `timeout` at compile time, so the macro and the runtime can
-//! never disagree on them.
+//! Both `dq-macros` (to check a handler's `topic`, `retry` and `timeout` at compile time) and
+//! `dq-core` (to parse the same text at run time) depend on this crate, so the macro and the
+//! runtime can never disagree. Plain `std`, no dependencies. Applications use it through `dq`.
 //!
 //! ```text
 //! retry    := "none" | tiered | "fixed(" duration "," count ")"
