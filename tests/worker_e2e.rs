@@ -69,7 +69,12 @@ async fn long(_n: u64, ctx: JobContext) -> Result<(), JobError> {
         return Ok(());
     }
     tokio::select! {
-        () = ctx.cancelled() => record(&ctx, "cancelled").await,
+        // Gives up with an error, as handlers should: at shutdown it is not recorded (the job
+        // is released without spending its attempt). An `Ok` here would be acknowledged.
+        () = ctx.cancelled() => {
+            record(&ctx, "cancelled").await?;
+            Err(JobError::retry("cancelled"))
+        }
         () = tokio::time::sleep(Duration::from_secs(60)) => Ok(()),
     }
 }

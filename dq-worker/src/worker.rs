@@ -9,9 +9,10 @@
 //! 1. **quiet** — fetchers stop; no new job is leased;
 //! 2. **drain** — running handlers get until the shutdown timeout to finish; their outcomes
 //!    are written as usual and leases are kept alive meanwhile;
-//! 3. **stop** — at the deadline, handlers still running are cancelled (their `JobContext`
-//!    says so) and their jobs are released back to the front of `ready` without spending the
-//!    attempt, for another worker to pick up;
+//! 3. **stop** — shortly before the deadline, handlers still running are cancelled (their
+//!    `JobContext` says so), at the deadline those still running are aborted, and their jobs
+//!    are released back to the front of `ready` without spending the attempt, for another
+//!    worker to pick up (a failure returned after the cancellation is not recorded);
 //! 4. the completer writes what is left, then the lease keeper stops.
 
 use std::collections::{HashMap, HashSet};
@@ -146,6 +147,15 @@ impl WorkerBuilder {
     }
 
     /// How long shutdown waits for running handlers before releasing their jobs (default 30 s).
+    ///
+    /// Handlers still running a little before the deadline — `min(1 s, timeout / 4)` before
+    /// it — are told to stop (`ctx.cancelled()`), and those still running at the deadline are
+    /// aborted, so handlers that ignore cancellation do not hold shutdown up. A success
+    /// returned in that window is acknowledged; a failure is not recorded, and the job is
+    /// released without spending its attempt. [`WorkerHandle::shutdown`] returns within this
+    /// timeout plus the store calls that follow it (releasing the jobs, writing the outcomes
+    /// already produced): a few milliseconds while the store answers, and each call is bounded
+    /// by the client's response timeout and retries when it does not.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self
@@ -325,6 +335,7 @@ impl Worker {
             in_flight: in_flight.clone(),
             completer: sender,
             hard_stop: hard_stop.clone(),
+            stop_grace: stop_grace(self.shutdown_timeout),
         });
         let stop = CancellationToken::new();
         let runners = TaskTracker::new();
@@ -363,6 +374,12 @@ impl Worker {
             shutdown_timeout: self.shutdown_timeout,
         }
     }
+}
+
+/// How long before the shutdown deadline running handlers are told to stop: they are aborted
+/// at the deadline, so shutdown does not overrun it by a grace period.
+fn stop_grace(shutdown_timeout: Duration) -> Duration {
+    (shutdown_timeout / 4).min(Duration::from_secs(1))
 }
 
 /// What shutdown did.
@@ -408,22 +425,27 @@ impl WorkerHandle {
 
     /// Stops the worker: quiet, drain until the shutdown timeout, release the rest.
     pub async fn shutdown(mut self) -> ShutdownReport {
+        let started = tokio::time::Instant::now();
         tracing::info!(running = self.in_flight.len(), "worker shutting down");
         // 1. quiet
         self.stop.cancel();
         for f in self.fetchers.drain(..) {
             let _ = f.await;
         }
-        // 2. drain
+        // 2. drain, until the grace before the deadline (counted from the start of shutdown)
+        let deadline = started + self.shutdown_timeout;
+        let grace = stop_grace(self.shutdown_timeout);
         self.runners.close();
-        let drained = tokio::time::timeout(self.shutdown_timeout, self.runners.wait())
+        let drained = tokio::time::timeout_at(deadline - grace, self.runners.wait())
             .await
             .is_ok();
-        // 3. stop: release whatever is still running
+        // 3. stop: cancel what is still running, abort it at the deadline (each runner does,
+        //    after its grace), release the jobs
         let mut released = 0;
         if !drained {
             self.hard_stop.cancel();
-            let _ = tokio::time::timeout(Duration::from_secs(5), self.runners.wait()).await;
+            // Runners end within their grace; the margin only covers a busy scheduler.
+            let _ = tokio::time::timeout(grace + Duration::from_secs(1), self.runners.wait()).await;
             let mut by_queue: HashMap<dq_core::Queue, Vec<(JobKey, u64)>> = HashMap::new();
             for lease in self.in_flight.snapshot() {
                 if !lease.is_finished() {
