@@ -55,6 +55,24 @@ async fn panics(n: u64, ctx: JobContext) -> Result<(), JobError> {
     panic!("boom {n}");
 }
 
+/// An error whose `Display` panics.
+#[derive(Debug)]
+struct Unprintable;
+
+impl std::fmt::Display for Unprintable {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        panic!("display exploded")
+    }
+}
+
+impl std::error::Error for Unprintable {}
+
+#[dq::delayed_job(topic = "e2e.unprintable", retry = "none")]
+async fn unprintable(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await?;
+    Err(JobError::retry(Unprintable))
+}
+
 #[dq::delayed_job(topic = "e2e.slow", timeout = "200ms", retry = "none")]
 async fn slow(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "ran").await?;
@@ -307,6 +325,32 @@ async fn permanent_panic_timeout_and_undecodable_each_take_their_path() {
     // The undecodable job never reached the handler.
     assert_eq!(log.of("garbage").len(), 0);
     handle.shutdown().await;
+}
+
+/// A handler error whose `Display` panics is caught like a handler's panic: the attempt is
+/// recorded as failed (here: dead, no retries) instead of the job staying active forever.
+#[tokio::test]
+async fn an_error_that_cannot_be_displayed_still_fails_the_attempt() {
+    let client = client_for(dq_testkit::shared()).await;
+    let log = Log::default();
+    let handle = worker(&client, &log, "e2e.unprintable")
+        .build()
+        .unwrap()
+        .start();
+    client.enqueue::<unprintable>(1).key("u").await.unwrap();
+    let job = dq_testkit::eventually_some("the job is dead", WAIT, || async {
+        client
+            .job::<unprintable>("u")
+            .await
+            .unwrap()
+            .filter(|j| j.state == JobState::Dead)
+    })
+    .await;
+    assert_eq!(job.attempts, 1);
+    let errors: Vec<_> = job.history.iter().map(|h| h.error.as_str()).collect();
+    assert_eq!(errors, ["error could not be displayed: display exploded"]);
+    handle.shutdown().await;
+    assert_eq!(log.of("u").len(), 1);
 }
 
 #[tokio::test]
