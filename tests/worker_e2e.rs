@@ -73,6 +73,14 @@ async fn unprintable(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     Err(JobError::retry(Unprintable))
 }
 
+/// Ignores cancellation: works a minute whatever it is told.
+#[dq::delayed_job(topic = "e2e.stubborn", retry = "none")]
+async fn stubborn(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "started").await?;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
+}
+
 #[dq::delayed_job(topic = "e2e.slow", timeout = "200ms", retry = "none")]
 async fn slow(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "ran").await?;
@@ -397,6 +405,43 @@ async fn shutdown_releases_a_long_job_and_another_worker_completes_it() {
     .await;
     assert_eq!(finisher.of("report")[0].attempt, 1);
     second.shutdown().await;
+}
+
+/// Shutdown keeps to its deadline even when a handler ignores cancellation: the cancel grace
+/// is taken out of the deadline, not added to it. (Before, a 2 s timeout took at least 3 s:
+/// the drain, then a 1 s grace. The bound leaves 900 ms for the release and a busy machine.)
+#[tokio::test]
+async fn shutdown_keeps_its_deadline_when_a_handler_ignores_cancellation() {
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    let client = client_for(dq_testkit::shared()).await;
+    let log = Log::default();
+    let handle = worker(&client, &log, "e2e.stubborn")
+        .shutdown_timeout(TIMEOUT)
+        .build()
+        .unwrap()
+        .start();
+    client.enqueue::<stubborn>(1).key("mule").await.unwrap();
+    eventually("the handler started", WAIT, || async {
+        log.count("started") == 1
+    })
+    .await;
+    let began = Instant::now();
+    let report = handle.shutdown().await;
+    let took = began.elapsed();
+    eprintln!("shutdown with a {TIMEOUT:?} timeout took {took:?}");
+    assert_eq!(
+        report,
+        dq::ShutdownReport {
+            released: 1,
+            drained: false
+        }
+    );
+    assert!(
+        took < TIMEOUT + Duration::from_millis(900),
+        "shutdown took {took:?} for a {TIMEOUT:?} deadline"
+    );
+    let job = client.job::<stubborn>("mule").await.unwrap().unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Ready, 0));
 }
 
 #[tokio::test]
