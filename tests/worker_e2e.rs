@@ -444,6 +444,81 @@ async fn shutdown_keeps_its_deadline_when_a_handler_ignores_cancellation() {
     assert_eq!((job.state, job.attempts), (JobState::Ready, 0));
 }
 
+/// The log lines a test's tracing subscriber wrote.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A store error retrying cannot fix (here a partition key of the wrong type) is logged at
+/// ERROR and shown in the worker's health as permanent; once fixed, the worker is healthy
+/// again and runs the partition's jobs.
+#[tokio::test]
+async fn a_permanent_store_error_shows_in_health_and_is_logged_at_error() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test's runtime has one thread: every worker task logs to this subscriber.
+    let _guard = tracing_subscriber::util::SubscriberInitExt::set_default(subscriber);
+    let server = dq_testkit::shared();
+    let ns = dq_testkit::namespace("e2e");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    // Every fetch reads `scheduled` first: as a string it fails with WRONGTYPE.
+    let scheduled = format!("{ns}:{{e2e.record#0}}:scheduled");
+    let _: () = server.cmd(&["SET", &scheduled, "not a sorted set"]);
+    let log = Log::default();
+    let handle = worker(&client, &log, "e2e.record").build().unwrap().start();
+    let broken = dq_testkit::eventually_some("health shows the error", WAIT, || {
+        let h = handle.health();
+        async move { h.permanent_errors().next().cloned() }
+    })
+    .await;
+    assert_eq!((broken.topic.as_str(), broken.partition), ("e2e.record", 0));
+    assert!(!handle.health().is_healthy());
+    let error = broken.last_error.clone().unwrap_or_default();
+    assert!(error.contains("WRONGTYPE"), "{error}");
+    assert!(broken.last_call_at.is_some() && broken.last_success_at.is_none());
+    let logged = captured.text();
+    let line = logged
+        .lines()
+        .find(|l| l.contains("WRONGTYPE"))
+        .unwrap_or_else(|| panic!("no log line with the error:\n{logged}"));
+    assert!(line.contains("ERROR"), "{line}");
+
+    let _: () = server.cmd(&["DEL", &scheduled]);
+    client.enqueue::<record_job>(1).key("after").await.unwrap();
+    eventually("the job ran once the key was fixed", WAIT, || async {
+        log.of("after").len() == 1
+    })
+    .await;
+    let health = handle.health();
+    assert!(health.is_healthy(), "{health:?}");
+    assert!(health.fetchers[0].last_success_at.is_some());
+    handle.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_lost_lease_cancels_the_handler_and_the_job_is_acked_once() {
     let client = client_for(dq_testkit::shared()).await;

@@ -340,8 +340,14 @@ impl Worker {
         let stop = CancellationToken::new();
         let runners = TaskTracker::new();
         let mut fetchers = Vec::new();
+        let mut health = Vec::new();
         for topic in &self.topics {
             for partition in 0..topic.partitions {
+                let fetcher_health = Arc::new(std::sync::Mutex::new(FetcherHealth::new(
+                    topic.topic.as_str(),
+                    partition,
+                )));
+                health.push(fetcher_health.clone());
                 let fetcher = Fetcher {
                     store: self.store.clone(),
                     queue: dq_core::Queue::new(topic.topic.clone(), partition),
@@ -351,6 +357,7 @@ impl Worker {
                     stop: stop.clone(),
                     runners: runners.clone(),
                     on_dead: self.on_dead.clone(),
+                    health: fetcher_health,
                 };
                 fetchers.push(tokio::spawn(fetcher.run()));
             }
@@ -372,6 +379,7 @@ impl Worker {
             keeper,
             keeper_stop,
             shutdown_timeout: self.shutdown_timeout,
+            health,
         }
     }
 }
@@ -391,6 +399,72 @@ pub struct ShutdownReport {
     pub drained: bool,
 }
 
+/// A snapshot of a running worker's health, from [`WorkerHandle::health`]: enough for a
+/// liveness or readiness probe. Cheap to take (no store call).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct WorkerHealth {
+    /// One entry per fetcher (topic partition), in start order.
+    pub fetchers: Vec<FetcherHealth>,
+    /// Jobs running now (handlers, and outcomes not yet written).
+    pub running: usize,
+}
+
+impl WorkerHealth {
+    /// Whether every fetcher's last store call succeeded (false for a fetcher that has not
+    /// completed a call yet).
+    pub fn is_healthy(&self) -> bool {
+        self.fetchers.iter().all(|f| f.last_call_ok)
+    }
+
+    /// The fetchers whose last call failed with an error retrying cannot fix (a missing
+    /// permission, a key of the wrong type): an operator has to act.
+    pub fn permanent_errors(&self) -> impl Iterator<Item = &FetcherHealth> {
+        self.fetchers
+            .iter()
+            .filter(|f| !f.last_call_ok && f.last_error_permanent)
+    }
+}
+
+/// How one fetcher's (one topic partition's) store calls have gone.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct FetcherHealth {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u16,
+    /// Whether its last `fetch` call succeeded (false until one completes).
+    pub last_call_ok: bool,
+    /// When its last `fetch` call completed, successful or not (`None` before the first).
+    pub last_call_at: Option<std::time::Instant>,
+    /// When its last successful `fetch` call completed.
+    pub last_success_at: Option<std::time::Instant>,
+    /// The text of its most recent error (kept after a later success; see `last_call_ok`).
+    pub last_error: Option<String>,
+    /// Whether that error is one retrying cannot fix (a missing permission, a key of the
+    /// wrong type, a reply dq cannot read), as opposed to connection trouble or a timeout.
+    /// Such errors are logged at ERROR; the fetcher keeps retrying them.
+    pub last_error_permanent: bool,
+    /// Calls that have failed since the last success.
+    pub failures_in_a_row: u32,
+}
+
+impl FetcherHealth {
+    pub(crate) fn new(topic: &str, partition: u16) -> Self {
+        FetcherHealth {
+            topic: topic.to_string(),
+            partition,
+            last_call_ok: false,
+            last_call_at: None,
+            last_success_at: None,
+            last_error: None,
+            last_error_permanent: false,
+            failures_in_a_row: 0,
+        }
+    }
+}
+
 /// A running worker. Call [`WorkerHandle::shutdown`] to stop it gracefully; dropping the
 /// handle leaves the worker running until the runtime ends (leases then expire and the jobs
 /// run elsewhere, so nothing is lost — but shutdown is kinder).
@@ -406,6 +480,7 @@ pub struct WorkerHandle {
     keeper: JoinHandle<()>,
     keeper_stop: CancellationToken,
     shutdown_timeout: Duration,
+    health: Vec<Arc<std::sync::Mutex<FetcherHealth>>>,
 }
 
 impl std::fmt::Debug for WorkerHandle {
@@ -421,6 +496,21 @@ impl WorkerHandle {
     /// How many jobs are running now.
     pub fn running(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// How the worker is doing: each fetcher's last store call, and the jobs running. A
+    /// fetcher whose calls keep failing runs no job of its partition; one failing with an
+    /// error retrying cannot fix (see [`FetcherHealth::last_error_permanent`]) needs an
+    /// operator.
+    pub fn health(&self) -> WorkerHealth {
+        WorkerHealth {
+            fetchers: self
+                .health
+                .iter()
+                .map(|h| h.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                .collect(),
+            running: self.in_flight.len(),
+        }
     }
 
     /// Stops the worker: quiet, drain until the shutdown timeout, release the rest.
