@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -125,6 +125,59 @@ impl fmt::Debug for SharedData {
     }
 }
 
+/// The local deadline of a job's lease: by the worker process's clock, when the lease surely
+/// ends unless it is extended. The worker measures it from *before* the call that granted the
+/// lease (so it errs early) and moves it when an extension is granted; a [`JobContext`] that
+/// holds it reads as cancelled once it has passed, with no round trip to the store.
+///
+/// Clones share one deadline.
+#[derive(Clone, Debug)]
+pub struct LeaseDeadline(Arc<Mutex<tokio::time::Instant>>);
+
+impl LeaseDeadline {
+    /// A deadline at `at`.
+    pub fn new(at: tokio::time::Instant) -> Self {
+        LeaseDeadline(Arc::new(Mutex::new(at)))
+    }
+
+    /// When the lease surely ends, as things stand.
+    pub fn get(&self) -> tokio::time::Instant {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves the deadline (an extension was granted, or the lease was lost: `now`).
+    pub fn set(&self, at: tokio::time::Instant) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = at;
+    }
+
+    /// Moves the deadline to `at` (an extension was granted) unless it has already passed:
+    /// a lease that surely ran out is never revived. Returns whether it moved.
+    pub fn extend(&self, at: tokio::time::Instant) -> bool {
+        let mut current = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if tokio::time::Instant::now() >= *current {
+            return false;
+        }
+        *current = at;
+        true
+    }
+
+    /// Whether the deadline has passed by this process's clock.
+    pub fn has_passed(&self) -> bool {
+        tokio::time::Instant::now() >= self.get()
+    }
+
+    /// Completes once the deadline has passed (following it as it moves).
+    pub async fn passed(&self) {
+        loop {
+            let at = self.get();
+            tokio::time::sleep_until(at).await;
+            if self.has_passed() {
+                return;
+            }
+        }
+    }
+}
+
 /// What a running job knows about itself.
 #[derive(Clone, Debug)]
 pub struct JobContext {
@@ -143,6 +196,7 @@ pub struct JobContext {
     /// The delivery's fencing token.
     pub token: u64,
     cancel: CancellationToken,
+    deadline: Option<LeaseDeadline>,
     data: Arc<SharedData>,
 }
 
@@ -169,8 +223,17 @@ impl JobContext {
             late,
             token,
             cancel,
+            deadline: None,
             data,
         }
+    }
+
+    /// Ties the context to its lease's local deadline: from the moment it passes, the context
+    /// reads as cancelled (and stays so), whichever task notices first. The worker does this
+    /// for every job it runs; a context built without it is cancelled by its token only.
+    pub fn with_lease_deadline(mut self, deadline: LeaseDeadline) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     /// The shared value of type `T` given to the worker with `.data(…)`.
@@ -185,15 +248,41 @@ impl JobContext {
         })
     }
 
-    /// True once the job should stop: its lease was lost (another worker may run it) or the
-    /// worker's shutdown deadline passed. Its result will be discarded.
+    /// True once the job should stop: its lease was lost or has surely run out by this
+    /// process's clock (another worker may run it), or the worker's shutdown deadline passed.
+    /// A result returned after that is not trusted: it is discarded, except that a success at
+    /// shutdown is still acknowledged if the lease holds.
+    ///
+    /// The lease's deadline is read from the clock on every call, so after the process was
+    /// paused (`SIGSTOP`, a VM freeze) this is true at once, before any timer has fired. Check
+    /// it right before an external side effect. Once true, it stays true.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        if self.cancel.is_cancelled() {
+            return true;
+        }
+        if self
+            .deadline
+            .as_ref()
+            .is_some_and(LeaseDeadline::has_passed)
+        {
+            // Sticky: a late extension must not make a stopped job look alive again.
+            self.cancel.cancel();
+            return true;
+        }
+        false
     }
 
     /// Completes when the job should stop (see [`JobContext::is_cancelled`]); for `select!`.
     pub async fn cancelled(&self) {
-        self.cancel.cancelled().await
+        match &self.deadline {
+            None => self.cancel.cancelled().await,
+            Some(deadline) => {
+                tokio::select! {
+                    () = self.cancel.cancelled() => {}
+                    () = deadline.passed() => self.cancel.cancel(),
+                }
+            }
+        }
     }
 
     /// True if this is the last attempt its retry policy allows.

@@ -20,8 +20,8 @@ pub use client::{
 };
 pub use error::{Error, Result};
 pub use handler::{
-    BoxError, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError, SharedData,
-    registered_jobs,
+    BoxError, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
+    LeaseDeadline, SharedData, registered_jobs,
 };
 pub use job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,

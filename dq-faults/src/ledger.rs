@@ -6,7 +6,7 @@
 //! | kind | written |
 //! |---|---|
 //! | `S` | when the handler starts |
-//! | `F` | when the handler has done its work and is about to return `Ok` |
+//! | `F` | when the handler has done its work and is about to return `Ok`: the job's side effect, made only if `ctx.is_cancelled()` is false right before it |
 //! | `C` | when the handler saw `ctx.cancelled()` and gave up (its result is discarded anyway) |
 //! | `X` | right before the handler aborts the process (the poison pill) |
 //!

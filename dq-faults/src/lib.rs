@@ -29,6 +29,19 @@ pub const WORK_TOPIC: &str = "fault.work";
 /// The topic of the poison-pill test: `retry = "fixed(100ms, 2)"`, three attempts in all.
 pub const POISON_TOPIC: &str = "fault.poison";
 
+/// The topic of single-attempt jobs: `retry = "none"`; a failed attempt (the handler returns
+/// `Err` when it is cancelled) sends the job to the dead queue at once.
+pub const ONCE_TOPIC: &str = "fault.once";
+
+/// Producers' handle on [`ONCE_TOPIC`] (the handler lives in `fault-worker`).
+#[derive(Debug)]
+pub struct OnceJob;
+
+impl Job for OnceJob {
+    type Payload = FaultPayload;
+    const TOPIC: &'static str = ONCE_TOPIC;
+}
+
 /// The payload of every `fault-worker` job.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultPayload {

@@ -10,7 +10,9 @@
 //!    reported (computed from Redis `TIME`), or a wake-up token (a producer queued work due
 //!    now, or a new earliest job) — never a polling interval. The wait is capped so that a
 //!    lost wake-up costs at most the cap;
-//! 4. on store errors, back off (capped) and try again; the worker never exits over them.
+//! 4. on store errors, back off (capped at 500 ms, reset by any success, cut short by a
+//!    wake-up) and try again; the worker never exits over them. Errors retrying cannot fix
+//!    (permissions, wrong key types) are logged at ERROR and shown in the worker's health.
 //!
 //! Wake-up tokens are received by a listener task with one `BLPOP` always in flight, so a
 //! token is never dropped by a cancelled wait; it is turned into a local `Notify`.
@@ -27,7 +29,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::registry::TopicRuntime;
 use crate::runner::{self, RunnerShared};
-use crate::worker::{DeadJob, OnDead};
+use crate::worker::{DeadJob, FetcherHealth, OnDead};
 
 /// How a fetcher behaves (from the worker's settings).
 #[derive(Clone, Debug)]
@@ -47,6 +49,8 @@ pub(crate) struct Fetcher {
     pub stop: CancellationToken,
     pub runners: TaskTracker,
     pub on_dead: Option<OnDead>,
+    /// What this fetcher's last store call did, for [`crate::WorkerHandle::health`].
+    pub health: Arc<std::sync::Mutex<FetcherHealth>>,
 }
 
 /// Fetch calls one partition may have in flight: a second one starts with the slots freed
@@ -57,13 +61,24 @@ const MAX_FETCHES_IN_FLIGHT: usize = 2;
 /// busy, small enough that a mass expiry never makes one script call long.
 const PROMOTE_BATCH: usize = 16;
 
+/// Longest pause between fetch attempts while the store fails: short, so that a worker
+/// resumes soon after the store is reachable again (a failing call is cheap to repeat).
+const MAX_ERROR_PAUSE: Duration = Duration::from_millis(500);
+
 fn error_backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(50))
-        .with_max_delay(Duration::from_secs(2))
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(MAX_ERROR_PAUSE)
         .without_max_times()
         .with_jitter()
         .build()
+}
+
+/// An error that retrying cannot fix: a missing permission, a key of the wrong type, a reply
+/// dq cannot read. It needs an operator; transient ones (connection trouble, timeouts, a
+/// server still loading, `maxmemory`) pass by themselves.
+pub(crate) fn is_permanent(e: &dq_core::Error) -> bool {
+    !e.is_retryable() && !matches!(e, dq_core::Error::OutOfMemory)
 }
 
 /// What one fetch call brings back to the loop, with the permits it took.
@@ -119,6 +134,7 @@ impl Fetcher {
             tokio::select! {
                 done = in_flight.join_next() => {
                     let Some(Ok((reply, held, sent))) = done else { continue };
+                    self.record_health(&reply);
                     match reply {
                         Ok(reply) => {
                             backoff = error_backoff();
@@ -126,16 +142,31 @@ impl Fetcher {
                         }
                         Err(e) => {
                             drop(held);
-                            let pause = backoff.next().unwrap_or(Duration::from_secs(2));
-                            tracing::warn!(
-                                topic = %self.queue.topic,
-                                partition = self.queue.partition,
-                                error = %e,
-                                retry_in = ?pause,
-                                "fetch failed"
-                            );
+                            let pause = backoff.next().unwrap_or(MAX_ERROR_PAUSE);
+                            if is_permanent(&e) {
+                                tracing::error!(
+                                    topic = %self.queue.topic,
+                                    partition = self.queue.partition,
+                                    error = %e,
+                                    retry_in = ?pause,
+                                    "fetch failed with an error retrying cannot fix (permissions, \
+                                     a key of the wrong type, scripts): no job of this partition \
+                                     runs until it is fixed"
+                                );
+                            } else {
+                                tracing::warn!(
+                                    topic = %self.queue.topic,
+                                    partition = self.queue.partition,
+                                    error = %e,
+                                    retry_in = ?pause,
+                                    "fetch failed"
+                                );
+                            }
+                            // A wake-up (a producer's token, or the listener reconnecting: the
+                            // store is reachable again) ends the pause early.
                             tokio::select! {
                                 () = tokio::time::sleep(pause) => {}
+                                () = wake.notified() => {}
                                 () = self.stop.cancelled() => break,
                             }
                         }
@@ -151,11 +182,34 @@ impl Fetcher {
         // Fetches still in flight may have leased jobs: run them (shutdown drains or
         // releases them) rather than leave them to expire.
         while let Some(done) = in_flight.join_next().await {
-            if let Ok((Ok(reply), held, sent)) = done {
-                self.dispatch(reply, held, sent);
+            if let Ok((reply, held, sent)) = done {
+                self.record_health(&reply);
+                if let Ok(reply) = reply {
+                    self.dispatch(reply, held, sent);
+                }
             }
         }
         listener.abort();
+    }
+
+    /// Notes how the last fetch call went, for the worker's health view.
+    fn record_health(&self, reply: &dq_core::Result<dq_core::FetchReply>) {
+        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        h.last_call_at = Some(now);
+        match reply {
+            Ok(_) => {
+                h.last_call_ok = true;
+                h.last_success_at = Some(now);
+                h.failures_in_a_row = 0;
+            }
+            Err(e) => {
+                h.last_call_ok = false;
+                h.last_error = Some(e.to_string());
+                h.last_error_permanent = is_permanent(e);
+                h.failures_in_a_row = h.failures_in_a_row.saturating_add(1);
+            }
+        }
     }
 
     /// Takes what other slots are free beside `first` and starts one fetch for that many jobs.
@@ -260,14 +314,24 @@ async fn listen(
 ) {
     let mut backoff = error_backoff();
     let mut listener = None;
+    let mut reconnecting = false;
     loop {
         if stop.is_cancelled() {
             return;
         }
         if listener.is_none() {
             match store.wake_listener(&queue).await {
-                Ok(l) => listener = Some(l),
+                Ok(l) => {
+                    if reconnecting {
+                        // The store is reachable again: a fetcher pausing after errors need
+                        // not wait out its back-off.
+                        wake.notify_one();
+                    }
+                    reconnecting = false;
+                    listener = Some(l);
+                }
                 Err(e) => {
+                    reconnecting = true;
                     tracing::debug!(error = %e, "wake listener unavailable");
                     tokio::time::sleep(backoff.next().unwrap_or(Duration::from_secs(2))).await;
                     continue;
@@ -284,6 +348,7 @@ async fn listen(
             Err(e) => {
                 tracing::debug!(error = %e, "wake listener failed; reconnecting");
                 listener = None;
+                reconnecting = true;
                 // Wake the fetcher too: it may have missed a token while we were down.
                 wake.notify_one();
                 tokio::time::sleep(backoff.next().unwrap_or(Duration::from_secs(2))).await;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dq_core::{JobKey, Queue};
+use dq_core::{JobKey, LeaseDeadline, Queue};
 use tokio_util::sync::CancellationToken;
 
 /// One leased job.
@@ -21,8 +21,9 @@ pub(crate) struct Lease {
     /// Set once the handler has returned (its outcome may still be in flight to the store).
     pub finished: Arc<AtomicBool>,
     /// By this process's clock, when the lease surely ends unless extended: measured from
-    /// *before* the call that granted it, so it errs early.
-    pub expires: Arc<Mutex<tokio::time::Instant>>,
+    /// *before* the call that granted it, so it errs early. Shared with the handler's
+    /// `JobContext`, which reads as cancelled once it has passed.
+    pub expires: LeaseDeadline,
 }
 
 impl Lease {
@@ -35,12 +36,24 @@ impl Lease {
     }
 
     pub fn expires(&self) -> tokio::time::Instant {
-        *self.expires.lock().unwrap_or_else(|p| p.into_inner())
+        self.expires.get()
     }
 
-    /// Records an extension granted by a call sent at `sent`.
+    /// Whether the lease has surely run out (or was lost) by this process's clock.
+    pub fn has_expired(&self) -> bool {
+        self.expires.has_passed()
+    }
+
+    /// Records an extension granted by a call sent at `sent`. Never revives a lease whose
+    /// deadline has passed: its handler has been told to stop.
     pub fn extended(&self, sent: tokio::time::Instant, lease: std::time::Duration) {
-        *self.expires.lock().unwrap_or_else(|p| p.into_inner()) = sent + lease;
+        self.expires.extend(sent + lease);
+    }
+
+    /// The lease is lost: its deadline is now, and its handler is told to stop.
+    pub fn revoke(&self) {
+        self.expires.set(tokio::time::Instant::now());
+        self.cancel.cancel();
     }
 }
 

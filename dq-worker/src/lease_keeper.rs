@@ -5,6 +5,8 @@
 //! 2. a lease the store no longer grants (it expired during a pause or partition, and the job
 //!    was recovered and maybe delivered elsewhere) cancels that handler through its
 //!    `JobContext`; its result is discarded, and its token would be rejected anyway;
+//!    (the runner and the handler's `JobContext` also stop at the lease's local deadline
+//!    without waiting for this tick: after a pause, every timer is overdue at once);
 //! 3. store errors are logged and retried on the next tick — a lease is long enough to ride
 //!    out a short outage; but once a lease has surely run out by this process's clock (no
 //!    extension got through in time), the handler is cancelled as if the lease were lost:
@@ -46,6 +48,13 @@ impl LeaseKeeper {
     async fn extend_all(&self) {
         let mut by_queue: HashMap<Queue, Vec<Lease>> = HashMap::new();
         for lease in self.in_flight.snapshot() {
+            // A lease that surely ran out is not asked for again (after a pause, an extension
+            // could still be granted if no one has recovered the job yet, but its handler has
+            // already been told to stop).
+            if lease.has_expired() {
+                self.lost(&lease);
+                continue;
+            }
             by_queue.entry(lease.queue.clone()).or_default().push(lease);
         }
         for (queue, leases) in by_queue {
@@ -89,8 +98,10 @@ impl LeaseKeeper {
     }
 
     fn lost(&self, lease: &Lease) {
-        // An entry whose handler finished may simply have been acked a moment ago.
-        if !lease.is_finished() {
+        // An entry whose handler finished may simply have been acked a moment ago; one the
+        // runner already let go of was reported there.
+        let running = self.in_flight.remove(&lease.queue, lease.token).is_some();
+        if running && !lease.is_finished() {
             tracing::warn!(
                 topic = %lease.queue.topic,
                 key = %lease.key,
@@ -98,7 +109,6 @@ impl LeaseKeeper {
                 "lease lost: cancelling the handler; another delivery owns the job"
             );
         }
-        self.in_flight.remove(&lease.queue, lease.token);
-        lease.cancel.cancel();
+        lease.revoke();
     }
 }

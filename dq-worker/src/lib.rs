@@ -21,4 +21,7 @@ mod registry;
 mod runner;
 pub mod worker;
 
-pub use worker::{DeadJob, ShutdownReport, Worker, WorkerBuilder, WorkerError, WorkerHandle};
+pub use worker::{
+    DeadJob, FetcherHealth, ShutdownReport, Worker, WorkerBuilder, WorkerError, WorkerHandle,
+    WorkerHealth,
+};

@@ -3,15 +3,21 @@
 //! 1. decode the payload (undecodable → dead at once, never retried);
 //! 2. call the handler on its own task, under the topic's timeout;
 //! 3. catch a panic (a failed attempt, like a timeout);
-//! 4. stop waiting if the lease is lost or the worker's hard stop fires (the result would be
-//!    rejected anyway; someone else owns the job now);
+//! 4. stop the handler if the lease is lost, or has surely run out by this process's clock
+//!    (no round trip needed: after a pause this is noticed before any result is trusted), or
+//!    the worker's hard stop fires: cancel, a short grace, abort. A result after the lease
+//!    ran out is discarded (someone else may own the job now), and so is a failure after the
+//!    hard stop (shutdown releases the job without spending its attempt); a handler is never
+//!    started on a lease that has already run out;
 //! 5. turn the result into an outcome — ack, retry at the policy's delay, defer, or bury — and
 //!    hand it to the completer. The pool permit is returned as soon as the handler is done.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{Delivery, ErrorKind, FailAction, JobContext, JobError, RetryPolicy, SharedData};
+use dq_core::{
+    Delivery, ErrorKind, FailAction, JobContext, JobError, LeaseDeadline, RetryPolicy, SharedData,
+};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -20,7 +26,8 @@ use crate::completer::{Completion, CompletionSender, Outcome};
 use crate::in_flight::{InFlight, Lease};
 use crate::registry::TopicRuntime;
 
-/// How long a cancelled handler may take to notice and return before it is aborted.
+/// How long a handler whose lease was lost may take to notice and return before it is
+/// aborted. (At shutdown the grace is [`RunnerShared::stop_grace`], taken out of the deadline.)
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
 
 /// What every runner of a worker shares.
@@ -28,8 +35,11 @@ pub(crate) struct RunnerShared {
     pub data: Arc<SharedData>,
     pub in_flight: InFlight,
     pub completer: CompletionSender,
-    /// Fired when the shutdown deadline passes: handlers still running are told to stop.
+    /// Fired shortly before the shutdown deadline: handlers still running are told to stop.
     pub hard_stop: CancellationToken,
+    /// How long a handler told to stop by the hard stop may take before it is aborted; the
+    /// hard stop fires this long before the shutdown deadline.
+    pub stop_grace: Duration,
 }
 
 /// Runs one job to its outcome.
@@ -42,6 +52,7 @@ pub(crate) async fn run(
     shared: Arc<RunnerShared>,
 ) {
     let cancel = shared.hard_stop.child_token();
+    let deadline = LeaseDeadline::new(fetched_at + lease_length);
     let lease = Lease {
         queue: delivery.queue.clone(),
         key: delivery.key.clone(),
@@ -49,7 +60,7 @@ pub(crate) async fn run(
         attempt: delivery.attempt,
         cancel: cancel.clone(),
         finished: Default::default(),
-        expires: Arc::new(std::sync::Mutex::new(fetched_at + lease_length)),
+        expires: deadline.clone(),
     };
     shared.in_flight.insert(lease.clone());
     let late = Duration::from_millis(delivery.leased_ms.saturating_sub(delivery.due_ms));
@@ -61,6 +72,14 @@ pub(crate) async fn run(
         token = delivery.token,
     );
     let outcome = async {
+        // A delivery whose lease surely ran out before it could start (the process was paused
+        // between the fetch and here, say) may already belong to another worker: never start
+        // it. Its lease's expiry returns the job.
+        if lease.has_expired() {
+            tracing::warn!("lease ran out before the handler could start; not started");
+            gone(&shared, &lease);
+            return None;
+        }
         tracing::debug!(late_ms = late.as_millis() as u64, "started");
         let ctx = JobContext::new(
             topic.descriptor.topic,
@@ -72,7 +91,8 @@ pub(crate) async fn run(
             delivery.token,
             cancel.clone(),
             shared.data.clone(),
-        );
+        )
+        .with_lease_deadline(deadline.clone());
         let handler = match (topic.descriptor.run)(&delivery.payload, ctx) {
             Ok(f) => f,
             Err(e) => {
@@ -89,7 +109,36 @@ pub(crate) async fn run(
                 None => std::future::pending().await,
             }
         };
+        // Lease lost, lease surely run out by our clock, or hard stop.
+        let stop = async {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = deadline.passed() => {}
+            }
+        };
+        // Biased, stop first: after a pause every timer is overdue at once, and a result that
+        // is ready together with the stop must not be trusted over it.
         let result = tokio::select! {
+            biased;
+            () = stop => {
+                // Another delivery may own the job, or shutdown releases it. The handler sees
+                // `ctx.cancelled()` and gets a moment to wind down before it is aborted; its
+                // pool permit stays taken until then.
+                cancel.cancel();
+                let grace = if shared.hard_stop.is_cancelled() {
+                    shared.stop_grace
+                } else {
+                    CANCEL_GRACE
+                };
+                match tokio::time::timeout(grace, &mut task).await {
+                    Ok(Ok(Ok(()))) => Ok(()),
+                    Ok(_) => return discard(&shared, &lease),
+                    Err(_) => {
+                        task.abort();
+                        return discard(&shared, &lease);
+                    }
+                }
+            }
             joined = &mut task => match joined {
                 Ok(result) => result,
                 Err(e) if e.is_panic() => Err(JobError::retry(format!(
@@ -105,24 +154,21 @@ pub(crate) async fn run(
                     topic.timeout.unwrap_or_default()
                 )))
             }
-            () = cancel.cancelled() => {
-                // Lease lost or hard stop: another delivery owns the job, or shutdown
-                // releases it. Either way this result must not be written. The handler
-                // sees `ctx.cancelled()` and gets a moment to wind down before it is aborted;
-                // its pool permit stays taken until then.
-                if tokio::time::timeout(CANCEL_GRACE, &mut task).await.is_err() {
-                    task.abort();
-                }
-                return None;
-            }
         };
+        // What the handler returned after it was told to stop is not trusted: a result
+        // after the lease ran out is discarded (the job may be running elsewhere), and so is
+        // a failure at shutdown (the job is released, its attempt not spent). Only a success
+        // while the lease still holds is written: the work was done.
+        if lease.has_expired() || (cancel.is_cancelled() && result.is_err()) {
+            return discard(&shared, &lease);
+        }
         Some(match result {
             Ok(()) => Outcome::Succeeded,
             Err(e) => {
                 let action = decide(&topic.policy, delivery.attempt, e.kind());
                 Outcome::Failed {
                     action,
-                    error: e.to_string(),
+                    error: describe(&e),
                 }
             }
         })
@@ -143,6 +189,35 @@ pub(crate) async fn run(
             })
             .await;
     }
+}
+
+/// A stopped run's result is not written. If the lease ran out, the run is forgotten (the
+/// lease's expiry returns the job); otherwise (hard stop) it stays in flight, and shutdown
+/// releases the job without spending its attempt.
+fn discard(shared: &RunnerShared, lease: &Lease) -> Option<Outcome> {
+    if lease.has_expired() {
+        gone(shared, lease);
+    }
+    None
+}
+
+/// Forgets a run whose lease has surely run out by this process's clock.
+fn gone(shared: &RunnerShared, lease: &Lease) {
+    if shared.in_flight.remove(&lease.queue, lease.token).is_some() {
+        tracing::warn!(
+            "lease ran out by this process's clock: handler stopped, result discarded; \
+             another delivery may own the job"
+        );
+    }
+    lease.revoke();
+}
+
+/// The error's text for the job's history. A `Display` that panics must not take the runner
+/// down with it (the job would stay active, its lease extended for as long as the worker
+/// lives): it is caught like a handler's panic.
+fn describe(e: &JobError) -> String {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.to_string()))
+        .unwrap_or_else(|p| format!("error could not be displayed: {}", panic_message(p)))
 }
 
 /// The store action for a failed attempt.

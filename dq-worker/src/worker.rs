@@ -9,9 +9,10 @@
 //! 1. **quiet** — fetchers stop; no new job is leased;
 //! 2. **drain** — running handlers get until the shutdown timeout to finish; their outcomes
 //!    are written as usual and leases are kept alive meanwhile;
-//! 3. **stop** — at the deadline, handlers still running are cancelled (their `JobContext`
-//!    says so) and their jobs are released back to the front of `ready` without spending the
-//!    attempt, for another worker to pick up;
+//! 3. **stop** — shortly before the deadline, handlers still running are cancelled (their
+//!    `JobContext` says so), at the deadline those still running are aborted, and their jobs
+//!    are released back to the front of `ready` without spending the attempt, for another
+//!    worker to pick up (a failure returned after the cancellation is not recorded);
 //! 4. the completer writes what is left, then the lease keeper stops.
 
 use std::collections::{HashMap, HashSet};
@@ -146,6 +147,15 @@ impl WorkerBuilder {
     }
 
     /// How long shutdown waits for running handlers before releasing their jobs (default 30 s).
+    ///
+    /// Handlers still running a little before the deadline — `min(1 s, timeout / 4)` before
+    /// it — are told to stop (`ctx.cancelled()`), and those still running at the deadline are
+    /// aborted, so handlers that ignore cancellation do not hold shutdown up. A success
+    /// returned in that window is acknowledged; a failure is not recorded, and the job is
+    /// released without spending its attempt. [`WorkerHandle::shutdown`] returns within this
+    /// timeout plus the store calls that follow it (releasing the jobs, writing the outcomes
+    /// already produced): a few milliseconds while the store answers, and each call is bounded
+    /// by the client's response timeout and retries when it does not.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self
@@ -325,12 +335,19 @@ impl Worker {
             in_flight: in_flight.clone(),
             completer: sender,
             hard_stop: hard_stop.clone(),
+            stop_grace: stop_grace(self.shutdown_timeout),
         });
         let stop = CancellationToken::new();
         let runners = TaskTracker::new();
         let mut fetchers = Vec::new();
+        let mut health = Vec::new();
         for topic in &self.topics {
             for partition in 0..topic.partitions {
+                let fetcher_health = Arc::new(std::sync::Mutex::new(FetcherHealth::new(
+                    topic.topic.as_str(),
+                    partition,
+                )));
+                health.push(fetcher_health.clone());
                 let fetcher = Fetcher {
                     store: self.store.clone(),
                     queue: dq_core::Queue::new(topic.topic.clone(), partition),
@@ -340,6 +357,7 @@ impl Worker {
                     stop: stop.clone(),
                     runners: runners.clone(),
                     on_dead: self.on_dead.clone(),
+                    health: fetcher_health,
                 };
                 fetchers.push(tokio::spawn(fetcher.run()));
             }
@@ -361,8 +379,15 @@ impl Worker {
             keeper,
             keeper_stop,
             shutdown_timeout: self.shutdown_timeout,
+            health,
         }
     }
+}
+
+/// How long before the shutdown deadline running handlers are told to stop: they are aborted
+/// at the deadline, so shutdown does not overrun it by a grace period.
+fn stop_grace(shutdown_timeout: Duration) -> Duration {
+    (shutdown_timeout / 4).min(Duration::from_secs(1))
 }
 
 /// What shutdown did.
@@ -372,6 +397,72 @@ pub struct ShutdownReport {
     pub released: usize,
     /// Whether every running handler finished before the deadline.
     pub drained: bool,
+}
+
+/// A snapshot of a running worker's health, from [`WorkerHandle::health`]: enough for a
+/// liveness or readiness probe. Cheap to take (no store call).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct WorkerHealth {
+    /// One entry per fetcher (topic partition), in start order.
+    pub fetchers: Vec<FetcherHealth>,
+    /// Jobs running now (handlers, and outcomes not yet written).
+    pub running: usize,
+}
+
+impl WorkerHealth {
+    /// Whether every fetcher's last store call succeeded (false for a fetcher that has not
+    /// completed a call yet).
+    pub fn is_healthy(&self) -> bool {
+        self.fetchers.iter().all(|f| f.last_call_ok)
+    }
+
+    /// The fetchers whose last call failed with an error retrying cannot fix (a missing
+    /// permission, a key of the wrong type): an operator has to act.
+    pub fn permanent_errors(&self) -> impl Iterator<Item = &FetcherHealth> {
+        self.fetchers
+            .iter()
+            .filter(|f| !f.last_call_ok && f.last_error_permanent)
+    }
+}
+
+/// How one fetcher's (one topic partition's) store calls have gone.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct FetcherHealth {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u16,
+    /// Whether its last `fetch` call succeeded (false until one completes).
+    pub last_call_ok: bool,
+    /// When its last `fetch` call completed, successful or not (`None` before the first).
+    pub last_call_at: Option<std::time::Instant>,
+    /// When its last successful `fetch` call completed.
+    pub last_success_at: Option<std::time::Instant>,
+    /// The text of its most recent error (kept after a later success; see `last_call_ok`).
+    pub last_error: Option<String>,
+    /// Whether that error is one retrying cannot fix (a missing permission, a key of the
+    /// wrong type, a reply dq cannot read), as opposed to connection trouble or a timeout.
+    /// Such errors are logged at ERROR; the fetcher keeps retrying them.
+    pub last_error_permanent: bool,
+    /// Calls that have failed since the last success.
+    pub failures_in_a_row: u32,
+}
+
+impl FetcherHealth {
+    pub(crate) fn new(topic: &str, partition: u16) -> Self {
+        FetcherHealth {
+            topic: topic.to_string(),
+            partition,
+            last_call_ok: false,
+            last_call_at: None,
+            last_success_at: None,
+            last_error: None,
+            last_error_permanent: false,
+            failures_in_a_row: 0,
+        }
+    }
 }
 
 /// A running worker. Call [`WorkerHandle::shutdown`] to stop it gracefully; dropping the
@@ -389,6 +480,7 @@ pub struct WorkerHandle {
     keeper: JoinHandle<()>,
     keeper_stop: CancellationToken,
     shutdown_timeout: Duration,
+    health: Vec<Arc<std::sync::Mutex<FetcherHealth>>>,
 }
 
 impl std::fmt::Debug for WorkerHandle {
@@ -406,24 +498,44 @@ impl WorkerHandle {
         self.in_flight.len()
     }
 
+    /// How the worker is doing: each fetcher's last store call, and the jobs running. A
+    /// fetcher whose calls keep failing runs no job of its partition; one failing with an
+    /// error retrying cannot fix (see [`FetcherHealth::last_error_permanent`]) needs an
+    /// operator.
+    pub fn health(&self) -> WorkerHealth {
+        WorkerHealth {
+            fetchers: self
+                .health
+                .iter()
+                .map(|h| h.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                .collect(),
+            running: self.in_flight.len(),
+        }
+    }
+
     /// Stops the worker: quiet, drain until the shutdown timeout, release the rest.
     pub async fn shutdown(mut self) -> ShutdownReport {
+        let started = tokio::time::Instant::now();
         tracing::info!(running = self.in_flight.len(), "worker shutting down");
         // 1. quiet
         self.stop.cancel();
         for f in self.fetchers.drain(..) {
             let _ = f.await;
         }
-        // 2. drain
+        // 2. drain, until the grace before the deadline (counted from the start of shutdown)
+        let deadline = started + self.shutdown_timeout;
+        let grace = stop_grace(self.shutdown_timeout);
         self.runners.close();
-        let drained = tokio::time::timeout(self.shutdown_timeout, self.runners.wait())
+        let drained = tokio::time::timeout_at(deadline - grace, self.runners.wait())
             .await
             .is_ok();
-        // 3. stop: release whatever is still running
+        // 3. stop: cancel what is still running, abort it at the deadline (each runner does,
+        //    after its grace), release the jobs
         let mut released = 0;
         if !drained {
             self.hard_stop.cancel();
-            let _ = tokio::time::timeout(Duration::from_secs(5), self.runners.wait()).await;
+            // Runners end within their grace; the margin only covers a busy scheduler.
+            let _ = tokio::time::timeout(grace + Duration::from_secs(1), self.runners.wait()).await;
             let mut by_queue: HashMap<dq_core::Queue, Vec<(JobKey, u64)>> = HashMap::new();
             for lease in self.in_flight.snapshot() {
                 if !lease.is_finished() {

@@ -1,6 +1,6 @@
 //! `fault-worker`: a dq worker process for fault-injection tests.
 //!
-//! It embeds a [`dq::Worker`] running the two `#[dq::delayed_job]` handlers below, and every
+//! It embeds a [`dq::Worker`] running the `#[dq::delayed_job]` handlers below, and every
 //! handler run appends to a ledger (see `dq_faults::ledger`): a start line, then a finish line
 //! (or a cancelled line, or an abort line). It prints `ready` on stdout once the worker has
 //! started, and on `SIGTERM` shuts down gracefully (stop fetching, drain, release) and exits 0.
@@ -66,6 +66,13 @@ async fn poison(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
     behave(job, ctx).await
 }
 
+/// Jobs with a single attempt (`retry = "none"`): a failed attempt sends the job to the dead
+/// queue at once, so a run charged to the job by a fault shows as a dead job.
+#[dq::delayed_job(topic = "fault.once", retry = "none")]
+async fn once(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
+    behave(job, ctx).await
+}
+
 /// One run: ledger start → (abort | work until done or cancelled) → ledger finish/cancelled.
 async fn behave(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
     let b = ctx.data::<Arc<Behaviour>>()?;
@@ -77,7 +84,14 @@ async fn behave(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
     }
     let work = b.sleep.unwrap_or(Duration::from_millis(job.sleep_ms));
     tokio::select! {
+        // The finish line is the job's side effect: made only if the job has not been told to
+        // stop (`is_cancelled` reads the lease's deadline from the clock, so after a pause it
+        // is true even if this timer fired first).
         () = tokio::time::sleep(work) => {
+            if ctx.is_cancelled() {
+                b.ledger.record(Kind::Cancelled, key, ctx.token, ctx.attempt);
+                return Err(JobError::retry("cancelled: lease lost or hard stop"));
+            }
             b.ledger.record(Kind::Finish, key, ctx.token, ctx.attempt);
             Ok(())
         }
