@@ -25,7 +25,14 @@ use dq_core::{Client, Job, JobInfo, JobState, TopicStats};
 use dq_worker::{ShutdownReport, Worker, WorkerBuilder, WorkerError, WorkerHandle};
 
 /// Most rounds [`TestQueue::settle`] takes before it reports that jobs never settle.
-const SETTLE_ROUNDS: usize = 100_000;
+const SETTLE_ROUNDS: usize = 20_000;
+
+/// Looks at the store between yields, in one round of [`TestQueue::settle`], before it waits.
+const YIELDS_PER_ROUND: usize = 16;
+
+/// Longest [`TestQueue::settle`] waits for a running handler to finish (virtual time, when
+/// tokio's clock is paused): a handler may sleep for days, but not for ever.
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A client and a running worker on the embedded store, with helpers to let time pass.
 ///
@@ -79,20 +86,43 @@ impl TestQueue {
     }
 
     /// Runs every job that is due now to its outcome, letting no more time pass than running
-    /// handlers need (a handler that sleeps lets its sleep pass).
+    /// handlers need: a handler that sleeps (2 s, or an hour) lets its sleep pass, and jobs
+    /// that come due meanwhile run on the way.
     ///
     /// # Panics
-    /// If jobs keep running after many rounds (a job that defers itself to "now" forever).
+    /// If jobs keep running after many rounds (a job that defers itself to "now" forever), or
+    /// a running handler has not finished after [`SETTLE_LIMIT`] of (virtual) time.
     pub async fn settle(&self) {
-        for round in 0..SETTLE_ROUNDS {
-            if self.is_settled().await {
-                return;
-            }
-            if round % 64 == 63 {
-                // Handlers may be waiting on a timer: let the earliest one fire.
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            } else {
+        let deadline = tokio::time::Instant::now() + SETTLE_LIMIT;
+        for _ in 0..SETTLE_ROUNDS {
+            // Subscribe before looking, so that a job finishing in between is not missed.
+            let changed = self.worker.as_ref().map(WorkerHandle::running_changed);
+            for _ in 0..YIELDS_PER_ROUND {
+                if self.is_settled().await {
+                    return;
+                }
                 tokio::task::yield_now().await;
+            }
+            let running = self.worker.as_ref().map_or(0, WorkerHandle::running);
+            match changed {
+                Some(changed) if running > 0 => {
+                    // Handlers are running and, after all those yields, waiting: most likely
+                    // on a timer. Wait for one to finish; with tokio's clock paused the
+                    // runtime jumps straight to the next timer, however far ahead it is.
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(deadline) => panic!(
+                            "a running job did not finish within {SETTLE_LIMIT:?} of settle()"
+                        ),
+                    }
+                }
+                _ => {
+                    // Nothing running, yet work is due: give the fetchers a millisecond.
+                    tokio::select! {
+                        () = async { if let Some(c) = changed { c.await } } => {}
+                        () = tokio::time::sleep(Duration::from_millis(1)) => {}
+                    }
+                }
             }
         }
         panic!("jobs did not settle: some job is always due or running");

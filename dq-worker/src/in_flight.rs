@@ -58,17 +58,35 @@ impl Lease {
 }
 
 /// Running jobs by delivery token.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct InFlight(Arc<Mutex<HashMap<(Queue, u64), Lease>>>);
+#[derive(Clone, Debug)]
+pub(crate) struct InFlight {
+    jobs: Arc<Mutex<HashMap<(Queue, u64), Lease>>>,
+    /// Bumped whenever a job starts or finishes, for those who wait for that without polling.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight {
+            jobs: Arc::default(),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+        }
+    }
+}
 
 impl InFlight {
     pub fn insert(&self, lease: Lease) {
         self.lock()
             .insert((lease.queue.clone(), lease.token), lease);
+        self.changed();
     }
 
     pub fn remove(&self, queue: &Queue, token: u64) -> Option<Lease> {
-        self.lock().remove(&(queue.clone(), token))
+        let removed = self.lock().remove(&(queue.clone(), token));
+        if removed.is_some() {
+            self.changed();
+        }
+        removed
     }
 
     pub fn snapshot(&self) -> Vec<Lease> {
@@ -79,7 +97,24 @@ impl InFlight {
         self.lock().len()
     }
 
+    /// Completes at the first start or finish of a job after this call.
+    pub fn next_change(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut changes = self.changes.subscribe();
+        changes.mark_unchanged();
+        async move {
+            // The sender lives as long as any InFlight clone; an error means the worker is
+            // gone, and nothing will change any more.
+            if changes.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Queue, u64), Lease>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -498,6 +498,15 @@ impl WorkerHandle {
         self.in_flight.len()
     }
 
+    /// Completes the next time a job starts or finishes on this worker (after this call).
+    ///
+    /// For tests and tools that wait for the worker without polling: with tokio's clock paused,
+    /// waiting on this lets virtual time jump straight to the next timer a running handler
+    /// waits on, however far ahead.
+    pub fn running_changed(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.in_flight.next_change()
+    }
+
     /// How the worker is doing: each fetcher's last store call, and the jobs running. A
     /// fetcher whose calls keep failing runs no job of its partition; one failing with an
     /// error retrying cannot fix (see [`FetcherHealth::last_error_permanent`]) needs an
