@@ -14,7 +14,7 @@ use common::Harness;
 use common::conformance::{HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
 use common::redis::{KEY_NAMES, RedisHarness, parse_key};
 use dq::{
-    Client, EnqueueOutcome, Error, FailAction, JobState, NewDue, Queue, RedisOptions, RedisStore,
+    Client, EnqueueOutcome, Error, FailAction, NewDue, Queue, RedisOptions, RedisStore,
     RescheduleOutcome, Topic,
 };
 use dq_testkit::{RedisServer, ServerOptions, keys_in_namespace};
@@ -331,30 +331,61 @@ async fn enqueue_receipts_are_trimmed_a_few_at_a_time() {
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
 }
 
+/// A delay or time past what a record can hold is refused before anything is written; a shift
+/// within range that would pass the end stops at it.
 #[tokio::test]
-async fn far_future_due_times_are_capped() {
-    const MAX_DUE: u64 = (1 << 48) - 1;
+async fn far_future_due_times_are_refused_or_capped() {
+    const MAX_DUE: u64 = dq::MAX_DUE_MS;
     let h = RedisHarness::new().await;
     let c = h.client().await;
     let t = c.topic("far.future").unwrap();
-    t.enqueue(raw(1))
-        .key("delay")
-        .delay(Duration::from_secs(1 << 40))
-        .await
-        .unwrap();
+    let refused = |r: Result<(), Error>| {
+        assert!(
+            matches!(
+                r,
+                Err(Error::DueOutOfRange {
+                    max_ms: MAX_DUE,
+                    ..
+                })
+            ),
+            "{r:?}"
+        )
+    };
+    refused(
+        t.enqueue(raw(1))
+            .key("delay")
+            .delay(Duration::from_secs(1 << 40))
+            .await
+            .map(|_| ()),
+    );
+    refused(
+        t.enqueue(raw(1))
+            .key("at")
+            .at(dq::job::from_unix_ms(MAX_DUE + 1))
+            .await
+            .map(|_| ()),
+    );
+    let bulk = vec![
+        dq::BulkJob::new(raw(1)).key("fine"),
+        dq::BulkJob::new(raw(1))
+            .key("bad")
+            .delay(Duration::from_secs(1 << 40)),
+    ];
+    let err = t.enqueue_bulk(bulk).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::BulkItem { index: 1, source, .. }
+            if matches!(**source, Error::DueOutOfRange { .. })),
+        "{err:?}"
+    );
+    assert!(h.keys().is_empty(), "nothing was written: {:?}", h.keys());
+
+    // The last representable time is accepted; a shift past it stops there.
     t.enqueue(raw(1))
         .key("at")
-        .at(dq::job::from_unix_ms(1 << 50))
+        .at(dq::job::from_unix_ms(MAX_DUE))
         .await
         .unwrap();
-    for k in ["delay", "at"] {
-        let i = info(&t, k).await;
-        assert_eq!(
-            (i.state, i.due_ms),
-            (JobState::Scheduled, MAX_DUE),
-            "{k}: {i:?}"
-        );
-    }
+    assert_eq!(info(&t, "at").await.due_ms, MAX_DUE);
     let out = t.reschedule("at", NewDue::Shift(-1000)).await.unwrap();
     assert_eq!(
         out,
@@ -362,11 +393,23 @@ async fn far_future_due_times_are_capped() {
             due_ms: MAX_DUE - 1000
         }
     );
-    let out = t
-        .reschedule("delay", NewDue::After(Duration::MAX))
-        .await
-        .unwrap();
+    let out = t.reschedule("at", NewDue::Shift(5000)).await.unwrap();
     assert_eq!(out, RescheduleOutcome::Rescheduled { due_ms: MAX_DUE });
+    refused(
+        t.reschedule("at", NewDue::After(Duration::MAX))
+            .await
+            .map(|_| ()),
+    );
+    refused(
+        t.reschedule("at", NewDue::Shift(i64::MIN))
+            .await
+            .map(|_| ()),
+    );
+    assert_eq!(
+        info(&t, "at").await.due_ms,
+        MAX_DUE,
+        "refused calls changed nothing"
+    );
     let q = queue("far.future");
     let reply = fetch(&h, &q, &req()).await;
     assert!(reply.jobs.is_empty(), "{reply:?}");

@@ -621,6 +621,7 @@ impl TopicClient {
     /// Validates one job and finds its partition.
     fn new_job(&self, job: BulkJob<Vec<u8>>) -> Result<(Queue, NewJob)> {
         payload::check_size(&job.payload, self.client.config.max_payload)?;
+        job.due.check()?;
         let key = match job.key {
             Some(k) => JobKey::new(k)?,
             None => JobKey::generate(),
@@ -686,6 +687,7 @@ impl TopicClient {
     /// error after which it may have been applied is returned as is.
     pub async fn reschedule(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
         let key = JobKey::new(key)?;
+        due.check()?;
         let (queue, store) = (&self.queue_of(&key), &self.client.store);
         let repeatable = !matches!(due, NewDue::Shift(_));
         retry_harmless(|| store.reschedule(queue, &key, due), repeatable)

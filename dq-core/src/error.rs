@@ -42,6 +42,15 @@ pub enum Error {
     /// A value given to a builder or policy is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// A delay or due time past the latest dq can store ([`MAX_DUE_MS`](crate::job::MAX_DUE_MS),
+    /// in the year 10889), or a shift larger than that whole range.
+    #[error("due time {requested_ms} ms after 1970 is past the latest dq can store ({max_ms})")]
+    DueOutOfRange {
+        /// The requested due time (or shift), in ms.
+        requested_ms: u128,
+        /// The latest due time dq can store, in Unix ms.
+        max_ms: u64,
+    },
     /// A partition index outside `0..partitions` of its topic.
     #[error("partition {partition} out of range for topic {topic:?} with {partitions} partitions")]
     InvalidPartition {

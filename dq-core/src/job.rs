@@ -95,6 +95,27 @@ impl std::fmt::Display for JobState {
     }
 }
 
+/// The latest due time dq can store, in Unix ms: 2^48 − 1, in the year 10889 (a job record
+/// keeps due times in 48 bits). A delay or time past it is refused with
+/// [`Error::DueOutOfRange`](crate::Error::DueOutOfRange) before anything is written.
+pub const MAX_DUE_MS: u64 = (1 << 48) - 1;
+
+/// Refuses a due time past [`MAX_DUE_MS`]: `After(d)` counts from this machine's clock (the
+/// store counts from its own, which differs by far less than the thousands of years at stake).
+fn check_due_ms(requested_ms: u128) -> crate::Result<()> {
+    if requested_ms > u128::from(MAX_DUE_MS) {
+        return Err(crate::Error::DueOutOfRange {
+            requested_ms,
+            max_ms: MAX_DUE_MS,
+        });
+    }
+    Ok(())
+}
+
+fn now_plus(delay: Duration) -> u128 {
+    u128::from(unix_ms(SystemTime::now())) + delay.as_millis()
+}
+
 /// When a job becomes due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Due {
@@ -104,6 +125,17 @@ pub enum Due {
     After(Duration),
     /// At this wall-clock time (due at once if it has passed).
     At(SystemTime),
+}
+
+impl Due {
+    /// Refuses a due time dq cannot store (past [`MAX_DUE_MS`]).
+    pub fn check(&self) -> crate::Result<()> {
+        match *self {
+            Due::Now => Ok(()),
+            Due::After(d) => check_due_ms(now_plus(d)),
+            Due::At(t) => check_due_ms(u128::from(unix_ms(t))),
+        }
+    }
 }
 
 /// A job to enqueue, already validated and encoded.
@@ -374,6 +406,18 @@ pub enum NewDue {
     /// a retry must be harmless, read the job's `due_ms` and reschedule `At` the time you
     /// want.
     Shift(i64),
+}
+
+impl NewDue {
+    /// Refuses a due time dq cannot store (past [`MAX_DUE_MS`]), and a shift larger than the
+    /// whole range. A shift within range that would move a job past [`MAX_DUE_MS`] stops there.
+    pub fn check(&self) -> crate::Result<()> {
+        match *self {
+            NewDue::After(d) => check_due_ms(now_plus(d)),
+            NewDue::At(t) => check_due_ms(u128::from(unix_ms(t))),
+            NewDue::Shift(delta) => check_due_ms(u128::from(delta.unsigned_abs())),
+        }
+    }
 }
 
 /// What `reschedule` did.

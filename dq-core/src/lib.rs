@@ -26,7 +26,8 @@ pub use handler::{
 pub use job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
     ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchReply,
-    FetchRequest, Job, JobInfo, JobState, NewDue, NewJob, Queue, RescheduleOutcome, TopicStats,
+    FetchRequest, Job, JobInfo, JobState, MAX_DUE_MS, NewDue, NewJob, Queue, RescheduleOutcome,
+    TopicStats,
 };
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};

@@ -40,7 +40,7 @@ use crate::names::JobKey;
 
 /// The latest due time the Redis record can hold (48 bits of ms); kept here so both stores
 /// clamp alike.
-const MAX_DUE: u64 = (1 << 48) - 1;
+const MAX_DUE: u64 = crate::job::MAX_DUE_MS;
 /// Most dead jobs removed by one trim (the Lua scripts' bound).
 const TRIM_LIMIT: usize = 100;
 /// Attempts are one byte in the Redis record.
