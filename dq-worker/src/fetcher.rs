@@ -11,6 +11,9 @@
 //!    now, or a new earliest job) — never a polling interval. The wait is capped so that a
 //!    lost wake-up costs at most the cap;
 //! 4. on store errors, back off (capped) and try again; the worker never exits over them.
+//!    A fetch whose outcome is unknown (a dropped connection, a timeout) is first retried as
+//!    the same call for a short window, so that the jobs it may have leased come back (see
+//!    [`FetchCall`]) instead of waiting out their lease and losing an attempt.
 //!
 //! Wake-up tokens are received by a listener task with one `BLPOP` always in flight, so a
 //! token is never dropped by a cancelled wait; it is turned into a local `Notify`.
@@ -19,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use dq_core::{FetchRequest, Queue, Store};
+use dq_core::{FetchCall, FetchRequest, Queue, Store};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -61,6 +64,17 @@ fn error_backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(50))
         .with_max_delay(Duration::from_secs(2))
+        .without_max_times()
+        .with_jitter()
+        .build()
+}
+
+/// Pauses between the tries of one fetch call after an ambiguous error: short, since a
+/// connection that was merely dropped is back at once, and a lost reply's jobs wait.
+fn fetch_retry_backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(500))
         .without_max_times()
         .with_jitter()
         .build()
@@ -180,12 +194,37 @@ impl Fetcher {
             recover_batch: 100,
             lease_expiry_retries: self.topic.lease_expiry_retries.clone(),
             dead_limits: self.topic.dead_limits,
+            call: FetchCall::new(),
         };
         let store = self.store.clone();
         let queue = self.queue.clone();
         in_flight.spawn(async move {
-            let sent = tokio::time::Instant::now();
-            (store.fetch(&queue, &request).await, held, sent)
+            // A fetch whose reply is lost may have leased jobs to nobody. Retry the same call
+            // at once (not after the loop's back-off): the store finds its receipt and hands
+            // those jobs over again under fresh tokens, with no attempt spent. Only within
+            // the call's retry window, well inside the receipt's life and the lease; after
+            // it the leases run out as they would have.
+            let mut request = request;
+            let first = tokio::time::Instant::now();
+            let window = FetchCall::retry_window(request.lease);
+            let mut pauses = fetch_retry_backoff();
+            loop {
+                let sent = tokio::time::Instant::now();
+                let result = store.fetch(&queue, &request).await;
+                let pause = match &result {
+                    Err(e) if e.is_retryable() => pauses.next(),
+                    _ => None,
+                };
+                match pause {
+                    Some(pause) if first.elapsed() + pause < window => {
+                        tokio::time::sleep(pause).await;
+                        request.call = request.call.retried();
+                    }
+                    // `sent` is the start of the try that leased: the local lease deadline
+                    // counts from there.
+                    _ => return (result, held, sent),
+                }
+            }
         });
     }
 

@@ -32,9 +32,9 @@ use crate::client::{Client, ClientConfig};
 use crate::error::{Error, Result};
 use crate::job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchReply,
-    FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue, RescheduleOutcome,
-    TopicStats, unix_ms,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchCall,
+    FetchReply, FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue,
+    RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::JobKey;
 
@@ -413,6 +413,45 @@ impl Receipts {
     }
 }
 
+/// Receipts of fetch calls, like the `fetch:<id>` keys: per call, the try that wrote it and
+/// the (key, token) of each job it leased, kept [`FetchCall::receipt_life`] of its lease.
+/// (Redis also deletes a receipt once its reply has arrived; here no reply is ever lost.)
+#[derive(Default)]
+struct FetchReceipts {
+    /// Call id → (try, leases, last ms kept).
+    by_call: HashMap<u64, (u32, Vec<(JobKey, u64)>, u64)>,
+    /// (last ms kept, call id), in the order written, for pruning.
+    order: VecDeque<(u64, u64)>,
+}
+
+impl FetchReceipts {
+    /// Drops the receipts past their life. Lives differ by lease, so one written later may
+    /// go first: the queue is walked while its head is stale, and a receipt rewritten since
+    /// is kept by its own later entry.
+    fn prune(&mut self, now: u64) {
+        while let Some(&(until, id)) = self.order.front() {
+            if until >= now {
+                break;
+            }
+            self.order.pop_front();
+            if self.by_call.get(&id).is_some_and(|r| r.2 == until) {
+                self.by_call.remove(&id);
+            }
+        }
+        // Leases of different lengths can leave a stale receipt behind a fresh head; it is
+        // never found, as `get` checks the time too.
+    }
+
+    fn get(&self, id: u64, now: u64) -> Option<&(u32, Vec<(JobKey, u64)>, u64)> {
+        self.by_call.get(&id).filter(|r| r.2 >= now)
+    }
+
+    fn insert(&mut self, id: u64, try_no: u32, leases: Vec<(JobKey, u64)>, until: u64) {
+        self.by_call.insert(id, (try_no, leases, until));
+        self.order.push_back((until, id));
+    }
+}
+
 /// One partition of a topic: the counterpart of one Redis hash tag.
 #[derive(Default)]
 struct Partition {
@@ -421,6 +460,7 @@ struct Partition {
     counters: Counters,
     wake: Arc<Notify>,
     receipts: Receipts,
+    fetch_receipts: FetchReceipts,
 }
 
 impl Partition {
@@ -605,6 +645,64 @@ impl Partition {
         let retention_ms = ms(request.dead_limits.retention);
         let mut trimmed = 0;
         let mut buried = Vec::new();
+        let call = request.call;
+        let mut jobs = Vec::new();
+        let mut token: Option<u64> = None;
+        // One counter bump for the whole call; tokens are base+1 .. base+max_jobs.
+        let mut next_token = |counters: &mut Counters| {
+            let next = match token {
+                Some(t) => t + 1,
+                None => {
+                    let base = counters.token;
+                    counters.token = base.saturating_add(request.max_jobs as u64);
+                    base + 1
+                }
+            };
+            token = Some(next);
+            next
+        };
+
+        // 0. this call's receipt: a stale try does nothing; a retry leases the jobs still
+        //    held under the recorded tokens again, spending no attempt
+        self.fetch_receipts.prune(now);
+        if let Some((stored_try, leases, _)) = self.fetch_receipts.get(call.id, now) {
+            if *stored_try > call.retry {
+                return FetchReply {
+                    next_in: Some(Duration::ZERO),
+                    ..FetchReply::default()
+                };
+            }
+            if call.is_retry() {
+                let deadline = now + lease_ms;
+                for (key, old) in leases.iter().take(request.max_jobs) {
+                    let Some(rec) = self.jobs.get_mut(key) else {
+                        continue;
+                    };
+                    let Place::Active(was) = rec.place else {
+                        continue;
+                    };
+                    if rec.token != *old {
+                        continue;
+                    }
+                    self.sets.active.remove(&(was, key.clone()));
+                    let next = next_token(&mut self.counters);
+                    rec.place = Place::Active(deadline);
+                    rec.token = next;
+                    self.sets.active.insert((deadline, key.clone()));
+                    jobs.push(Delivery {
+                        queue: queue.clone(),
+                        key: key.clone(),
+                        token: next,
+                        attempt: rec.attempts,
+                        due_ms: rec.due_ms,
+                        created_ms: rec.created_ms,
+                        leased_ms: now,
+                        lease_deadline_ms: deadline,
+                        payload: rec.payload.clone(),
+                    });
+                }
+            }
+        }
 
         // 1. expired leases: deadline < now
         let expired: Vec<(u64, JobKey)> = self
@@ -646,8 +744,6 @@ impl Partition {
         //    ms (scheduled first on a tie), at most room + promote_batch of them: the first
         //    `room` are leased (ready is empty by then, so they are next in line), the rest
         //    wait in ready — as fetch.lua does
-        let mut jobs = Vec::new();
-        let mut token: Option<u64> = None;
         let mut promote_more = false;
         for pass in 0..2 {
             if pass == 1 {
@@ -686,16 +782,7 @@ impl Partition {
                 let Some(rec) = self.jobs.get_mut(&key) else {
                     continue;
                 };
-                // One counter bump for the whole batch; tokens are base+1 .. base+max_jobs.
-                let next = match token {
-                    Some(t) => t + 1,
-                    None => {
-                        let base = self.counters.token;
-                        self.counters.token = base.saturating_add(request.max_jobs as u64);
-                        base + 1
-                    }
-                };
-                token = Some(next);
+                let next = next_token(&mut self.counters);
                 let deadline = now + lease_ms;
                 rec.place = Place::Active(deadline);
                 rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
@@ -737,6 +824,14 @@ impl Partition {
             }
             next.map(|at| at.saturating_sub(now))
         };
+
+        // 6. the receipt, for a call that leased something (or any retry)
+        if !jobs.is_empty() || call.is_retry() {
+            let leases = jobs.iter().map(|d| (d.key.clone(), d.token)).collect();
+            let life = ms(FetchCall::receipt_life(request.lease)).max(1);
+            self.fetch_receipts
+                .insert(call.id, call.retry, leases, now + life);
+        }
 
         FetchReply {
             jobs,
