@@ -29,6 +29,10 @@ pub const WORK_TOPIC: &str = "fault.work";
 /// The topic of the poison-pill test: `retry = "fixed(100ms, 2)"`, three attempts in all.
 pub const POISON_TOPIC: &str = "fault.poison";
 
+/// The topic of jobs that must run exactly once: `retry = "none"`, so any attempt a fault
+/// spends sends the job to the dead queue.
+pub const ONCE_TOPIC: &str = "fault.once";
+
 /// The payload of every `fault-worker` job.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultPayload {

@@ -66,6 +66,12 @@ async fn poison(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
     behave(job, ctx).await
 }
 
+/// Jobs with one attempt: a spent attempt sends them to the dead queue.
+#[dq::delayed_job(topic = "fault.once", retry = "none")]
+async fn once(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
+    behave(job, ctx).await
+}
+
 /// One run: ledger start → (abort | work until done or cancelled) → ledger finish/cancelled.
 async fn behave(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
     let b = ctx.data::<Arc<Behaviour>>()?;
