@@ -366,7 +366,7 @@ async fn fetch_receipts_expire_and_are_deleted_once_their_reply_arrived() {
         h.namespace(),
         one.call.id
     );
-    assert_eq!(left, [want.clone()]);
+    assert_eq!(left, std::slice::from_ref(&want));
     let ttl: i64 = h.server().cmd(&["PTTL", &want]);
     let life = FetchCall::receipt_life(one.lease).as_millis() as i64;
     assert!(ttl > 0 && ttl <= life, "{ttl} ms, life {life} ms");

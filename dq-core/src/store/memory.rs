@@ -413,42 +413,48 @@ impl Receipts {
     }
 }
 
-/// Receipts of fetch calls, like the `fetch:<id>` keys: per call, the try that wrote it and
-/// the (key, token) of each job it leased, kept [`FetchCall::receipt_life`] of its lease.
-/// (Redis also deletes a receipt once its reply has arrived; here no reply is ever lost.)
+/// The receipt of one fetch call: what `fetch:<id>` holds in Redis.
+struct FetchReceipt {
+    /// The try that wrote it.
+    try_no: u32,
+    /// (key, token) of each job it leased.
+    leases: Vec<(JobKey, u64)>,
+    /// The last ms it is kept.
+    until: u64,
+}
+
+/// Receipts of fetch calls, like the `fetch:<id>` keys, each kept
+/// [`FetchCall::receipt_life`] of its lease. (Redis also deletes a receipt once its reply has
+/// arrived; here no reply is ever lost.)
 #[derive(Default)]
 struct FetchReceipts {
-    /// Call id → (try, leases, last ms kept).
-    by_call: HashMap<u64, (u32, Vec<(JobKey, u64)>, u64)>,
+    by_call: HashMap<u64, FetchReceipt>,
     /// (last ms kept, call id), in the order written, for pruning.
     order: VecDeque<(u64, u64)>,
 }
 
 impl FetchReceipts {
-    /// Drops the receipts past their life. Lives differ by lease, so one written later may
-    /// go first: the queue is walked while its head is stale, and a receipt rewritten since
-    /// is kept by its own later entry.
+    /// Drops receipts past their life while the oldest written is one. (Lives differ with
+    /// the lease, so a stale receipt may wait behind a fresh one; `get` never returns it.)
     fn prune(&mut self, now: u64) {
         while let Some(&(until, id)) = self.order.front() {
             if until >= now {
                 break;
             }
             self.order.pop_front();
-            if self.by_call.get(&id).is_some_and(|r| r.2 == until) {
+            if self.by_call.get(&id).is_some_and(|r| r.until == until) {
                 self.by_call.remove(&id);
             }
         }
-        // Leases of different lengths can leave a stale receipt behind a fresh head; it is
-        // never found, as `get` checks the time too.
     }
 
-    fn get(&self, id: u64, now: u64) -> Option<&(u32, Vec<(JobKey, u64)>, u64)> {
-        self.by_call.get(&id).filter(|r| r.2 >= now)
+    fn get(&self, id: u64, now: u64) -> Option<&FetchReceipt> {
+        self.by_call.get(&id).filter(|r| r.until >= now)
     }
 
-    fn insert(&mut self, id: u64, try_no: u32, leases: Vec<(JobKey, u64)>, until: u64) {
-        self.by_call.insert(id, (try_no, leases, until));
-        self.order.push_back((until, id));
+    fn insert(&mut self, id: u64, receipt: FetchReceipt) {
+        self.order.push_back((receipt.until, id));
+        self.by_call.insert(id, receipt);
     }
 }
 
@@ -665,8 +671,8 @@ impl Partition {
         // 0. this call's receipt: a stale try does nothing; a retry leases the jobs still
         //    held under the recorded tokens again, spending no attempt
         self.fetch_receipts.prune(now);
-        if let Some((stored_try, leases, _)) = self.fetch_receipts.get(call.id, now) {
-            if *stored_try > call.retry {
+        if let Some(receipt) = self.fetch_receipts.get(call.id, now) {
+            if receipt.try_no > call.retry {
                 return FetchReply {
                     next_in: Some(Duration::ZERO),
                     ..FetchReply::default()
@@ -674,7 +680,7 @@ impl Partition {
             }
             if call.is_retry() {
                 let deadline = now + lease_ms;
-                for (key, old) in leases.iter().take(request.max_jobs) {
+                for (key, old) in receipt.leases.iter().take(request.max_jobs) {
                     let Some(rec) = self.jobs.get_mut(key) else {
                         continue;
                     };
@@ -829,8 +835,12 @@ impl Partition {
         if !jobs.is_empty() || call.is_retry() {
             let leases = jobs.iter().map(|d| (d.key.clone(), d.token)).collect();
             let life = ms(FetchCall::receipt_life(request.lease)).max(1);
-            self.fetch_receipts
-                .insert(call.id, call.retry, leases, now + life);
+            let receipt = FetchReceipt {
+                try_no: call.retry,
+                leases,
+                until: now + life,
+            };
+            self.fetch_receipts.insert(call.id, receipt);
         }
 
         FetchReply {
