@@ -14,8 +14,8 @@ use common::Harness;
 use common::conformance::{HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
 use common::redis::{KEY_NAMES, RedisHarness, parse_key};
 use dq::{
-    Client, EnqueueOutcome, Error, FailAction, NewDue, Queue, RedisOptions, RedisStore,
-    RescheduleOutcome, Topic,
+    Client, EnqueueOutcome, Error, FailAction, FetchCall, FetchRequest, NewDue, Queue,
+    RedisOptions, RedisStore, RescheduleOutcome, Topic,
 };
 use dq_testkit::{RedisServer, ServerOptions, keys_in_namespace};
 
@@ -255,11 +255,16 @@ async fn key_layout_is_one_hash_tag_per_partition() {
         assert!(p < 4, "{key}");
         let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
         assert_eq!(tag, format!("orders.close#{p}"), "{key}");
-        let want_type = KEY_NAMES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .unwrap_or_else(|| panic!("unknown key name {key}"))
-            .1;
+        // Fetch receipts are one string per call: `fetch:<call id>`.
+        let want_type = if name.starts_with("fetch:") {
+            "string"
+        } else {
+            KEY_NAMES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("unknown key name {key}"))
+                .1
+        };
         assert_eq!(
             h.server().cmd::<String>(&["TYPE", &key]),
             want_type,
@@ -329,6 +334,94 @@ async fn enqueue_receipts_are_trimmed_a_few_at_a_time() {
     assert_eq!(kept, n as i64 + 1, "every fresh receipt is kept");
     let ttl: i64 = h.server().cmd(&["PTTL", &calls]);
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+}
+
+/// A fetch that leased jobs leaves a receipt, in the partition's hash tag, that expires within
+/// the receipt life; once its reply has arrived, the partition's next fetch deletes it, so
+/// receipts do not pile up at high fetch rates. A fetch that leased nothing leaves none.
+#[tokio::test]
+async fn fetch_receipts_expire_and_are_deleted_once_their_reply_arrived() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("fetch.receipts").unwrap();
+    let q = queue("fetch.receipts");
+    let receipts = || -> Vec<String> {
+        h.keys()
+            .into_iter()
+            .filter(|k| k.contains("}:fetch:"))
+            .collect()
+    };
+    for i in 0..3 {
+        t.enqueue(raw(i)).key(format!("k-{i}")).await.unwrap();
+    }
+    let one = FetchRequest {
+        max_jobs: 1,
+        ..req()
+    };
+    let first = fetch(&h, &q, &one).await;
+    assert_eq!(first.jobs.len(), 1);
+    let left = receipts();
+    let want = format!(
+        "{}:{{fetch.receipts#0}}:fetch:{}",
+        h.namespace(),
+        one.call.id
+    );
+    assert_eq!(left, std::slice::from_ref(&want));
+    let ttl: i64 = h.server().cmd(&["PTTL", &want]);
+    let life = FetchCall::receipt_life(one.lease).as_millis() as i64;
+    assert!(ttl > 0 && ttl <= life, "{ttl} ms, life {life} ms");
+
+    // The next fetch (a new call) deletes the first receipt and leaves its own.
+    let two = FetchRequest {
+        call: FetchCall::new(),
+        ..one.clone()
+    };
+    let second = fetch(&h, &q, &two).await.jobs;
+    assert_eq!(second.len(), 1);
+    assert_eq!(
+        receipts(),
+        [format!(
+            "{}:{{fetch.receipts#0}}:fetch:{}",
+            h.namespace(),
+            two.call.id
+        )]
+    );
+    // Many fetches leave one receipt at a time.
+    for _ in 0..20 {
+        t.enqueue(raw(9)).await.unwrap();
+        let r = FetchRequest {
+            call: FetchCall::new(),
+            ..one.clone()
+        };
+        let got = fetch(&h, &q, &r).await.jobs;
+        ack_all(&h, &q, &got).await;
+        assert_eq!(receipts().len(), 1, "{:?}", receipts());
+    }
+    // A fetch that leases nothing deletes the last one and leaves none.
+    let all = fetch(
+        &h,
+        &q,
+        &FetchRequest {
+            call: FetchCall::new(),
+            ..req()
+        },
+    )
+    .await;
+    ack_all(&h, &q, &all.jobs).await;
+    let idle = fetch(
+        &h,
+        &q,
+        &FetchRequest {
+            call: FetchCall::new(),
+            ..req()
+        },
+    )
+    .await;
+    assert!(idle.jobs.is_empty());
+    assert!(receipts().is_empty(), "{:?}", receipts());
+    ack_all(&h, &q, &first.jobs).await;
+    ack_all(&h, &q, &second).await;
+    h.check_invariants().await;
 }
 
 /// A delay or time past what a record can hold is refused before anything is written; a shift

@@ -212,9 +212,10 @@ pub fn slowlog(conn: &mut Connection) -> Result<Vec<SlowEntry>> {
     Ok(out)
 }
 
-/// dq's scripts by the names of their keys (the part after the last `:`), from the headers
-/// of `dq-core/src/store/redis/lua/*.lua`. `fetch` and `fail` share one key list; they are
-/// told apart by `ARGV[3]` (a number for fetch, an action letter for fail).
+/// dq's scripts by the names of their keys (the part after the last `:`; a fetch receipt,
+/// `…:fetch:<call id>`, is `receipt`), from the headers of
+/// `dq-core/src/store/redis/lua/*.lua`. fetch may name further receipts (to delete) after its
+/// own keys.
 const SCRIPTS: &[(&str, &[&str])] = &[
     ("ack", &["active", "pool", "hist", "stats"]),
     ("cancel", &["scheduled", "retry", "pool", "hist", "stats"]),
@@ -234,6 +235,20 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ),
     ("extend", &["active", "pool"]),
     (
+        "fail",
+        &[
+            "scheduled",
+            "retry",
+            "ready",
+            "active",
+            "dead",
+            "pool",
+            "hist",
+            "stats",
+            "wake",
+        ],
+    ),
+    (
         "fetch",
         &[
             "scheduled",
@@ -245,6 +260,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
             "hist",
             "stats",
             "wake",
+            "receipt",
         ],
     ),
     ("purge_dead", &["dead", "pool", "hist"]),
@@ -282,17 +298,21 @@ pub fn classify(args: &[String]) -> String {
         .iter()
         .skip(3)
         .take(numkeys)
-        .map(|k| k.rsplit(':').next().unwrap_or(k))
+        .map(|k| {
+            if k.contains("}:fetch:") {
+                "receipt"
+            } else {
+                k.rsplit(':').next().unwrap_or(k)
+            }
+        })
         .collect();
     for (script, keys) in SCRIPTS {
-        if suffixes == *keys {
-            if *script == "fetch" {
-                // ARGV[3] is the promote batch (a number) for fetch, the action for fail.
-                let argv3 = args.get(3 + numkeys + 2).map(String::as_str).unwrap_or("");
-                if argv3.parse::<u64>().is_err() {
-                    return format!("{name}:fail");
-                }
-            }
+        let matches = suffixes == *keys
+            || (*script == "fetch"
+                && suffixes.len() > keys.len()
+                && suffixes[..keys.len()] == **keys
+                && suffixes[keys.len()..].iter().all(|k| *k == "receipt"));
+        if matches {
             return format!("{name}:{script}");
         }
     }
@@ -370,8 +390,15 @@ mod tests {
             "stats",
             "wake",
         ];
-        let mut fetch = args(&["EVALSHA", "abc", "9"]);
+        let mut fetch = args(&["EVALSHA", "abc", "10"]);
         fetch.extend(fetch_keys.iter().map(|k| p(k)));
+        fetch.push(p("fetch:123"));
+        fetch.extend(args(&["50", "30000", "1000", "100"]));
+        assert_eq!(classify(&fetch), "evalsha:fetch");
+        // with two earlier receipts to delete
+        let mut fetch = args(&["EVALSHA", "abc", "12"]);
+        fetch.extend(fetch_keys.iter().map(|k| p(k)));
+        fetch.extend([p("fetch:1"), p("fetch:2"), p("fetch:3")]);
         fetch.extend(args(&["50", "30000", "1000", "100"]));
         assert_eq!(classify(&fetch), "evalsha:fetch");
         let mut fail = args(&["evalsha", "abc", "9"]);

@@ -219,6 +219,76 @@ impl Default for EnqueueCall {
     }
 }
 
+/// How long the store keeps the receipt of a fetch call, at most: a receipt lives
+/// [`FetchCall::receipt_life`] — this, or the call's lease if that is shorter (a lease that
+/// has run out is recovered anyway; its receipt is of no more use).
+pub const FETCH_RECEIPT_LIFE: Duration = Duration::from_secs(10);
+
+/// One call to [`Store::fetch`](crate::Store::fetch), the same across its tries.
+///
+/// `fetch` leases jobs before its reply is on its way; a reply lost to a dropped connection or
+/// a timeout would leave them leased to nobody until the lease runs out, and that expiry
+/// counts as a failed attempt (on a topic without retries, the job is dead without having
+/// run). So a fetch that leased jobs leaves a receipt of `id` with their leases, and a retry
+/// of the same call (`retry > 0`) that finds it gets those jobs again, under fresh tokens and
+/// a fresh lease, with no attempt spent. A retry that finds no receipt is an ordinary fetch
+/// (the earlier try never ran, or leased nothing).
+///
+/// A `FetchCall` is one call: a new fetch takes a new one ([`FetchCall::new`]). A first try
+/// (`retry == 0`) is always an ordinary fetch, so reusing a request for several first tries
+/// is harmless.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchCall {
+    /// Chosen at random before the first try.
+    pub id: u64,
+    /// 0 for the first try; `n` for the `n`-th retry after an ambiguous error. A try that
+    /// reaches the store after a later try of the same call has run (it was held up on an old
+    /// connection) does nothing: nobody waits for its reply any more.
+    pub retry: u32,
+}
+
+impl FetchCall {
+    /// A new call with a random id (its first try).
+    pub fn new() -> FetchCall {
+        FetchCall {
+            id: rand::random(),
+            retry: 0,
+        }
+    }
+
+    /// The next try of the same call.
+    pub fn retried(self) -> FetchCall {
+        FetchCall {
+            retry: self.retry.saturating_add(1),
+            ..self
+        }
+    }
+
+    /// Whether this try repeats an earlier one whose outcome is unknown.
+    pub fn is_retry(self) -> bool {
+        self.retry > 0
+    }
+
+    /// How long the store keeps the receipt of a fetch leasing for `lease`: the shorter of
+    /// the lease and [`FETCH_RECEIPT_LIFE`], at least 1 ms.
+    pub fn receipt_life(lease: Duration) -> Duration {
+        lease.min(FETCH_RECEIPT_LIFE).max(Duration::from_millis(1))
+    }
+
+    /// How long after its first try a fetch leasing for `lease` is still retried: half its
+    /// receipt's life, so that a retry reaches the store while the receipt is there (and
+    /// long before the lease of what the lost try leased runs out).
+    pub fn retry_window(lease: Duration) -> Duration {
+        Self::receipt_life(lease) / 2
+    }
+}
+
+impl Default for FetchCall {
+    fn default() -> Self {
+        FetchCall::new()
+    }
+}
+
 /// A job leased to a worker by `fetch`.
 #[derive(Clone, Debug)]
 pub struct Delivery {
@@ -276,6 +346,9 @@ pub struct FetchRequest {
     pub lease_expiry_retries: Vec<Duration>,
     /// Dead-queue limits applied when a recovered job is buried.
     pub dead_limits: DeadLimits,
+    /// Which call and try this is: a retry after an ambiguous error gets back what an earlier
+    /// try of the same call leased (see [`FetchCall`]).
+    pub call: FetchCall,
 }
 
 /// Most jobs one fetch may lease.
@@ -315,6 +388,7 @@ impl Default for FetchRequest {
             recover_batch: 100,
             lease_expiry_retries: crate::retry::RetryPolicy::default().schedule(),
             dead_limits: DeadLimits::default(),
+            call: FetchCall::new(),
         }
     }
 }

@@ -25,9 +25,9 @@ pub use handler::{
 };
 pub use job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchReply,
-    FetchRequest, Job, JobInfo, JobState, MAX_DUE_MS, NewDue, NewJob, Queue, RescheduleOutcome,
-    TopicStats,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FETCH_RECEIPT_LIFE, FailAction, FailOutcome,
+    FetchCall, FetchReply, FetchRequest, Job, JobInfo, JobState, MAX_DUE_MS, NewDue, NewJob, Queue,
+    RescheduleOutcome, TopicStats,
 };
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};

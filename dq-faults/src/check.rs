@@ -146,6 +146,14 @@ impl Snapshot {
                         snap.foreign.push(format!("{key} (expires in {ttl} ms)"));
                     }
                 }
+                // Receipts of fetch calls; they expire by themselves.
+                name if name.starts_with("fetch:") => {
+                    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn)?;
+                    let life = dq::FETCH_RECEIPT_LIFE.as_millis() as i64;
+                    if ttl != -2 && !(0..=life).contains(&ttl) {
+                        snap.foreign.push(format!("{key} (expires in {ttl} ms)"));
+                    }
+                }
                 "stats" => {
                     let v: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(conn)?;
                     part.stats = v

@@ -13,6 +13,9 @@
 //! 4. on store errors, back off (capped at 500 ms, reset by any success, cut short by a
 //!    wake-up) and try again; the worker never exits over them. Errors retrying cannot fix
 //!    (permissions, wrong key types) are logged at ERROR and shown in the worker's health.
+//!    A fetch whose outcome is unknown (a dropped connection, a timeout) is first retried as
+//!    the same call for a short window, so that the jobs it may have leased come back (see
+//!    [`FetchCall`]) instead of waiting out their lease and losing an attempt.
 //!
 //! Wake-up tokens are received by a listener task with one `BLPOP` always in flight, so a
 //! token is never dropped by a cancelled wait; it is turned into a local `Notify`.
@@ -21,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use dq_core::{FetchRequest, Queue, Store};
+use dq_core::{FetchCall, FetchRequest, Queue, Store};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -79,6 +82,17 @@ fn error_backoff() -> impl Iterator<Item = Duration> {
 /// server still loading, `maxmemory`) pass by themselves.
 pub(crate) fn is_permanent(e: &dq_core::Error) -> bool {
     !e.is_retryable() && !matches!(e, dq_core::Error::OutOfMemory)
+}
+
+/// Pauses between the tries of one fetch call after an ambiguous error: short, since a
+/// connection that was merely dropped is back at once, and a lost reply's jobs wait.
+fn fetch_retry_backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(500))
+        .without_max_times()
+        .with_jitter()
+        .build()
 }
 
 /// What one fetch call brings back to the loop, with the permits it took.
@@ -234,12 +248,42 @@ impl Fetcher {
             recover_batch: 100,
             lease_expiry_retries: self.topic.lease_expiry_retries.clone(),
             dead_limits: self.topic.dead_limits,
+            call: FetchCall::new(),
         };
         let store = self.store.clone();
         let queue = self.queue.clone();
+        let stop = self.stop.clone();
         in_flight.spawn(async move {
-            let sent = tokio::time::Instant::now();
-            (store.fetch(&queue, &request).await, held, sent)
+            // A fetch whose reply is lost may have leased jobs to nobody. Retry the same call
+            // at once (not after the loop's back-off): the store finds its receipt and hands
+            // those jobs over again under fresh tokens, with no attempt spent. Only within
+            // the call's retry window, well inside the receipt's life and the lease; after
+            // it the leases run out as they would have. Shutdown does not wait for retries:
+            // its quiet phase must not eat the drain time.
+            let mut request = request;
+            let first = tokio::time::Instant::now();
+            let window = FetchCall::retry_window(request.lease);
+            let mut pauses = fetch_retry_backoff();
+            loop {
+                let sent = tokio::time::Instant::now();
+                let result = store.fetch(&queue, &request).await;
+                let pause = match &result {
+                    Err(e) if e.is_retryable() => pauses.next(),
+                    _ => None,
+                };
+                match pause {
+                    Some(pause) if first.elapsed() + pause < window && !stop.is_cancelled() => {
+                        tokio::select! {
+                            () = tokio::time::sleep(pause) => {}
+                            () = stop.cancelled() => return (result, held, sent),
+                        }
+                        request.call = request.call.retried();
+                    }
+                    // `sent` is the start of the try that leased: the local lease deadline
+                    // counts from there.
+                    _ => return (result, held, sent),
+                }
+            }
         });
     }
 

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use dq::{
     AckOutcome, AttemptOutcome, BulkJob, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall,
-    EnqueueOutcome, Error, FailAction, FailOutcome, FetchReply, FetchRequest, Job, JobInfo, JobKey,
-    JobState, NewDue, NewJob, Queue, RescheduleOutcome, RetryPolicy, Topic, TopicClient,
+    EnqueueOutcome, Error, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest, Job,
+    JobInfo, JobKey, JobState, NewDue, NewJob, Queue, RescheduleOutcome, RetryPolicy, Topic,
+    TopicClient,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,7 @@ macro_rules! conformance_suite {
             due_jobs_come_out_in_due_order,
             enqueue_by_key_is_idempotent,
             retried_enqueue_finds_its_receipt,
+            retried_fetch_finds_its_receipt,
             replace_swaps_pending_jobs,
             replace_is_refused_while_running,
             replace_revives_a_dead_job,
@@ -172,6 +174,7 @@ pub fn req() -> FetchRequest {
         recover_batch: 100,
         lease_expiry_retries: Vec::new(),
         dead_limits: DeadLimits::default(),
+        call: FetchCall::new(),
     }
 }
 
@@ -646,6 +649,119 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     assert_eq!(
         out,
         [Exists(JobState::Ready), Ended, Exists(JobState::Ready)]
+    );
+}
+
+/// Guarantee for fetch: a fetch whose reply was lost leased its jobs to nobody. A retry of the
+/// same call gets them back under fresh tokens and a fresh lease, with no attempt spent, and
+/// the lost tokens are fenced off; a job acked since does not come back; room left is filled
+/// as by any fetch; a try that arrives after a later try of its call does nothing; a receipt
+/// expires with the lease it recorded (then a retry is an ordinary fetch).
+pub async fn retried_fetch_finds_its_receipt<H: Harness>(h: &H) {
+    let store = h.store();
+    let q = queue("fetch.receipts");
+    let t = h.client().await.topic("fetch.receipts").unwrap();
+    for k in ["f-1", "f-2", "f-3"] {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let r = FetchRequest {
+        max_jobs: 2,
+        ..req()
+    };
+    let retry = |r: &FetchRequest| FetchRequest {
+        call: r.call.retried(),
+        ..r.clone()
+    };
+
+    // The first try leases f-1 and f-2; its reply is "lost". The retry gets them back.
+    let lost = fetch(h, &q, &r).await.jobs;
+    assert_eq!(keys_of(&lost), ["f-1", "f-2"]);
+    let r1 = retry(&r);
+    let again = fetch(h, &q, &r1).await.jobs;
+    assert_eq!(keys_of(&again), ["f-1", "f-2"], "the same jobs, in order");
+    for (old, new) in lost.iter().zip(&again) {
+        assert_ne!(old.token, new.token, "a fresh token");
+        assert_eq!(new.attempt, 1, "no attempt spent on a lost reply");
+        assert!(new.lease_deadline_ms >= old.lease_deadline_ms);
+        assert_eq!(new.payload, old.payload);
+        let i = info(&t, new.key.as_str()).await;
+        assert_eq!((i.state, i.attempts), (JobState::Active, 1));
+        assert!(i.history.is_empty(), "{:?}", i.history);
+    }
+    // The lost tokens own nothing any more.
+    let stale: Vec<_> = lost.iter().map(dq::store::lease_of).collect();
+    assert_eq!(
+        store.extend(&q, &stale, LONG_LEASE).await.unwrap(),
+        [false, false]
+    );
+    assert_eq!(
+        store.ack(&q, &stale).await.unwrap(),
+        [AckOutcome::Stale, AckOutcome::Stale]
+    );
+    // The first try arriving late (held up on an old connection) does nothing.
+    let late = fetch(h, &q, &r).await;
+    assert!(late.jobs.is_empty(), "a stale try leased {:?}", late.jobs);
+    assert_eq!(info(&t, "f-3").await.state, JobState::Ready);
+
+    // The retry's reply may be lost too: the next retry finds the newest receipt.
+    let r2 = retry(&r1);
+    let third = fetch(h, &q, &r2).await.jobs;
+    assert_eq!(keys_of(&third), ["f-1", "f-2"]);
+    assert!(third.iter().all(|d| d.attempt == 1));
+    assert!(third.iter().zip(&again).all(|(a, b)| a.token != b.token));
+
+    // f-1 is acked; a later retry gets f-2 back and fills its room with f-3, a new lease.
+    ack_all(h, &q, &third[..1]).await;
+    let fourth = fetch(h, &q, &retry(&r2)).await.jobs;
+    assert_eq!(keys_of(&fourth), ["f-2", "f-3"]);
+    assert_eq!((fourth[0].attempt, fourth[1].attempt), (1, 1));
+    ack_all(h, &q, &fourth).await;
+    // A retry after every job of the receipt is done gets none of them.
+    assert!(fetch(h, &q, &retry(&retry(&r2))).await.jobs.is_empty());
+
+    // A retry of a call that never reached the store (no receipt) is an ordinary fetch.
+    t.enqueue(raw(1)).key("f-4").await.unwrap();
+    let fresh = FetchRequest {
+        call: FetchCall::new().retried(),
+        ..r.clone()
+    };
+    let got = fetch(h, &q, &fresh).await.jobs;
+    assert_eq!(
+        (keys_of(&got), got[0].attempt),
+        (vec!["f-4".to_string()], 1)
+    );
+    ack_all(h, &q, &got).await;
+
+    // A receipt lives as long as the lease it recorded: once both have run out, a retry is an
+    // ordinary fetch, and the lost lease was an attempt (recovered as "lease expired").
+    t.enqueue(raw(1)).key("f-5").await.unwrap();
+    let short = FetchRequest {
+        lease: ms(150),
+        lease_expiry_retries: vec![ms(0)],
+        call: FetchCall::new(),
+        ..r.clone()
+    };
+    assert_eq!(
+        FetchCall::receipt_life(short.lease),
+        short.lease,
+        "a receipt outlives no lease"
+    );
+    let gone = fetch(h, &q, &short).await.jobs;
+    assert_eq!(keys_of(&gone), ["f-5"]);
+    until_store_time(h, gone[0].lease_deadline_ms + 1).await;
+    let late = fetch(h, &q, &retry(&short)).await.jobs;
+    assert_eq!(keys_of(&late), ["f-5"]);
+    assert_eq!(late[0].attempt, 2, "the receipt had expired");
+    let i = info(&t, "f-5").await;
+    assert_eq!(i.history.len(), 1);
+    assert_eq!(i.history[0].outcome, AttemptOutcome::LeaseExpired);
+    ack_all(h, &q, &late).await;
+
+    let st = store.stats(&q).await.unwrap();
+    assert_eq!(
+        (st.succeeded, st.expired, st.active, st.ready),
+        (5, 1, 0, 0),
+        "{st:?}"
     );
 }
 

@@ -124,14 +124,14 @@ impl Harness for RedisHarness {
                 !matches!(
                     parse_key(&self.ns, k),
                     Some((_, _, "stats" | "wake" | "calls"))
-                )
+                ) && !parse_key(&self.ns, k).is_some_and(|(_, _, n)| n.starts_with("fetch:"))
             })
             .map(|k| describe(self.server, k))
             .collect();
         assert!(
             left.is_empty(),
-            "job data left in namespace {} (only `stats`, `wake` and the enqueue receipts, \
-             which expire, may remain):\n  {}",
+            "job data left in namespace {} (only `stats`, `wake` and the enqueue and fetch \
+             receipts, which expire, may remain):\n  {}",
             self.ns,
             left.join("\n  ")
         );
@@ -217,7 +217,8 @@ fn zset(server: &RedisServer, key: &str) -> Vec<(String, f64)> {
 /// Checks every partition under namespace `ns` and returns what is wrong, one line each.
 ///
 /// Call it when the namespace is quiescent (no store call in flight). The rules:
-/// - every key is `<ns>:{<topic>#<p>}:<name>` with a known name and that name's type;
+/// - every key is `<ns>:{<topic>#<p>}:<name>` with a known name and that name's type, or
+///   `<ns>:{<topic>#<p>}:fetch:<call id>`, a fetch receipt: a string that expires;
 /// - every record in `pool` has a valid header and sits in exactly the structure its state
 ///   byte names: S → `scheduled` only, F → `retry` only, A → `active` only, D → `dead` only,
 ///   R → none of the sorted sets and at least one hint in `ready`;
@@ -241,6 +242,23 @@ pub async fn violations(server: &RedisServer, ns: &str, store: Option<&dyn Store
         };
         if Topic::new(topic).is_err() {
             v.push(format!("key {key:?} holds an invalid topic name {topic:?}"));
+        }
+        if let Some(id) = name.strip_prefix("fetch:") {
+            // A fetch receipt: a string that goes by itself within the longest receipt life.
+            if id.parse::<u64>().is_err() {
+                v.push(format!("fetch receipt {key:?} is not named by a call id"));
+            }
+            let ty: String = server.cmd(&["TYPE", &key]);
+            if ty != "string" && ty != "none" {
+                v.push(format!("{key:?} is a {ty}, expected a string"));
+            }
+            let ttl: i64 = server.cmd(&["PTTL", &key]);
+            let life = dq::FETCH_RECEIPT_LIFE.as_millis() as i64;
+            if ttl != -2 && !(0..=life).contains(&ttl) {
+                v.push(format!("{key:?} expires in {ttl} ms, not within {life}"));
+            }
+            partitions.insert((topic.to_string(), p), ());
+            continue;
         }
         match types.get(name) {
             None => v.push(format!("unknown key name {name:?} in {key:?}")),

@@ -32,9 +32,9 @@ use crate::client::{Client, ClientConfig};
 use crate::error::{Error, Result};
 use crate::job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchReply,
-    FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue, RescheduleOutcome,
-    TopicStats, unix_ms,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchCall,
+    FetchReply, FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue,
+    RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::JobKey;
 
@@ -423,6 +423,51 @@ impl Receipts {
     }
 }
 
+/// The receipt of one fetch call: what `fetch:<id>` holds in Redis.
+struct FetchReceipt {
+    /// The try that wrote it.
+    try_no: u32,
+    /// (key, token) of each job it leased.
+    leases: Vec<(JobKey, u64)>,
+    /// The last ms it is kept.
+    until: u64,
+}
+
+/// Receipts of fetch calls, like the `fetch:<id>` keys, each kept
+/// [`FetchCall::receipt_life`] of its lease. (Redis also deletes a receipt once its reply has
+/// arrived; here no reply is ever lost.)
+#[derive(Default)]
+struct FetchReceipts {
+    by_call: HashMap<u64, FetchReceipt>,
+    /// (last ms kept, call id), in the order written, for pruning.
+    order: VecDeque<(u64, u64)>,
+}
+
+impl FetchReceipts {
+    /// Drops receipts past their life while the oldest written is one. (Lives differ with
+    /// the lease, so a stale receipt may wait behind a fresh one; `get` never returns it.)
+    fn prune(&mut self, now: u64) {
+        while let Some(&(until, id)) = self.order.front() {
+            if until >= now {
+                break;
+            }
+            self.order.pop_front();
+            if self.by_call.get(&id).is_some_and(|r| r.until == until) {
+                self.by_call.remove(&id);
+            }
+        }
+    }
+
+    fn get(&self, id: u64, now: u64) -> Option<&FetchReceipt> {
+        self.by_call.get(&id).filter(|r| r.until >= now)
+    }
+
+    fn insert(&mut self, id: u64, receipt: FetchReceipt) {
+        self.order.push_back((receipt.until, id));
+        self.by_call.insert(id, receipt);
+    }
+}
+
 /// One partition of a topic: the counterpart of one Redis hash tag.
 #[derive(Default)]
 struct Partition {
@@ -431,6 +476,7 @@ struct Partition {
     counters: Counters,
     wake: Arc<Notify>,
     receipts: Receipts,
+    fetch_receipts: FetchReceipts,
 }
 
 impl Partition {
@@ -628,6 +674,64 @@ impl Partition {
         let retention_ms = ms(request.dead_limits.retention);
         let mut trimmed = 0;
         let mut buried = Vec::new();
+        let call = request.call;
+        let mut jobs = Vec::new();
+        let mut token: Option<u64> = None;
+        // One counter bump for the whole call; tokens are base+1 .. base+max_jobs.
+        let mut next_token = |counters: &mut Counters| {
+            let next = match token {
+                Some(t) => t + 1,
+                None => {
+                    let base = counters.token;
+                    counters.token = base.saturating_add(request.max_jobs as u64);
+                    base + 1
+                }
+            };
+            token = Some(next);
+            next
+        };
+
+        // 0. this call's receipt: a stale try does nothing; a retry leases the jobs still
+        //    held under the recorded tokens again, spending no attempt
+        self.fetch_receipts.prune(now);
+        if let Some(receipt) = self.fetch_receipts.get(call.id, now) {
+            if receipt.try_no > call.retry {
+                return FetchReply {
+                    next_in: Some(Duration::ZERO),
+                    ..FetchReply::default()
+                };
+            }
+            if call.is_retry() {
+                let deadline = now + lease_ms;
+                for (key, old) in receipt.leases.iter().take(request.max_jobs) {
+                    let Some(rec) = self.jobs.get_mut(key) else {
+                        continue;
+                    };
+                    let Place::Active(was) = rec.place else {
+                        continue;
+                    };
+                    if rec.token != *old {
+                        continue;
+                    }
+                    self.sets.active.remove(&(was, key.clone()));
+                    let next = next_token(&mut self.counters);
+                    rec.place = Place::Active(deadline);
+                    rec.token = next;
+                    self.sets.active.insert((deadline, key.clone()));
+                    jobs.push(Delivery {
+                        queue: queue.clone(),
+                        key: key.clone(),
+                        token: next,
+                        attempt: rec.attempts,
+                        due_ms: rec.due_ms,
+                        created_ms: rec.created_ms,
+                        leased_ms: now,
+                        lease_deadline_ms: deadline,
+                        payload: rec.payload.clone(),
+                    });
+                }
+            }
+        }
 
         // 1. expired leases: deadline < now
         let expired: Vec<(u64, JobKey)> = self
@@ -669,8 +773,6 @@ impl Partition {
         //    ms (scheduled first on a tie), at most room + promote_batch of them: the first
         //    `room` are leased (ready is empty by then, so they are next in line), the rest
         //    wait in ready — as fetch.lua does
-        let mut jobs = Vec::new();
-        let mut token: Option<u64> = None;
         let mut promote_more = false;
         for pass in 0..2 {
             if pass == 1 {
@@ -709,16 +811,7 @@ impl Partition {
                 let Some(rec) = self.jobs.get_mut(&key) else {
                     continue;
                 };
-                // One counter bump for the whole batch; tokens are base+1 .. base+max_jobs.
-                let next = match token {
-                    Some(t) => t + 1,
-                    None => {
-                        let base = self.counters.token;
-                        self.counters.token = base.saturating_add(request.max_jobs as u64);
-                        base + 1
-                    }
-                };
-                token = Some(next);
+                let next = next_token(&mut self.counters);
                 let deadline = now + lease_ms;
                 rec.place = Place::Active(deadline);
                 rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
@@ -760,6 +853,18 @@ impl Partition {
             }
             next.map(|at| at.saturating_sub(now))
         };
+
+        // 6. the receipt, for a call that leased something (or any retry)
+        if !jobs.is_empty() || call.is_retry() {
+            let leases = jobs.iter().map(|d| (d.key.clone(), d.token)).collect();
+            let life = ms(FetchCall::receipt_life(request.lease)).max(1);
+            let receipt = FetchReceipt {
+                try_no: call.retry,
+                leases,
+                until: now + life,
+            };
+            self.fetch_receipts.insert(call.id, receipt);
+        }
 
         FetchReply {
             jobs,

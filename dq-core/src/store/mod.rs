@@ -42,6 +42,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<EnqueueOutcome>>;
 
     /// Recovers expired leases, promotes due jobs, and leases up to `max_jobs` ready ones.
+    ///
+    /// A call that leased jobs leaves a receipt of `request.call` for
+    /// [`FetchCall::receipt_life`](crate::FetchCall::receipt_life); a retry of the call (after
+    /// an ambiguous error) that finds it leases those of its jobs still held under the
+    /// recorded tokens again — fresh tokens, a fresh lease, no attempt spent — before anything
+    /// else, so a lost reply costs no job an attempt.
     async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply>;
 
     /// Marks leased jobs as succeeded (deleting them); one outcome per `(key, token)`.

@@ -30,6 +30,8 @@ pub(crate) struct PartitionKeys {
     /// ZSET applied enqueue call id -> ms: receipts, kept `ENQUEUE_RECEIPT_LIFE` at least;
     /// the set expires by itself once no call writes to it.
     pub calls: String,
+    /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
+    fetch_receipt_prefix: String,
 }
 
 impl PartitionKeys {
@@ -47,7 +49,15 @@ impl PartitionKeys {
             stats: key("stats"),
             wake: key("wake"),
             calls: key("calls"),
+            fetch_receipt_prefix: key("fetch:"),
         }
+    }
+
+    /// STRING, the receipt of fetch call `call` (what it leased, for a retry of the same call
+    /// to find); it expires after `FetchCall::receipt_life`. One key per call, in the
+    /// partition's hash tag like every other key, so fetch stays a one-slot script.
+    pub fn fetch_receipt(&self, call: u64) -> String {
+        format!("{}{call}", self.fetch_receipt_prefix)
     }
 }
 
@@ -60,8 +70,18 @@ mod tests {
     fn keys_share_one_hash_tag() {
         let k = PartitionKeys::new("dq", &Queue::new(Topic::new("orders.close").unwrap(), 3));
         assert_eq!(k.scheduled, "dq:{orders.close#3}:scheduled");
+        assert_eq!(k.fetch_receipt(7), "dq:{orders.close#3}:fetch:7");
         for key in [
-            &k.retry, &k.ready, &k.active, &k.dead, &k.pool, &k.hist, &k.stats, &k.wake, &k.calls,
+            &k.retry,
+            &k.ready,
+            &k.active,
+            &k.dead,
+            &k.pool,
+            &k.hist,
+            &k.stats,
+            &k.wake,
+            &k.calls,
+            &k.fetch_receipt(42),
         ] {
             assert!(key.starts_with("dq:{orders.close#3}:"), "{key}");
         }

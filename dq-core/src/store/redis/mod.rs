@@ -10,7 +10,7 @@ mod record;
 mod scripts;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,7 +26,7 @@ use super::{Store, WakeListener};
 use crate::error::{Error, Result, from_redis};
 use crate::job::{
     AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall, EnqueueOutcome, FailAction,
-    FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
+    FailOutcome, FetchCall, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::JobKey;
@@ -67,7 +67,13 @@ pub struct RedisStore {
     options: Arc<RedisOptions>,
     keys: Arc<RwLock<HashMap<Queue, Arc<PartitionKeys>>>>,
     report: Arc<ServerReport>,
+    /// Per partition, fetch calls whose reply arrived and that left a receipt: the next fetch
+    /// of the partition deletes those receipts (no retry will look for them).
+    received: Arc<Mutex<HashMap<Queue, Vec<u64>>>>,
 }
+
+/// Most receipts one fetch deletes; more wait for the next fetch, or expire.
+const MAX_RECEIPTS_DELETED: usize = 16;
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,6 +123,7 @@ impl RedisStore {
             options: Arc::new(options),
             keys: Arc::default(),
             report: Arc::new(report),
+            received: Arc::default(),
         })
     }
 
@@ -147,13 +154,49 @@ impl RedisStore {
         k
     }
 
+    /// The receipts the next fetch of `queue` deletes (at most [`MAX_RECEIPTS_DELETED`]),
+    /// leaving out `own`, the call about to be made (a caller may retry a call whose reply it
+    /// did receive; its receipt must stay).
+    fn take_received(&self, queue: &Queue, own: u64) -> Vec<u64> {
+        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(ids) = received.get_mut(queue) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        ids.retain(|id| {
+            if *id != own && out.len() < MAX_RECEIPTS_DELETED {
+                out.push(*id);
+                false
+            } else {
+                true
+            }
+        });
+        out
+    }
+
+    /// Notes that the reply of fetch call `id` on `queue` arrived. A list that has grown
+    /// past its bound (fetches that kept failing) drops its oldest: those receipts expire.
+    fn note_received(&self, queue: &Queue, id: u64) {
+        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let ids = received.entry(queue.clone()).or_default();
+        if ids.len() >= 4 * MAX_RECEIPTS_DELETED {
+            ids.remove(0);
+        }
+        ids.push(id);
+    }
+
     async fn run(
         &self,
         script: &LuaScript,
         keys: &[&str],
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> Result<Value> {
-        debug_assert_eq!(keys.len(), script.keys, "script {}", script.name);
+        // fetch also takes the receipts it deletes after its own keys.
+        debug_assert!(
+            keys.len() == script.keys || (script.name == "fetch" && keys.len() > script.keys),
+            "script {}",
+            script.name
+        );
         let mut invocation = script.script.prepare_invoke();
         for k in keys {
             invocation.key(*k);
@@ -259,32 +302,37 @@ impl Store for RedisStore {
         let s = &SCRIPTS.fetch;
         request.validate()?;
         let lease_ms = ms(request.lease).max(1);
+        let call = request.call;
+        let receipt = k.fetch_receipt(call.id);
+        let done = self.take_received(queue, call.id);
+        let done_keys: Vec<String> = done.iter().map(|id| k.fetch_receipt(*id)).collect();
+        let mut keys: Vec<&str> = vec![
+            &k.scheduled,
+            &k.retry,
+            &k.ready,
+            &k.active,
+            &k.dead,
+            &k.pool,
+            &k.hist,
+            &k.stats,
+            &k.wake,
+            &receipt,
+        ];
+        keys.extend(done_keys.iter().map(String::as_str));
         let reply = self
-            .run(
-                s,
-                &[
-                    &k.scheduled,
-                    &k.retry,
-                    &k.ready,
-                    &k.active,
-                    &k.dead,
-                    &k.pool,
-                    &k.hist,
-                    &k.stats,
-                    &k.wake,
-                ],
-                |inv| {
-                    inv.arg(request.max_jobs)
-                        .arg(lease_ms)
-                        .arg(request.promote_batch)
-                        .arg(request.recover_batch)
-                        .arg(per_partition_cap(request.dead_limits))
-                        .arg(ms(request.dead_limits.retention));
-                    for d in &request.lease_expiry_retries {
-                        inv.arg(ms(*d));
-                    }
-                },
-            )
+            .run(s, &keys, |inv| {
+                inv.arg(request.max_jobs)
+                    .arg(lease_ms)
+                    .arg(request.promote_batch)
+                    .arg(request.recover_batch)
+                    .arg(per_partition_cap(request.dead_limits))
+                    .arg(ms(request.dead_limits.retention))
+                    .arg(ms(FetchCall::receipt_life(request.lease)).max(1))
+                    .arg(call.retry);
+                for d in &request.lease_expiry_retries {
+                    inv.arg(ms(*d));
+                }
+            })
             .await?;
         let mut r = Reply::new(s.name, reply)?;
         let now = r.int("now")? as u64;
@@ -318,6 +366,11 @@ impl Store for RedisStore {
             .collect::<Result<Vec<_>>>()?;
         if trimmed > 0 {
             tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
+        }
+        if !jobs.is_empty() || call.is_retry() {
+            // The script left a receipt, and this reply has arrived: nobody will retry this
+            // call, so the partition's next fetch may delete it.
+            self.note_received(queue, call.id);
         }
         Ok(FetchReply {
             jobs,

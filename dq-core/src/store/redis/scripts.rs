@@ -61,7 +61,7 @@ pub(crate) struct Scripts {
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     enqueue: script!("enqueue", 9),
-    fetch: script!("fetch", 9, ALLOW_OOM),
+    fetch: script!("fetch", 10, ALLOW_OOM),
     ack: script!("ack", 4, ALLOW_OOM),
     fail: script!("fail", 9, ALLOW_OOM),
     extend: script!("extend", 2, ALLOW_OOM),

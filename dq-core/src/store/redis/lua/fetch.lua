@@ -1,4 +1,5 @@
 -- fetch: the worker's one call per round trip. In order:
+--   0. (retries) find this call's receipt and lease its jobs again, under fresh tokens;
 --   1. recover at most ARGV[4] expired leases: each counts as a failed attempt
 --      ("lease expired") and goes to retry after the topic's delay, or to dead;
 --   2. pop up to ARGV[1] ready keys, skipping stale hints, and lease them with fresh tokens;
@@ -6,7 +7,19 @@
 --      room is left, then move at most ARGV[3] more to ready;
 --   4. pass a wake-up token on if ready work is left behind (chained wake-ups);
 --   5. on a fetch that leased nothing, audit up to 32 records (HSCAN, cursor in stats) and
---      re-link any whose sorted-set entry is missing.
+--      re-link any whose sorted-set entry is missing;
+--   6. leave a receipt of what this call leased.
+--
+-- Receipts: a reply lost on its way (a dropped connection, a timeout) would leave the jobs
+-- this call leased to nobody until their lease runs out, and that expiry costs an attempt.
+-- So a call that leased jobs (or any retry) stores {try, key1, token1, ...} in its receipt key,
+-- for ARGV[7] ms. A retry of the same call (ARGV[8] > 0) that finds the receipt leases those
+-- of its jobs that are still active under the recorded token again, with fresh tokens and a
+-- fresh deadline and WITHOUT counting an attempt (the lost lease never reached a worker),
+-- then fills the rest of its room as any fetch does. A try older than the receipt's (held up
+-- on an old connection while a later try ran) does nothing: nobody waits for its reply. The
+-- fetcher names in KEYS[11..] the receipts of its earlier calls whose replies arrived; they
+-- are deleted, so receipts do not pile up while they wait to expire.
 --
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
 -- KEYS[2] retry      dq:{topic#p}:retry
@@ -17,6 +30,8 @@
 -- KEYS[7] hist       dq:{topic#p}:hist
 -- KEYS[8] stats      dq:{topic#p}:stats
 -- KEYS[9] wake       dq:{topic#p}:wake
+-- KEYS[10] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
 -- ARGV[2] lease length, ms (> 0)
@@ -24,27 +39,35 @@
 -- ARGV[4] recover batch (> 0)
 -- ARGV[5] dead-queue cap for this partition
 -- ARGV[6] dead-queue retention, ms
--- ARGV[7..] retry delay in ms after attempt 1, 2, ... for jobs whose lease expired
+-- ARGV[7] receipt life, ms (> 0)
+-- ARGV[8] try of this call: 0 the first, n the n-th retry
+-- ARGV[9..] retry delay in ms after attempt 1, 2, ... for jobs whose lease expired
 --
 -- Returns {now, next_ms, trimmed, n_jobs, n_buried, key1, record1, ..., buried_key1, ...}
 --   now      Redis TIME in ms (the lease start)
 --   next_ms  -1 if nothing is pending; 0 if more ready work remains; else ms until the
 --            earliest due time or lease deadline in this partition
---   records are full records (20-byte header + payload), already marked active
+--   records are full records (20-byte header + payload), already marked active; the jobs
+--   of a found receipt come first
 -- Errors: 'ERR dq bad arguments: ...'
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local receipt_key = KEYS[10]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
 local dead_cap, retention = tonumber(ARGV[5]), tonumber(ARGV[6])
+local receipt_ms, try_no = tonumber(ARGV[7]), tonumber(ARGV[8])
 if not (max_jobs and lease and promote_batch and recover_batch and dead_cap and retention)
     or max_jobs < 0 or lease <= 0 or promote_batch <= 0 or recover_batch <= 0 then
   return redis.error_reply('ERR dq bad arguments: fetch limits')
 end
+if not (receipt_ms and try_no and receipt_key) or receipt_ms <= 0 or try_no < 0 then
+  return redis.error_reply('ERR dq bad arguments: fetch call')
+end
 local delays = {}
-for i = 7, #ARGV do
+for i = 9, #ARGV do
   local d = tonumber(ARGV[i])
   if not d or d < 0 then return redis.error_reply('ERR dq bad arguments: retry delay') end
   delays[#delays + 1] = d
@@ -53,6 +76,18 @@ end
 local now = now_ms()
 local trimmed = 0
 local buried = {}
+
+-- 0. this call's receipt. (A value that does not decode is taken for no receipt.)
+local receipt = nil
+local stored = redis.call('GET', receipt_key)
+if stored then
+  local ok, r = pcall(cmsgpack.unpack, stored)
+  if ok and type(r) == 'table' and type(r[1]) == 'number' then receipt = r end
+end
+if receipt and receipt[1] > try_no then
+  return {now, 0, 0, 0, 0} -- a later try of this call ran already: this one is stale
+end
+for i = 11, #KEYS do redis.call('DEL', KEYS[i]) end
 
 -- A value in the pool that is not a record (written by hand, or damaged) must not stop the
 -- rest of the batch: it goes to the dead queue as it is, for someone to look at.
@@ -65,6 +100,69 @@ local function bury_corrupt(key, rec)
   redis.call('ZADD', dead, now, key)
   redis.call('HINCRBY', stats, 'buried', 1)
   buried[#buried + 1] = key
+end
+
+-- Leasing. Each step reads records with one HMGET and writes with one variadic HSET / ZADD /
+-- RPUSH, so a batch costs a few calls, not a few per job.
+local out = {}
+local n_jobs = 0
+local token = nil
+local deadline = now + lease
+local seen = {} -- a key may have two hints in ready (one stale): lease it once
+local leases = {try_no} -- this call's receipt: try, then key, token of each job leased
+-- Leases `keys` (records `recs`) with fresh tokens; `spent` is 1 for a new attempt, 0 for
+-- the jobs of a receipt, whose earlier lease never reached a worker.
+local function lease_all(keys, recs, spent)
+  if #keys == 0 then return end
+  if not token then
+    -- one counter bump for the whole call; tokens are base+1 .. base+max_jobs
+    token = redis.call('HINCRBY', stats, 'token', max_jobs) - max_jobs
+  end
+  local records, members = {}, {}
+  for i, key in ipairs(keys) do
+    local rec = recs[i]
+    local _, attempts, due, created = struct.unpack(HEADER, rec)
+    token = token + 1
+    local leased = pack_record('A', attempts + spent, due, created, token,
+      string.sub(rec, HEADER_LEN + 1))
+    records[#records + 1] = key
+    records[#records + 1] = leased
+    members[#members + 1] = deadline
+    members[#members + 1] = key
+    out[#out + 1] = key
+    out[#out + 1] = leased
+    leases[#leases + 1] = key
+    leases[#leases + 1] = token
+  end
+  call_many('HSET', pool, records)
+  call_many('ZADD', active, members)
+  n_jobs = n_jobs + #keys
+end
+
+-- 0. (continued) a retry gets back the jobs its receipt names that are still leased under the
+--    recorded token: nobody else has them (a recovered or acked job has another token or no
+--    record). Before step 1, so that a lease of theirs that ran out is not charged.
+if receipt and try_no > 0 then
+  local keys, tokens = {}, {}
+  for i = 2, #receipt - 1, 2 do
+    if #keys >= max_jobs then break end
+    keys[#keys + 1] = receipt[i]
+    tokens[#tokens + 1] = receipt[i + 1]
+  end
+  if #keys > 0 then
+    local recs = hmget(pool, keys)
+    local again, again_recs = {}, {}
+    for i, key in ipairs(keys) do
+      local rec = recs[i]
+      if rec and is_record(rec) and not seen[key] and string.sub(rec, 1, 1) == 'A'
+          and token_of(rec) == tokens[i] then
+        seen[key] = true
+        again[#again + 1] = key
+        again_recs[#again_recs + 1] = rec
+      end
+    end
+    lease_all(again, again_recs, 0)
+  end
 end
 
 -- 1. expired leases: deadline < now
@@ -95,37 +193,7 @@ if #buried > 0 then
   trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
 end
 
--- 2. lease ready jobs, FIFO. Each step reads records with one HMGET and writes with one
---    variadic HSET / ZADD / RPUSH, so a batch costs a few calls, not a few per job.
-local out = {}
-local n_jobs = 0
-local token = nil
-local deadline = now + lease
-local seen = {} -- a key may have two hints in ready (one stale): lease it once
-local function lease_all(keys, recs)
-  if #keys == 0 then return end
-  if not token then
-    -- one counter bump for the whole call; tokens are base+1 .. base+max_jobs
-    token = redis.call('HINCRBY', stats, 'token', max_jobs) - max_jobs
-  end
-  local records, members = {}, {}
-  for i, key in ipairs(keys) do
-    local rec = recs[i]
-    local _, attempts, due, created = struct.unpack(HEADER, rec)
-    token = token + 1
-    local leased = pack_record('A', attempts + 1, due, created, token,
-      string.sub(rec, HEADER_LEN + 1))
-    records[#records + 1] = key
-    records[#records + 1] = leased
-    members[#members + 1] = deadline
-    members[#members + 1] = key
-    out[#out + 1] = key
-    out[#out + 1] = leased
-  end
-  call_many('HSET', pool, records)
-  call_many('ZADD', active, members)
-  n_jobs = n_jobs + #keys
-end
+-- 2. lease ready jobs, FIFO
 local rounds = 0
 while n_jobs < max_jobs and rounds < 4 do
   rounds = rounds + 1
@@ -146,7 +214,7 @@ while n_jobs < max_jobs and rounds < 4 do
       live[#live + 1] = rec
     end
   end
-  lease_all(keys, live)
+  lease_all(keys, live, 1)
 end
 
 -- 3. due jobs (score < now + 1) of scheduled and retry, merged by due ms (scheduled first on
@@ -194,7 +262,7 @@ if #taken > 0 then
       end
     end
   end
-  lease_all(lease_keys, lease_recs)
+  lease_all(lease_keys, lease_recs, 1)
   if #hints > 0 then
     call_many('HSET', pool, records)
     call_many('RPUSH', ready, hints)
@@ -262,6 +330,12 @@ else
   if n_jobs == 0 and retention > 0 then
     trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
   end
+end
+
+-- 6. the receipt: only for a call that leased something (or a retry, whose receipt also
+--    tells a stale earlier try that it is stale)
+if n_jobs > 0 or try_no > 0 then
+  redis.call('SET', receipt_key, cmsgpack.pack(leases), 'PX', receipt_ms)
 end
 
 local reply = {now, next_ms, trimmed, n_jobs, #buried}
