@@ -5,7 +5,8 @@
 //! 2. failures (retry, defer, bury) are written concurrently, one script call each;
 //! 3. every write is retried on connection trouble with capped backoff: ack and fail are
 //!    idempotent under their token, so a repeat after an ambiguous error does nothing twice;
-//! 4. a buried job triggers the `on_dead` hook, once, from the worker that buried it.
+//! 4. a buried job is reported to the dead letters (log and `on_dead` hook), once, by the
+//!    worker that buried it.
 //!
 //! If a write still cannot be made, nothing is lost: the lease expires and the job is retried.
 
@@ -18,9 +19,9 @@ use dq_core::{AckOutcome, Error, FailAction, FailOutcome, Queue, Store};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::dead::{DeadJob, DeadLetters};
 use crate::in_flight::{InFlight, Lease};
 use crate::registry::TopicRuntime;
-use crate::worker::{DeadJob, OnDead};
 
 /// How a handler run ended.
 #[derive(Debug)]
@@ -64,7 +65,7 @@ pub(crate) struct Completer {
     store: Arc<dyn Store>,
     in_flight: InFlight,
     topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
-    on_dead: Option<OnDead>,
+    dead: DeadLetters,
 }
 
 impl Completer {
@@ -72,7 +73,7 @@ impl Completer {
         store: Arc<dyn Store>,
         in_flight: InFlight,
         topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
-        on_dead: Option<OnDead>,
+        dead: DeadLetters,
     ) -> (Completer, CompletionSender) {
         let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
         (
@@ -81,7 +82,7 @@ impl Completer {
                 store,
                 in_flight,
                 topics,
-                on_dead,
+                dead,
             },
             CompletionSender(tx),
         )
@@ -102,8 +103,8 @@ impl Completer {
                         let store = self.store.clone();
                         let in_flight = self.in_flight.clone();
                         let topics = self.topics.clone();
-                        let on_dead = self.on_dead.clone();
-                        failures.spawn(fail(store, in_flight, topics, on_dead, c));
+                        let dead = self.dead.clone();
+                        failures.spawn(fail(store, in_flight, topics, dead, c));
                     }
                 }
                 if taken < MAX_BATCH {
@@ -158,7 +159,7 @@ async fn fail(
     store: Arc<dyn Store>,
     in_flight: InFlight,
     topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
-    on_dead: Option<OnDead>,
+    dead: DeadLetters,
     c: Completion,
 ) {
     let Outcome::Failed { action, error } = &c.outcome else {
@@ -185,17 +186,18 @@ async fn fail(
             _ => tracing::warn!(error = %error, retry_at_ms = at_ms, "failed; will retry"),
         },
         Ok(FailOutcome::Buried { trimmed }) => {
-            tracing::error!(error = %error, trimmed, "failed for good; moved to the dead queue");
-            if let Some(hook) = on_dead {
-                let dead = DeadJob {
-                    topic: lease.queue.topic.to_string(),
-                    key: lease.key.clone(),
-                    attempts: lease.attempt,
-                    error: error.clone(),
-                };
-                drop(_enter);
-                hook(dead).await;
+            if trimmed > 0 {
+                tracing::warn!(
+                    trimmed,
+                    "dead queue over its cap or retention: oldest removed"
+                );
             }
+            dead.report(DeadJob {
+                topic: lease.queue.topic.to_string(),
+                key: lease.key.clone(),
+                attempts: lease.attempt,
+                error: error.clone(),
+            });
         }
         Ok(FailOutcome::Gone) => tracing::debug!("job already gone; failure not recorded"),
         Err(Error::StaleToken { .. }) => {

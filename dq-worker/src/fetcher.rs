@@ -30,9 +30,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::dead::{DeadJob, DeadLetters};
+use crate::health::FetcherHealth;
 use crate::registry::TopicRuntime;
 use crate::runner::{self, RunnerShared};
-use crate::worker::{DeadJob, FetcherHealth, OnDead};
 
 /// How a fetcher behaves (from the worker's settings).
 #[derive(Clone, Debug)]
@@ -51,7 +52,7 @@ pub(crate) struct Fetcher {
     pub settings: FetchSettings,
     pub stop: CancellationToken,
     pub runners: TaskTracker,
-    pub on_dead: Option<OnDead>,
+    pub dead: DeadLetters,
     /// What this fetcher's last store call did, for [`crate::WorkerHandle::health`].
     pub health: Arc<std::sync::Mutex<FetcherHealth>>,
 }
@@ -321,29 +322,21 @@ impl Fetcher {
         Some((sent, wait))
     }
 
-    /// A job whose lease expired on its last attempt was buried by this fetch: tell `on_dead`.
+    /// A job whose lease expired on its last attempt was buried by this fetch: report it, with
+    /// its attempts and last error as the store has them.
     fn report_buried(&self, key: dq_core::JobKey) {
-        tracing::error!(
-            topic = %self.queue.topic,
-            key = %key,
-            "lease expired on the last attempt; moved to the dead queue"
-        );
-        let Some(hook) = self.on_dead.clone() else {
-            return;
-        };
         let store = self.store.clone();
         let queue = self.queue.clone();
-        tokio::spawn(async move {
+        self.dead.report_when(async move {
             let info = store.job(&queue, &key).await.ok().flatten();
-            let dead = DeadJob {
+            DeadJob {
                 topic: queue.topic.to_string(),
                 attempts: info.as_ref().map_or(0, |i| i.attempts),
                 error: info
                     .and_then(|i| i.history.last().map(|h| h.error.clone()))
                     .unwrap_or_else(|| "lease expired".into()),
                 key,
-            };
-            hook(dead).await;
+            }
         });
     }
 }

@@ -12,16 +12,22 @@
 //! | `completer` | writes outcomes back: acks in batches, failures one by one, retried until done |
 //! | `lease_keeper` | extends the leases of running jobs in batches; cancels handlers whose lease is lost |
 //! | `in_flight` | the running jobs, shared by runner, completer and lease keeper |
+//! | `dead` | dead letters: the one place a job buried by this worker is logged and handed to `on_dead` |
+//! | `health` | what a running worker says about itself (`WorkerHandle::health`) |
+//! | `error` | why a worker could not start |
 
 mod completer;
+mod dead;
+mod error;
 mod fetcher;
+mod health;
 mod in_flight;
 mod lease_keeper;
 mod registry;
 mod runner;
 pub mod worker;
 
-pub use worker::{
-    DeadJob, FetcherHealth, ShutdownReport, Worker, WorkerBuilder, WorkerError, WorkerHandle,
-    WorkerHealth,
-};
+pub use dead::DeadJob;
+pub use error::WorkerError;
+pub use health::{FetcherHealth, WorkerHealth};
+pub use worker::{ShutdownReport, Worker, WorkerBuilder, WorkerHandle};

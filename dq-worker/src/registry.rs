@@ -9,7 +9,7 @@ use std::time::Duration;
 use dq_core::{ClientConfig, DeadLimits, JobDescriptor, RetryPolicy, Topic};
 use tokio::sync::Semaphore;
 
-use crate::worker::WorkerError;
+use crate::error::WorkerError;
 
 /// A topic as this worker runs it.
 #[derive(Debug)]

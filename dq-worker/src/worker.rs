@@ -17,7 +17,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,61 +26,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::completer::Completer;
+use crate::dead::{DeadJob, DeadLetters, OnDead};
+use crate::error::WorkerError;
 use crate::fetcher::{FetchSettings, Fetcher};
+use crate::health::{FetcherHealth, WorkerHealth};
 use crate::in_flight::InFlight;
 use crate::lease_keeper::LeaseKeeper;
 use crate::registry::{self, Selection, TopicRuntime};
 use crate::runner::RunnerShared;
-
-/// Why a worker could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WorkerError {
-    /// Two handlers are registered for one topic.
-    #[error("topic {topic:?} has two handlers: {first} and {second}")]
-    DuplicateTopic {
-        /// The topic.
-        topic: String,
-        /// The first handler and where it is declared.
-        first: String,
-        /// The second handler and where it is declared.
-        second: String,
-    },
-    /// A topic was named (in `.topics` or `.concurrency`) that no handler is registered for.
-    #[error("no handler is registered for topic {0:?}")]
-    UnknownTopic(String),
-    /// No handler is registered (or none is left after `.topics(…)`).
-    #[error("no jobs to run: annotate handlers with #[delayed_job] (or check .topics(…))")]
-    NoJobs,
-    /// A handler's settings are invalid.
-    #[error("job {name}: {reason}")]
-    InvalidJob {
-        /// The handler.
-        name: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A worker setting is invalid.
-    #[error("invalid worker setting: {0}")]
-    InvalidSetting(String),
-}
-
-/// A job that has just been moved to the dead queue, as given to the `on_dead` hook.
-#[derive(Clone, Debug)]
-pub struct DeadJob {
-    /// Its topic.
-    pub topic: String,
-    /// Its key.
-    pub key: JobKey,
-    /// How many attempts it had.
-    pub attempts: u32,
-    /// Why it died (the last error).
-    pub error: String,
-}
-
-/// The `on_dead` hook, boxed.
-pub(crate) type OnDead =
-    Arc<dyn Fn(DeadJob) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Configures a [`Worker`].
 pub struct WorkerBuilder {
@@ -312,11 +264,12 @@ impl Worker {
             .iter()
             .map(|t| (t.topic.to_string(), t.clone()))
             .collect();
+        let dead = DeadLetters::new(self.on_dead.clone());
         let (completer, sender) = Completer::new(
             self.store.clone(),
             in_flight.clone(),
             Arc::new(by_name),
-            self.on_dead.clone(),
+            dead.clone(),
         );
         let completer = tokio::spawn(completer.run());
         let keeper_stop = CancellationToken::new();
@@ -356,7 +309,7 @@ impl Worker {
                     settings: self.settings.clone(),
                     stop: stop.clone(),
                     runners: runners.clone(),
-                    on_dead: self.on_dead.clone(),
+                    dead: dead.clone(),
                     health: fetcher_health,
                 };
                 fetchers.push(tokio::spawn(fetcher.run()));
@@ -380,6 +333,7 @@ impl Worker {
             keeper_stop,
             shutdown_timeout: self.shutdown_timeout,
             health,
+            dead,
         }
     }
 }
@@ -399,72 +353,6 @@ pub struct ShutdownReport {
     pub drained: bool,
 }
 
-/// A snapshot of a running worker's health, from [`WorkerHandle::health`]: enough for a
-/// liveness or readiness probe. Cheap to take (no store call).
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct WorkerHealth {
-    /// One entry per fetcher (topic partition), in start order.
-    pub fetchers: Vec<FetcherHealth>,
-    /// Jobs running now (handlers, and outcomes not yet written).
-    pub running: usize,
-}
-
-impl WorkerHealth {
-    /// Whether every fetcher's last store call succeeded (false for a fetcher that has not
-    /// completed a call yet).
-    pub fn is_healthy(&self) -> bool {
-        self.fetchers.iter().all(|f| f.last_call_ok)
-    }
-
-    /// The fetchers whose last call failed with an error retrying cannot fix (a missing
-    /// permission, a key of the wrong type): an operator has to act.
-    pub fn permanent_errors(&self) -> impl Iterator<Item = &FetcherHealth> {
-        self.fetchers
-            .iter()
-            .filter(|f| !f.last_call_ok && f.last_error_permanent)
-    }
-}
-
-/// How one fetcher's (one topic partition's) store calls have gone.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct FetcherHealth {
-    /// The topic.
-    pub topic: String,
-    /// The partition.
-    pub partition: u16,
-    /// Whether its last `fetch` call succeeded (false until one completes).
-    pub last_call_ok: bool,
-    /// When its last `fetch` call completed, successful or not (`None` before the first).
-    pub last_call_at: Option<std::time::Instant>,
-    /// When its last successful `fetch` call completed.
-    pub last_success_at: Option<std::time::Instant>,
-    /// The text of its most recent error (kept after a later success; see `last_call_ok`).
-    pub last_error: Option<String>,
-    /// Whether that error is one retrying cannot fix (a missing permission, a key of the
-    /// wrong type, a reply dq cannot read), as opposed to connection trouble or a timeout.
-    /// Such errors are logged at ERROR; the fetcher keeps retrying them.
-    pub last_error_permanent: bool,
-    /// Calls that have failed since the last success.
-    pub failures_in_a_row: u32,
-}
-
-impl FetcherHealth {
-    pub(crate) fn new(topic: &str, partition: u16) -> Self {
-        FetcherHealth {
-            topic: topic.to_string(),
-            partition,
-            last_call_ok: false,
-            last_call_at: None,
-            last_success_at: None,
-            last_error: None,
-            last_error_permanent: false,
-            failures_in_a_row: 0,
-        }
-    }
-}
-
 /// A running worker. Call [`WorkerHandle::shutdown`] to stop it gracefully; dropping the
 /// handle leaves the worker running until the runtime ends (leases then expire and the jobs
 /// run elsewhere, so nothing is lost — but shutdown is kinder).
@@ -481,6 +369,7 @@ pub struct WorkerHandle {
     keeper_stop: CancellationToken,
     shutdown_timeout: Duration,
     health: Vec<Arc<std::sync::Mutex<FetcherHealth>>>,
+    dead: DeadLetters,
 }
 
 impl std::fmt::Debug for WorkerHandle {
@@ -566,9 +455,10 @@ impl WorkerHandle {
                 }
             }
         }
-        // 4. flush outcomes, then stop keeping leases
+        // 4. flush outcomes and dead-letter reports, then stop keeping leases
         self.shared.take();
         let _ = (&mut self.completer).await;
+        self.dead.finish().await;
         self.keeper_stop.cancel();
         let _ = (&mut self.keeper).await;
         tracing::info!(drained, released, "worker stopped");
