@@ -15,7 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
 
-use crate::error::{Error, Result};
+use crate::error::{BulkStored, Error, Result};
+pub use crate::job::Enqueued;
 use crate::job::{
     CancelOutcome, DeadLimits, Due, EnqueueCall, EnqueueOutcome, Job, JobInfo, NewDue, NewJob,
     Queue, RescheduleOutcome, TopicStats,
@@ -23,7 +24,6 @@ use crate::job::{
 use crate::names::{JobKey, Topic};
 use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
 use crate::store::Store;
-use crate::store::redis::{RedisOptions, RedisStore};
 
 /// Largest number of jobs sent in one enqueue script call by bulk enqueue: small enough that
 /// one call stays in the low milliseconds, so Redis never stalls its other clients.
@@ -82,112 +82,6 @@ impl ClientConfig {
     }
 }
 
-/// Builds a [`Client`] with non-default settings.
-#[derive(Clone, Debug, Default)]
-pub struct ClientBuilder {
-    redis: RedisOptions,
-    config: ClientConfig,
-}
-
-impl ClientBuilder {
-    /// Prefix of every Redis key (default `dq`).
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.redis.namespace = namespace.into();
-        self
-    }
-
-    /// Splits `topic` into `partitions` partitions (default 1). Producers and workers of a
-    /// topic must agree on this number.
-    pub fn partitions(mut self, topic: impl Into<String>, partitions: u16) -> Self {
-        self.config.partitions.insert(topic.into(), partitions);
-        self
-    }
-
-    /// Partitions of every topic not configured with [`ClientBuilder::partitions`].
-    pub fn default_partitions(mut self, partitions: u16) -> Self {
-        self.config.default_partitions = partitions;
-        self
-    }
-
-    /// Largest encoded payload accepted (default 1 MiB).
-    pub fn max_payload(mut self, bytes: usize) -> Self {
-        self.config.max_payload = bytes;
-        self
-    }
-
-    /// Dead-queue cap and retention of `topic` (default 100,000 jobs, 30 days).
-    pub fn dead_limits(mut self, topic: impl Into<String>, limits: DeadLimits) -> Self {
-        self.config.dead_limits.insert(topic.into(), limits);
-        self
-    }
-
-    /// Jobs per script call in bulk enqueue (default 250).
-    pub fn bulk_chunk(mut self, jobs: usize) -> Self {
-        self.config.bulk_chunk = jobs;
-        self
-    }
-
-    /// Longest wait for one Redis reply (default 5 s).
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.redis.response_timeout = timeout;
-        self
-    }
-
-    /// Accept a Redis whose `maxmemory-policy` may evict keys, with a warning instead of an
-    /// error. Eviction deletes jobs silently: use only where losing jobs is acceptable.
-    pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.redis.allow_eviction = allow;
-        self
-    }
-
-    /// Skip the server checks on connect (version, eviction policy, persistence).
-    pub fn skip_server_checks(mut self) -> Self {
-        self.redis.check_server = false;
-        self
-    }
-
-    fn validate(&self) -> Result<()> {
-        for (topic, &p) in &self.config.partitions {
-            Topic::new(topic.clone())?;
-            if p == 0 {
-                return Err(Error::InvalidConfig(format!(
-                    "topic {topic:?} needs at least one partition"
-                )));
-            }
-        }
-        if self.config.default_partitions == 0 {
-            return Err(Error::InvalidConfig(
-                "default_partitions must be at least 1".into(),
-            ));
-        }
-        if self.config.bulk_chunk == 0 {
-            return Err(Error::InvalidConfig("bulk_chunk must be at least 1".into()));
-        }
-        for (topic, limits) in &self.config.dead_limits {
-            Topic::new(topic.clone())?;
-            if limits.cap == 0 {
-                return Err(Error::InvalidConfig(format!(
-                    "dead-queue cap of {topic:?} must be at least 1"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Connects to Redis at `url` and checks the server.
-    pub async fn connect(self, url: &str) -> Result<Client> {
-        self.validate()?;
-        let store = RedisStore::connect(url, self.redis).await?;
-        Ok(Client::from_store(Arc::new(store), self.config))
-    }
-
-    /// A client on another store (e.g. the embedded one), with these settings.
-    pub fn build_with_store(self, store: Arc<dyn Store>) -> Result<Client> {
-        self.validate()?;
-        Ok(Client::from_store(store, self.config))
-    }
-}
-
 /// The handle applications use to enqueue and manage jobs. Cheap to clone; share it.
 #[derive(Clone)]
 pub struct Client {
@@ -204,17 +98,6 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to Redis at `url` with default settings (namespace `dq`, one partition per
-    /// topic), checking that the server is fit to hold jobs.
-    pub async fn connect(url: &str) -> Result<Client> {
-        Client::builder().connect(url).await
-    }
-
-    /// Starts building a client with non-default settings.
-    pub fn builder() -> ClientBuilder {
-        ClientBuilder::default()
-    }
-
     /// A client on an existing store.
     pub fn from_store(store: Arc<dyn Store>, config: ClientConfig) -> Client {
         Client {
@@ -366,15 +249,6 @@ impl<P> BulkJob<P> {
         self.replace = true;
         self
     }
-}
-
-/// The result of enqueueing one job.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Enqueued {
-    /// The job's key (generated if none was given).
-    pub key: JobKey,
-    /// What happened.
-    pub outcome: EnqueueOutcome,
 }
 
 /// A pending enqueue; `.await` it to send.
@@ -562,7 +436,7 @@ impl TopicClient {
     ///         // Later (e.g. once memory is free): the jobs not stored, each once.
     ///         let rest = jobs
     ///             .into_iter()
-    ///             .zip(&outcomes)
+    ///             .zip(outcomes.outcomes())
     ///             .filter(|(_, stored)| stored.is_none())
     ///             .map(|(job, _)| job)
     ///             .collect();
@@ -597,7 +471,7 @@ impl TopicClient {
                     Ok(outcomes) => outcomes,
                     Err(source) if stored_any => {
                         return Err(Error::BulkPartial {
-                            outcomes: out,
+                            outcomes: BulkStored::new(out),
                             failed: indices.to_vec(),
                             source: Box::new(source),
                         });
@@ -793,5 +667,23 @@ impl TopicClient {
             .into_iter()
             .map(|(p, keys)| (Queue::new(self.topic.clone(), p), keys))
             .collect())
+    }
+}
+
+impl BulkStored {
+    fn new(entries: Vec<Option<Enqueued>>) -> Self {
+        BulkStored {
+            stored: entries.iter().flatten().count(),
+            len: entries.len(),
+            entries: Box::new(entries),
+        }
+    }
+
+    /// One entry per job of the bulk, in the order given: `Some` (its key, generated keys
+    /// too, and its outcome) for a job that was stored, `None` for one that was not.
+    pub fn outcomes(&self) -> &[Option<Enqueued>] {
+        self.entries
+            .downcast_ref::<Vec<Option<Enqueued>>>()
+            .map_or(&[], Vec::as_slice)
     }
 }

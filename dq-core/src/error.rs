@@ -105,14 +105,15 @@ pub enum Error {
     /// [`TopicClient::enqueue_bulk`](crate::TopicClient::enqueue_bulk) for how to resume.
     #[error(
         "bulk enqueue stored {} of {} jobs, then failed: {source}",
-        outcomes.iter().flatten().count(),
+        outcomes.stored(),
         outcomes.len()
     )]
     BulkPartial {
         /// One entry per job of the call, in the order given: `Some` (its key, generated keys
         /// too, and its outcome) for a job whose chunk was stored, `None` for one that was
-        /// not. With one partition the `Some`s are a prefix.
-        outcomes: Vec<Option<crate::client::Enqueued>>,
+        /// not. With one partition the `Some`s are a prefix. Read them with
+        /// [`BulkStored::outcomes`].
+        outcomes: BulkStored,
         /// The indices of the jobs of the chunk that failed. If `source` is retryable (a
         /// timeout or lost connection that outlasted dq's own retries) that chunk may have
         /// been stored all the same; otherwise (e.g. `OutOfMemory`) it was not.
@@ -186,3 +187,40 @@ pub(crate) fn from_redis(e: redis::RedisError) -> Error {
 
 /// dq-core's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a bulk enqueue that failed part-way had stored ([`Error::BulkPartial`]): one entry per
+/// job, in the order given. [`BulkStored::outcomes`] gives them as `Option<Enqueued>`.
+///
+/// (The entries are held behind `Any` so that this file, the bottom of dq-core, names no type
+/// of the job model above it; the accessor lives with the client that builds them.)
+pub struct BulkStored {
+    pub(crate) entries: Box<dyn std::any::Any + Send + Sync>,
+    pub(crate) stored: usize,
+    pub(crate) len: usize,
+}
+
+impl BulkStored {
+    /// How many jobs were stored.
+    pub fn stored(&self) -> usize {
+        self.stored
+    }
+
+    /// How many jobs the bulk had.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the bulk had no jobs (never, for an error: kept for symmetry with `len`).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for BulkStored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BulkStored")
+            .field("stored", &self.stored)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}

@@ -632,3 +632,12 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 pub fn from_unix_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
+
+/// The result of enqueueing one job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The job's key (generated if none was given).
+    pub key: JobKey,
+    /// What happened.
+    pub outcome: EnqueueOutcome,
+}

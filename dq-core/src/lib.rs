@@ -4,6 +4,7 @@
 //! Users depend on the `dq` facade crate, which re-exports what they need from here.
 
 pub mod client;
+pub mod connect;
 pub mod error;
 pub mod handler;
 pub mod job;
@@ -15,10 +16,10 @@ pub use dq_syntax as retry_syntax;
 pub mod store;
 
 pub use client::{
-    BulkJob, Client, ClientBuilder, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued,
-    TopicClient,
+    BulkJob, Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, TopicClient,
 };
-pub use error::{Error, Result};
+pub use connect::ClientBuilder;
+pub use error::{BulkStored, Error, Result};
 pub use handler::{
     BoxError, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
     LeaseDeadline, SharedData, registered_jobs,

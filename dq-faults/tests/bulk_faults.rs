@@ -69,6 +69,7 @@ async fn bulk_at_maxmemory_reports_what_was_stored_and_resumes_exactly_once() {
     else {
         panic!("expected BulkPartial, got {err:?}")
     };
+    let outcomes = outcomes.outcomes();
     assert!(matches!(*source, Error::OutOfMemory), "{source:?}");
     assert_eq!(outcomes.len(), JOBS);
     let stored = outcomes.iter().take_while(|o| o.is_some()).count();
@@ -98,7 +99,7 @@ async fn bulk_at_maxmemory_reports_what_was_stored_and_resumes_exactly_once() {
     s.server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "0"]);
     let rest: Vec<_> = jobs()
         .into_iter()
-        .zip(&outcomes)
+        .zip(outcomes)
         .filter(|(_, o)| o.is_none())
         .map(|(j, _)| j)
         .collect();
