@@ -348,7 +348,7 @@ impl std::fmt::Debug for TopicClient {
 }
 
 /// How long after its first try an enqueue call is still retried. Shorter than
-/// [`ENQUEUE_RECEIPT_LIFE`](crate::ENQUEUE_RECEIPT_LIFE) by a margin, so that a retry always
+/// [`ENQUEUE_RECEIPT_LIFE`](crate::job::ENQUEUE_RECEIPT_LIFE) by a margin, so that a retry always
 /// finds the receipt of an earlier try that was applied.
 pub const ENQUEUE_RETRY_WINDOW: Duration = Duration::from_secs(20);
 

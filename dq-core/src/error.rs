@@ -102,7 +102,7 @@ pub enum Error {
     /// A bulk enqueue failed part-way: some of its script calls (chunks) were stored, then
     /// one failed (`source`, e.g. [`Error::OutOfMemory`]) and the rest were not sent. Each
     /// chunk is atomic; the bulk is not. See
-    /// [`TopicClient::enqueue_bulk`](crate::TopicClient::enqueue_bulk) for how to resume.
+    /// [`TopicClient::enqueue_bulk`](crate::client::TopicClient::enqueue_bulk) for how to resume.
     #[error(
         "bulk enqueue stored {} of {} jobs, then failed: {source}",
         outcomes.stored(),

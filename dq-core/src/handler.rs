@@ -295,7 +295,8 @@ impl JobContext {
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
 
 /// Decodes a payload and starts the handler; a decode failure is reported, never retried.
-pub type HandlerFn = fn(payload: &[u8], ctx: JobContext) -> Result<HandlerFuture, crate::Error>;
+pub type HandlerFn =
+    fn(payload: &[u8], ctx: JobContext) -> Result<HandlerFuture, crate::error::Error>;
 
 /// A handler registered by `#[delayed_job]`: its topic, policies and entry point.
 #[derive(Debug)]

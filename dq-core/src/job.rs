@@ -97,14 +97,14 @@ impl std::fmt::Display for JobState {
 
 /// The latest due time dq can store, in Unix ms: 2^48 − 1, in the year 10889 (a job record
 /// keeps due times in 48 bits). A delay or time past it is refused with
-/// [`Error::DueOutOfRange`](crate::Error::DueOutOfRange) before anything is written.
+/// [`Error::DueOutOfRange`](crate::error::Error::DueOutOfRange) before anything is written.
 pub const MAX_DUE_MS: u64 = (1 << 48) - 1;
 
 /// Refuses a due time past [`MAX_DUE_MS`]: `After(d)` counts from this machine's clock (the
 /// store counts from its own, which differs by far less than the thousands of years at stake).
-fn check_due_ms(requested_ms: u128) -> crate::Result<()> {
+fn check_due_ms(requested_ms: u128) -> crate::error::Result<()> {
     if requested_ms > u128::from(MAX_DUE_MS) {
-        return Err(crate::Error::DueOutOfRange {
+        return Err(crate::error::Error::DueOutOfRange {
             requested_ms,
             max_ms: MAX_DUE_MS,
         });
@@ -129,7 +129,7 @@ pub enum Due {
 
 impl Due {
     /// Refuses a due time dq cannot store (past [`MAX_DUE_MS`]).
-    pub fn check(&self) -> crate::Result<()> {
+    pub fn check(&self) -> crate::error::Result<()> {
         match *self {
             Due::Now => Ok(()),
             Due::After(d) => check_due_ms(now_plus(d)),
@@ -178,10 +178,10 @@ pub enum EnqueueOutcome {
 
 /// How long the store keeps the receipt of an applied [`EnqueueCall`], at least. A retry must
 /// reach the store within it to be recognised; the client stops retrying an enqueue well
-/// before (see [`ENQUEUE_RETRY_WINDOW`](crate::ENQUEUE_RETRY_WINDOW)).
+/// before (see [`ENQUEUE_RETRY_WINDOW`](crate::client::ENQUEUE_RETRY_WINDOW)).
 pub const ENQUEUE_RECEIPT_LIFE: Duration = Duration::from_secs(30);
 
-/// One client call to [`Store::enqueue`](crate::Store::enqueue), the same across its tries.
+/// One client call to [`Store::enqueue`](crate::store::Store::enqueue), the same across its tries.
 ///
 /// A try whose reply is lost (a timeout, a dropped connection) may or may not have been
 /// applied. Its retry presents the same `id` with `retry` set; a store that finds the receipt
@@ -224,7 +224,7 @@ impl Default for EnqueueCall {
 /// has run out is recovered anyway; its receipt is of no more use).
 pub const FETCH_RECEIPT_LIFE: Duration = Duration::from_secs(10);
 
-/// One call to [`Store::fetch`](crate::Store::fetch), the same across its tries.
+/// One call to [`Store::fetch`](crate::store::Store::fetch), the same across its tries.
 ///
 /// `fetch` leases jobs before its reply is on its way; a reply lost to a dropped connection or
 /// a timeout would leave them leased to nobody until the lease runs out, and that expiry
@@ -358,21 +358,21 @@ pub const MAX_FETCH_BATCH: usize = 100_000;
 
 impl FetchRequest {
     /// Checks the limits; both stores refuse a request that fails this, before any work.
-    pub fn validate(&self) -> crate::Result<()> {
+    pub fn validate(&self) -> crate::error::Result<()> {
         if self.lease.is_zero() || self.promote_batch == 0 || self.recover_batch == 0 {
-            return Err(crate::Error::InvalidConfig(
+            return Err(crate::error::Error::InvalidConfig(
                 "fetch needs a lease and batch sizes above zero".into(),
             ));
         }
         if self.max_jobs > MAX_FETCH_JOBS
             || self.promote_batch > MAX_FETCH_BATCH
             || self.recover_batch > MAX_FETCH_BATCH
-            || self.lease_expiry_retries.len() > crate::retry_syntax::MAX_RETRIES as usize
+            || self.lease_expiry_retries.len() > dq_syntax::MAX_RETRIES as usize
         {
-            return Err(crate::Error::InvalidConfig(format!(
+            return Err(crate::error::Error::InvalidConfig(format!(
                 "fetch limits too large: at most {MAX_FETCH_JOBS} jobs, batches of \
                  {MAX_FETCH_BATCH}, {} retry delays",
-                crate::retry_syntax::MAX_RETRIES
+                dq_syntax::MAX_RETRIES
             )));
         }
         Ok(())
@@ -485,7 +485,7 @@ pub enum NewDue {
 impl NewDue {
     /// Refuses a due time dq cannot store (past [`MAX_DUE_MS`]), and a shift larger than the
     /// whole range. A shift within range that would move a job past [`MAX_DUE_MS`] stops there.
-    pub fn check(&self) -> crate::Result<()> {
+    pub fn check(&self) -> crate::error::Result<()> {
         match *self {
             NewDue::After(d) => check_due_ms(now_plus(d)),
             NewDue::At(t) => check_due_ms(u128::from(unix_ms(t))),

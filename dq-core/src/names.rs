@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 
-pub use crate::retry_syntax::MAX_TOPIC_LEN;
+pub use dq_syntax::MAX_TOPIC_LEN;
 /// Longest accepted job key, in bytes.
 pub const MAX_KEY_LEN: usize = 256;
 
@@ -22,7 +22,7 @@ impl Topic {
     /// Validates `name` as a topic.
     pub fn new(name: impl Into<String>) -> Result<Self> {
         let name = name.into();
-        match crate::retry_syntax::check_topic(&name) {
+        match dq_syntax::check_topic(&name) {
             Err(reason) => Err(Error::InvalidTopic { name, reason }),
             Ok(()) => Ok(Topic(name)),
         }

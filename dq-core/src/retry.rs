@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::retry_syntax::{self, RetrySpec};
+use dq_syntax::{self as retry_syntax, RetrySpec};
 
 /// The default tiered schedule, in seconds.
 pub const DEFAULT_TIERS_SECS: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21600, 54000];

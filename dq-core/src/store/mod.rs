@@ -31,7 +31,7 @@ pub trait Store: Send + Sync + 'static {
     /// straight to `ready` and wake a fetcher.
     ///
     /// A call that stored something leaves a receipt of `call.id` for
-    /// [`ENQUEUE_RECEIPT_LIFE`](crate::ENQUEUE_RECEIPT_LIFE); a retry (`call.retry`) that finds
+    /// [`ENQUEUE_RECEIPT_LIFE`](crate::job::ENQUEUE_RECEIPT_LIFE); a retry (`call.retry`) that finds
     /// it writes nothing and reports each job as it is now, or
     /// [`EnqueueOutcome::Ended`] if it is gone.
     async fn enqueue(
@@ -44,7 +44,7 @@ pub trait Store: Send + Sync + 'static {
     /// Recovers expired leases, promotes due jobs, and leases up to `max_jobs` ready ones.
     ///
     /// A call that leased jobs leaves a receipt of `request.call` for
-    /// [`FetchCall::receipt_life`](crate::FetchCall::receipt_life); a retry of the call (after
+    /// [`FetchCall::receipt_life`](crate::job::FetchCall::receipt_life); a retry of the call (after
     /// an ambiguous error) that finds it leases those of its jobs still held under the
     /// recorded tokens again — fresh tokens, a fresh lease, no attempt spent — before anything
     /// else, so a lost reply costs no job an attempt.
@@ -54,7 +54,7 @@ pub trait Store: Send + Sync + 'static {
     async fn ack(&self, queue: &Queue, done: &[(JobKey, u64)]) -> Result<Vec<AckOutcome>>;
 
     /// Records a failed attempt and retries, defers or buries the job as `action` says.
-    /// A stale token is reported as [`Error::StaleToken`](crate::Error::StaleToken).
+    /// A stale token is reported as [`Error::StaleToken`](crate::error::Error::StaleToken).
     async fn fail(
         &self,
         queue: &Queue,
