@@ -22,6 +22,9 @@ for i = 2, #ARGV, 2 do
   if not tonumber(ARGV[i]) then return redis.error_reply('ERR dq bad arguments: token') end
 end
 
+local bad = check_types({active, 'zset', hist, 'hash', stats, 'hash'})
+if bad then return bad end
+
 -- One HMGET, then one variadic HDEL/ZREM for the whole batch.
 local keys = {}
 for i = 1, #ARGV, 2 do keys[#keys + 1] = ARGV[i] end
@@ -45,6 +48,6 @@ if #done > 0 then
   -- the history hash exists only while some job of the partition has failed before
   if redis.call('EXISTS', hist) == 1 then call_many('HDEL', hist, done) end
   call_many('ZREM', active, done)
-  redis.call('HINCRBY', stats, 'succeeded', #done)
+  count(stats, 'succeeded', #done)
 end
 return table.concat(codes)

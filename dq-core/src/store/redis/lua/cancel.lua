@@ -11,7 +11,7 @@
 -- Returns the job's state before the call, one character:
 --   'S' | 'R' | 'F'  it was waiting and is now cancelled (a ready hint is left to go stale)
 --   'A'              running: not touched
---   'D'              dead: not touched
+--   'D'              dead: not touched (also a value that is not a record: fetch buries it)
 --   'N'              no such job
 -- Cancelling twice answers 'N' the second time: nothing is done twice.
 
@@ -19,12 +19,16 @@ local scheduled, retry, pool, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 
 local key = ARGV[1]
 if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
 
+local bad = check_types({scheduled, 'zset', retry, 'zset', hist, 'hash', stats, 'hash'})
+if bad then return bad end
+
 local rec = redis.call('HGET', pool, key)
 if not rec then return 'N' end
+if not is_record(rec) then return 'D' end
 local state = string.sub(rec, 1, 1)
 if state == 'A' or state == 'D' then return state end
 unlink(state, scheduled, retry, nil, key)
 redis.call('HDEL', pool, key)
 redis.call('HDEL', hist, key)
-redis.call('HINCRBY', stats, 'cancelled', 1)
+count(stats, 'cancelled', 1)
 return state

@@ -59,8 +59,12 @@ for i = 0, n - 1 do
   end
 end
 
-local now = now_ms()
 local calls = KEYS[9]
+local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
+  pool, 'hash', hist, 'hash', stats, 'hash', wake_key, 'list', calls, 'zset'})
+if bad then return bad end
+
+local now = now_ms()
 if is_retry == '1' and redis.call('ZSCORE', calls, call) then
   -- An earlier try of this call was applied: report, write nothing.
   local results = {}
@@ -112,7 +116,7 @@ for i = 0, n - 1 do
   results[i + 1] = outcome
 end
 if created > 0 then
-  redis.call('HINCRBY', stats, 'enqueued', created)
+  count(stats, 'enqueued', created)
   redis.call('ZADD', calls, now, call)
   redis.call('PEXPIRE', calls, 2 * RECEIPT_MS)
   -- About one call in ten (the id is random; its last digit decides) removes up to TRIM

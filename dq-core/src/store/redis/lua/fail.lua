@@ -33,13 +33,19 @@ local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KE
 local key, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local delay, err = tonumber(ARGV[4]), ARGV[5]
 local dead_cap, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
-if not token or not delay or delay < 0 or not dead_cap or not retention
+if not token or not delay or delay < 0 or not dead_cap or not retention or not err
     or (action ~= 'r' and action ~= 'd' and action ~= 'b') then
   return redis.error_reply('ERR dq bad arguments: fail')
 end
 
+local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', active, 'zset',
+  dead, 'zset', hist, 'hash', stats, 'hash', wake_key, 'list'})
+if bad then return bad end
+
 local rec = redis.call('HGET', pool, key)
 if not rec then return {0, 0, 0} end
+-- not a record (damaged): this delivery cannot own it; fetch buries it
+if not is_record(rec) then return {-1, 0, 0} end
 local state, attempts, due, _, owner = unpack_record(rec)
 if state ~= 'A' or owner ~= token then return {-1, 0, 0} end
 
@@ -60,7 +66,7 @@ if action == 'd' then
   attempts = attempts - 1
 else
   add_history(hist, key, attempts, now, code, err)
-  redis.call('HINCRBY', stats, 'retried', 1)
+  count(stats, 'retried', 1)
 end
 redis.call('HSET', pool, key, with_header(rec, waiting_state(at, now, later), attempts, at, owner))
 if place(zset, ready, key, at, now) then wake(wake_key) end

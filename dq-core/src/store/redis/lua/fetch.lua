@@ -50,6 +50,10 @@ for i = 7, #ARGV do
   delays[#delays + 1] = d
 end
 
+local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
+  pool, 'hash', hist, 'hash', stats, 'hash', wake_key, 'list'})
+if bad then return bad end
+
 local now = now_ms()
 local trimmed = 0
 local buried = {}
@@ -63,7 +67,7 @@ local function bury_corrupt(key, rec)
   redis.call('HSET', pool, key, pack_record('D', 0, now, now, 0, rec))
   add_history(hist, key, 0, now, 'B', 'corrupt record')
   redis.call('ZADD', dead, now, key)
-  redis.call('HINCRBY', stats, 'buried', 1)
+  count(stats, 'buried', 1)
   buried[#buried + 1] = key
 end
 
@@ -77,14 +81,14 @@ for _, key in ipairs(expired) do
     bury_corrupt(key, rec)
   elseif rec and string.sub(rec, 1, 1) == 'A' then
     local _, attempts, due, _, token = unpack_record(rec)
-    redis.call('HINCRBY', stats, 'expired', 1)
+    count(stats, 'expired', 1)
     add_history(hist, key, attempts, now, 'L', 'lease expired')
     local delay = delays[attempts]
     if delay then
       local at = bound_due(now + delay, now)
       redis.call('HSET', pool, key, with_header(rec, 'F', attempts, at, token))
       redis.call('ZADD', retry, slot_score(retry, at), key)
-      redis.call('HINCRBY', stats, 'retried', 1)
+      count(stats, 'retried', 1)
     else
       bury(dead, pool, stats, key, rec, now)
       buried[#buried + 1] = key
@@ -106,7 +110,7 @@ local function lease_all(keys, recs)
   if #keys == 0 then return end
   if not token then
     -- one counter bump for the whole call; tokens are base+1 .. base+max_jobs
-    token = redis.call('HINCRBY', stats, 'token', max_jobs) - max_jobs
+    token = next_tokens(stats, max_jobs)
   end
   local records, members = {}, {}
   for i, key in ipairs(keys) do
@@ -210,6 +214,8 @@ end
 local repaired = 0
 if n_jobs == 0 then
   local cursor = redis.call('HGET', stats, 'audit_cursor') or '0'
+  -- a damaged cursor would make HSCAN fail after this call's writes: start over instead
+  if #cursor > 19 or not string.find(cursor, '^%d+$') then cursor = '0' end
   local scan = redis.call('HSCAN', pool, cursor, 'COUNT', 32)
   redis.call('HSET', stats, 'audit_cursor', scan[1])
   local ready_empty = redis.call('LLEN', ready) == 0
@@ -238,7 +244,7 @@ if n_jobs == 0 then
       end
     end
   end
-  if repaired > 0 then redis.call('HINCRBY', stats, 'repaired', repaired) end
+  if repaired > 0 then count(stats, 'repaired', repaired) end
 end
 
 -- 4. what next

@@ -64,6 +64,57 @@ local function hmget(key, fields)
   return out
 end
 
+-- ---- never fail after a write ----
+-- Redis does not roll a script back: whatever it wrote before an error stays. So a script
+-- checks everything that could fail before its first write: its arguments, its records
+-- (is_record), and the type of every key it writes to (check_types). After the first write it
+-- uses only commands and helpers that cannot fail on the data they meet: counters go through
+-- `count`, tokens through `next_tokens`, histories through `add_history`, which never raise.
+
+-- Returns an error reply if a key holds another type than the one given, nil if all are well
+-- (or absent). `types` is a flat list: key, type, key, type, ... (one O(1) TYPE per key).
+-- The error keeps Redis's own WRONGTYPE code, so callers classify it as before.
+local function check_types(types)
+  for i = 1, #types, 2 do
+    local t = redis.call('TYPE', types[i]).ok
+    if t ~= 'none' and t ~= types[i + 1] then
+      return redis.error_reply('WRONGTYPE dq: ' .. types[i] .. ' holds a ' .. t
+        .. ', not a ' .. types[i + 1] .. '; nothing written')
+    end
+  end
+  return nil
+end
+
+-- Adds `n` (> 0) to the counter `field` of the stats hash, without ever failing.
+-- HINCRBY fails on a value that is not an integer, or that would pass 2^63 - 1. So a counter
+-- counts while it has at most 15 digits (below 10^15: far from overflow, and exact in Lua's
+-- doubles); from then on (about 30 years at a million jobs a second), or if it holds anything
+-- but an integer, it is left as it is: it saturates, it never wraps, and it never fails.
+local function count(stats, field, n)
+  local v = redis.call('HGET', stats, field)
+  if not v or (#v <= 15 and (v == '0' or string.find(v, '^%-?[1-9]%d*$'))) then
+    redis.call('HINCRBY', stats, field, n)
+  end
+end
+
+-- Tokens are 48 bits in a record: the largest is MAX_TOKEN.
+local MAX_TOKEN = 281474976710655
+
+-- Reserves `n` delivery tokens from the `token` counter of the stats hash and returns the
+-- one before the first (the tokens are base+1 .. base+n). Never fails: a counter that is not a
+-- clean integer, or that would pass MAX_TOKEN, starts again from 0. (Tokens only have to
+-- differ between the deliveries of one job; a restart after 2^48 tokens cannot meet a lease
+-- still held under the same number.)
+local function next_tokens(stats, n)
+  local v = redis.call('HGET', stats, 'token')
+  local base = v and #v <= 15 and (v == '0' or string.find(v, '^[1-9]%d*$')) and tonumber(v)
+  if base and base + n <= MAX_TOKEN then
+    return redis.call('HINCRBY', stats, 'token', n) - n
+  end
+  redis.call('HSET', stats, 'token', n)
+  return 0
+end
+
 -- The delivery token of a record, read without copying the payload.
 local function token_of(rec)
   return (struct.unpack('>I6', rec, 15))
@@ -99,11 +150,15 @@ local function slot_score(zset, due)
   return due + k / 4096
 end
 
--- Appends one attempt to a job's bounded history.
+-- Appends one attempt to a job's bounded history. A stored history that does not decode
+-- (damaged) is started afresh rather than failing the script after its first writes.
 local function add_history(hist, key, attempt, at, code, err)
   local entries = {}
   local old = redis.call('HGET', hist, key)
-  if old then entries = cmsgpack.unpack(old) end
+  if old then
+    local ok, decoded = pcall(cmsgpack.unpack, old)
+    if ok and type(decoded) == 'table' then entries = decoded end
+  end
   if #err > MAX_ERROR_LEN then err = string.sub(err, 1, MAX_ERROR_LEN) end
   entries[#entries + 1] = {attempt, at, code, err}
   while #entries > MAX_HISTORY do table.remove(entries, 1) end
@@ -140,7 +195,7 @@ local function trim_dead(dead, pool, hist, stats, now, cap, retention, limit)
       end
     end
   end
-  if removed > 0 then redis.call('HINCRBY', stats, 'trimmed', removed) end
+  if removed > 0 then count(stats, 'trimmed', removed) end
   return removed
 end
 
@@ -149,7 +204,7 @@ local function bury(dead, pool, stats, key, rec, now)
   local _, attempts, due, _, token = unpack_record(rec)
   redis.call('HSET', pool, key, with_header(rec, 'D', attempts, due, token))
   redis.call('ZADD', dead, now, key)
-  redis.call('HINCRBY', stats, 'buried', 1)
+  count(stats, 'buried', 1)
 end
 
 -- Removes a job from whichever waiting structure holds it (ready hints are left to go stale).

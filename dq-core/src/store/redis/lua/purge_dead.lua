@@ -13,6 +13,9 @@ local dead, pool, hist = KEYS[1], KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[1])
 if not limit or limit <= 0 then return redis.error_reply('ERR dq bad arguments: limit') end
 
+local bad = check_types({pool, 'hash', hist, 'hash'})
+if bad then return bad end
+
 local keys = {}
 if #ARGV > 1 then
   for i = 2, #ARGV do

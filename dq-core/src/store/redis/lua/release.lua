@@ -20,6 +20,9 @@ for i = 2, #ARGV, 2 do
   if not tonumber(ARGV[i]) then return redis.error_reply('ERR dq bad arguments: token') end
 end
 
+local bad = check_types({active, 'zset', ready, 'list', wake_key, 'list'})
+if bad then return bad end
+
 local codes = {}
 local released = 0
 -- Backwards, so that after the LPUSHes the jobs stand at the front in the order given.

@@ -12,13 +12,16 @@
 local dead, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if #ARGV == 0 then return redis.error_reply('ERR dq bad arguments: no keys') end
 
+local bad = check_types({dead, 'zset', ready, 'list', wake_key, 'list'})
+if bad then return bad end
+
 local now = now_ms()
 local codes = {}
 local moved = 0
 for _, key in ipairs(ARGV) do
   local ok = '0'
   local rec = redis.call('HGET', pool, key)
-  if rec and string.sub(rec, 1, 1) == 'D' and redis.call('ZREM', dead, key) == 1 then
+  if is_record(rec) and string.sub(rec, 1, 1) == 'D' and redis.call('ZREM', dead, key) == 1 then
     local _, _, _, _, token = unpack_record(rec)
     redis.call('HSET', pool, key, with_header(rec, 'R', 0, now, token))
     redis.call('RPUSH', ready, key)

@@ -16,6 +16,7 @@
 -- Returns {code, due_ms}
 --   code 'K' rescheduled; due_ms is the new due time (never before now)
 --        'A' running, 'D' dead: not touched;  'N' no such job
+--        (a value that is not a record counts as dead: fetch buries it)
 -- Errors: 'ERR dq bad arguments: ...'
 
 local scheduled, retry, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -24,8 +25,12 @@ if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~=
   return redis.error_reply('ERR dq bad arguments: reschedule')
 end
 
+local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', wake_key, 'list'})
+if bad then return bad end
+
 local rec = redis.call('HGET', pool, key)
 if not rec then return {'N', 0} end
+if not is_record(rec) then return {'D', 0} end
 local state, attempts, due, _, token = unpack_record(rec)
 if state == 'A' or state == 'D' then return {state, 0} end
 
