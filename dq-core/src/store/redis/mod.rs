@@ -544,20 +544,15 @@ impl Store for RedisStore {
 
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {
         let k = self.keys(queue);
+        let s = &SCRIPTS.job;
+        let reply = self
+            .run(s, &[&k.active, &k.dead, &k.pool, &k.hist], |inv| {
+                inv.arg(key.as_str());
+            })
+            .await?;
         let (rec, hist, lease, died): (Option<Vec<u8>>, Option<Vec<u8>>, Option<f64>, Option<f64>) =
-            self.conn
-                .call(async |conn| {
-                    redis::pipe()
-                        .atomic()
-                        .hget(&k.pool, key.as_str())
-                        .hget(&k.hist, key.as_str())
-                        .zscore(&k.active, key.as_str())
-                        .zscore(&k.dead, key.as_str())
-                        .query_async(conn)
-                        .await
-                })
-                .await
-                .map_err(from_redis)?;
+            redis::from_redis_value(reply)
+                .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
         let Some(rec) = rec else { return Ok(None) };
         let rec = Record::decode(rec)?;
         let history = hist
@@ -632,46 +627,29 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let k = self.keys(queue);
-        let page: Vec<(String, f64)> = self
-            .conn
-            .call(async |conn| {
-                redis::cmd("ZRANGE")
-                    .arg(&k.dead)
-                    .arg(offset)
-                    .arg(offset + limit - 1)
-                    .arg("WITHSCORES")
-                    .query_async(conn)
-                    .await
+        let s = &SCRIPTS.dead_page;
+        let reply = self
+            .run(s, &[&k.dead, &k.pool, &k.hist], |inv| {
+                inv.arg(offset).arg(limit);
             })
-            .await
-            .map_err(from_redis)?;
-        if page.is_empty() {
-            return Ok(Vec::new());
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        if r.remaining() % 4 != 0 {
+            return Err(Error::Protocol(
+                "dead_page: reply is not key, died, record, history groups".into(),
+            ));
         }
-        let names: Vec<&str> = page.iter().map(|(key, _)| key.as_str()).collect();
-        let (recs, hists): (Vec<Option<Vec<u8>>>, Vec<Option<Vec<u8>>>) = self
-            .conn
-            .call(async |conn| {
-                redis::pipe()
-                    .atomic()
-                    .cmd("HMGET")
-                    .arg(&k.pool)
-                    .arg(&names)
-                    .cmd("HMGET")
-                    .arg(&k.hist)
-                    .arg(&names)
-                    .query_async(conn)
-                    .await
-            })
-            .await
-            .map_err(from_redis)?;
-        let mut out = Vec::with_capacity(page.len());
-        for (((key, died), rec), hist) in page.into_iter().zip(recs).zip(hists) {
-            // A job purged between the two reads is simply skipped.
-            let Some(rec) = rec else { continue };
-            let rec = Record::decode(rec)?;
+        let mut out = Vec::with_capacity(r.remaining() / 4);
+        while r.remaining() > 0 {
+            let key = key_of(r.bytes("key")?)?;
+            let died: f64 = r
+                .string("died")?
+                .parse()
+                .map_err(|_| Error::Protocol("dead_page: died is not a number".into()))?;
+            let rec = Record::decode(r.bytes("record")?)?;
+            let hist = r.optional_bytes("history")?;
             out.push(JobInfo {
-                key: key_of(key.into_bytes())?,
+                key,
                 state: rec.state,
                 due_ms: rec.due_ms,
                 created_ms: rec.created_ms,
