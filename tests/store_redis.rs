@@ -580,9 +580,10 @@ async fn ok_or_unchanged<T>(
 }
 
 /// Issue 9, violation 6: a key of the wrong type (damage, or a name clash) met after a script
-/// has written would leave half a state move behind. Each script checks the types of the keys
-/// it writes before its first write, so every call either works or fails having written
-/// nothing, whichever key is damaged.
+/// has written would leave half a state move behind. Each script reads before it writes, or
+/// checks the type of a key whose first touch follows a write, so every call either works or
+/// fails having written nothing, whichever key is damaged, on every path: lease-expiry
+/// recovery, an idle fetch, a retry due at once, a reschedule to now, a replacing enqueue.
 #[tokio::test]
 async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
     for name in KEY_NAMES.map(|(n, _)| n) {
@@ -592,12 +593,14 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         let t = c.topic(&topic).unwrap();
         let q = queue(&topic);
         let store = h.store();
-        for k in ["r1", "r2", "r3", "r4"] {
+        for k in ["r1", "r2", "r3", "r4", "r5", "r6", "r7"] {
             t.enqueue(raw(1)).key(k).await.unwrap();
         }
-        t.enqueue(raw(1)).key("s1").delay(HOUR).await.unwrap();
-        let jobs = fetch(&h, &q, &common::conformance::req_max(3)).await.jobs;
-        assert_eq!(keys_of(&jobs), ["r1", "r2", "r3"]);
+        for k in ["s1", "s2"] {
+            t.enqueue(raw(1)).key(k).delay(HOUR).await.unwrap();
+        }
+        let jobs = fetch(&h, &q, &common::conformance::req_max(7)).await.jobs;
+        assert_eq!(keys_of(&jobs), ["r1", "r2", "r3", "r4", "r5", "r6", "r7"]);
         store
             .fail(
                 &q,
@@ -609,20 +612,43 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
             )
             .await
             .unwrap();
-        let damaged = format!("{}:{{{topic}#0}}:{name}", h.namespace());
+        let part = |n: &str| format!("{}:{{{topic}#0}}:{n}", h.namespace());
+        let damaged = part(name);
         h.server().cmd::<()>(&["DEL", &damaged]);
         h.server()
             .cmd::<()>(&["SET", &damaged, "not what dq expects"]);
 
         let lease = |i: usize| dq::store::lease_of(&jobs[i]);
         let w = |op: &str| format!("{op} with {name} damaged");
+        // Nothing is ready: leases nothing, audits, and trims the dead queue to nothing (a cap of 0).
+        let idle = dq::FetchRequest {
+            dead_limits: dq::DeadLimits {
+                cap: 0,
+                ..dq::DeadLimits::default()
+            },
+            ..common::conformance::req_max(0)
+        };
+        ok_or_unchanged(&h, &w("idle fetch"), store.fetch(&q, &idle)).await;
         ok_or_unchanged(&h, &w("enqueue"), async {
             t.enqueue(raw(1)).key("n1").await
         })
         .await;
+        ok_or_unchanged(&h, &w("enqueue later"), async {
+            t.enqueue(raw(1)).key("n2").delay(HOUR).await
+        })
+        .await;
+        ok_or_unchanged(&h, &w("enqueue replacing"), async {
+            t.enqueue(raw(1)).key("s2").replace().await
+        })
+        .await;
+        // r6's lease has run out: the next fetch recovers it before it leases.
+        if name != "active" {
+            h.server()
+                .cmd::<()>(&["ZADD", &part("active"), "XX", "1", "r6"]);
+        }
         ok_or_unchanged(
             &h,
-            &w("fetch"),
+            &w("fetch recovering"),
             store.fetch(&q, &common::conformance::req_max(1)),
         )
         .await;
@@ -641,7 +667,39 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
             ),
         )
         .await;
-        ok_or_unchanged(&h, &w("release"), store.release(&q, &[lease(1)])).await;
+        ok_or_unchanged(
+            &h,
+            &w("fail, due at once"),
+            store.fail(
+                &q,
+                &jobs[3].key,
+                jobs[3].token,
+                &FailAction::Retry(Duration::ZERO),
+                "x",
+                dq::DeadLimits::default(),
+            ),
+        )
+        .await;
+        ok_or_unchanged(&h, &w("release"), store.release(&q, &[lease(4)])).await;
+        ok_or_unchanged(
+            &h,
+            &w("bury"),
+            store.fail(
+                &q,
+                &jobs[6].key,
+                jobs[6].token,
+                &FailAction::Bury,
+                "x",
+                dq::DeadLimits::default(),
+            ),
+        )
+        .await;
+        ok_or_unchanged(
+            &h,
+            &w("reschedule to now"),
+            t.reschedule("s2", NewDue::After(Duration::ZERO)),
+        )
+        .await;
         ok_or_unchanged(
             &h,
             &w("reschedule"),

@@ -66,10 +66,14 @@ end
 
 -- ---- never fail after a write ----
 -- Redis does not roll a script back: whatever it wrote before an error stays. So a script
--- checks everything that could fail before its first write: its arguments, its records
--- (is_record), and the type of every key it writes to (check_types). After the first write it
--- uses only commands and helpers that cannot fail on the data they meet: counters go through
--- `count`, tokens through `next_tokens`, histories through `add_history`, which never raise.
+-- checks everything that could fail before its first write: its arguments and its records
+-- (is_record). A command that meets a key of another type fails (WRONGTYPE); a key's first
+-- command fails the call cleanly if it is a read, or if it is the call's first write. So a
+-- script reads before it writes where that is free, and checks (check_types) only the keys
+-- that the path taken first touches after a write; each script's header says which. After
+-- the first write only commands that cannot fail on the data they meet are used: counters go
+-- through `count`, tokens through `next_tokens`, histories through `add_history`, wake-ups
+-- through `wake`, which never raise.
 
 -- Returns an error reply if a key holds another type than the one given, nil if all are well
 -- (or absent). `types` is a flat list: key, type, key, type, ... (one O(1) TYPE per key).
@@ -85,32 +89,26 @@ local function check_types(types)
   return nil
 end
 
--- Adds `n` (> 0) to the counter `field` of the stats hash, without ever failing.
--- HINCRBY fails on a value that is not an integer, or that would pass 2^63 - 1. So a counter
--- counts while it has at most 15 digits (below 10^15: far from overflow, and exact in Lua's
--- doubles); from then on (about 30 years at a million jobs a second), or if it holds anything
--- but an integer, it is left as it is: it saturates, it never wraps, and it never fails.
+-- Adds `n` (> 0) to the counter `field` of the stats hash, without ever failing: one HINCRBY
+-- under pcall. HINCRBY refuses, writing nothing, a sum past 2^63 - 1, a value that is not an
+-- integer, or a stats key that is not a hash; the counter is then left as it is: it saturates
+-- at its maximum, it never wraps, and the call goes on.
 local function count(stats, field, n)
-  local v = redis.call('HGET', stats, field)
-  if not v or (#v <= 15 and (v == '0' or string.find(v, '^%-?[1-9]%d*$'))) then
-    redis.call('HINCRBY', stats, field, n)
-  end
+  redis.pcall('HINCRBY', stats, field, n)
 end
 
 -- Tokens are 48 bits in a record: the largest is MAX_TOKEN.
 local MAX_TOKEN = 281474976710655
 
 -- Reserves `n` delivery tokens from the `token` counter of the stats hash and returns the
--- one before the first (the tokens are base+1 .. base+n). Never fails: a counter that is not a
--- clean integer, or that would pass MAX_TOKEN, starts again from 0. (Tokens only have to
--- differ between the deliveries of one job; a restart after 2^48 tokens cannot meet a lease
--- still held under the same number.)
+-- one before the first (the tokens are base+1 .. base+n): one HINCRBY. A counter that is not
+-- an integer, negative, or past MAX_TOKEN starts again from 0 (tokens only have to differ
+-- between the deliveries of one job; a restart after 2^48 tokens cannot meet a lease still
+-- held under the same number). Raises only when stats is not a hash: the caller makes this
+-- its first write or has checked stats.
 local function next_tokens(stats, n)
-  local v = redis.call('HGET', stats, 'token')
-  local base = v and #v <= 15 and (v == '0' or string.find(v, '^[1-9]%d*$')) and tonumber(v)
-  if base and base + n <= MAX_TOKEN then
-    return redis.call('HINCRBY', stats, 'token', n) - n
-  end
+  local top = redis.pcall('HINCRBY', stats, 'token', n)
+  if type(top) == 'number' and top >= n and top <= MAX_TOKEN then return top - n end
   redis.call('HSET', stats, 'token', n)
   return 0
 end
@@ -150,15 +148,20 @@ local function slot_score(zset, due)
   return due + k / 4096
 end
 
--- Appends one attempt to a job's bounded history. A stored history that does not decode
--- (damaged) is started afresh rather than failing the script after its first writes.
-local function add_history(hist, key, attempt, at, code, err)
-  local entries = {}
+-- A job's history entries, to pass to `add_history`; a read, so a caller can do it before
+-- its first write. A stored history that does not decode (damaged) counts as empty: it is
+-- started afresh rather than failing the script after its first writes.
+local function read_history(hist, key)
   local old = redis.call('HGET', hist, key)
   if old then
     local ok, decoded = pcall(cmsgpack.unpack, old)
-    if ok and type(decoded) == 'table' then entries = decoded end
+    if ok and type(decoded) == 'table' then return decoded end
   end
+  return {}
+end
+
+-- Appends one attempt to a job's bounded history, `entries` as read by `read_history`.
+local function add_history(hist, key, entries, attempt, at, code, err)
   if #err > MAX_ERROR_LEN then err = string.sub(err, 1, MAX_ERROR_LEN) end
   entries[#entries + 1] = {attempt, at, code, err}
   while #entries > MAX_HISTORY do table.remove(entries, 1) end
@@ -166,14 +169,17 @@ local function add_history(hist, key, attempt, at, code, err)
 end
 
 -- Pushes one wake-up token unless one is already waiting (the list never grows past 1).
+-- Never fails: a wake key of another type (damage) only loses this nudge; the fetchers'
+-- BLPOP on that key reports the damage.
 local function wake(wake_key)
-  if redis.call('LLEN', wake_key) == 0 then
+  if redis.pcall('LLEN', wake_key) == 0 then
     redis.call('RPUSH', wake_key, '1')
   end
 end
 
 -- Removes at most `limit` dead jobs older than the retention or beyond the cap.
--- Returns how many were removed, and counts them in stats.trimmed.
+-- Returns how many were removed, and counts them in stats.trimmed. Writes dead, pool and
+-- hist: a caller that has written before has checked or read all three.
 local function trim_dead(dead, pool, hist, stats, now, cap, retention, limit)
   local removed = 0
   local old = redis.call('ZRANGEBYSCORE', dead, '-inf', string.format('(%d', now - retention), 'LIMIT', 0, limit)
@@ -225,14 +231,15 @@ local function waiting_state(due, now, later)
 end
 
 -- Queues a job whose record is already written with `waiting_state(due, now, ...)`:
--- onto `ready` if due now, else into `zset` (scheduled or retry).
+-- onto `ready` if due now, else into `zset` (scheduled or retry) at `score`, the
+-- `slot_score(zset, due)` the caller read before its first write.
 -- Returns true when a fetcher should be woken: the job is ready, or is the new earliest.
-local function place(zset, ready, key, due, now)
+local function place(zset, ready, key, due, now, score)
   if due <= now then
     redis.call('RPUSH', ready, key)
     return true
   end
-  redis.call('ZADD', zset, slot_score(zset, due), key)
+  redis.call('ZADD', zset, score, key)
   local head = redis.call('ZRANGE', zset, 0, 0)
   return head[1] == key
 end

@@ -18,15 +18,16 @@
 --        'A' running, 'D' dead: not touched;  'N' no such job
 --        (a value that is not a record counts as dead: fetch buries it)
 -- Errors: 'ERR dq bad arguments: ...'
+--
+-- Never fails after a write: pool, and scheduled for a later time, are read first; the first
+-- write is the one to the set that held the job (or pool). Checked: ready, when the job
+-- becomes due at once (its first touch is a write after those).
 
 local scheduled, retry, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
   return redis.error_reply('ERR dq bad arguments: reschedule')
 end
-
-local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', wake_key, 'list'})
-if bad then return bad end
 
 local rec = redis.call('HGET', pool, key)
 if not rec then return {'N', 0} end
@@ -39,12 +40,19 @@ local at
 if mode == 'a' then at = value elseif mode == 'd' then at = now + value else at = due + value end
 at = bound_due(at, now)
 
-unlink(state, scheduled, retry, nil, key)
 local new_state = waiting_state(at, now, 'S')
+local score
+if new_state ~= 'R' then
+  score = slot_score(scheduled, at)
+elseif state ~= 'R' then
+  local bad = check_types({ready, 'list'})
+  if bad then return bad end
+end
+unlink(state, scheduled, retry, nil, key)
 redis.call('HSET', pool, key, with_header(rec, new_state, attempts, at, token))
 if new_state == 'R' and state == 'R' then
   -- already has a live hint in ready: keep its place in line
   return {'K', at}
 end
-if place(scheduled, ready, key, at, now) then wake(wake_key) end
+if place(scheduled, ready, key, at, now, score) then wake(wake_key) end
 return {'K', at}
