@@ -7,14 +7,14 @@
 
 mod common;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use common::Harness;
 use common::conformance::{HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
 use common::redis::{KEY_NAMES, RedisHarness, parse_key};
 use dq::{
-    Client, EnqueueOutcome, Error, FailAction, FetchCall, FetchRequest, NewDue, Queue,
+    Client, EnqueueOutcome, Error, FailAction, FetchCall, FetchRequest, JobState, NewDue, Queue,
     RedisOptions, RedisStore, RescheduleOutcome, Topic,
 };
 use dq_testkit::{RedisServer, ServerOptions, keys_in_namespace};
@@ -578,5 +578,336 @@ async fn invariant_check_finds_damage() {
     }
     // The score of `s` was rewritten to 0 by the repair above; put it back through the API.
     t.reschedule("s", NewDue::After(HOUR)).await.unwrap();
+    h.check_invariants().await;
+}
+
+/// Every counter of the `stats` hash (and the token counter) at `i64::MAX`.
+const STAT_COUNTERS: [&str; 9] = [
+    "enqueued",
+    "succeeded",
+    "retried",
+    "buried",
+    "expired",
+    "cancelled",
+    "trimmed",
+    "repaired",
+    "token",
+];
+
+/// Issue 9, violation 6: with the counters of `stats` at `i64::MAX`, `HINCRBY` fails; ack used
+/// to delete the job first and then fail (Redis keeps a script's writes). Counters now
+/// saturate and the token counter starts again, so every call succeeds and leaves the
+/// partition consistent; the counters stay at their maximum.
+#[tokio::test]
+async fn counters_at_their_maximum_never_fail_a_call() {
+    const MAX: &str = "9223372036854775807";
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("saturated").unwrap();
+    let q = queue("saturated");
+    let store = h.store();
+    let stats = format!("{}:{{saturated#0}}:stats", h.namespace());
+    let scheduled = format!("{}:{{saturated#0}}:scheduled", h.namespace());
+    for f in STAT_COUNTERS {
+        h.server().cmd::<()>(&["HSET", &stats, f, MAX]);
+    }
+
+    for k in ["a", "b", "d", "e"] {
+        t.enqueue(raw(1)).key(k).await.expect("enqueue");
+    }
+    t.enqueue(raw(1)).key("c").delay(HOUR).await.unwrap();
+    let jobs = fetch(&h, &q, &common::conformance::req_max(4)).await.jobs;
+    assert_eq!(keys_of(&jobs), ["a", "b", "d", "e"]);
+    ack_all(&h, &q, &jobs[..1]).await;
+    let fail = |i: usize, action: FailAction, cap: u64| {
+        let d = &jobs[i];
+        let store = store.clone();
+        async move {
+            let limits = dq::DeadLimits {
+                cap,
+                ..dq::DeadLimits::default()
+            };
+            store
+                .fail(&d.queue, &d.key, d.token, &action, "boom", limits)
+                .await
+        }
+    };
+    fail(1, FailAction::Retry(HOUR), 10).await.expect("retry");
+    fail(2, FailAction::Bury, 10).await.expect("bury");
+    // A cap of one dead job: burying `e` trims `d`.
+    let out = fail(3, FailAction::Bury, 1).await.expect("bury and trim");
+    assert_eq!(out, dq::FailOutcome::Buried { trimmed: 1 });
+    assert_eq!(t.requeue_dead(&["e"]).await.expect("requeue"), 1);
+    assert_eq!(
+        t.cancel("c").await.expect("cancel"),
+        dq::CancelOutcome::Cancelled
+    );
+    // A lease that expires: recovered as a failed attempt (expired, retried).
+    let short = dq::FetchRequest {
+        lease: Duration::from_millis(1),
+        lease_expiry_retries: vec![HOUR],
+        ..req()
+    };
+    let e = fetch(&h, &q, &short).await.jobs;
+    assert_eq!(keys_of(&e), ["e"]);
+    common::conformance::until_store_time(&h, e[0].lease_deadline_ms).await;
+    assert!(fetch(&h, &q, &short).await.jobs.is_empty());
+    assert_eq!(info(&t, "e").await.state, JobState::Retry);
+    // A record missing from `scheduled` is re-linked by the idle audit (repaired).
+    t.enqueue(raw(1)).key("f").delay(HOUR).await.unwrap();
+    h.server().cmd::<()>(&["ZREM", &scheduled, "f"]);
+    fetch(&h, &q, &req()).await;
+    let in_scheduled: Option<f64> = h.server().cmd(&["ZSCORE", &scheduled, "f"]);
+    assert!(in_scheduled.is_some(), "the audit re-linked f");
+    // Purge.
+    t.enqueue(raw(1)).key("g").await.unwrap();
+    let g = fetch(&h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&g), ["g"]);
+    store
+        .fail(
+            &q,
+            &g[0].key,
+            g[0].token,
+            &FailAction::Bury,
+            "x",
+            dq::DeadLimits::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(t.purge_dead(&["g"]).await.expect("purge"), 1);
+
+    for f in STAT_COUNTERS.iter().filter(|f| **f != "token") {
+        let v: String = h.server().cmd(&["HGET", &stats, f]);
+        assert_eq!(v, MAX, "{f} saturates");
+    }
+    let st = t.stats().await.expect("stats");
+    assert_eq!(st.succeeded, i64::MAX as u64);
+    h.check_invariants().await;
+}
+
+/// Every key of one partition with its value, as `DUMP` serialises it.
+fn dump_partition(h: &RedisHarness) -> BTreeMap<String, Vec<u8>> {
+    h.keys()
+        .into_iter()
+        .map(|k| {
+            let v: Vec<u8> = h.server().cmd(&["DUMP", &k]);
+            (k, v)
+        })
+        .collect()
+}
+
+/// Runs `call`; if it fails, asserts that it wrote nothing.
+async fn ok_or_unchanged<T>(
+    h: &RedisHarness,
+    what: &str,
+    call: impl std::future::Future<Output = dq::Result<T>>,
+) -> Option<T> {
+    let before = dump_partition(h);
+    match call.await {
+        Ok(v) => Some(v),
+        Err(e) => {
+            assert!(
+                dump_partition(h) == before,
+                "{what} failed ({e}) after it had written"
+            );
+            None
+        }
+    }
+}
+
+/// Issue 9, violation 6: a key of the wrong type (damage, or a name clash) met after a script
+/// has written would leave half a state move behind. Each script reads before it writes, or
+/// checks the type of a key whose first touch follows a write, so every call either works or
+/// fails having written nothing, whichever key is damaged, on every path: lease-expiry
+/// recovery, an idle fetch, a retry due at once, a reschedule to now, a replacing enqueue.
+#[tokio::test]
+async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
+    for name in KEY_NAMES.map(|(n, _)| n) {
+        let h = RedisHarness::new().await;
+        let c = h.client().await;
+        let topic = format!("wrongtype.{name}");
+        let t = c.topic(&topic).unwrap();
+        let q = queue(&topic);
+        let store = h.store();
+        for k in ["r1", "r2", "r3", "r4", "r5", "r6", "r7"] {
+            t.enqueue(raw(1)).key(k).await.unwrap();
+        }
+        for k in ["s1", "s2"] {
+            t.enqueue(raw(1)).key(k).delay(HOUR).await.unwrap();
+        }
+        let jobs = fetch(&h, &q, &common::conformance::req_max(7)).await.jobs;
+        assert_eq!(keys_of(&jobs), ["r1", "r2", "r3", "r4", "r5", "r6", "r7"]);
+        store
+            .fail(
+                &q,
+                &jobs[2].key,
+                jobs[2].token,
+                &FailAction::Bury,
+                "x",
+                dq::DeadLimits::default(),
+            )
+            .await
+            .unwrap();
+        let part = |n: &str| format!("{}:{{{topic}#0}}:{n}", h.namespace());
+        let damaged = part(name);
+        h.server().cmd::<()>(&["DEL", &damaged]);
+        h.server()
+            .cmd::<()>(&["SET", &damaged, "not what dq expects"]);
+
+        let lease = |i: usize| dq::store::lease_of(&jobs[i]);
+        let w = |op: &str| format!("{op} with {name} damaged");
+        // Nothing is ready: leases nothing, audits, and trims the dead queue to nothing (a cap of 0).
+        let idle = dq::FetchRequest {
+            dead_limits: dq::DeadLimits {
+                cap: 0,
+                ..dq::DeadLimits::default()
+            },
+            ..common::conformance::req_max(0)
+        };
+        ok_or_unchanged(&h, &w("idle fetch"), store.fetch(&q, &idle)).await;
+        ok_or_unchanged(&h, &w("enqueue"), async {
+            t.enqueue(raw(1)).key("n1").await
+        })
+        .await;
+        ok_or_unchanged(&h, &w("enqueue later"), async {
+            t.enqueue(raw(1)).key("n2").delay(HOUR).await
+        })
+        .await;
+        ok_or_unchanged(&h, &w("enqueue replacing"), async {
+            t.enqueue(raw(1)).key("s2").replace().await
+        })
+        .await;
+        // r6's lease has run out: the next fetch recovers it before it leases.
+        if name != "active" {
+            h.server()
+                .cmd::<()>(&["ZADD", &part("active"), "XX", "1", "r6"]);
+        }
+        ok_or_unchanged(
+            &h,
+            &w("fetch recovering"),
+            store.fetch(&q, &common::conformance::req_max(1)),
+        )
+        .await;
+        ok_or_unchanged(&h, &w("extend"), store.extend(&q, &[lease(0)], HOUR)).await;
+        ok_or_unchanged(&h, &w("ack"), store.ack(&q, &[lease(0)])).await;
+        ok_or_unchanged(
+            &h,
+            &w("fail"),
+            store.fail(
+                &q,
+                &jobs[1].key,
+                jobs[1].token,
+                &FailAction::Retry(HOUR),
+                "x",
+                dq::DeadLimits::default(),
+            ),
+        )
+        .await;
+        ok_or_unchanged(
+            &h,
+            &w("fail, due at once"),
+            store.fail(
+                &q,
+                &jobs[3].key,
+                jobs[3].token,
+                &FailAction::Retry(Duration::ZERO),
+                "x",
+                dq::DeadLimits::default(),
+            ),
+        )
+        .await;
+        ok_or_unchanged(&h, &w("release"), store.release(&q, &[lease(4)])).await;
+        ok_or_unchanged(
+            &h,
+            &w("bury"),
+            store.fail(
+                &q,
+                &jobs[6].key,
+                jobs[6].token,
+                &FailAction::Bury,
+                "x",
+                dq::DeadLimits::default(),
+            ),
+        )
+        .await;
+        ok_or_unchanged(
+            &h,
+            &w("reschedule to now"),
+            t.reschedule("s2", NewDue::After(Duration::ZERO)),
+        )
+        .await;
+        ok_or_unchanged(
+            &h,
+            &w("reschedule"),
+            t.reschedule("s1", NewDue::After(HOUR)),
+        )
+        .await;
+        ok_or_unchanged(&h, &w("cancel"), t.cancel("s1")).await;
+        ok_or_unchanged(&h, &w("requeue"), t.requeue_dead(&["r3"])).await;
+        let got = ok_or_unchanged(
+            &h,
+            &w("fetch"),
+            store.fetch(&q, &common::conformance::req_max(1)),
+        )
+        .await;
+        if let Some(d) = got.as_ref().and_then(|g| g.jobs.first()) {
+            ok_or_unchanged(
+                &h,
+                &w("bury"),
+                store.fail(
+                    &q,
+                    &d.key,
+                    d.token,
+                    &FailAction::Bury,
+                    "x",
+                    dq::DeadLimits::default(),
+                ),
+            )
+            .await;
+        }
+        ok_or_unchanged(&h, &w("purge"), t.purge_all_dead()).await;
+    }
+}
+
+/// Issue 9, violation 6: a damaged value met after a script's first write. A history that
+/// does not decode is started afresh (fail used to raise after taking the job out of
+/// `active`); a pool value that is not a record is left alone by cancel and reschedule (cancel
+/// used to delete it and then answer a code the client rejects) and counts as dead.
+#[tokio::test]
+async fn damaged_history_or_record_fails_nothing_half_way() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("damaged").unwrap();
+    let q = queue("damaged");
+    let key = |name: &str| format!("{}:{{damaged#0}}:{name}", h.namespace());
+    t.enqueue(raw(1)).key("x").await.unwrap();
+    let d = fetch(&h, &q, &req()).await.jobs;
+    h.server()
+        .cmd::<()>(&["HSET", &key("hist"), "x", "\u{1}not msgpack"]);
+    let out = h
+        .store()
+        .fail(
+            &q,
+            &d[0].key,
+            d[0].token,
+            &FailAction::Retry(HOUR),
+            "boom",
+            dq::DeadLimits::default(),
+        )
+        .await
+        .expect("fail with a damaged history");
+    assert!(matches!(out, dq::FailOutcome::Retrying { .. }), "{out:?}");
+    let x = info(&t, "x").await;
+    assert_eq!((x.state, x.history.len()), (JobState::Retry, 1), "{x:?}");
+
+    h.server().cmd::<()>(&["HSET", &key("pool"), "junk", "Sab"]);
+    assert_eq!(t.cancel("junk").await.unwrap(), dq::CancelOutcome::Dead);
+    assert_eq!(
+        t.reschedule("junk", NewDue::After(HOUR)).await.unwrap(),
+        RescheduleOutcome::Dead
+    );
+    let still: Option<String> = h.server().cmd(&["HGET", &key("pool"), "junk"]);
+    assert_eq!(still.as_deref(), Some("Sab"));
+    h.server().cmd::<()>(&["HDEL", &key("pool"), "junk"]);
     h.check_invariants().await;
 }

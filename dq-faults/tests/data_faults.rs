@@ -370,3 +370,77 @@ async fn truncated_record_does_not_strand_its_batch() {
     );
     assert!(all_ran, "good jobs stranded behind a corrupt record");
 }
+
+/// Issue 9, edge 12: at `maxmemory`, every call that only reads works: a job's info, the
+/// stats, the dead queue, the store's clock, and the wake listener's `BLPOP`. (`job` and the
+/// dead-queue page were `MULTI` transactions, which Redis refuses whole at `maxmemory`; they
+/// are now scripts declared `no-writes`, like `stats`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_calls_work_at_maxmemory() {
+    let mut s = Scenario::start("maxmemory-reads", BIN, ServerOptions::default()).await;
+    s.enqueue_one::<WorkJob>("waiting", FaultPayload::new(1, 0))
+        .await
+        .unwrap();
+    s.enqueue_one::<WorkJob>("doomed", FaultPayload::new(2, 0))
+        .await
+        .unwrap();
+    // One dead job, buried through the store (no worker runs in this test).
+    let store = s.client.store().clone();
+    let queue = dq::Queue::new(dq::Topic::new(WORK_TOPIC).unwrap(), 0);
+    let req = dq::FetchRequest {
+        max_jobs: 1,
+        lease: Duration::from_secs(60),
+        promote_batch: 10,
+        recover_batch: 10,
+        lease_expiry_retries: Vec::new(),
+        dead_limits: dq::DeadLimits::default(),
+        call: dq::FetchCall::new(),
+    };
+    let d = store.fetch(&queue, &req).await.unwrap().jobs.remove(0);
+    store
+        .fail(
+            &queue,
+            &d.key,
+            d.token,
+            &dq::FailAction::Bury,
+            "buried by the test",
+            dq::DeadLimits::default(),
+        )
+        .await
+        .unwrap();
+    cap_memory(&s, 1 << 20);
+    let err = fill(&mut s, "fill", Duration::from_secs(3600)).await;
+    assert!(matches!(err, Error::OutOfMemory), "{err:?}");
+
+    let topic = s.client.topic(WORK_TOPIC).unwrap();
+    let job = topic.job(d.key.as_str()).await.expect("job() at maxmemory");
+    assert_eq!(job.map(|j| j.state), Some(JobState::Dead));
+    let other = if d.key.as_str() == "waiting" {
+        "doomed"
+    } else {
+        "waiting"
+    };
+    let job = topic.job(other).await.expect("job() at maxmemory");
+    assert_eq!(job.map(|j| j.state), Some(JobState::Ready));
+    let stats = topic.stats().await.expect("stats() at maxmemory");
+    assert_eq!(stats.dead, 1, "{stats:?}");
+    let dead = topic
+        .dead_jobs(0, 10)
+        .await
+        .expect("dead jobs at maxmemory");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].history.len(), 1, "{dead:?}");
+    store.now_ms().await.expect("now_ms() at maxmemory");
+    let mut listener = store.wake_listener(&queue).await.unwrap();
+    listener
+        .wait(Duration::from_millis(100))
+        .await
+        .expect("BLPOP at maxmemory");
+    // Still full: an enqueue is refused.
+    let refused = s
+        .client
+        .enqueue::<WorkJob>(FaultPayload::new(0, 0))
+        .key("refused")
+        .await;
+    assert!(matches!(refused, Err(Error::OutOfMemory)), "{refused:?}");
+}

@@ -16,6 +16,7 @@
 //! proxy.cut();                                        // every open connection is closed now
 //! proxy.set_blackhole(true);                          // nothing moves, new connections hang
 //! proxy.set_blackhole(false);                         // held bytes flow again
+//! proxy.freeze_open();                                // open connections hang for good
 //! ```
 //!
 //! What each fault means on the wire:
@@ -31,6 +32,9 @@
 //!   stops reading, so bytes wait in socket buffers as they would behind a broken link, and
 //!   flow again, in order, once it is lifted (like TCP retransmission after a partition heals).
 //!   New connections are accepted, but not connected upstream until it is lifted.
+//! - **Freeze**: every connection open at that moment stops forwarding in both directions, for
+//!   good, and stays open: the half-open connection a NAT or firewall leaves when it drops its
+//!   state. New connections are accepted and work normally; a cut still closes frozen ones.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
@@ -59,8 +63,10 @@ struct Shared {
     shutdown: watch::Sender<bool>,
     /// Connections currently open (client side accepted).
     open: AtomicUsize,
-    /// Connections accepted since start.
+    /// Connections accepted since start; also the id of the next one.
     accepted: AtomicUsize,
+    /// Connections whose id is below this are frozen.
+    frozen_below: watch::Sender<usize>,
 }
 
 /// A TCP proxy on 127.0.0.1 that injects network faults; see the module documentation.
@@ -104,6 +110,7 @@ impl FaultProxy {
             shutdown: watch::Sender::new(false),
             open: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
+            frozen_below: watch::Sender::new(0),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -154,6 +161,16 @@ impl FaultProxy {
         self.shared.blackhole.send_replace(on);
     }
 
+    /// Freezes every connection open now, for good: nothing more is forwarded on it in either
+    /// direction, and it stays open until cut or the proxy is dropped. Later connections work
+    /// normally.
+    pub fn freeze_open(&self) {
+        let next = self.shared.accepted.load(Ordering::SeqCst);
+        self.shared
+            .frozen_below
+            .send_modify(|f| *f = (*f).max(next));
+    }
+
     /// Whether traffic is black-holed now.
     pub fn is_blackholed(&self) -> bool {
         *self.shared.blackhole.borrow()
@@ -195,8 +212,8 @@ async fn accept_loop(listener: StdListener, shared: Arc<Shared>) {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
-                    shared.accepted.fetch_add(1, Ordering::SeqCst);
-                    connections.spawn(connection(client, shared.clone()));
+                    let id = shared.accepted.fetch_add(1, Ordering::SeqCst);
+                    connections.spawn(connection(client, id, shared.clone()));
                 }
                 Err(e) => {
                     // Out of descriptors or similar: pause briefly rather than spin.
@@ -220,18 +237,49 @@ impl Drop for OpenGuard {
     }
 }
 
-/// Waits until the black hole is lifted (at once if it is not on).
-async fn passable(blackhole: &mut watch::Receiver<bool>) {
-    let _ = blackhole.wait_for(|on| !*on).await;
+/// What one direction of one connection waits on before it moves bytes.
+struct Gate {
+    /// The connection's id (its accept order).
+    id: usize,
+    blackhole: watch::Receiver<bool>,
+    frozen_below: watch::Receiver<usize>,
 }
 
-async fn connection(client: TcpStream, shared: Arc<Shared>) {
+impl Gate {
+    fn new(id: usize, shared: &Shared) -> Gate {
+        Gate {
+            id,
+            blackhole: shared.blackhole.subscribe(),
+            frozen_below: shared.frozen_below.subscribe(),
+        }
+    }
+
+    /// Waits until the black hole is lifted (at once if it is not on); never returns once this
+    /// connection is frozen (the connection then ends only by a cut or the shutdown).
+    async fn passable(&mut self) {
+        loop {
+            let frozen = *self.frozen_below.borrow_and_update() > self.id;
+            if frozen {
+                std::future::pending::<()>().await;
+            }
+            if !*self.blackhole.borrow_and_update() {
+                return;
+            }
+            tokio::select! {
+                r = self.blackhole.changed() => if r.is_err() { return },
+                r = self.frozen_below.changed() => if r.is_err() { return },
+            }
+        }
+    }
+}
+
+async fn connection(client: TcpStream, id: usize, shared: Arc<Shared>) {
     shared.open.fetch_add(1, Ordering::SeqCst);
     let _guard = OpenGuard(shared.clone());
     let mut epoch = shared.epoch.subscribe();
     epoch.borrow_and_update();
     let mut shutdown = shared.shutdown.subscribe();
-    let mut blackhole = shared.blackhole.subscribe();
+    let mut gate = Gate::new(id, &shared);
     let ended = async {
         tokio::select! {
             _ = epoch.changed() => {}
@@ -239,7 +287,7 @@ async fn connection(client: TcpStream, shared: Arc<Shared>) {
         }
     };
     let work = async {
-        passable(&mut blackhole).await;
+        gate.passable().await;
         let Ok(server) = TcpStream::connect(shared.upstream).await else {
             return; // upstream down: close the client side, as a refused connect would
         };
@@ -250,12 +298,12 @@ async fn connection(client: TcpStream, shared: Arc<Shared>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let down = async {
             tokio::join!(
-                read_down(server_read, tx, shared.clone()),
-                write_down(rx, client_write, shared.blackhole.subscribe()),
+                read_down(server_read, tx, Gate::new(id, &shared), shared.clone()),
+                write_down(rx, client_write, Gate::new(id, &shared)),
             )
         };
         tokio::select! {
-            () = pump_up(client_read, server_write, shared.blackhole.subscribe()) => {}
+            () = pump_up(client_read, server_write, Gate::new(id, &shared)) => {}
             _ = down => {}
         }
     };
@@ -269,16 +317,16 @@ async fn connection(client: TcpStream, shared: Arc<Shared>) {
 async fn pump_up(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut blackhole: watch::Receiver<bool>,
+    mut gate: Gate,
 ) {
     let mut buf = vec![0u8; CHUNK];
     loop {
-        passable(&mut blackhole).await;
+        gate.passable().await;
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        passable(&mut blackhole).await;
+        gate.passable().await;
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
@@ -289,13 +337,13 @@ async fn pump_up(
 async fn read_down(
     mut from: tokio::net::tcp::OwnedReadHalf,
     to: mpsc::UnboundedSender<(Instant, Vec<u8>)>,
+    mut gate: Gate,
     shared: Arc<Shared>,
 ) {
-    let mut blackhole = shared.blackhole.subscribe();
     let mut buf = vec![0u8; CHUNK];
     let mut last_release = Instant::now();
     loop {
-        passable(&mut blackhole).await;
+        gate.passable().await;
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
@@ -314,11 +362,11 @@ async fn read_down(
 async fn write_down(
     mut from: mpsc::UnboundedReceiver<(Instant, Vec<u8>)>,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut blackhole: watch::Receiver<bool>,
+    mut gate: Gate,
 ) {
     while let Some((release, bytes)) = from.recv().await {
         tokio::time::sleep_until(release).await;
-        passable(&mut blackhole).await;
+        gate.passable().await;
         if to.write_all(&bytes).await.is_err() {
             return;
         }
@@ -436,5 +484,31 @@ mod tests {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"held");
+    }
+
+    #[test]
+    fn freeze_hangs_open_connections_only() {
+        let proxy = FaultProxy::start(echo_server());
+        let mut old = connect(&proxy);
+        assert_eq!(roundtrip(&mut old, b"x").unwrap(), b"x");
+        proxy.freeze_open();
+        old.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        old.write_all(b"lost").unwrap();
+        let mut buf = [0u8; 4];
+        let read = old.read_exact(&mut buf);
+        assert!(
+            matches!(&read, Err(e) if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )),
+            "a frozen connection stays open and silent: {read:?}"
+        );
+        assert_eq!(proxy.open_connections(), 1);
+        let mut fresh = connect(&proxy);
+        assert_eq!(roundtrip(&mut fresh, b"new").unwrap(), b"new");
+        // Still frozen after the new connection came and went.
+        let read = old.read_exact(&mut buf);
+        assert!(read.is_err(), "{read:?}");
     }
 }

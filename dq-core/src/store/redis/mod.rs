@@ -5,6 +5,7 @@
 //! hash of counters and a `wake` list. Keys come from `keys.rs`; scripts from `scripts.rs` and `lua/`.
 
 mod checks;
+mod conn;
 mod keys;
 mod record;
 mod scripts;
@@ -14,11 +15,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
+use redis::io::tcp::socket2::TcpKeepalive;
 use redis::{AsyncConnectionConfig, Value};
 
 pub use checks::ServerReport;
 
+use self::conn::SharedConnection;
 use self::keys::PartitionKeys;
 use self::record::{Record, decode_history};
 use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unexpected};
@@ -37,6 +40,12 @@ pub struct RedisOptions {
     /// Prefix of every key (default `dq`). Separate namespaces never see each other's jobs.
     pub namespace: String,
     /// Longest wait for one reply before the call fails with a retryable error (default 5 s).
+    ///
+    /// A call that times out also replaces the connection it was sent on: the next calls go
+    /// to a new connection, so a connection left half-open by a NAT timeout or a partition
+    /// (open, but nothing arrives) costs one timeout, not every call from then on. The wake
+    /// listener's own connection is replaced the same way. Connections also send TCP
+    /// keepalive probes, so an idle dead one is noticed by the operating system.
     pub response_timeout: Duration,
     /// Longest wait to establish a connection (default 5 s).
     pub connection_timeout: Duration,
@@ -63,7 +72,7 @@ impl Default for RedisOptions {
 #[derive(Clone)]
 pub struct RedisStore {
     client: redis::Client,
-    conn: ConnectionManager,
+    conn: SharedConnection,
     options: Arc<RedisOptions>,
     keys: Arc<RwLock<HashMap<Queue, Arc<PartitionKeys>>>>,
     report: Arc<ServerReport>,
@@ -95,20 +104,23 @@ impl RedisStore {
                 options.namespace
             ))
         })?;
-        let client = redis::Client::open(url).map_err(|e| {
+        let invalid = |e: redis::RedisError| {
             // The parse error may quote the URL; report only its kind.
             Error::InvalidConfig(format!("invalid Redis URL ({:?})", e.kind()))
-        })?;
+        };
+        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(invalid)?;
+        let tcp = info.tcp_settings().clone().set_keepalive(keepalive());
+        let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(invalid)?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(options.response_timeout))
             .set_connection_timeout(Some(options.connection_timeout))
             .set_number_of_retries(3)
             .set_max_delay(Duration::from_secs(2));
-        let mut conn = ConnectionManager::new_with_config(client.clone(), config)
+        let conn = SharedConnection::connect(client.clone(), config)
             .await
             .map_err(from_redis)?;
         let report = if options.check_server {
-            checks::check(&mut conn, options.allow_eviction).await?
+            checks::check(&mut conn.get().conn, options.allow_eviction).await?
         } else {
             ServerReport::default()
         };
@@ -202,12 +214,20 @@ impl RedisStore {
             invocation.key(*k);
         }
         args(&mut invocation);
-        let mut conn = self.conn.clone();
-        invocation
-            .invoke_async(&mut conn)
+        self.conn
+            .call(async |conn| invocation.invoke_async(conn).await)
             .await
             .map_err(|e| script_error(script, e))
     }
+}
+
+/// TCP keepalive for every connection: a peer that vanished without closing (a dead host, a
+/// NAT that dropped its mapping) is found after about 30 s even when the connection is idle.
+fn keepalive() -> TcpKeepalive {
+    TcpKeepalive::new()
+        .with_time(Duration::from_secs(15))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3)
 }
 
 fn ms(d: Duration) -> u64 {
@@ -577,17 +597,15 @@ impl Store for RedisStore {
 
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {
         let k = self.keys(queue);
-        let mut conn = self.conn.clone();
+        let s = &SCRIPTS.job;
+        let reply = self
+            .run(s, &[&k.active, &k.dead, &k.pool, &k.hist], |inv| {
+                inv.arg(key.as_str());
+            })
+            .await?;
         let (rec, hist, lease, died): (Option<Vec<u8>>, Option<Vec<u8>>, Option<f64>, Option<f64>) =
-            redis::pipe()
-                .atomic()
-                .hget(&k.pool, key.as_str())
-                .hget(&k.hist, key.as_str())
-                .zscore(&k.active, key.as_str())
-                .zscore(&k.dead, key.as_str())
-                .query_async(&mut conn)
-                .await
-                .map_err(from_redis)?;
+            redis::from_redis_value(reply)
+                .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
         let Some(rec) = rec else { return Ok(None) };
         let rec = Record::decode(rec)?;
         let history = hist
@@ -662,37 +680,29 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let k = self.keys(queue);
-        let mut conn = self.conn.clone();
-        let page: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(&k.dead)
-            .arg(offset)
-            .arg(offset + limit - 1)
-            .arg("WITHSCORES")
-            .query_async(&mut conn)
-            .await
-            .map_err(from_redis)?;
-        if page.is_empty() {
-            return Ok(Vec::new());
+        let s = &SCRIPTS.dead_page;
+        let reply = self
+            .run(s, &[&k.dead, &k.pool, &k.hist], |inv| {
+                inv.arg(offset).arg(limit);
+            })
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        if r.remaining() % 4 != 0 {
+            return Err(Error::Protocol(
+                "dead_page: reply is not key, died, record, history groups".into(),
+            ));
         }
-        let names: Vec<&str> = page.iter().map(|(key, _)| key.as_str()).collect();
-        let (recs, hists): (Vec<Option<Vec<u8>>>, Vec<Option<Vec<u8>>>) = redis::pipe()
-            .atomic()
-            .cmd("HMGET")
-            .arg(&k.pool)
-            .arg(&names)
-            .cmd("HMGET")
-            .arg(&k.hist)
-            .arg(&names)
-            .query_async(&mut conn)
-            .await
-            .map_err(from_redis)?;
-        let mut out = Vec::with_capacity(page.len());
-        for (((key, died), rec), hist) in page.into_iter().zip(recs).zip(hists) {
-            // A job purged between the two reads is simply skipped.
-            let Some(rec) = rec else { continue };
-            let rec = Record::decode(rec)?;
+        let mut out = Vec::with_capacity(r.remaining() / 4);
+        while r.remaining() > 0 {
+            let key = key_of(r.bytes("key")?)?;
+            let died: f64 = r
+                .string("died")?
+                .parse()
+                .map_err(|_| Error::Protocol("dead_page: died is not a number".into()))?;
+            let rec = Record::decode(r.bytes("record")?)?;
+            let hist = r.optional_bytes("history")?;
             out.push(JobInfo {
-                key: key_of(key.into_bytes())?,
+                key,
                 state: rec.state,
                 due_ms: rec.due_ms,
                 created_ms: rec.created_ms,
@@ -747,9 +757,9 @@ impl Store for RedisStore {
     }
 
     async fn now_ms(&self) -> Result<u64> {
-        let mut conn = self.conn.clone();
-        let (secs, micros): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut conn)
+        let (secs, micros): (u64, u64) = self
+            .conn
+            .call(async |conn| redis::cmd("TIME").query_async(conn).await)
             .await
             .map_err(from_redis)?;
         Ok(secs * 1000 + micros / 1000)

@@ -44,6 +44,12 @@ macro_rules! script {
 /// adds jobs, is refused there (with a typed `OutOfMemory`, before it writes anything).
 const ALLOW_OOM: &str = "#!lua flags=allow-oom\n";
 
+/// Scripts that only read declare it (Redis >= 7.0), which also lets them run at
+/// `maxmemory`: reading a job, the stats or the dead queue must work when the server is full,
+/// when they matter most. (A `MULTI` of the same reads is refused there: Redis denies every
+/// queued command at `maxmemory`.)
+const NO_WRITES: &str = "#!lua flags=no-writes\n";
+
 /// All scripts.
 pub(crate) struct Scripts {
     pub enqueue: LuaScript,
@@ -57,6 +63,8 @@ pub(crate) struct Scripts {
     pub requeue_dead: LuaScript,
     pub purge_dead: LuaScript,
     pub stats: LuaScript,
+    pub job: LuaScript,
+    pub dead_page: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -70,7 +78,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reschedule: script!("reschedule", 5, ALLOW_OOM),
     requeue_dead: script!("requeue_dead", 4, ALLOW_OOM),
     purge_dead: script!("purge_dead", 3, ALLOW_OOM),
-    stats: script!("stats", 7, ALLOW_OOM),
+    stats: script!("stats", 7, NO_WRITES),
+    job: script!("job", 4, NO_WRITES),
+    dead_page: script!("dead_page", 3, NO_WRITES),
 });
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
@@ -125,6 +135,15 @@ impl Reply {
         match self.next(what)? {
             Value::BulkString(b) => Ok(b),
             Value::SimpleString(s) => Ok(s.into_bytes()),
+            v => Err(unexpected(self.script, what, &v)),
+        }
+    }
+
+    /// Bytes, or `None` for a nil (a Lua `false`).
+    pub fn optional_bytes(&mut self, what: &str) -> Result<Option<Vec<u8>>> {
+        match self.next(what)? {
+            Value::Nil => Ok(None),
+            Value::BulkString(b) => Ok(Some(b)),
             v => Err(unexpected(self.script, what, &v)),
         }
     }
@@ -187,6 +206,8 @@ mod tests {
             &s.requeue_dead,
             &s.purge_dead,
             &s.stats,
+            &s.job,
+            &s.dead_page,
         ] {
             let documented = (1..=20)
                 .take_while(|i| script.body.contains(&format!("-- KEYS[{i}]")))

@@ -13,6 +13,9 @@
 --       batch (acked once); nothing done
 --   'S' stale: the job exists but this token no longer owns it; nothing done
 -- Errors: 'ERR dq bad arguments: ...'
+--
+-- Never fails after a write, with no TYPE call: pool and hist are read (HMGET, HLEN) before
+-- the first write, ZREM active is that first write, and the counter cannot fail.
 
 local active, pool, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
@@ -41,10 +44,11 @@ for i, key in ipairs(keys) do
   end
 end
 if #done > 0 then
-  call_many('HDEL', pool, done)
   -- the history hash exists only while some job of the partition has failed before
-  if redis.call('EXISTS', hist) == 1 then call_many('HDEL', hist, done) end
+  local has_hist = redis.call('HLEN', hist) > 0
   call_many('ZREM', active, done)
-  redis.call('HINCRBY', stats, 'succeeded', #done)
+  call_many('HDEL', pool, done)
+  if has_hist then call_many('HDEL', hist, done) end
+  count(stats, 'succeeded', #done)
 end
 return table.concat(codes)

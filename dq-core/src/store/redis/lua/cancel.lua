@@ -11,9 +11,12 @@
 -- Returns the job's state before the call, one character:
 --   'S' | 'R' | 'F'  it was waiting and is now cancelled (a ready hint is left to go stale)
 --   'A'              running: not touched
---   'D'              dead: not touched
+--   'D'              dead: not touched (also a value that is not a record: fetch buries it)
 --   'N'              no such job
 -- Cancelling twice answers 'N' the second time: nothing is done twice.
+--
+-- Never fails after a write, with no TYPE call: pool and hist are read (HGET, HEXISTS) first;
+-- the first write is the one to scheduled or retry (or pool, for a ready job).
 
 local scheduled, retry, pool, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local key = ARGV[1]
@@ -21,10 +24,12 @@ if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key
 
 local rec = redis.call('HGET', pool, key)
 if not rec then return 'N' end
+if not is_record(rec) then return 'D' end
 local state = string.sub(rec, 1, 1)
 if state == 'A' or state == 'D' then return state end
+local has_hist = redis.call('HEXISTS', hist, key) == 1
 unlink(state, scheduled, retry, nil, key)
 redis.call('HDEL', pool, key)
-redis.call('HDEL', hist, key)
-redis.call('HINCRBY', stats, 'cancelled', 1)
+if has_hist then redis.call('HDEL', hist, key) end
+count(stats, 'cancelled', 1)
 return state

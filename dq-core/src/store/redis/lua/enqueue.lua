@@ -47,6 +47,11 @@
 --   'E'  (retries only) an earlier try of this call was applied, and the job is gone since
 --        (it ran, or was cancelled or purged); nothing written
 -- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed.
+--
+-- Never fails after a write: the call reads pool and scheduled, then decides every job, then
+-- writes, `calls` first. Checked before that: ready when a job is due at once (its first
+-- touch is a write after the receipt); retry, dead and hist when a job is replaced (rare).
+-- Counters and wake-ups cannot fail.
 
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -69,8 +74,11 @@ for i = 0, n - 1 do
   end
 end
 
-local now = now_ms()
 local calls = KEYS[9]
+local now = now_ms()
+local keys = {}
+for i = 0, n - 1 do keys[i + 1] = ARGV[4 + 5 * i] end
+local olds = hmget(pool, keys)
 local applied = is_retry == '1' and redis.call('ZSCORE', calls, call)
 if applied then
   -- An earlier try of this call was applied at `applied` ms: report, write nothing.
@@ -84,16 +92,17 @@ if applied then
   end
   local results = {}
   for i = 0, n - 1 do
-    local base = 4 + 5 * i
-    local old = redis.call('HGET', pool, ARGV[base])
+    local old = olds[i + 1]
     local then_ = outcomes and string.sub(outcomes, i + 1, i + 1) or '+'
     if not old then
       results[i + 1] = 'E'
+    elseif not is_record(old) then
+      results[i + 1] = 'D' -- a damaged value is no job of this call's; nothing written
     else
       -- Still the job that try stored: created at its time, with this call's payload (a job
       -- stored in the same ms by another call would have to carry the same payload too).
       local state, _, _, created = unpack_record(old)
-      local payload = ARGV[base + 4]
+      local payload = ARGV[4 + 5 * i + 4]
       if (then_ == '+' or then_ == '~') and created == applied
           and #old == HEADER_LEN + #payload and string.sub(old, HEADER_LEN + 1) == payload then
         results[i + 1] = then_
@@ -105,28 +114,26 @@ if applied then
   return results
 end
 
-local results = {}
-local need_wake = false
-local created = 0
-local some_replaced = false
 -- The earliest scheduled job before this call: a fetcher's timer is set for it, so a new job
 -- due earlier must wake one (checked once per call, not per job).
 local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
 local head_due = head[2] and math.floor(tonumber(head[2]))
-local earliest_new
+
+-- Decide every job first (reads only): `now_state` is a key's state after the jobs before
+-- it in this call, so a key named twice behaves as in two calls.
+local results, records, hints, moves = {}, {}, {}, {}
+local now_state = {}
+local replaced = false
 for i = 0, n - 1 do
   local base = 4 + 5 * i
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
   local outcome = '+'
-  local old = redis.call('HGET', pool, key)
-  if old then
-    local state = string.sub(old, 1, 1)
+  local state = now_state[key] or (olds[i + 1] and string.sub(olds[i + 1], 1, 1))
+  if state then
     if replace == '1' and state ~= 'A' then
-      unlink(state, scheduled, retry, dead, key)
-      redis.call('HDEL', hist, key)
       outcome = '~'
-      some_replaced = true
+      replaced = true
     else
       outcome = state
     end
@@ -135,34 +142,56 @@ for i = 0, n - 1 do
     local due = now
     if mode == 'd' then due = now + value elseif mode == 'a' then due = value end
     due = bound_due(due, now)
-    redis.call('HSET', pool, key, pack_record(waiting_state(due, now, 'S'), 0, due, now, 0, payload))
-    if due <= now then
-      redis.call('RPUSH', ready, key)
-      need_wake = true
-    else
-      redis.call('ZADD', scheduled, slot_score(scheduled, due), key)
-      if not earliest_new or due < earliest_new then earliest_new = due end
-    end
-    created = created + 1
+    local new_state = waiting_state(due, now, 'S')
+    records[#records + 1] = key
+    records[#records + 1] = pack_record(new_state, 0, due, now, 0, payload)
+    if new_state == 'R' then hints[#hints + 1] = key end
+    moves[#moves + 1] = {key, outcome == '~' and state, due}
+    now_state[key] = new_state
   end
   results[i + 1] = outcome
 end
-if created > 0 then
-  redis.call('HINCRBY', stats, 'enqueued', created)
-  redis.call('ZADD', calls, now, call)
-  if created < n or some_replaced then
-    redis.call('ZADD', calls, now, 'o' .. call .. ':' .. table.concat(results))
-  end
-  redis.call('PEXPIRE', calls, 2 * RECEIPT_MS)
-  -- About one call in ten (the id is random; its last digit decides) removes up to TRIM
-  -- receipts past their life.
-  if string.sub(call, -1) == '0' then
-    local expired = redis.call('ZCOUNT', calls, '-inf', '(' .. (now - RECEIPT_MS))
-    if expired > 0 then
-      redis.call('ZREMRANGEBYRANK', calls, 0, math.min(expired, TRIM) - 1)
-    end
+if #moves == 0 then return results end
+
+local checks = {}
+if #hints > 0 then checks = {ready, 'list'} end
+if replaced then
+  for _, t in ipairs({retry, 'zset', dead, 'zset', hist, 'hash'}) do checks[#checks + 1] = t end
+end
+local bad = check_types(checks)
+if bad then return bad end
+
+-- Writes: the receipt first (and the outcomes, when not every job was created).
+redis.call('ZADD', calls, now, call)
+if #moves < n or replaced then
+  redis.call('ZADD', calls, now, 'o' .. call .. ':' .. table.concat(results))
+end
+redis.call('PEXPIRE', calls, 2 * RECEIPT_MS)
+-- About one call in ten (the id is random; its last digit decides) removes up to TRIM
+-- receipts past their life.
+if string.sub(call, -1) == '0' then
+  local expired = redis.call('ZCOUNT', calls, '-inf', '(' .. (now - RECEIPT_MS))
+  if expired > 0 then
+    redis.call('ZREMRANGEBYRANK', calls, 0, math.min(expired, TRIM) - 1)
   end
 end
-if earliest_new and (not head_due or earliest_new < head_due) then need_wake = true end
-if need_wake then wake(wake_key) end
+-- In call order, so that a key named twice is unlinked after its first placing.
+local earliest_new
+for _, m in ipairs(moves) do
+  local key, old_state, due = m[1], m[2], m[3]
+  if old_state then
+    unlink(old_state, scheduled, retry, dead, key)
+    redis.call('HDEL', hist, key)
+  end
+  if due > now then
+    redis.call('ZADD', scheduled, slot_score(scheduled, due), key)
+    if not earliest_new or due < earliest_new then earliest_new = due end
+  end
+end
+call_many('HSET', pool, records)
+if #hints > 0 then call_many('RPUSH', ready, hints) end
+count(stats, 'enqueued', #moves)
+if #hints > 0 or (earliest_new and (not head_due or earliest_new < head_due)) then
+  wake(wake_key)
+end
 return results

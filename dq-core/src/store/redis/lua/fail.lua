@@ -26,6 +26,11 @@
 --         0 gone: no such job (e.g. already acked); nothing done
 --        -1 stale token: the job exists but this delivery no longer owns it; nothing done
 -- Errors: 'ERR dq bad arguments: ...'
+--
+-- Never fails after a write: pool, hist and (for a later time) the target set are read before
+-- the first write, ZREM active, so a retry or deferral needs no TYPE call; counters and
+-- wake-ups cannot fail. Checked: ready when the job is due at once, dead when burying (each
+-- first touched by a write after that one).
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -33,20 +38,25 @@ local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KE
 local key, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local delay, err = tonumber(ARGV[4]), ARGV[5]
 local dead_cap, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
-if not token or not delay or delay < 0 or not dead_cap or not retention
+if not token or not delay or delay < 0 or not dead_cap or not retention or not err
     or (action ~= 'r' and action ~= 'd' and action ~= 'b') then
   return redis.error_reply('ERR dq bad arguments: fail')
 end
 
 local rec = redis.call('HGET', pool, key)
 if not rec then return {0, 0, 0} end
+-- not a record (damaged): this delivery cannot own it; fetch buries it
+if not is_record(rec) then return {-1, 0, 0} end
 local state, attempts, due, _, owner = unpack_record(rec)
 if state ~= 'A' or owner ~= token then return {-1, 0, 0} end
 
 local now = now_ms()
-redis.call('ZREM', active, key)
+local entries = read_history(hist, key)
 if action == 'b' then
-  add_history(hist, key, attempts, now, 'B', err)
+  local bad = check_types({dead, 'zset'})
+  if bad then return bad end
+  redis.call('ZREM', active, key)
+  add_history(hist, key, entries, attempts, now, 'B', err)
   bury(dead, pool, stats, key, rec, now)
   return {2, now, trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)}
 end
@@ -56,12 +66,21 @@ local code, later, zset = 'F', 'F', retry
 if action == 'd' then
   -- "not yet": the attempt is given back and the job waits like a scheduled one
   code, later, zset = 'd', 'S', scheduled
-  add_history(hist, key, attempts, now, code, err)
+end
+local score
+if at > now then
+  score = slot_score(zset, at)
+else
+  local bad = check_types({ready, 'list'})
+  if bad then return bad end
+end
+redis.call('ZREM', active, key)
+add_history(hist, key, entries, attempts, now, code, err)
+if action == 'd' then
   attempts = attempts - 1
 else
-  add_history(hist, key, attempts, now, code, err)
-  redis.call('HINCRBY', stats, 'retried', 1)
+  count(stats, 'retried', 1)
 end
 redis.call('HSET', pool, key, with_header(rec, waiting_state(at, now, later), attempts, at, owner))
-if place(zset, ready, key, at, now) then wake(wake_key) end
+if place(zset, ready, key, at, now, score) then wake(wake_key) end
 return {1, at, 0}

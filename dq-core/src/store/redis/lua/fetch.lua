@@ -50,6 +50,13 @@
 --   records are full records (20-byte header + payload), already marked active; the jobs
 --   of a found receipt come first
 -- Errors: 'ERR dq bad arguments: ...'
+--
+-- Never fails after a write. A leasing fetch reads first (active, ready, pool, scheduled,
+-- retry; ready by LRANGE, trimmed once at the end) and then writes, the token counter first:
+-- no TYPE call. Checked: everything, when leases expired (recovery writes before those reads);
+-- dead and hist when a record is damaged, and on a fetch that leases nothing (the audit and
+-- the dead-queue trim touch them after writing). Counters and wake-ups cannot fail; the
+-- receipt is read with GET before any write, and SET and DEL of receipts cannot fail.
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -87,61 +94,14 @@ end
 if receipt and receipt[1] > try_no then
   return {now, 0, 0, 0, 0} -- a later try of this call ran already: this one is stale
 end
-for i = 11, #KEYS do redis.call('DEL', KEYS[i]) end
 
--- A value in the pool that is not a record (written by hand, or damaged) must not stop the
--- rest of the batch: it goes to the dead queue as it is, for someone to look at.
-local function bury_corrupt(key, rec)
-  redis.call('ZREM', scheduled, key)
-  redis.call('ZREM', retry, key)
-  redis.call('ZREM', active, key)
-  redis.call('HSET', pool, key, pack_record('D', 0, now, now, 0, rec))
-  add_history(hist, key, 0, now, 'B', 'corrupt record')
-  redis.call('ZADD', dead, now, key)
-  redis.call('HINCRBY', stats, 'buried', 1)
-  buried[#buried + 1] = key
-end
-
--- Leasing. Each step reads records with one HMGET and writes with one variadic HSET / ZADD /
--- RPUSH, so a batch costs a few calls, not a few per job.
-local out = {}
-local n_jobs = 0
-local token = nil
-local deadline = now + lease
 local seen = {} -- a key may have two hints in ready (one stale): lease it once
-local leases = {try_no} -- this call's receipt: try, then key, token of each job leased
--- Leases `keys` (records `recs`) with fresh tokens; `spent` is 1 for a new attempt, 0 for
--- the jobs of a receipt, whose earlier lease never reached a worker.
-local function lease_all(keys, recs, spent)
-  if #keys == 0 then return end
-  if not token then
-    -- one counter bump for the whole call; tokens are base+1 .. base+max_jobs
-    token = redis.call('HINCRBY', stats, 'token', max_jobs) - max_jobs
-  end
-  local records, members = {}, {}
-  for i, key in ipairs(keys) do
-    local rec = recs[i]
-    local _, attempts, due, created = struct.unpack(HEADER, rec)
-    token = token + 1
-    local leased = pack_record('A', attempts + spent, due, created, token,
-      string.sub(rec, HEADER_LEN + 1))
-    records[#records + 1] = key
-    records[#records + 1] = leased
-    members[#members + 1] = deadline
-    members[#members + 1] = key
-    out[#out + 1] = key
-    out[#out + 1] = leased
-    leases[#leases + 1] = key
-    leases[#leases + 1] = token
-  end
-  call_many('HSET', pool, records)
-  call_many('ZADD', active, members)
-  n_jobs = n_jobs + #keys
-end
-
--- 0. (continued) a retry gets back the jobs its receipt names that are still leased under the
---    recorded token: nobody else has them (a recovered or acked job has another token or no
---    record). Before step 1, so that a lease of theirs that ran out is not charged.
+local lease_keys, lease_recs = {}, {}
+-- 0. (continued, reads) a retry gets back the jobs its receipt names that are still leased
+--    under the recorded token: nobody else has them (a recovered or acked job has another
+--    token or no record). Marked seen before step 1, so that a lease of theirs that ran out
+--    is not charged; they are leased again below without spending an attempt.
+local from_receipt = 0
 if receipt and try_no > 0 then
   local keys, tokens = {}, {}
   for i = 2, #receipt - 1, 2 do
@@ -151,41 +111,62 @@ if receipt and try_no > 0 then
   end
   if #keys > 0 then
     local recs = hmget(pool, keys)
-    local again, again_recs = {}, {}
     for i, key in ipairs(keys) do
       local rec = recs[i]
       if rec and is_record(rec) and not seen[key] and string.sub(rec, 1, 1) == 'A'
           and token_of(rec) == tokens[i] then
         seen[key] = true
-        again[#again + 1] = key
-        again_recs[#again_recs + 1] = rec
+        lease_keys[#lease_keys + 1] = key
+        lease_recs[#lease_recs + 1] = rec
       end
     end
-    lease_all(again, again_recs, 0)
   end
+  from_receipt = #lease_keys
+end
+
+-- A value in the pool that is not a record (written by hand, or damaged) must not stop the
+-- rest of the batch: it goes to the dead queue as it is, for someone to look at.
+local function bury_corrupt(key, rec)
+  redis.call('ZREM', scheduled, key)
+  redis.call('ZREM', retry, key)
+  redis.call('ZREM', active, key)
+  redis.call('HSET', pool, key, pack_record('D', 0, now, now, 0, rec))
+  add_history(hist, key, read_history(hist, key), 0, now, 'B', 'corrupt record')
+  redis.call('ZADD', dead, now, key)
+  count(stats, 'buried', 1)
+  buried[#buried + 1] = key
 end
 
 -- 1. expired leases: deadline < now
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', string.format('(%d', now),
   'LIMIT', 0, recover_batch)
+if #expired > 0 then
+  -- (rare) recovery writes before the reads below: check every key the call may touch
+  local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
+    pool, 'hash', hist, 'hash', stats, 'hash'})
+  if bad then return bad end
+end
+-- (a receipt's job, seen above, is leased again below and not charged)
 for _, key in ipairs(expired) do
-  redis.call('ZREM', active, key)
-  local rec = redis.call('HGET', pool, key)
-  if rec and not is_record(rec) then
-    bury_corrupt(key, rec)
-  elseif rec and string.sub(rec, 1, 1) == 'A' then
-    local _, attempts, due, _, token = unpack_record(rec)
-    redis.call('HINCRBY', stats, 'expired', 1)
-    add_history(hist, key, attempts, now, 'L', 'lease expired')
-    local delay = delays[attempts]
-    if delay then
-      local at = bound_due(now + delay, now)
-      redis.call('HSET', pool, key, with_header(rec, 'F', attempts, at, token))
-      redis.call('ZADD', retry, slot_score(retry, at), key)
-      redis.call('HINCRBY', stats, 'retried', 1)
-    else
-      bury(dead, pool, stats, key, rec, now)
-      buried[#buried + 1] = key
+  if not seen[key] then
+    redis.call('ZREM', active, key)
+    local rec = redis.call('HGET', pool, key)
+    if rec and not is_record(rec) then
+      bury_corrupt(key, rec)
+    elseif rec and string.sub(rec, 1, 1) == 'A' then
+      local _, attempts, due, _, token = unpack_record(rec)
+      count(stats, 'expired', 1)
+      add_history(hist, key, read_history(hist, key), attempts, now, 'L', 'lease expired')
+      local delay = delays[attempts]
+      if delay then
+        local at = bound_due(now + delay, now)
+        redis.call('HSET', pool, key, with_header(rec, 'F', attempts, at, token))
+        redis.call('ZADD', retry, slot_score(retry, at), key)
+        count(stats, 'retried', 1)
+      else
+        bury(dead, pool, stats, key, rec, now)
+        buried[#buried + 1] = key
+      end
     end
   end
 end
@@ -193,34 +174,47 @@ if #buried > 0 then
   trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
 end
 
--- 2. lease ready jobs, FIFO
+-- 2. (reads) ready jobs, FIFO: LRANGE one more than wanted, to know whether more are left,
+--    and one HMGET; stale hints are skipped, and all read entries are trimmed at the end.
+local corrupt_keys, corrupt_recs = {}, {}
+local function corrupt(key, rec)
+  seen[key] = true
+  corrupt_keys[#corrupt_keys + 1] = key
+  corrupt_recs[#corrupt_recs + 1] = rec
+end
+local consumed = 0
+local ready_more = false
+if max_jobs == 0 then
+  ready_more = redis.call('LLEN', ready) > 0
+end
 local rounds = 0
-while n_jobs < max_jobs and rounds < 4 do
+while #lease_keys < max_jobs and rounds < 4 do
   rounds = rounds + 1
-  local popped = redis.call('LPOP', ready, max_jobs - n_jobs)
-  if not popped then break end
-  local recs = hmget(pool, popped)
-  local keys, live = {}, {}
-  for i, key in ipairs(popped) do
+  local want = max_jobs - #lease_keys
+  local got = redis.call('LRANGE', ready, consumed, consumed + want)
+  ready_more = #got > want
+  if ready_more then got[#got] = nil end
+  if #got == 0 then break end
+  consumed = consumed + #got
+  local recs = hmget(pool, got)
+  for i, key in ipairs(got) do
     local rec = recs[i]
     if rec and not is_record(rec) then
-      if not seen[key] then
-        seen[key] = true
-        bury_corrupt(key, rec)
-      end
+      if not seen[key] then corrupt(key, rec) end
     elseif rec and not seen[key] and string.sub(rec, 1, 1) == 'R' then
       seen[key] = true
-      keys[#keys + 1] = key
-      live[#live + 1] = rec
+      lease_keys[#lease_keys + 1] = key
+      lease_recs[#lease_recs + 1] = rec
     end
   end
-  lease_all(keys, live, 1)
+  if not ready_more then break end
 end
 
--- 3. due jobs (score < now + 1) of scheduled and retry, merged by due ms (scheduled first on
---    a tie): while this call still has room they are leased directly (ready is empty by now,
---    so they are next in line anyway); up to ARGV[3] more move to ready for other fetchers.
-local room = max_jobs - n_jobs
+-- 3. (reads) due jobs (score < now + 1) of scheduled and retry, merged by due ms (scheduled
+--    first on a tie): while this call still has room they are leased directly (ready is
+--    empty by then, so they are next in line anyway); up to ARGV[3] more move to ready for
+--    other fetchers.
+local room = max_jobs - #lease_keys
 local limit = room + promote_batch
 local s_list = redis.call('ZRANGEBYSCORE', scheduled, '-inf', string.format('(%d', now + 1),
   'WITHSCORES', 'LIMIT', 0, limit)
@@ -240,18 +234,17 @@ while #taken < limit and (si <= #s_list or ri <= #r_list) do
   from_set[from][#from_set[from] + 1] = key
 end
 local promote_more = #taken == limit and limit > 0
+local records, hints = {}, {}
 if #taken > 0 then
   local recs = hmget(pool, taken)
-  local lease_keys, lease_recs, records, hints = {}, {}, {}, {}
   for i, key in ipairs(taken) do
     local rec = recs[i]
     local state = rec and string.sub(rec, 1, 1)
     if rec and not is_record(rec) and not seen[key] then
-      seen[key] = true
-      bury_corrupt(key, rec)
+      corrupt(key, rec)
     elseif (state == 'S' or state == 'F') and not seen[key] then
       seen[key] = true
-      if #lease_keys < room then
+      if #lease_keys < max_jobs then
         lease_keys[#lease_keys + 1] = key
         lease_recs[#lease_recs + 1] = rec
       else
@@ -262,30 +255,75 @@ if #taken > 0 then
       end
     end
   end
-  lease_all(lease_keys, lease_recs, 1)
-  if #hints > 0 then
-    call_many('HSET', pool, records)
-    call_many('RPUSH', ready, hints)
-  end
-  call_many('ZREM', scheduled, from_set[1])
-  call_many('ZREM', retry, from_set[2])
 end
+local n_jobs = #lease_keys
+
+-- 5a. (reads) a fetch that leases nothing audits a few records (see 5 below).
+local scan
+if n_jobs == 0 then
+  local cursor = redis.call('HGET', stats, 'audit_cursor') or '0'
+  -- a damaged cursor would make HSCAN fail: start over instead
+  if #cursor > 19 or not string.find(cursor, '^%d+$') then cursor = '0' end
+  scan = redis.call('HSCAN', pool, cursor, 'COUNT', 32)
+end
+
+-- Every key the writes below touch has been read, but these (rare, or idle) paths':
+local checks = {}
+if #corrupt_keys > 0 or n_jobs == 0 then checks = {dead, 'zset', hist, 'hash'} end
+local bad = check_types(checks)
+if bad then return bad end
+
+-- Writes. The token counter first (it raises only if stats is not a hash).
+local out = {}
+local leases = {try_no} -- this call's receipt: try, then key, token of each job leased
+if n_jobs > 0 then
+  -- one counter bump for the whole call; tokens are base+1 .. base+max_jobs
+  local token = next_tokens(stats, max_jobs)
+  local deadline = now + lease
+  local members = {}
+  for i, key in ipairs(lease_keys) do
+    local rec = lease_recs[i]
+    local _, attempts, due, created = struct.unpack(HEADER, rec)
+    token = token + 1
+    -- a receipt's job keeps its attempt: its earlier lease never reached a worker
+    local spent = i <= from_receipt and 0 or 1
+    local leased = pack_record('A', attempts + spent, due, created, token,
+      string.sub(rec, HEADER_LEN + 1))
+    leases[#leases + 1] = key
+    leases[#leases + 1] = token
+    records[#records + 1] = key
+    records[#records + 1] = leased
+    members[#members + 1] = deadline
+    members[#members + 1] = key
+    out[#out + 1] = key
+    out[#out + 1] = leased
+  end
+  call_many('ZADD', active, members)
+end
+for i, key in ipairs(corrupt_keys) do bury_corrupt(key, corrupt_recs[i]) end
+if consumed > 0 then redis.call('LTRIM', ready, consumed, -1) end
+if #records > 0 then call_many('HSET', pool, records) end
+if #hints > 0 then call_many('RPUSH', ready, hints) end
+call_many('ZREM', scheduled, from_set[1])
+call_many('ZREM', retry, from_set[2])
+local ready_left = ready_more or #hints > 0
 
 -- 5. (idle fetches only) audit a few records: one whose sorted-set entry is missing (deleted by
 --    hand, or a damaged restore) would otherwise wait for ever. Re-link it where its state
 --    says; a ready record is re-hinted only when ready is empty (the one cheap proof it has no
 --    hint). The HSCAN cursor lives in stats, so successive idle fetches walk the whole pool.
+--    Records this call has just moved (seen) were read before the move: they are skipped.
 local repaired = 0
-if n_jobs == 0 then
-  local cursor = redis.call('HGET', stats, 'audit_cursor') or '0'
-  local scan = redis.call('HSCAN', pool, cursor, 'COUNT', 32)
+if scan then
   redis.call('HSET', stats, 'audit_cursor', scan[1])
-  local ready_empty = redis.call('LLEN', ready) == 0
+  local ready_empty = not ready_left
   local entries = scan[2]
   for i = 1, #entries, 2 do
     local key, rec = entries[i], entries[i + 1]
-    if not is_record(rec) then
-      if not seen[key] then bury_corrupt(key, rec) end
+    if seen[key] then
+      -- moved (or buried) by this call
+    elseif not is_record(rec) then
+      bury_corrupt(key, rec)
     else
       local state, _, due = unpack_record(rec)
       if state == 'S' and not redis.call('ZSCORE', scheduled, key) then
@@ -302,17 +340,16 @@ if n_jobs == 0 then
         repaired = repaired + 1
       elseif state == 'R' and ready_empty then
         redis.call('RPUSH', ready, key)
+        ready_left = true
         repaired = repaired + 1
       end
     end
   end
-  if repaired > 0 then redis.call('HINCRBY', stats, 'repaired', repaired) end
+  if repaired > 0 then count(stats, 'repaired', repaired) end
 end
 
 -- 4. what next
 local next_ms = -1
-if repaired > 0 then next_ms = 0 end
-local ready_left = redis.call('LLEN', ready) > 0
 if ready_left or promote_more or repaired > 0 then
   next_ms = 0
   if n_jobs > 0 then wake(wake_key) end
@@ -333,10 +370,11 @@ else
 end
 
 -- 6. the receipt: only for a call that leased something (or a retry, whose receipt also
---    tells a stale earlier try that it is stale)
+--    tells a stale earlier try that it is stale); and the receipts whose replies arrived go.
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(leases), 'PX', receipt_ms)
 end
+for i = 11, #KEYS do redis.call('DEL', KEYS[i]) end
 
 local reply = {now, next_ms, trimmed, n_jobs, #buried}
 for _, v in ipairs(out) do reply[#reply + 1] = v end

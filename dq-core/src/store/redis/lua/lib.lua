@@ -64,6 +64,55 @@ local function hmget(key, fields)
   return out
 end
 
+-- ---- never fail after a write ----
+-- Redis does not roll a script back: whatever it wrote before an error stays. So a script
+-- checks everything that could fail before its first write: its arguments and its records
+-- (is_record). A command that meets a key of another type fails (WRONGTYPE); a key's first
+-- command fails the call cleanly if it is a read, or if it is the call's first write. So a
+-- script reads before it writes where that is free, and checks (check_types) only the keys
+-- that the path taken first touches after a write; each script's header says which. After
+-- the first write only commands that cannot fail on the data they meet are used: counters go
+-- through `count`, tokens through `next_tokens`, histories through `add_history`, wake-ups
+-- through `wake`, which never raise.
+
+-- Returns an error reply if a key holds another type than the one given, nil if all are well
+-- (or absent). `types` is a flat list: key, type, key, type, ... (one O(1) TYPE per key).
+-- The error keeps Redis's own WRONGTYPE code, so callers classify it as before.
+local function check_types(types)
+  for i = 1, #types, 2 do
+    local t = redis.call('TYPE', types[i]).ok
+    if t ~= 'none' and t ~= types[i + 1] then
+      return redis.error_reply('WRONGTYPE dq: ' .. types[i] .. ' holds a ' .. t
+        .. ', not a ' .. types[i + 1] .. '; nothing written')
+    end
+  end
+  return nil
+end
+
+-- Adds `n` (> 0) to the counter `field` of the stats hash, without ever failing: one HINCRBY
+-- under pcall. HINCRBY refuses, writing nothing, a sum past 2^63 - 1, a value that is not an
+-- integer, or a stats key that is not a hash; the counter is then left as it is: it saturates
+-- at its maximum, it never wraps, and the call goes on.
+local function count(stats, field, n)
+  redis.pcall('HINCRBY', stats, field, n)
+end
+
+-- Tokens are 48 bits in a record: the largest is MAX_TOKEN.
+local MAX_TOKEN = 281474976710655
+
+-- Reserves `n` delivery tokens from the `token` counter of the stats hash and returns the
+-- one before the first (the tokens are base+1 .. base+n): one HINCRBY. A counter that is not
+-- an integer, negative, or past MAX_TOKEN starts again from 0 (tokens only have to differ
+-- between the deliveries of one job; a restart after 2^48 tokens cannot meet a lease still
+-- held under the same number). Raises only when stats is not a hash: the caller makes this
+-- its first write or has checked stats.
+local function next_tokens(stats, n)
+  local top = redis.pcall('HINCRBY', stats, 'token', n)
+  if type(top) == 'number' and top >= n and top <= MAX_TOKEN then return top - n end
+  redis.call('HSET', stats, 'token', n)
+  return 0
+end
+
 -- The delivery token of a record, read without copying the payload.
 local function token_of(rec)
   return (struct.unpack('>I6', rec, 15))
@@ -99,11 +148,20 @@ local function slot_score(zset, due)
   return due + k / 4096
 end
 
--- Appends one attempt to a job's bounded history.
-local function add_history(hist, key, attempt, at, code, err)
-  local entries = {}
+-- A job's history entries, to pass to `add_history`; a read, so a caller can do it before
+-- its first write. A stored history that does not decode (damaged) counts as empty: it is
+-- started afresh rather than failing the script after its first writes.
+local function read_history(hist, key)
   local old = redis.call('HGET', hist, key)
-  if old then entries = cmsgpack.unpack(old) end
+  if old then
+    local ok, decoded = pcall(cmsgpack.unpack, old)
+    if ok and type(decoded) == 'table' then return decoded end
+  end
+  return {}
+end
+
+-- Appends one attempt to a job's bounded history, `entries` as read by `read_history`.
+local function add_history(hist, key, entries, attempt, at, code, err)
   if #err > MAX_ERROR_LEN then err = string.sub(err, 1, MAX_ERROR_LEN) end
   entries[#entries + 1] = {attempt, at, code, err}
   while #entries > MAX_HISTORY do table.remove(entries, 1) end
@@ -111,14 +169,17 @@ local function add_history(hist, key, attempt, at, code, err)
 end
 
 -- Pushes one wake-up token unless one is already waiting (the list never grows past 1).
+-- Never fails: a wake key of another type (damage) only loses this nudge; the fetchers'
+-- BLPOP on that key reports the damage.
 local function wake(wake_key)
-  if redis.call('LLEN', wake_key) == 0 then
+  if redis.pcall('LLEN', wake_key) == 0 then
     redis.call('RPUSH', wake_key, '1')
   end
 end
 
 -- Removes at most `limit` dead jobs older than the retention or beyond the cap.
--- Returns how many were removed, and counts them in stats.trimmed.
+-- Returns how many were removed, and counts them in stats.trimmed. Writes dead, pool and
+-- hist: a caller that has written before has checked or read all three.
 local function trim_dead(dead, pool, hist, stats, now, cap, retention, limit)
   local removed = 0
   local old = redis.call('ZRANGEBYSCORE', dead, '-inf', string.format('(%d', now - retention), 'LIMIT', 0, limit)
@@ -140,7 +201,7 @@ local function trim_dead(dead, pool, hist, stats, now, cap, retention, limit)
       end
     end
   end
-  if removed > 0 then redis.call('HINCRBY', stats, 'trimmed', removed) end
+  if removed > 0 then count(stats, 'trimmed', removed) end
   return removed
 end
 
@@ -149,7 +210,7 @@ local function bury(dead, pool, stats, key, rec, now)
   local _, attempts, due, _, token = unpack_record(rec)
   redis.call('HSET', pool, key, with_header(rec, 'D', attempts, due, token))
   redis.call('ZADD', dead, now, key)
-  redis.call('HINCRBY', stats, 'buried', 1)
+  count(stats, 'buried', 1)
 end
 
 -- Removes a job from whichever waiting structure holds it (ready hints are left to go stale).
@@ -170,14 +231,15 @@ local function waiting_state(due, now, later)
 end
 
 -- Queues a job whose record is already written with `waiting_state(due, now, ...)`:
--- onto `ready` if due now, else into `zset` (scheduled or retry).
+-- onto `ready` if due now, else into `zset` (scheduled or retry) at `score`, the
+-- `slot_score(zset, due)` the caller read before its first write.
 -- Returns true when a fetcher should be woken: the job is ready, or is the new earliest.
-local function place(zset, ready, key, due, now)
+local function place(zset, ready, key, due, now, score)
   if due <= now then
     redis.call('RPUSH', ready, key)
     return true
   end
-  redis.call('ZADD', zset, slot_score(zset, due), key)
+  redis.call('ZADD', zset, score, key)
   local head = redis.call('ZRANGE', zset, 0, 0)
   return head[1] == key
 end

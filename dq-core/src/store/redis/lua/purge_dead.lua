@@ -8,6 +8,9 @@
 -- ARGV[2..] job keys; none means "the oldest ARGV[1] dead jobs"
 --
 -- Returns the number of jobs deleted. Only dead jobs are ever deleted.
+--
+-- Never fails after a write: dead is read first and ZREM dead is the first write. Checked:
+-- pool and hist, whose first touch is a write after that.
 
 local dead, pool, hist = KEYS[1], KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[1])
@@ -21,6 +24,9 @@ if #ARGV > 1 then
 else
   keys = redis.call('ZRANGE', dead, 0, limit - 1)
 end
+if #keys == 0 then return 0 end
+local bad = check_types({pool, 'hash', hist, 'hash'})
+if bad then return bad end
 local deleted = 0
 for _, key in ipairs(keys) do
   -- a key named twice is deleted (and counted) once

@@ -11,6 +11,9 @@
 --
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
 -- Errors: 'ERR dq bad arguments: ...'
+--
+-- Never fails after a write: pool is read first and ZREM active is the first write. Checked:
+-- ready, once, before the first job is released (its first touch is a write after that).
 
 local active, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
@@ -30,6 +33,10 @@ for i = #ARGV - 1, 1, -2 do
   if is_record(rec) then
     local state, attempts, due, _, owner = unpack_record(rec)
     if state == 'A' and owner == token then
+      if released == 0 then
+        local bad = check_types({ready, 'list'})
+        if bad then return bad end
+      end
       redis.call('ZREM', active, key)
       redis.call('HSET', pool, key, with_header(rec, 'R', attempts - 1, due, owner))
       redis.call('LPUSH', ready, key)

@@ -16,7 +16,12 @@
 -- Returns {code, due_ms}
 --   code 'K' rescheduled; due_ms is the new due time (never before now)
 --        'A' running, 'D' dead: not touched;  'N' no such job
+--        (a value that is not a record counts as dead: fetch buries it)
 -- Errors: 'ERR dq bad arguments: ...'
+--
+-- Never fails after a write: pool, and scheduled for a later time, are read first; the first
+-- write is the one to the set that held the job (or pool). Checked: ready, when the job
+-- becomes due at once (its first touch is a write after those).
 
 local scheduled, retry, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -26,6 +31,7 @@ end
 
 local rec = redis.call('HGET', pool, key)
 if not rec then return {'N', 0} end
+if not is_record(rec) then return {'D', 0} end
 local state, attempts, due, _, token = unpack_record(rec)
 if state == 'A' or state == 'D' then return {state, 0} end
 
@@ -34,12 +40,19 @@ local at
 if mode == 'a' then at = value elseif mode == 'd' then at = now + value else at = due + value end
 at = bound_due(at, now)
 
-unlink(state, scheduled, retry, nil, key)
 local new_state = waiting_state(at, now, 'S')
+local score
+if new_state ~= 'R' then
+  score = slot_score(scheduled, at)
+elseif state ~= 'R' then
+  local bad = check_types({ready, 'list'})
+  if bad then return bad end
+end
+unlink(state, scheduled, retry, nil, key)
 redis.call('HSET', pool, key, with_header(rec, new_state, attempts, at, token))
 if new_state == 'R' and state == 'R' then
   -- already has a live hint in ready: keep its place in line
   return {'K', at}
 end
-if place(scheduled, ready, key, at, now) then wake(wake_key) end
+if place(scheduled, ready, key, at, now, score) then wake(wake_key) end
 return {'K', at}

@@ -1,0 +1,22 @@
+-- job: one job's record, history and lease or death time, read in one step. Writes nothing
+-- (declared `no-writes`, so it runs at `maxmemory`, where a MULTI of the same reads is refused).
+--
+-- KEYS[1] active  dq:{topic#p}:active
+-- KEYS[2] dead    dq:{topic#p}:dead
+-- KEYS[3] pool    dq:{topic#p}:pool
+-- KEYS[4] hist    dq:{topic#p}:hist
+--
+-- ARGV[1] key
+--
+-- Returns {record, history, lease deadline, died}, each nil when absent (record nil: no such
+-- job); the two times are sorted-set scores, as text.
+
+local active, dead, pool, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local key = ARGV[1]
+if not key then return redis.error_reply('ERR dq bad arguments: key') end
+return {
+  redis.call('HGET', pool, key),
+  redis.call('HGET', hist, key),
+  redis.call('ZSCORE', active, key),
+  redis.call('ZSCORE', dead, key),
+}
