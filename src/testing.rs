@@ -188,7 +188,7 @@ impl TestQueue {
     /// [`TestQueue::run_until_idle_within`] 400 days: every retry schedule fits.
     pub async fn run_until_idle(&self) {
         self.run_until_idle_within(Duration::from_secs(400 * 24 * 3600))
-            .await
+            .await;
     }
 
     /// A job of type `J` by key, or `None` once it succeeded or was cancelled.

@@ -147,7 +147,7 @@ async fn hostile_key_bytes_never_reach_key_names() {
             stored.extend(h.server().cmd::<Vec<String>>(&["HKEYS", &key]));
         }
     }
-    let want: BTreeSet<String> = keys.iter().map(|k| k.to_string()).collect();
+    let want: BTreeSet<String> = keys.iter().map(std::string::ToString::to_string).collect();
     assert_eq!(stored, want, "pool fields are the keys, byte for byte");
     for k in &keys {
         let i = info(&t, k).await;
@@ -442,7 +442,7 @@ async fn far_future_due_times_are_refused_or_capped() {
                 })
             ),
             "{r:?}"
-        )
+        );
     };
     refused(
         t.enqueue(raw(1))

@@ -251,7 +251,7 @@ impl Proc {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) if line.trim().is_empty() => {}
                 Ok(line) => {
                     return serde_json::from_str(&line).map_err(|e| {
                         format!("`{}` printed a non-JSON line ({e}): {line}", self.label).into()
@@ -818,7 +818,7 @@ impl Orchestrator {
     }
 
     /// Runs `dq-bench enqueue …` to its result line.
-    fn enqueue(&mut self, args: &[String]) -> Result<Value> {
+    fn enqueue(&self, args: &[String]) -> Result<Value> {
         let mut full = vec![s("enqueue")];
         full.extend(args.iter().cloned());
         let proc = Proc::spawn(&self.exe, &self.url(), &full)?;
@@ -831,7 +831,7 @@ impl Orchestrator {
 
     /// Starts `dq-bench worker …` and waits for its ready line.
     fn start_worker(
-        &mut self,
+        &self,
         scenario: Scenario,
         conc: usize,
         n: u64,
@@ -870,7 +870,7 @@ impl Orchestrator {
 
     /// Waits for a worker's result; returns it with Redis's and the worker's CPU use during
     /// its `secs`.
-    fn finish_worker(&mut self, running: Running, timeout: Duration) -> Result<(Value, Value)> {
+    fn finish_worker(&self, running: Running, timeout: Duration) -> Result<(Value, Value)> {
         let Running {
             proc,
             ready_at,
@@ -1638,7 +1638,7 @@ impl Orchestrator {
             "plan": self.plan,
             "env": {
                 "redis_version": redis_version,
-                "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+                "cpus": std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
                 "clk_tck": self.tck,
                 "git": self.git,
             },

@@ -48,8 +48,7 @@ impl Order {
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// What the handlers of one worker process record; shared through the worker's `.data(…)`.

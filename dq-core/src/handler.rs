@@ -142,18 +142,27 @@ impl LeaseDeadline {
 
     /// When the lease surely ends, as things stand.
     pub fn get(&self) -> tokio::time::Instant {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Moves the deadline (an extension was granted, or the lease was lost: `now`).
     pub fn set(&self, at: tokio::time::Instant) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = at;
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
     }
 
     /// Moves the deadline to `at` (an extension was granted) unless it has already passed:
     /// a lease that surely ran out is never revived. Returns whether it moved.
     pub fn extend(&self, at: tokio::time::Instant) -> bool {
-        let mut current = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if tokio::time::Instant::now() >= *current {
             return false;
         }

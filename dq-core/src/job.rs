@@ -624,8 +624,7 @@ pub struct TopicStats {
 /// Milliseconds since the Unix epoch of a wall-clock time (0 before the epoch).
 pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The wall-clock time of a Unix-ms value.

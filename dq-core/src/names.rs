@@ -144,10 +144,12 @@ impl KeyGenerator {
     fn next(&self) -> String {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+            .map_or(0, |d| d.as_millis() as u64);
         let (ms, counter) = {
-            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let (last_ms, last_counter) = *state;
             // Never go backwards: a clock step back or a counter overflow borrows the next ms.
             *state = if now > last_ms {

@@ -170,8 +170,10 @@ fn duration_text(ms: u64) -> String {
     UNITS
         .iter()
         .find(|(per_unit, _)| ms != 0 && ms.is_multiple_of(*per_unit))
-        .map(|(per_unit, unit)| format!("{}{unit}", ms / per_unit))
-        .unwrap_or_else(|| format!("{ms}ms"))
+        .map_or_else(
+            || format!("{ms}ms"),
+            |(per_unit, unit)| format!("{}{unit}", ms / per_unit),
+        )
 }
 
 /// What `#[delayed_job]` registers, all checked.

@@ -374,7 +374,7 @@ impl RedisServer {
         // A panic while the lock was held (say, a failed restart) leaves a consistent state.
         self.state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -587,8 +587,10 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap_or_else(|e| panic!("dq-testkit: cannot find a free port: {e}"))
+        .map_or_else(
+            |e| panic!("dq-testkit: cannot find a free port: {e}"),
+            |addr| addr.port(),
+        )
 }
 
 /// The tails of the server's logs, for error messages.

@@ -37,7 +37,7 @@ where
         let check = cond();
         async move { check.await.then_some(()) }
     })
-    .await
+    .await;
 }
 
 /// Like [`eventually`], for a condition that yields a value: waits until `cond` resolves to

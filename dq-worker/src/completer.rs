@@ -201,7 +201,7 @@ async fn fail(
         }
         Ok(FailOutcome::Gone) => tracing::debug!("job already gone; failure not recorded"),
         Err(Error::StaleToken { .. }) => {
-            tracing::warn!(error = %error, "failed, but the lease was lost first: not recorded")
+            tracing::warn!(error = %error, "failed, but the lease was lost first: not recorded");
         }
         Err(e) => tracing::error!(
             error = %e,

@@ -209,7 +209,10 @@ impl Fetcher {
 
     /// Notes how the last fetch call went, for the worker's health view.
     fn record_health(&self, reply: &dq_core::Result<dq_core::FetchReply>) {
-        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = self
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = std::time::Instant::now();
         h.last_call_at = Some(now);
         match reply {

@@ -115,6 +115,8 @@ impl InFlight {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Queue, u64), Lease>> {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

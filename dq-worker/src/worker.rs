@@ -405,7 +405,11 @@ impl WorkerHandle {
             fetchers: self
                 .health
                 .iter()
-                .map(|h| h.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                .map(|h| {
+                    h.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone()
+                })
                 .collect(),
             running: self.in_flight.len(),
         }

@@ -507,8 +507,7 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
     let first_wrong = same.iter().enumerate().find(|(i, v)| *i as u64 != **v);
     assert!(
         first_wrong.is_none(),
-        "jobs due in the same ms not in enqueue order: position {:?}",
-        first_wrong
+        "jobs due in the same ms not in enqueue order: position {first_wrong:?}"
     );
     let same_ms: Vec<String> = keys_of(&jobs)
         .into_iter()

@@ -128,7 +128,9 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Queue, Partition>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs `f` on the partition, creating it if it does not exist yet (for writes).

@@ -91,7 +91,7 @@ impl SharedConnection {
         self.inner
             .current
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
@@ -100,7 +100,7 @@ impl SharedConnection {
             .inner
             .current
             .write()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if current.number != generation {
             return; // replaced already by an earlier timeout of the same generation
         }

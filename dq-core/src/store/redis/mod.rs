@@ -153,7 +153,7 @@ impl RedisStore {
         if let Some(k) = self
             .keys
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(queue)
         {
             return k.clone();
@@ -161,7 +161,7 @@ impl RedisStore {
         let k = Arc::new(PartitionKeys::new(&self.options.namespace, queue));
         self.keys
             .write()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(queue.clone(), k.clone());
         k
     }
@@ -170,7 +170,10 @@ impl RedisStore {
     /// leaving out `own`, the call about to be made (a caller may retry a call whose reply it
     /// did receive; its receipt must stay).
     fn take_received(&self, queue: &Queue, own: u64) -> Vec<u64> {
-        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let mut received = self
+            .received
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(ids) = received.get_mut(queue) else {
             return Vec::new();
         };
@@ -189,7 +192,10 @@ impl RedisStore {
     /// Notes that the reply of fetch call `id` on `queue` arrived. A list that has grown
     /// past its bound (fetches that kept failing) drops its oldest: those receipts expire.
     fn note_received(&self, queue: &Queue, id: u64) {
-        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let mut received = self
+            .received
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let ids = received.entry(queue.clone()).or_default();
         if ids.len() >= 4 * MAX_RECEIPTS_DELETED {
             ids.remove(0);
