@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every check dq's CI runs: installs redis-server if missing, then fmt, clippy, the whole
-# test suite (each test binary starts its own redis-server on a free port; nothing uses 6379),
-# every example, the TLS build, and a smoke run of the benchmark. Usage: ./scripts/test.sh
+# Runs every check dq's CI runs: installs what is missing (redis-server, cargo-deny), then fmt,
+# clippy, rustdoc with warnings as errors, cargo-deny (licenses, bans, sources), `cargo package`
+# of every published crate, the whole test suite (each test binary starts its own redis-server
+# on a free port; nothing uses 6379), every example, the TLS build, and a smoke run of the
+# benchmark. Usage: ./scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,10 +14,18 @@ if ! command -v redis-server >/dev/null 2>&1; then
   $SUDO apt-get install -y redis-server || { $SUDO apt-get update && $SUDO apt-get install -y redis-server; }
 fi
 redis-server --version
+if ! command -v cargo-deny >/dev/null 2>&1; then
+  echo "cargo-deny not found; installing it from crates.io (cargo install --locked cargo-deny)"
+  cargo install --locked --quiet cargo-deny
+fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo check -p dq-core --features tls
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+cargo deny --log-level error check licenses bans sources
+# The published crates, packaged and built from their packages as crates.io would build them.
+cargo package --quiet --allow-dirty -p dq-syntax -p dq-macros -p dq-core -p dq-worker -p dq
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"
