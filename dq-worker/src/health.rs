@@ -1,7 +1,7 @@
 //! What a running worker can say about itself without a store call: each fetcher's last store
 //! call and the jobs running. Written by the fetchers, read through `WorkerHandle::health`.
 
-/// A snapshot of a running worker's health, from [`WorkerHandle::health`]: enough for a
+/// A snapshot of a running worker's health, from [`WorkerHandle::health`](crate::WorkerHandle::health): enough for a
 /// liveness or readiness probe. Cheap to take (no store call).
 #[derive(Clone, Debug)]
 #[non_exhaustive]

@@ -48,7 +48,7 @@ const MAX_ATTEMPTS: u32 = 255;
 /// The in-process implementation of [`Store`], on tokio's clock.
 ///
 /// Build one with [`MemoryStore::new`], or get a client on a fresh one with
-/// [`Client::in_memory`]. Jobs live as long as the store; nothing is persisted.
+/// `Client::in_memory`. Jobs live as long as the store; nothing is persisted.
 pub struct MemoryStore {
     clock: Clock,
     state: Mutex<HashMap<Queue, Partition>>,
