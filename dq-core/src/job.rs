@@ -38,7 +38,7 @@ impl Queue {
     }
 }
 
-/// Where a job is in its life (DESIGN §4).
+/// Where a job is in its life (docs/ARCHITECTURE.md §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum JobState {
     /// Waiting for its due time.

@@ -3,8 +3,8 @@
 //! The tests start real worker processes — the `fault-worker` binary of this crate, a dq
 //! worker whose handlers append to a [ledger] — against a private `redis-server` each, inject
 //! faults (kill, pause or poison a worker; kill, fill, flush or corrupt Redis; cut, delay or
-//! black-hole the network with [`dq_testkit::proxy::FaultProxy`]), and then [check] that DESIGN
-//! §2 held: every accepted job ended exactly once in succeeded, cancelled or dead, nothing is
+//! black-hole the network with [`dq_testkit::proxy::FaultProxy`]), and then [check] that the
+//! promises of the README's "Guarantees" held: every accepted job ended exactly once in succeeded, cancelled or dead, nothing is
 //! stuck, duplicates only for runs in flight at a fault, and the store's structures agree.
 //!
 //! This file holds what tests and binary share (the payload, the topics) and [`Scenario`], the

@@ -167,7 +167,7 @@ const TRIVIAL: [&str; 12] = [
 ];
 
 impl SlowLog {
-    /// Asserts DESIGN §2.7's bound: no script call does 50 ms of work (never 200 ms, in any
+    /// Asserts the README's bounded-work promise: no script call does 50 ms of work (never 200 ms, in any
     /// case). The slow log measures wall time, so a call during which Redis was waiting for a
     /// CPU looks longer than its work: a call's stalls (see [`ScriptCall::stalled`]) are
     /// subtracted, and where Redis spent more than 15% of its runnable time waiting for a CPU

@@ -267,7 +267,7 @@ async fn proxy_cuts_every_connection_repeatedly() {
     s.stop_workers();
 }
 
-/// Found by this suite (DESIGN §2.6): enqueue-by-key was idempotent only while the job
+/// Found by this suite (README "Guarantees": repeated calls have no double effect): enqueue-by-key was idempotent only while the job
 /// existed. An enqueue whose reply is lost is retried by the client; if a worker ran and acked
 /// the job in between, the retry created the job a second time and it ran twice — with no
 /// worker or Redis fault at all. Now the retry presents its call id, finds the receipt the
@@ -323,7 +323,7 @@ async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
     s.stop_workers();
 }
 
-/// Found by this suite (DESIGN §2.2): a worker cut off from Redis by a hung connection kept
+/// Found by this suite (fenced deliveries, docs/ARCHITECTURE.md §6.2): a worker cut off from Redis by a hung connection kept
 /// running its handler past its lease for up to the client's response timeout, because the
 /// lease keeper checked its local deadline only when an `extend` call returned an error. The
 /// handler must be cancelled at the local deadline, whatever the calls in flight are doing.

@@ -18,7 +18,7 @@ mod kw {
     syn::custom_keyword!(concurrency);
 }
 
-/// The default retry policy, as `RetryPolicy::default()` in dq-core (DESIGN §9).
+/// The default retry policy, as `RetryPolicy::default()` in dq-core (docs/ARCHITECTURE.md §8).
 pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 
 const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
