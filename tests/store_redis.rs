@@ -459,8 +459,8 @@ async fn far_future_due_times_are_refused_or_capped() {
             .map(|_| ()),
     );
     let bulk = vec![
-        dq::BulkJob::new(raw(1)).key("fine"),
-        dq::BulkJob::new(raw(1))
+        dq::JobSpec::new(raw(1)).key("fine"),
+        dq::JobSpec::new(raw(1))
             .key("bad")
             .delay(Duration::from_secs(1 << 40)),
     ];
