@@ -20,6 +20,7 @@ use dq::{
 use dq_testkit::{RedisServer, ServerOptions, keys_in_namespace};
 
 crate::conformance_suite!(RedisHarness::new().await);
+crate::conformance_inspect_suite!(RedisHarness::new().await);
 
 /// A server whose `maxmemory-policy` may evict keys is refused at connect with
 /// `UnsuitableServer`, before anything is written; `allow_eviction(true)` accepts it.

@@ -1074,9 +1074,11 @@ impl Partition {
     /// and `dead`, the rank in `ready` (exact here: no stale entries to skip).
     fn list(&self, state: JobState, from: &ListFrom, limit: usize) -> Result<ListChunk> {
         let after = match (state, from) {
-            (_, ListFrom::Start) => None,
-            (JobState::Ready, ListFrom::Index(i)) => {
-                let start = usize::try_from(*i).unwrap_or(usize::MAX);
+            (JobState::Ready, ListFrom::Start | ListFrom::Index(_)) => {
+                let start = match from {
+                    ListFrom::Index(i) => usize::try_from(*i).unwrap_or(usize::MAX),
+                    _ => 0,
+                };
                 let jobs: Vec<_> = self
                     .sets
                     .ready
@@ -1099,6 +1101,7 @@ impl Partition {
                     more: next < self.sets.ready.len(),
                 });
             }
+            (_, ListFrom::Start) => None,
             (JobState::Ready, _) | (_, ListFrom::Index(_)) => {
                 return Err(Error::InvalidConfig(format!(
                     "the {state} listing cannot start from {from:?}"
