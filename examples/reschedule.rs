@@ -59,8 +59,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?
         .expect("just enqueued");
     timeline.say(format!(
-        "pet 42 starts eating; done in 4h (due at store time {})",
-        job.due_ms
+        "pet 42 starts eating; done in 4h (due at store time {} ms)",
+        dq::job::unix_ms(job.due)
     ));
 
     tokio::time::sleep(HOUR).await;

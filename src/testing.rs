@@ -192,8 +192,15 @@ impl TestQueue {
     }
 
     /// A job of type `J` by key, or `None` once it succeeded or was cancelled.
+    /// (Times in store ms, to compare with [`TestQueue::now_ms`]; `Client::job` gives the
+    /// decoded [`JobView`](crate::JobView).)
     pub async fn job<J: Job>(&self, key: &str) -> Option<JobInfo> {
-        self.client.job::<J>(key).await.expect("embedded store")
+        self.client
+            .topic(J::TOPIC)
+            .expect("valid topic")
+            .job(key)
+            .await
+            .expect("embedded store")
     }
 
     /// The state of a job of type `J`, or `None` once it succeeded or was cancelled.

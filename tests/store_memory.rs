@@ -62,3 +62,4 @@ impl Harness for MemoryHarness {
 }
 
 conformance_suite!(MemoryHarness::new());
+conformance_inspect_suite!(MemoryHarness::new());

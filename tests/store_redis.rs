@@ -20,6 +20,7 @@ use dq::{
 use dq_testkit::{RedisServer, ServerOptions, keys_in_namespace};
 
 crate::conformance_suite!(RedisHarness::new().await);
+crate::conformance_inspect_suite!(RedisHarness::new().await);
 
 /// A server whose `maxmemory-policy` may evict keys is refused at connect with
 /// `UnsuitableServer`, before anything is written; `allow_eviction(true)` accepts it.
@@ -459,8 +460,8 @@ async fn far_future_due_times_are_refused_or_capped() {
             .map(|_| ()),
     );
     let bulk = vec![
-        dq::BulkJob::new(raw(1)).key("fine"),
-        dq::BulkJob::new(raw(1))
+        dq::JobSpec::new(raw(1)).key("fine"),
+        dq::JobSpec::new(raw(1))
             .key("bad")
             .delay(Duration::from_secs(1 << 40)),
     ];
@@ -910,4 +911,86 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
     assert_eq!(still.as_deref(), Some("Sab"));
     h.server().cmd::<()>(&["HDEL", &key("pool"), "junk"]);
     h.check_invariants().await;
+}
+
+/// Listing only reads (`list.lua` is declared `no-writes`), so at `maxmemory` — where Redis
+/// refuses every write, and a `MULTI` of reads too — every state lists and pages, typed and
+/// untyped, while an enqueue is refused with `OutOfMemory`.
+#[tokio::test]
+async fn listing_works_at_maxmemory() {
+    let server = RedisServer::start_with(ServerOptions::default());
+    let ns = dq_testkit::namespace("list-oom");
+    let c = Client::builder()
+        .namespace(&ns)
+        .partitions("orders.close", 2)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let t = c.topic("orders.close").unwrap();
+    for i in 0..6u64 {
+        let e = t.enqueue(raw(i)).key(format!("k{i}"));
+        let e = if i % 2 == 0 { e.delay(HOUR) } else { e };
+        e.await.unwrap();
+    }
+    let store = c.store().clone();
+    for p in 0..2 {
+        let q = Queue::new(Topic::new("orders.close").unwrap(), p);
+        let jobs = fetch_as(&store, &q).await;
+        if let Some(d) = jobs.first() {
+            store
+                .fail(
+                    &q,
+                    &d.key,
+                    d.token,
+                    &FailAction::Bury,
+                    "e",
+                    Default::default(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    // Far below what is used: every write is refused from now on.
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "1"]);
+    let refused = t.enqueue(raw(9)).key("refused").await;
+    assert!(matches!(refused, Err(Error::OutOfMemory)), "{refused:?}");
+
+    let mut listed = 0;
+    for state in [
+        JobState::Scheduled,
+        JobState::Ready,
+        JobState::Active,
+        JobState::Retry,
+        JobState::Dead,
+    ] {
+        let mut page = dq::Page::first(1);
+        for _ in 0..10 {
+            let got = t.list(state, page).await.expect("list at maxmemory");
+            listed += got.jobs.len();
+            let Some(next) = got.next else { break };
+            page = dq::Page::after(next, 1);
+        }
+    }
+    assert_eq!(listed, 6, "every job listed once");
+    let dead = c
+        .dead::<common::conformance::close_order>(dq::Page::first(10))
+        .await
+        .expect("typed dead page at maxmemory");
+    assert_eq!(dead.jobs.len(), 2);
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "0"]);
+}
+
+/// Fetches whatever is ready in `q` with a 60 s lease.
+async fn fetch_as(store: &std::sync::Arc<dyn dq::Store>, q: &Queue) -> Vec<dq::Delivery> {
+    store
+        .fetch(
+            q,
+            &FetchRequest {
+                lease: Duration::from_secs(60),
+                ..req()
+            },
+        )
+        .await
+        .unwrap()
+        .jobs
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use dq::{BulkJob, Client, JobContext, JobError, JobState, Worker};
+use dq::{Client, JobContext, JobError, JobSpec, JobState, Worker};
 use dq_testkit::{Persistence, RedisServer, ServerOptions, eventually};
 use support::{Log, NoExtend, WAIT, record};
 
@@ -145,7 +145,13 @@ async fn delayed_job_runs_after_its_delay_and_due_now_runs_at_once() {
         .delay(Duration::from_millis(400))
         .await
         .unwrap();
-    let info = client.job::<record_job>("delayed").await.unwrap().unwrap();
+    let info = client
+        .topic("e2e.record")
+        .unwrap()
+        .job("delayed")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(info.due_ms - info.created_ms, 400);
 
     // How soon a due job starts is measured by the benchmarks (S4), not asserted here.
@@ -181,7 +187,7 @@ async fn three_workers_run_5000_jobs_exactly_once() {
     let handles: Vec<_> = (0..3)
         .map(|_| worker(&client, &log, "e2e.record").build().unwrap().start())
         .collect();
-    let jobs = (0..5000u64).map(|i| BulkJob::new(i).key(format!("job-{i}")));
+    let jobs = (0..5000u64).map(|i| JobSpec::new(i).key(format!("job-{i}")));
     client.enqueue_bulk::<record_job>(jobs).await.unwrap();
     eventually("5000 jobs succeeded", Duration::from_secs(120), || async {
         client.stats::<record_job>().await.unwrap().succeeded == 5000
@@ -576,7 +582,7 @@ async fn worker_survives_a_redis_restart_without_losing_jobs() {
         .unwrap()
         .start();
     let jobs = (0..300u64).map(|i| {
-        BulkJob::new(i)
+        JobSpec::new(i)
             .key(format!("r-{i}"))
             .delay(Duration::from_millis(i * 10))
     });

@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
-use dq::{BulkJob, Client, Due, EnqueueOutcome, Job};
+use dq::{Client, Due, EnqueueOutcome, Job, JobSpec};
 use serde_json::json;
 
 use crate::jobs::{
@@ -186,11 +186,11 @@ async fn send<J: Job<Payload = Order>>(
             let mut i = 0;
             while i < n {
                 let end = (i + chunk).min(n);
-                let jobs: Vec<BulkJob<Order>> = (i..end)
+                let jobs: Vec<JobSpec<Order>> = (i..end)
                     .map(|i| {
                         let (due, due_ms) = rule.due(i, n, &mut rng);
                         last_due_ms = last_due_ms.max(due_ms);
-                        let mut job = BulkJob::new(Order::new(args.first_id + i, due_ms));
+                        let mut job = JobSpec::new(Order::new(args.first_id + i, due_ms));
                         job.due = due;
                         job
                     })

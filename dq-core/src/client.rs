@@ -16,10 +16,11 @@ use std::time::{Duration, SystemTime};
 use backon::{ExponentialBuilder, Retryable};
 
 use crate::error::{BulkStored, Error, Result};
+use crate::inspect::{Cursor, JobPage, JobView, ListChunk, ListFrom, ListPos, Page};
 pub use crate::job::Enqueued;
 use crate::job::{
-    CancelOutcome, DeadLimits, Due, EnqueueCall, EnqueueOutcome, Job, JobInfo, NewDue, NewJob,
-    Queue, RescheduleOutcome, TopicStats,
+    CancelOutcome, DeadLimits, Due, EnqueueCall, EnqueueOutcome, Job, JobInfo, JobState, NewDue,
+    NewJob, Queue, RescheduleOutcome, TopicStats,
 };
 use crate::names::{JobKey, Topic};
 use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
@@ -158,14 +159,14 @@ impl Client {
     /// [`TopicClient::enqueue_bulk`] for what an error after that means.
     pub async fn enqueue_bulk<J: Job>(
         &self,
-        jobs: impl IntoIterator<Item = BulkJob<J::Payload>>,
+        jobs: impl IntoIterator<Item = JobSpec<J::Payload>>,
     ) -> Result<Vec<Enqueued>> {
         let max = self.config.max_payload;
         let raw = jobs
             .into_iter()
             .enumerate()
             .map(|(i, j)| {
-                Ok(BulkJob {
+                Ok(JobSpec {
                     payload: payload::encode(&j.payload, max)
                         .map_err(|e| e.in_bulk_item(i, j.key.as_deref()))?,
                     key: j.key,
@@ -191,9 +192,66 @@ impl Client {
         self.typed::<J>()?.reschedule(key, due).await
     }
 
-    /// Everything known about a job of type `J`, or `None` if no such job exists.
-    pub async fn job<J: Job>(&self, key: &str) -> Result<Option<JobInfo>> {
-        self.typed::<J>()?.job(key).await
+    /// Everything known about a job of type `J`, decoded, or `None` if no such job exists.
+    ///
+    /// The payload is decoded as `J::Payload`; one that does not decode does not fail the call
+    /// (see [`JobView::payload`]). [`TopicClient::job`] gives the undecoded [`JobInfo`].
+    pub async fn job<J: Job>(&self, key: &str) -> Result<Option<JobView<J::Payload>>> {
+        Ok(self.typed::<J>()?.job(key).await?.map(JobInfo::decode))
+    }
+
+    /// One page of `J`'s jobs in `state`, decoded, across all partitions of its topic: see
+    /// [`TopicClient::list`] for the order and the paging.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # struct close_order;
+    /// # impl dq_core::Job for close_order { type Payload = u64; const TOPIC: &'static str = "orders.close"; }
+    /// use dq_core::{JobState, Page};
+    /// let mut page = Page::first(100);
+    /// loop {
+    ///     let jobs = client.list::<close_order>(JobState::Scheduled, page).await?;
+    ///     for job in &jobs.jobs {
+    ///         println!("{} due {:?}: {:?}", job.key, job.due, job.payload);
+    ///     }
+    ///     let Some(next) = jobs.next else { break };
+    ///     page = Page::after(next, 100);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list<J: Job>(
+        &self,
+        state: JobState,
+        page: Page,
+    ) -> Result<JobPage<JobView<J::Payload>>> {
+        let page = self.typed::<J>()?.list(state, page).await?;
+        Ok(JobPage {
+            jobs: page.jobs.into_iter().map(JobInfo::decode).collect(),
+            next: page.next,
+        })
+    }
+
+    /// One page of `J`'s dead queue, decoded, oldest death first: `list(JobState::Dead, page)`.
+    pub async fn dead<J: Job>(&self, page: Page) -> Result<JobPage<JobView<J::Payload>>> {
+        self.list::<J>(JobState::Dead, page).await
+    }
+
+    /// Moves the named dead jobs of `J` back to `ready`, attempts reset and history kept;
+    /// returns how many moved (a key that is not dead, or not there, is skipped). Every key
+    /// is validated before anything moves.
+    pub async fn requeue_dead<J: Job>(&self, keys: &[&str]) -> Result<u64> {
+        self.typed::<J>()?.requeue_dead(keys).await
+    }
+
+    /// Deletes the named dead jobs of `J`; returns how many were deleted (a key that is not
+    /// dead, or not there, is skipped). Every key is validated before anything is deleted.
+    pub async fn purge_dead<J: Job>(&self, keys: &[&str]) -> Result<u64> {
+        self.typed::<J>()?.purge_dead(keys).await
+    }
+
+    /// Deletes every dead job of `J`, in bounded batches; returns how many.
+    pub async fn purge_all_dead<J: Job>(&self) -> Result<u64> {
+        self.typed::<J>()?.purge_all_dead().await
     }
 
     /// Depths and counters of `J`'s topic.
@@ -202,9 +260,21 @@ impl Client {
     }
 }
 
-/// One job of a bulk enqueue.
+/// A job to enqueue: its payload, and optionally its key, due time and `replace`. Built like
+/// a single enqueue (`JobSpec::new(p).key(k).delay(d)`), and passed in a list to
+/// [`Client::enqueue_bulk`]:
+///
+/// ```no_run
+/// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+/// # struct close_order;
+/// # impl dq_core::Job for close_order { type Payload = u64; const TOPIC: &'static str = "orders.close"; }
+/// use dq_core::JobSpec;
+/// let specs = (1..=3).map(|id| JobSpec::new(id).key(format!("order-{id}")));
+/// client.enqueue_bulk::<close_order>(specs).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
-pub struct BulkJob<P> {
+pub struct JobSpec<P> {
     /// The payload.
     pub payload: P,
     /// Its key; generated if `None`.
@@ -215,10 +285,14 @@ pub struct BulkJob<P> {
     pub replace: bool,
 }
 
-impl<P> BulkJob<P> {
+/// The old name of [`JobSpec`], from when it served bulk enqueue only.
+#[deprecated(since = "0.2.0", note = "renamed to `JobSpec`")]
+pub type BulkJob<P> = JobSpec<P>;
+
+impl<P> JobSpec<P> {
     /// A job due now with a generated key.
     pub fn new(payload: P) -> Self {
-        BulkJob {
+        JobSpec {
             payload,
             key: None,
             due: Due::Now,
@@ -302,7 +376,7 @@ impl Enqueue {
     async fn send(self) -> Result<Enqueued> {
         let topic = self.topic?;
         let payload = self.payload?;
-        let (queue, job) = topic.new_job(BulkJob {
+        let (queue, job) = topic.new_job(JobSpec {
             payload,
             key: self.key,
             due: self.due,
@@ -430,7 +504,7 @@ impl TopicClient {
     ///   while the first exists; give every job a key where that matters.)
     ///
     /// ```no_run
-    /// # async fn demo(t: dq_core::TopicClient, jobs: Vec<dq_core::BulkJob<Vec<u8>>>) -> dq_core::Result<()> {
+    /// # async fn demo(t: dq_core::TopicClient, jobs: Vec<dq_core::JobSpec<Vec<u8>>>) -> dq_core::Result<()> {
     /// match t.enqueue_bulk(jobs.clone()).await {
     ///     Err(dq_core::Error::BulkPartial { outcomes, .. }) => {
     ///         // Later (e.g. once memory is free): the jobs not stored, each once.
@@ -446,7 +520,7 @@ impl TopicClient {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn enqueue_bulk(&self, jobs: Vec<BulkJob<Vec<u8>>>) -> Result<Vec<Enqueued>> {
+    pub async fn enqueue_bulk(&self, jobs: Vec<JobSpec<Vec<u8>>>) -> Result<Vec<Enqueued>> {
         // Validate everything first: nothing is written if any job is bad.
         let n = jobs.len();
         let mut by_partition: HashMap<u16, (Vec<usize>, Vec<NewJob>)> = HashMap::new();
@@ -493,7 +567,7 @@ impl TopicClient {
     }
 
     /// Validates one job and finds its partition.
-    fn new_job(&self, job: BulkJob<Vec<u8>>) -> Result<(Queue, NewJob)> {
+    fn new_job(&self, job: JobSpec<Vec<u8>>) -> Result<(Queue, NewJob)> {
         payload::check_size(&job.payload, self.client.config.max_payload)?;
         job.due.check()?;
         let key = match job.key {
@@ -569,7 +643,8 @@ impl TopicClient {
             .map(|(outcome, _)| outcome)
     }
 
-    /// Everything known about a job, or `None`.
+    /// Everything known about a job, or `None`: times in store ms, the payload as MessagePack
+    /// ([`JobInfo::decode`] decodes it).
     pub async fn job(&self, key: &str) -> Result<Option<JobInfo>> {
         let key = JobKey::new(key)?;
         self.client.store.job(&self.queue_of(&key), &key).await
@@ -598,14 +673,56 @@ impl TopicClient {
         Ok(total)
     }
 
-    /// Dead jobs, oldest death first: `limit` of them after skipping `offset`.
+    /// One page of the topic's jobs in `state`, across all its partitions, merged in one
+    /// order:
+    ///
+    /// - `scheduled` and `retry` by due time (a retry's next attempt), `active` by lease
+    ///   deadline, `dead` by time of death; jobs of the same millisecond in the order the store
+    ///   keeps them, then by key. Paging by [`Cursor`] is exact: the next page starts right
+    ///   after the last job of this one, so however jobs move in between, no job is listed
+    ///   twice and none that stayed in place is skipped, at any depth.
+    /// - `ready` in queue order (the order workers take them) within a partition; partitions
+    ///   are merged by due time. The queue moves as workers take jobs from its front, so a
+    ///   later page may miss jobs that moved up past its cursor. (Redis only: a job made ready
+    ///   again while a stale entry of it is still queued may be listed on two pages.)
+    ///
+    /// Each page costs one read-only call per partition, each reading at most `limit` jobs
+    /// (`ready`: skipping at most a bounded number of stale entries), so a page reads up to
+    /// `partitions × limit` jobs to return `limit`. `limit` is 1 to [`MAX_PAGE`](crate::inspect::MAX_PAGE); a page may
+    /// hold fewer jobs and still have a next one: stop when [`JobPage::next`] is `None`.
+    /// Listing writes nothing, so it works when Redis is at `maxmemory`.
+    pub async fn list(&self, state: JobState, page: Page) -> Result<JobPage<JobInfo>> {
+        page.check(state)?;
+        let mut parts = Vec::with_capacity(usize::from(self.partitions));
+        for queue in self.queues() {
+            let from = match &page.after {
+                Some(cursor) => cursor.start_of(queue.partition, self.partitions)?,
+                None => ListFrom::Start,
+            };
+            parts.push(
+                self.client
+                    .store
+                    .list(&queue, state, &from, page.limit)
+                    .await?,
+            );
+        }
+        Ok(if state == JobState::Ready {
+            merge_ready(parts, page.after.as_ref(), self.partitions, page.limit)?
+        } else {
+            merge_sorted(parts, state, page.limit)
+        })
+    }
+
+    /// Dead jobs, oldest death first: `limit` of them after skipping `offset`. Reads
+    /// `offset + limit` jobs of every partition; [`TopicClient::list`] with
+    /// [`JobState::Dead`] pages at any depth for the cost of one page.
     pub async fn dead_jobs(&self, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
         let mut all = Vec::new();
         for queue in self.queues() {
             // Each partition's first offset+limit are enough to find the merged page.
             all.extend(self.client.store.dead(&queue, 0, offset + limit).await?);
         }
-        all.sort_by_key(|j| (j.state_since_or_deadline_ms, j.key.clone()));
+        all.sort_by_key(|j| (j.died_ms, j.key.clone()));
         Ok(all.into_iter().skip(offset).take(limit).collect())
     }
 
@@ -668,6 +785,76 @@ impl TopicClient {
             .map(|(p, keys)| (Queue::new(self.topic.clone(), p), keys))
             .collect())
     }
+}
+
+/// Merges the partitions' parts of a time-ordered listing: the first `limit` by place. The
+/// next page starts after the last one taken, if anything is left beyond it.
+fn merge_sorted(parts: Vec<ListChunk>, state: JobState, limit: usize) -> JobPage<JobInfo> {
+    let more = parts.iter().any(|p| p.more);
+    let mut all: Vec<(ListPos, JobInfo)> = parts.into_iter().flat_map(|p| p.jobs).collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let left_over = all.len() > limit;
+    all.truncate(limit);
+    let next = match all.last() {
+        Some((pos, _)) if more || left_over => Some(Cursor::sorted(state, pos.clone())),
+        _ => None,
+    };
+    JobPage {
+        jobs: all.into_iter().map(|(_, info)| info).collect(),
+        next,
+    }
+}
+
+/// Merges the partitions' parts of the `ready` listing: each partition's jobs stay in queue
+/// order; the next job is the earliest due of the partitions' next ones. The cursor keeps,
+/// per partition, the queue position after the last job taken (or where its call stopped).
+fn merge_ready(
+    parts: Vec<ListChunk>,
+    after: Option<&Cursor>,
+    partitions: u16,
+    limit: usize,
+) -> Result<JobPage<JobInfo>> {
+    let mut next = Vec::with_capacity(parts.len());
+    let mut heads = Vec::with_capacity(parts.len());
+    for (p, part) in parts.iter().enumerate() {
+        let start = match after {
+            Some(c) => match c.start_of(p as u16, partitions)? {
+                ListFrom::Index(i) => i,
+                _ => 0,
+            },
+            None => 0,
+        };
+        next.push(start);
+        heads.push(part.jobs.iter().peekable());
+    }
+    let mut jobs = Vec::new();
+    while jobs.len() < limit {
+        let pick = heads
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(p, h)| h.peek().map(|(_, info)| (info.due_ms, p)))
+            .min();
+        let Some((_, p)) = pick else { break };
+        let Some((pos, info)) = heads[p].next() else {
+            break;
+        };
+        next[p] = pos.order.0 + 1;
+        jobs.push(info.clone());
+    }
+    let mut more = false;
+    for (p, (part, head)) in parts.iter().zip(heads.iter_mut()).enumerate() {
+        if head.peek().is_some() {
+            more = true;
+        } else {
+            // Everything this partition returned was taken: resume where its call stopped.
+            next[p] = next[p].max(part.next_index);
+            more |= part.more;
+        }
+    }
+    Ok(JobPage {
+        jobs,
+        next: more.then(|| Cursor::ready(next)),
+    })
 }
 
 impl BulkStored {

@@ -566,7 +566,8 @@ pub(crate) fn truncate_error(text: &str) -> &str {
 /// How many attempt records a job keeps; older ones are dropped first.
 pub const MAX_HISTORY: usize = 32;
 
-/// Everything known about one job.
+/// Everything known about one job, as the store keeps it (times in store ms, the payload as
+/// MessagePack); [`JobInfo::decode`] gives the typed [`JobView`](crate::inspect::JobView).
 #[derive(Clone, Debug)]
 pub struct JobInfo {
     /// Its key.
@@ -579,8 +580,11 @@ pub struct JobInfo {
     pub created_ms: u64,
     /// Attempts started so far.
     pub attempts: u32,
-    /// For an active job: its lease deadline (store ms). For a dead job: when it died.
-    pub state_since_or_deadline_ms: Option<u64>,
+    /// For a running (`active`) job: when its lease runs out unless extended (store ms);
+    /// `None` in every other state.
+    pub lease_deadline_ms: Option<u64>,
+    /// For a dead job: when it went to the dead queue (store ms); `None` in every other state.
+    pub died_ms: Option<u64>,
     /// Its failed attempts, oldest first (at most [`MAX_HISTORY`]).
     pub history: Vec<AttemptRecord>,
     /// The MessagePack payload.

@@ -7,6 +7,7 @@ pub mod client;
 pub mod connect;
 pub mod error;
 pub mod handler;
+pub mod inspect;
 pub mod job;
 pub mod names;
 pub mod payload;
@@ -15,14 +16,19 @@ pub mod retry;
 pub use dq_syntax as retry_syntax;
 pub mod store;
 
+#[allow(deprecated)]
+pub use client::BulkJob;
 pub use client::{
-    BulkJob, Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, TopicClient,
+    Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
 };
 pub use connect::ClientBuilder;
 pub use error::{BulkStored, Error, Result};
 pub use handler::{
     BoxError, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
     LeaseDeadline, SharedData, registered_jobs,
+};
+pub use inspect::{
+    AttemptView, Cursor, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
 };
 pub use job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,

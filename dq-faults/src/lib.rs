@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use dq::{BulkJob, Client, Job, TopicStats};
+use dq::{Client, Job, JobSpec, TopicStats};
 use dq_testkit::{RedisServer, ServerOptions};
 use serde::{Deserialize, Serialize};
 
@@ -223,9 +223,9 @@ impl Scenario {
         ids: std::ops::Range<u64>,
         sleep_ms: u64,
     ) {
-        let jobs: Vec<BulkJob<FaultPayload>> = ids
+        let jobs: Vec<JobSpec<FaultPayload>> = ids
             .clone()
-            .map(|i| BulkJob::new(FaultPayload::new(i, sleep_ms)).key(format!("{prefix}-{i}")))
+            .map(|i| JobSpec::new(FaultPayload::new(i, sleep_ms)).key(format!("{prefix}-{i}")))
             .collect();
         for chunk in jobs.chunks(5_000) {
             let done = self

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use dq::{BulkJob, EnqueueOutcome, Error, Job};
+use dq::{EnqueueOutcome, Error, Job, JobSpec};
 use dq_faults::{FaultPayload, Scenario, WORK_TOPIC, WorkJob};
 use dq_testkit::ServerOptions;
 
@@ -26,12 +26,12 @@ fn pool_len(s: &Scenario) -> u64 {
 }
 
 /// 5,000 padded jobs due in an hour; every tenth has no key (a generated one).
-fn jobs() -> Vec<BulkJob<FaultPayload>> {
+fn jobs() -> Vec<JobSpec<FaultPayload>> {
     (0..JOBS)
         .map(|i| {
             let mut p = FaultPayload::new(i as u64, 0);
             p.pad = "x".repeat(500);
-            let job = BulkJob::new(p).delay(Duration::from_secs(3600));
+            let job = JobSpec::new(p).delay(Duration::from_secs(3600));
             if i % 10 == 9 {
                 job
             } else {

@@ -65,7 +65,7 @@ async fn due_of(s: &Scenario, key: &str) -> Option<u64> {
         .job::<WorkJob>(key)
         .await
         .unwrap()
-        .map(|j| j.due_ms)
+        .map(|j| dq::job::unix_ms(j.due))
 }
 
 /// A cancel applied by a try whose reply is lost: the client retries, finds no job, and

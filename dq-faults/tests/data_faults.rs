@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dq::{AttemptOutcome, BulkJob, CancelOutcome, Error, JobState};
+use dq::{AttemptOutcome, CancelOutcome, Error, JobSpec, JobState};
 use dq_faults::check::runs;
 use dq_faults::ledger::{Kind, now_ms};
 use dq_faults::{FaultPayload, Scenario, WORK_TOPIC, WorkJob, WorkerSpec};
@@ -45,12 +45,12 @@ fn cap_memory(s: &Scenario, headroom: u64) {
 async fn fill(s: &mut Scenario, prefix: &str, delay: Duration) -> Error {
     let pad = "x".repeat(500);
     for chunk in 0..10_000u64 {
-        let jobs: Vec<BulkJob<FaultPayload>> = (0..100)
+        let jobs: Vec<JobSpec<FaultPayload>> = (0..100)
             .map(|i| {
                 let id = chunk * 100 + i;
                 let mut p = FaultPayload::new(id, 0);
                 p.pad = pad.clone();
-                let job = BulkJob::new(p).key(format!("{prefix}-{id}"));
+                let job = JobSpec::new(p).key(format!("{prefix}-{id}"));
                 if delay.is_zero() {
                     job
                 } else {

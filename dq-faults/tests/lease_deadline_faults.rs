@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use dq::BulkJob;
+use dq::JobSpec;
 use dq_faults::check::runs;
 use dq_faults::ledger::{Kind, now_ms};
 use dq_faults::{FaultPayload, Scenario, WORK_TOPIC, WorkJob};
@@ -37,8 +37,8 @@ async fn sigstop_8s_on_a_3s_lease_no_side_effect_after_the_lease_ran_out() {
         s.spawn(&spec);
     }
     // Work times spread over 0–400 ms.
-    let jobs: Vec<BulkJob<FaultPayload>> = (0..JOBS)
-        .map(|i| BulkJob::new(FaultPayload::new(i, i * 7_919 % 401)).key(format!("d-{i}")))
+    let jobs: Vec<JobSpec<FaultPayload>> = (0..JOBS)
+        .map(|i| JobSpec::new(FaultPayload::new(i, i * 7_919 % 401)).key(format!("d-{i}")))
         .collect();
     s.client.enqueue_bulk::<WorkJob>(jobs).await.unwrap();
     let accepted = now_ms();

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use dq::{BulkJob, Client};
+use dq::{Client, JobSpec};
 use dq_faults::ledger::now_ms;
 use dq_faults::{FaultPayload, Scenario, WORK_TOPIC, WorkJob};
 use dq_testkit::ServerOptions;
@@ -51,9 +51,9 @@ async fn mass_expiry_has_no_slow_script_and_delivers_everything() {
     let mut from = 0;
     while from < jobs {
         let to = (from + 10_000).min(jobs);
-        let batch: Vec<BulkJob<FaultPayload>> = (from..to)
+        let batch: Vec<JobSpec<FaultPayload>> = (from..to)
             .map(|i| {
-                BulkJob::new(FaultPayload::new(i, 0))
+                JobSpec::new(FaultPayload::new(i, 0))
                     .key(format!("m-{i}"))
                     .at(due)
             })

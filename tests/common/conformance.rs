@@ -10,10 +10,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use dq::{
-    AckOutcome, AttemptOutcome, BulkJob, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall,
+    AckOutcome, AttemptOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall,
     EnqueueOutcome, Error, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest, Job,
-    JobInfo, JobKey, JobState, NewDue, NewJob, Queue, RescheduleOutcome, RetryPolicy, Topic,
-    TopicClient,
+    JobInfo, JobKey, JobSpec, JobState, NewDue, NewJob, Queue, RescheduleOutcome, RetryPolicy,
+    Topic, TopicClient,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -432,7 +432,7 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
     let q = queue("due.order");
 
     // Some history first, so that any per-partition counter is well past its start.
-    let warm: Vec<_> = (0..1500).map(|i| BulkJob::new(raw(i))).collect();
+    let warm: Vec<_> = (0..1500).map(|i| JobSpec::new(raw(i))).collect();
     t.enqueue_bulk(warm).await.unwrap();
     assert_eq!(drain_due(h, &q).await.len(), 1500);
 
@@ -441,7 +441,7 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
     let n = 2000u64;
     let bulk: Vec<_> = (0..n)
         .map(|i| {
-            BulkJob::new(raw(i))
+            JobSpec::new(raw(i))
                 .key(format!("same-{:04}", n - i))
                 .delay(ms(5000))
         })
@@ -787,7 +787,7 @@ pub async fn enqueue_by_key_is_idempotent<H: Harness>(h: &H) {
         assert_eq!(again.outcome, EnqueueOutcome::Exists(JobState::Scheduled));
     }
     let i = c.job::<close_order>("order-1").await.unwrap().unwrap();
-    assert_eq!(dq::payload::decode::<Order>(&i.payload).unwrap(), order(1));
+    assert_eq!(*i.payload.as_ref().unwrap(), order(1));
     assert_eq!(i.state, JobState::Scheduled);
 
     // Due now: retries see it ready, and exactly one job is delivered.
@@ -823,7 +823,7 @@ pub async fn enqueue_by_key_is_idempotent<H: Harness>(h: &H) {
     let t = c.topic(close_order::TOPIC).unwrap();
     let bulk = || {
         (0..10)
-            .map(|i| BulkJob::new(raw(i)).key(format!("bulk-{i}")).delay(HOUR))
+            .map(|i| JobSpec::new(raw(i)).key(format!("bulk-{i}")).delay(HOUR))
             .collect::<Vec<_>>()
     };
     let out = t.enqueue_bulk(bulk()).await.unwrap();
@@ -836,8 +836,8 @@ pub async fn enqueue_by_key_is_idempotent<H: Harness>(h: &H) {
     );
     let twice = t
         .enqueue_bulk(vec![
-            BulkJob::new(raw(1)).key("twice"),
-            BulkJob::new(raw(2)).key("twice"),
+            JobSpec::new(raw(1)).key("twice"),
+            JobSpec::new(raw(2)).key("twice"),
         ])
         .await
         .unwrap();
@@ -966,8 +966,11 @@ pub async fn replace_is_refused_while_running<H: Harness>(h: &H) {
     let i = c.job::<close_order>("order-7").await.unwrap().unwrap();
     assert_eq!(i.state, JobState::Active);
     assert_eq!(i.attempts, 1);
-    assert_eq!(dq::payload::decode::<Order>(&i.payload).unwrap(), order(1));
-    assert_eq!(i.state_since_or_deadline_ms, Some(d.lease_deadline_ms));
+    assert_eq!(*i.payload.as_ref().unwrap(), order(1));
+    assert_eq!(
+        i.lease_deadline,
+        Some(dq::job::from_unix_ms(d.lease_deadline_ms))
+    );
     assert_eq!(c.stats::<close_order>().await.unwrap().enqueued, 1);
     ack_all(h, &q, &[d]).await;
 }
@@ -1210,7 +1213,7 @@ pub async fn fetch_promotes_at_most_its_batch<H: Harness>(h: &H) {
     let t = c.topic("fetch.batch").unwrap();
     let q = queue("fetch.batch");
     let jobs: Vec<_> = (0..45)
-        .map(|i| BulkJob::new(raw(i)).delay(ms(100)))
+        .map(|i| JobSpec::new(raw(i)).delay(ms(100)))
         .collect();
     let out = t.enqueue_bulk(jobs).await.unwrap();
     let last_due = info(&t, out[44].key.as_str()).await.due_ms;
@@ -1349,7 +1352,7 @@ pub async fn concurrent_fetchers_deliver_each_job_once<H: Harness>(h: &H) {
     let producer = async {
         for chunk in 0..20u64 {
             let jobs: Vec<_> = (0..100u64)
-                .map(|i| BulkJob::new(raw(chunk * 100 + i)).delay(ms(i % 3 * 10)))
+                .map(|i| JobSpec::new(raw(chunk * 100 + i)).delay(ms(i % 3 * 10)))
                 .collect();
             t.enqueue_bulk(jobs).await.unwrap();
             tokio::task::yield_now().await;
@@ -1396,7 +1399,7 @@ pub async fn drain_200k_due_jobs<H: Harness>(h: &H) {
     let started = Instant::now();
     let payload = raw(7);
     let jobs: Vec<_> = (0..N)
-        .map(|_| BulkJob::new(payload.clone()).delay(ms(50)))
+        .map(|_| JobSpec::new(payload.clone()).delay(ms(50)))
         .collect();
     let out = t.enqueue_bulk(jobs).await.unwrap();
     assert!(out.iter().all(|e| e.outcome == EnqueueOutcome::Created));
@@ -1511,7 +1514,7 @@ pub async fn expired_lease_is_a_failed_attempt<H: Harness>(h: &H) {
     assert_eq!(reply.buried, [jk("k")]);
     let i = info(&t, "k").await;
     assert_eq!((i.state, i.attempts), (JobState::Dead, 3));
-    assert!(i.state_since_or_deadline_ms.unwrap() > prev.lease_deadline_ms);
+    assert!(i.died_ms.unwrap() > prev.lease_deadline_ms);
     let h3: Vec<_> = i
         .history
         .iter()
@@ -1565,7 +1568,7 @@ pub async fn extend_keeps_the_lease<H: Harness>(h: &H) {
         .await
         .unwrap();
     assert_eq!(out, [true, false, false]);
-    let deadline = info(&t, "k").await.state_since_or_deadline_ms.unwrap();
+    let deadline = info(&t, "k").await.lease_deadline_ms.unwrap();
     assert!(deadline >= before + 30_000, "{deadline}");
 
     until_store_time(h, d.lease_deadline_ms + 20).await;
@@ -1628,12 +1631,19 @@ pub async fn stale_tokens_change_nothing<H: Harness>(h: &H) {
     assert_eq!(h.store().release(&q, &[stale]).await.unwrap(), [false]);
     let i = info(&t, "k").await;
     assert_eq!(
-        (i.state, i.attempts, i.due_ms, i.state_since_or_deadline_ms),
+        (
+            i.state,
+            i.attempts,
+            i.due_ms,
+            i.lease_deadline_ms,
+            i.died_ms
+        ),
         (
             snapshot.state,
             snapshot.attempts,
             snapshot.due_ms,
-            snapshot.state_since_or_deadline_ms
+            snapshot.lease_deadline_ms,
+            snapshot.died_ms,
         )
     );
     assert!(i.history.is_empty());
@@ -1925,12 +1935,9 @@ pub async fn dead_queue_list_requeue_purge<H: Harness>(h: &H) {
         assert_eq!(j.history.len(), 1);
         assert_eq!(j.history[0].error, format!("fatal {i}"));
         assert_eq!(j.history[0].outcome, AttemptOutcome::Buried);
-        assert!(j.state_since_or_deadline_ms.is_some());
+        assert!(j.died_ms.is_some());
     }
-    let died: Vec<u64> = dead
-        .iter()
-        .map(|j| j.state_since_or_deadline_ms.unwrap())
-        .collect();
+    let died: Vec<u64> = dead.iter().map(|j| j.died_ms.unwrap()).collect();
     assert!(died.windows(2).all(|w| w[0] <= w[1]));
     let page = h.store().dead(&q, 1, 2).await.unwrap();
     assert_eq!(
@@ -2042,7 +2049,7 @@ pub async fn dead_queue_retention_trims_old<H: Harness>(h: &H) {
         retention: ms(150),
     };
     bury_all(h, &t, &q, &["old"], limits).await;
-    let died = info(&t, "old").await.state_since_or_deadline_ms.unwrap();
+    let died = info(&t, "old").await.died_ms.unwrap();
     until_store_time(h, died + 150 + 1).await;
     let out = bury_all(h, &t, &q, &["new"], limits).await;
     assert_eq!(out, [FailOutcome::Buried { trimmed: 1 }]);
@@ -2051,7 +2058,7 @@ pub async fn dead_queue_retention_trims_old<H: Harness>(h: &H) {
     assert_eq!(t.stats().await.unwrap().trimmed, 1);
 
     // An idle fetch trims as well.
-    let died = info(&t, "new").await.state_since_or_deadline_ms.unwrap();
+    let died = info(&t, "new").await.died_ms.unwrap();
     until_store_time(h, died + 150 + 1).await;
     let reply = fetch(
         h,
@@ -2113,7 +2120,7 @@ pub async fn invalid_topics_and_keys_write_nothing<H: Harness>(h: &H) {
     let bad = bad_topic::TOPIC;
     assert_invalid_topic(c.enqueue::<bad_topic>(1).key("k").await, bad);
     assert_invalid_topic(
-        c.enqueue_bulk::<bad_topic>([BulkJob::new(1), BulkJob::new(2)])
+        c.enqueue_bulk::<bad_topic>([JobSpec::new(1), JobSpec::new(2)])
             .await,
         bad,
     );
@@ -2173,7 +2180,7 @@ pub async fn oversized_payloads_are_refused<H: Harness>(h: &H) {
         other => panic!("{other:?}"),
     }
     match c
-        .enqueue_bulk::<close_order>([BulkJob::new(order(1)), BulkJob::new(big)])
+        .enqueue_bulk::<close_order>([JobSpec::new(order(1)), JobSpec::new(big)])
         .await
     {
         Err(Error::BulkItem {
@@ -2195,13 +2202,13 @@ pub async fn bulk_with_one_bad_item_writes_nothing<H: Harness>(h: &H) {
         .await
         .unwrap();
     let t = c.topic("bulk.bad").unwrap();
-    let good = || -> Vec<BulkJob<Vec<u8>>> {
+    let good = || -> Vec<JobSpec<Vec<u8>>> {
         (0..20)
-            .map(|i| BulkJob::new(raw(i)).key(format!("job-{i}")))
+            .map(|i| JobSpec::new(raw(i)).key(format!("job-{i}")))
             .collect()
     };
     let mut bulk = good();
-    bulk[13] = BulkJob::new(raw(13)).key("job 13");
+    bulk[13] = JobSpec::new(raw(13)).key("job 13");
     match t.enqueue_bulk(bulk).await {
         Err(Error::BulkItem { index, key, source }) => {
             assert_eq!((index, key.as_deref()), (13, Some("job 13")));
@@ -2210,7 +2217,7 @@ pub async fn bulk_with_one_bad_item_writes_nothing<H: Harness>(h: &H) {
         other => panic!("{other:?}"),
     }
     let mut bulk = good();
-    bulk[17] = BulkJob::new(vec![0xc0; 65]).key("job-17");
+    bulk[17] = JobSpec::new(vec![0xc0; 65]).key("job-17");
     let err = t.enqueue_bulk(bulk).await.unwrap_err();
     assert!(
         matches!(
@@ -2224,7 +2231,7 @@ pub async fn bulk_with_one_bad_item_writes_nothing<H: Harness>(h: &H) {
         err.to_string(),
         "bulk item 17 (key \"job-17\"): payload of 65 bytes exceeds the limit of 64 bytes"
     );
-    let mut typed: Vec<_> = (0..20).map(|i| BulkJob::new(order(i))).collect();
+    let mut typed: Vec<_> = (0..20).map(|i| JobSpec::new(order(i))).collect();
     typed[19].payload.note = "y".repeat(100);
     match c.enqueue_bulk::<close_order>(typed).await {
         Err(Error::BulkItem {
@@ -2307,7 +2314,7 @@ pub async fn hostile_key<H: Harness>(h: &H, key: &str) {
             assert_invalid_key(t.cancel(key).await, key);
             assert_invalid_key(t.job(key).await, key);
             assert_invalid_key(t.reschedule(key, NewDue::Shift(1)).await, key);
-            match t.enqueue_bulk(vec![BulkJob::new(raw(1)).key(key)]).await {
+            match t.enqueue_bulk(vec![JobSpec::new(raw(1)).key(key)]).await {
                 Err(Error::BulkItem {
                     index: 0,
                     key: Some(k),
@@ -2467,7 +2474,7 @@ pub async fn no_leftovers_after_mixed_workload<H: Harness>(h: &H) {
     ];
     let jobs: Vec<_> = (0..40)
         .map(|i| {
-            let j = BulkJob::new(raw(i)).key(format!("m{i}"));
+            let j = JobSpec::new(raw(i)).key(format!("m{i}"));
             if i.is_multiple_of(3) {
                 j.delay(ms(100))
             } else {

@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod conformance;
+pub mod conformance_inspect;
 pub mod redis;
 
 use std::sync::Arc;

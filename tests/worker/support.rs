@@ -133,6 +133,15 @@ impl Store for NoExtend {
     async fn stats(&self, q: &Queue) -> dq::Result<TopicStats> {
         self.0.stats(q).await
     }
+    async fn list(
+        &self,
+        q: &Queue,
+        state: dq::JobState,
+        from: &dq::ListFrom,
+        limit: usize,
+    ) -> dq::Result<dq::ListChunk> {
+        self.0.list(q, state, from, limit).await
+    }
     async fn dead(&self, q: &Queue, offset: usize, limit: usize) -> dq::Result<Vec<JobInfo>> {
         self.0.dead(q, offset, limit).await
     }

@@ -10,10 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::inspect::{ListChunk, ListFrom};
 use crate::job::{
     AckOutcome, CancelOutcome, DeadLimits, Delivery, EnqueueCall, EnqueueOutcome, FailAction,
-    FailOutcome, FetchReply, FetchRequest, JobInfo, NewDue, NewJob, Queue, RescheduleOutcome,
-    TopicStats,
+    FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
+    RescheduleOutcome, TopicStats,
 };
 use crate::names::JobKey;
 
@@ -92,6 +93,23 @@ pub trait Store: Send + Sync + 'static {
 
     /// Depths and counters of one partition.
     async fn stats(&self, queue: &Queue) -> Result<TopicStats>;
+
+    /// Up to `limit` jobs in `state`, from `from`, in the partition's listing order, each with
+    /// its place; reads only (it works at Redis's `maxmemory`).
+    ///
+    /// `scheduled` and `retry` are ordered by due time, `active` by lease deadline, `dead` by
+    /// time of death, ties as the store keeps them, then by key; `from` is
+    /// [`ListFrom::Start`] or [`ListFrom::After`] a place. `ready` is in queue order; `from`
+    /// is `Start` or a queue position ([`ListFrom::Index`]); a call skips a bounded number of
+    /// stale entries and reports where it stopped in [`ListChunk::next_index`]. Another
+    /// combination is refused with [`Error::InvalidConfig`](crate::error::Error::InvalidConfig).
+    async fn list(
+        &self,
+        queue: &Queue,
+        state: JobState,
+        from: &ListFrom,
+        limit: usize,
+    ) -> Result<ListChunk>;
 
     /// Dead jobs, oldest death first, from `offset`, at most `limit`.
     async fn dead(&self, queue: &Queue, offset: usize, limit: usize) -> Result<Vec<JobInfo>>;

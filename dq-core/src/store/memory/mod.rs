@@ -29,6 +29,7 @@ use tokio::sync::Notify;
 
 use super::{Store, WakeListener};
 use crate::error::{Error, Result};
+use crate::inspect::{ListChunk, ListFrom, ListPos};
 use crate::job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
     ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchCall,
@@ -224,8 +225,11 @@ impl Record {
             due_ms: self.due_ms,
             created_ms: self.created_ms,
             attempts: self.attempts,
-            state_since_or_deadline_ms: match self.place {
+            lease_deadline_ms: match self.place {
                 Place::Active(deadline) => Some(deadline),
+                _ => None,
+            },
+            died_ms: match self.place {
                 Place::Dead(died) => Some(died),
                 _ => None,
             },
@@ -1065,6 +1069,93 @@ impl Partition {
         }
     }
 
+    /// Mirrors `list.lua`. The places are this store's own: `(due, seq)` in `scheduled` and
+    /// `retry` (the order they are kept in), `(deadline or died, 0)` then the key in `active`
+    /// and `dead`, the rank in `ready` (exact here: no stale entries to skip).
+    fn list(&self, state: JobState, from: &ListFrom, limit: usize) -> Result<ListChunk> {
+        let after = match (state, from) {
+            (JobState::Ready, ListFrom::Start | ListFrom::Index(_)) => {
+                let start = match from {
+                    ListFrom::Index(i) => usize::try_from(*i).unwrap_or(usize::MAX),
+                    _ => 0,
+                };
+                let jobs: Vec<_> = self
+                    .sets
+                    .ready
+                    .values()
+                    .skip(start)
+                    .take(limit)
+                    .enumerate()
+                    .filter_map(|(n, key)| {
+                        let pos = ListPos {
+                            order: ((start + n) as u64, 0),
+                            key: key.clone(),
+                        };
+                        self.jobs.get(key).map(|rec| (pos, rec.info(key)))
+                    })
+                    .collect();
+                let next = start.saturating_add(jobs.len());
+                return Ok(ListChunk {
+                    jobs,
+                    next_index: next as u64,
+                    more: next < self.sets.ready.len(),
+                });
+            }
+            (_, ListFrom::Start) => None,
+            (JobState::Ready, _) | (_, ListFrom::Index(_)) => {
+                return Err(Error::InvalidConfig(format!(
+                    "the {state} listing cannot start from {from:?}"
+                )));
+            }
+            (_, ListFrom::After(pos)) => Some(pos),
+        };
+        let after_pos = |pos: &ListPos| after.is_none_or(|a| pos > a);
+        let places: Box<dyn Iterator<Item = ListPos> + '_> = match state {
+            JobState::Scheduled | JobState::Retry => {
+                let set = if state == JobState::Scheduled {
+                    &self.sets.scheduled
+                } else {
+                    &self.sets.retry
+                };
+                let start = after.map_or((0, 0), |a| a.order);
+                Box::new(set.range(start..).map(|(order, key)| ListPos {
+                    order: *order,
+                    key: key.clone(),
+                }))
+            }
+            JobState::Active | JobState::Dead => {
+                let set = if state == JobState::Active {
+                    &self.sets.active
+                } else {
+                    &self.sets.dead
+                };
+                let entries: Box<dyn Iterator<Item = &(u64, JobKey)>> = match after {
+                    Some(a) => Box::new(set.range((a.order.0, a.key.clone())..)),
+                    None => Box::new(set.iter()),
+                };
+                Box::new(entries.map(|(at, key)| ListPos {
+                    order: (*at, 0),
+                    key: key.clone(),
+                }))
+            }
+            JobState::Ready => unreachable!("handled above"),
+        };
+        let mut places = places.filter(after_pos);
+        let jobs: Vec<_> = places
+            .by_ref()
+            .take(limit)
+            .filter_map(|pos| {
+                let info = self.jobs.get(&pos.key).map(|rec| rec.info(&pos.key))?;
+                Some((pos, info))
+            })
+            .collect();
+        Ok(ListChunk {
+            jobs,
+            next_index: 0,
+            more: places.next().is_some(),
+        })
+    }
+
     /// Dead jobs by death time (ties by key), like `ZRANGE dead`.
     fn dead(&self, offset: usize, limit: usize) -> Vec<JobInfo> {
         self.sets
@@ -1226,6 +1317,19 @@ impl Store for MemoryStore {
 
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
         Ok(self.read(queue, |p, now| p.map(|p| p.stats(now)).unwrap_or_default()))
+    }
+
+    async fn list(
+        &self,
+        queue: &Queue,
+        state: JobState,
+        from: &ListFrom,
+        limit: usize,
+    ) -> Result<ListChunk> {
+        self.read(queue, |p, _| match p {
+            Some(p) => p.list(state, from, limit),
+            None => Partition::default().list(state, from, limit),
+        })
     }
 
     async fn dead(&self, queue: &Queue, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {

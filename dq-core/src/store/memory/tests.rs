@@ -262,7 +262,7 @@ async fn expired_leases_retry_then_go_dead() {
         job.history.iter().map(|h| h.attempt).collect::<Vec<_>>(),
         [1, 2, 3]
     );
-    assert_eq!(job.state_since_or_deadline_ms, Some(job.history[2].at_ms));
+    assert_eq!(job.died_ms, Some(job.history[2].at_ms));
     let s = store.stats(&queue()).await.unwrap();
     assert_eq!((s.expired, s.retried, s.buried, s.dead), (3, 2, 1, 1));
     let dead = store.dead(&queue(), 0, 10).await.unwrap();
@@ -319,7 +319,7 @@ async fn default_tiered_schedule_runs_in_virtual_time() {
             .all(|h| h.outcome == AttemptOutcome::Failed)
     );
     assert_eq!(job.history[9].outcome, AttemptOutcome::Buried);
-    assert_eq!(job.state_since_or_deadline_ms, Some(expected[9]));
+    assert_eq!(job.died_ms, Some(expected[9]));
     let s = store.stats(&queue()).await.unwrap();
     assert_eq!((s.retried, s.buried, s.dead, s.enqueued), (9, 1, 1, 1));
     assert_sound(&store);
@@ -349,7 +349,7 @@ async fn one_in_each_state(store: &MemoryStore) {
         assert_eq!(info(store, k).await.state, state, "{k}");
     }
     assert_eq!(
-        info(store, "a").await.state_since_or_deadline_ms,
+        info(store, "a").await.lease_deadline_ms,
         Some(a.lease_deadline_ms)
     );
 }
@@ -491,10 +491,7 @@ async fn stale_tokens_are_refused() {
         [true]
     );
     let deadline = now(&store).await + 10_000;
-    assert_eq!(
-        info(&store, "k").await.state_since_or_deadline_ms,
-        Some(deadline)
-    );
+    assert_eq!(info(&store, "k").await.lease_deadline_ms, Some(deadline));
     assert_eq!(
         store.ack(&q, &[new.clone(), new.clone()]).await.unwrap(),
         [AckOutcome::Acked, AckOutcome::Gone]
@@ -656,7 +653,7 @@ async fn release_requeue_purge_and_dead_trim() {
         dead.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
         ["b", "c"]
     );
-    assert!(dead[0].state_since_or_deadline_ms < dead[1].state_since_or_deadline_ms);
+    assert!(dead[0].died_ms < dead[1].died_ms);
     assert_eq!(store.dead(&q, 1, 10).await.unwrap().len(), 1);
     assert_eq!(store.stats(&q).await.unwrap().trimmed, 1);
 

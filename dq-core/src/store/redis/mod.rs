@@ -27,6 +27,7 @@ use self::record::{Record, decode_history};
 use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unexpected};
 use super::{Store, WakeListener};
 use crate::error::{Error, Result, from_redis};
+use crate::inspect::{ListChunk, ListFrom, ListPos};
 use crate::job::{
     AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall, EnqueueOutcome, FailAction,
     FailOutcome, FetchCall, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
@@ -618,18 +619,18 @@ impl Store for RedisStore {
             .map(|h| decode_history(&h))
             .transpose()?
             .unwrap_or_default();
-        let marker = match rec.state {
-            JobState::Active => lease,
-            JobState::Dead => died,
-            _ => None,
-        };
         Ok(Some(JobInfo {
             key: key.clone(),
             state: rec.state,
             due_ms: rec.due_ms,
             created_ms: rec.created_ms,
             attempts: rec.attempts,
-            state_since_or_deadline_ms: marker.map(|m| m as u64),
+            lease_deadline_ms: lease
+                .filter(|_| rec.state == JobState::Active)
+                .map(|m| m as u64),
+            died_ms: died
+                .filter(|_| rec.state == JobState::Dead)
+                .map(|m| m as u64),
             history,
             payload: rec.payload,
         }))
@@ -681,6 +682,98 @@ impl Store for RedisStore {
         Ok(st)
     }
 
+    async fn list(
+        &self,
+        queue: &Queue,
+        state: JobState,
+        from: &ListFrom,
+        limit: usize,
+    ) -> Result<ListChunk> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.list;
+        let index = match state {
+            JobState::Scheduled => &k.scheduled,
+            JobState::Retry => &k.retry,
+            JobState::Active => &k.active,
+            JobState::Dead => &k.dead,
+            JobState::Ready => &k.ready,
+        };
+        let sorted = state != JobState::Ready;
+        let (after_score, after_key, position) = match (sorted, from) {
+            (_, ListFrom::Start) => (String::new(), "", 0),
+            (true, ListFrom::After(pos)) => (
+                // Display prints the shortest text that parses back to the same double.
+                f64::from_bits(pos.order.0).to_string(),
+                pos.key.as_str(),
+                0,
+            ),
+            (false, ListFrom::Index(i)) => (String::new(), "", *i),
+            _ => {
+                return Err(Error::InvalidConfig(format!(
+                    "the {state} listing cannot start from {from:?}"
+                )));
+            }
+        };
+        if limit == 0 {
+            return Ok(ListChunk::default());
+        }
+        let reply = self
+            .run(s, &[index, &k.pool, &k.hist], |inv| {
+                inv.arg(if sorted { "z" } else { "r" })
+                    .arg(&[state.code()][..])
+                    .arg(limit);
+                if sorted {
+                    inv.arg(&after_score).arg(after_key);
+                } else {
+                    inv.arg(position);
+                }
+            })
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let more = r.int("more")? != 0;
+        let next_index = r.int("next position")?.max(0) as u64;
+        if r.remaining() % 4 != 0 {
+            return Err(Error::Protocol(
+                "list: reply is not key, place, record, history groups".into(),
+            ));
+        }
+        let mut jobs = Vec::with_capacity(r.remaining() / 4);
+        while r.remaining() > 0 {
+            let key = key_of(r.bytes("key")?)?;
+            let place = r.string("place")?;
+            let bad_place = || Error::Protocol(format!("list: place {place:?} is not a number"));
+            let (order, time) = if sorted {
+                let score: f64 = place.parse().map_err(|_| bad_place())?;
+                // Scores are never negative, so their bits sort as they do.
+                ((score.to_bits(), 0), score as u64)
+            } else {
+                ((place.parse().map_err(|_| bad_place())?, 0), 0)
+            };
+            let rec = Record::decode(r.bytes("record")?)?;
+            let hist = r.optional_bytes("history")?;
+            let info = JobInfo {
+                key: key.clone(),
+                state: rec.state,
+                due_ms: rec.due_ms,
+                created_ms: rec.created_ms,
+                attempts: rec.attempts,
+                lease_deadline_ms: (state == JobState::Active).then_some(time),
+                died_ms: (state == JobState::Dead).then_some(time),
+                history: hist
+                    .map(|h| decode_history(&h))
+                    .transpose()?
+                    .unwrap_or_default(),
+                payload: rec.payload,
+            };
+            jobs.push((ListPos { order, key }, info));
+        }
+        Ok(ListChunk {
+            jobs,
+            next_index,
+            more,
+        })
+    }
+
     async fn dead(&self, queue: &Queue, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -713,7 +806,8 @@ impl Store for RedisStore {
                 due_ms: rec.due_ms,
                 created_ms: rec.created_ms,
                 attempts: rec.attempts,
-                state_since_or_deadline_ms: Some(died as u64),
+                lease_deadline_ms: None,
+                died_ms: Some(died as u64),
                 history: hist
                     .map(|h| decode_history(&h))
                     .transpose()?

@@ -65,6 +65,7 @@ pub(crate) struct Scripts {
     pub stats: LuaScript,
     pub job: LuaScript,
     pub dead_page: LuaScript,
+    pub list: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -81,6 +82,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     stats: script!("stats", 7, NO_WRITES),
     job: script!("job", 4, NO_WRITES),
     dead_page: script!("dead_page", 3, NO_WRITES),
+    list: script!("list", 3, NO_WRITES),
 });
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
@@ -208,6 +210,7 @@ mod tests {
             &s.stats,
             &s.job,
             &s.dead_page,
+            &s.list,
         ] {
             let documented = (1..=20)
                 .take_while(|i| script.body.contains(&format!("-- KEYS[{i}]")))

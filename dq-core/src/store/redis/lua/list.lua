@@ -1,0 +1,106 @@
+-- list: one page of the jobs of one state in one partition, in that state's order, with
+-- records and histories, read in one step. Writes nothing (declared `no-writes`, so it runs at
+-- `maxmemory`). Bounded: at most `limit` records returned, O(log^2 n) to find the start in a
+-- sorted set, at most 4 * limit + 64 queue entries read in `ready`.
+--
+-- KEYS[1] index    dq:{topic#p}:scheduled | retry | active | dead (zset), or ready (list)
+-- KEYS[2] records  dq:{topic#p}:pool (the records hash)
+-- KEYS[3] hist     dq:{topic#p}:hist
+--
+-- ARGV[1] mode: 'z' (KEYS[1] is a sorted set) or 'r' (KEYS[1] is the ready list)
+-- ARGV[2] state code the records must have (S, F, A, D; R for the ready list)
+-- ARGV[3] limit (> 0)
+-- 'z': ARGV[4] score of the place to start after ('' from the start; a score as Redis prints
+--      it), ARGV[5] key of that place (members with that score sort after it by byte order)
+-- 'r': ARGV[4] queue position to start from (>= 0; stale entries count)
+--
+-- Returns {more (0/1), next position ('r': where reading stopped; 'z': 0), then per job:
+-- key, place (the score as text for 'z', the queue position as text for 'r'), record,
+-- history (nil if none)}. A queue entry is listed only if its record says ready and its key
+-- was not listed before in this call (stale hints are skipped).
+
+local index, records, hist = KEYS[1], KEYS[2], KEYS[3]
+local mode, state, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if (mode ~= 'z' and mode ~= 'r') or not state or #state ~= 1 or not limit or limit <= 0 then
+  return redis.error_reply('ERR dq bad arguments: mode, state, limit')
+end
+
+-- a <= b in byte order, as Redis orders members of equal score (Lua's `<` on strings follows
+-- the server's locale, not bytes).
+local function bytes_le(a, b)
+  if a == b then return true end
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+local out = {0, 0}
+local keys, places, recs = {}, {}, {}
+
+if mode == 'z' then
+  local after_score, after_key = ARGV[4], ARGV[5]
+  if not after_score or not after_key then
+    return redis.error_reply('ERR dq bad arguments: cursor')
+  end
+  local start = 0
+  if after_score ~= '' then
+    if not tonumber(after_score) then return redis.error_reply('ERR dq bad arguments: score') end
+    -- Members with the cursor's score are ranks [lo, lo + n); the first one after its key is
+    -- found by binary search (the cursor's own member may be gone).
+    local lo = redis.call('ZCOUNT', index, '-inf', '(' .. after_score)
+    local n = redis.call('ZCOUNT', index, after_score, after_score)
+    local a, b = lo, lo + n
+    while a < b do
+      local mid = math.floor((a + b) / 2)
+      local m = redis.call('ZRANGE', index, mid, mid)[1]
+      if bytes_le(m, after_key) then a = mid + 1 else b = mid end
+    end
+    start = a
+  end
+  local page = redis.call('ZRANGE', index, start, start + limit - 1, 'WITHSCORES')
+  if start + limit < redis.call('ZCARD', index) then out[1] = 1 end
+  local got = {}
+  for i = 1, #page, 2 do got[#got + 1] = page[i] end
+  if #got > 0 then
+    local found = hmget(records, got)
+    for i, key in ipairs(got) do
+      local rec = found[i]
+      if is_record(rec) and string.sub(rec, 1, 1) == state then
+        keys[#keys + 1], places[#places + 1], recs[#recs + 1] = key, page[2 * i], rec
+      end
+    end
+  end
+else
+  local from = tonumber(ARGV[4])
+  if not from or from < 0 then return redis.error_reply('ERR dq bad arguments: position') end
+  local hints = redis.call('LRANGE', index, from, from + 4 * limit + 64 - 1)
+  local seen, read = {}, 0
+  -- One record at a time: a stale hint's record is not kept, and reading stops at `limit`.
+  for i, key in ipairs(hints) do
+    if #keys >= limit then break end
+    read = i
+    if not seen[key] then
+      local rec = redis.call('HGET', records, key)
+      if is_record(rec) and string.sub(rec, 1, 1) == state then
+        seen[key] = true
+        keys[#keys + 1], places[#places + 1], recs[#recs + 1] = key, tostring(from + i - 1), rec
+      end
+    end
+  end
+  out[2] = from + read
+  if out[2] < redis.call('LLEN', index) then out[1] = 1 end
+end
+
+if #keys > 0 then
+  local hists = hmget(hist, keys)
+  for i, key in ipairs(keys) do
+    out[#out + 1] = key
+    out[#out + 1] = places[i]
+    out[#out + 1] = recs[i]
+    out[#out + 1] = hists[i]
+  end
+end
+return out
