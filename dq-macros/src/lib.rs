@@ -158,7 +158,11 @@ mod tests {
     #[test]
     fn expansion_names_only_the_private_path() {
         let out = delayed_job_impl(
-            quote!(topic = "orders.close", crate = "my::dq", data(Db, pool::Pool)),
+            quote!(
+                topic = "orders.close",
+                crate = "my::dq",
+                data(Db, pool::Pool)
+            ),
             quote!(
                 pub async fn close_order(order: CloseOrder) -> Result<(), dq::JobError> {
                     Ok(())
