@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -29,6 +29,10 @@ pub enum ErrorKind {
     Permanent,
     /// Not a failure: run again after this delay without spending an attempt.
     Defer(Duration),
+    /// The handler asked for shared data of this type ([`JobContext::data`]) and the worker
+    /// was not given any: a deployment error, not the job's. The worker defers the job without
+    /// spending an attempt (so it is never buried for it) and reports the type in its health.
+    MissingData(&'static str),
 }
 
 /// A handler's error: any error converts into it with `?` (and is retried on the policy);
@@ -68,6 +72,20 @@ impl JobError {
         JobError {
             kind: ErrorKind::Defer(delay),
             source: "deferred".into(),
+        }
+    }
+
+    /// The error of [`JobContext::data`] when the worker has no value of type `T`.
+    fn missing_data<T: 'static>() -> Self {
+        let type_name = std::any::type_name::<T>();
+        JobError {
+            kind: ErrorKind::MissingData(type_name),
+            source: format!(
+                "no shared data of type {type_name} was given to the worker: add \
+                 .data(…) of that type to the worker, or declare it with \
+                 #[delayed_job(data({type_name}))] so that build() checks it"
+            )
+            .into(),
         }
     }
 
@@ -116,6 +134,48 @@ impl SharedData {
     /// The value of type `T`, if one was added.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
         self.0.get(&TypeId::of::<T>())?.downcast_ref()
+    }
+
+    /// Whether a value of the type a handler declared was added.
+    pub fn provides(&self, need: &DataNeed) -> bool {
+        self.0.contains_key(&(need.type_id)())
+    }
+}
+
+/// A type of shared data a handler declares it needs (`#[delayed_job(data(Db))]`), so that the
+/// worker's `build()` fails, naming the handler and the type, when `.data(…)` did not give one.
+///
+/// Held as functions because neither `TypeId::of` nor `type_name` can be called in the
+/// `static` that registers the handler.
+#[derive(Clone, Copy)]
+pub struct DataNeed {
+    type_id: fn() -> TypeId,
+    type_name: fn() -> &'static str,
+}
+
+impl DataNeed {
+    /// The need for a value of type `T`. Only types that can be shared data qualify.
+    pub const fn of<T: Send + Sync + 'static>() -> Self {
+        DataNeed {
+            type_id: TypeId::of::<T>,
+            type_name: std::any::type_name::<T>,
+        }
+    }
+
+    /// The type's Rust name, for errors and logs.
+    pub fn type_name(&self) -> &'static str {
+        (self.type_name)()
+    }
+
+    /// The type's id.
+    pub fn type_id(&self) -> TypeId {
+        (self.type_id)()
+    }
+}
+
+impl fmt::Debug for DataNeed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("DataNeed").field(&self.type_name()).finish()
     }
 }
 
@@ -207,6 +267,9 @@ pub struct JobContext {
     cancel: CancellationToken,
     deadline: Option<LeaseDeadline>,
     data: Arc<SharedData>,
+    /// The first type [`JobContext::data`] did not find, shared by clones: the worker reads it
+    /// after a failed run, so the deferral holds whatever error the handler made of it.
+    missing: Arc<OnceLock<&'static str>>,
 }
 
 impl JobContext {
@@ -234,6 +297,7 @@ impl JobContext {
             cancel,
             deadline: None,
             data,
+            missing: Arc::default(),
         }
     }
 
@@ -245,16 +309,35 @@ impl JobContext {
         self
     }
 
-    /// The shared value of type `T` given to the worker with `.data(…)`.
+    /// The shared value of type `T` given to the worker with `WorkerBuilder::data`.
     ///
-    /// A missing value is a permanent error: retrying cannot make it appear.
+    /// Declare what a handler needs with `#[delayed_job(data(T, …))]`: then a worker built
+    /// without it fails at `build()` (`WorkerError::MissingData`), before it takes any job.
+    ///
+    /// A value that is missing all the same is a deployment error, not the job's: the error
+    /// returned here is [`ErrorKind::MissingData`], and when the run fails after it — whatever
+    /// error the handler returns — the worker does not spend the attempt. It defers the job
+    /// (by 30 s by default, `WorkerBuilder::missing_data_delay`) for a worker that has the
+    /// value, logs the fix at ERROR once per topic and type, and lists the type in
+    /// `WorkerHealth::missing_data`. The job is never buried for it. For a value a handler can
+    /// do without, use [`JobContext::try_data`].
     pub fn data<T: Send + Sync + 'static>(&self) -> Result<&T, JobError> {
         self.data.get::<T>().ok_or_else(|| {
-            JobError::permanent(format!(
-                "no shared data of type {} was given to the worker",
-                std::any::type_name::<T>()
-            ))
+            let _ = self.missing.set(std::any::type_name::<T>());
+            JobError::missing_data::<T>()
         })
+    }
+
+    /// The shared value of type `T`, if the worker was given one: for optional values. Unlike
+    /// [`JobContext::data`], a missing value is no error and the worker takes no note of it.
+    pub fn try_data<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.data.get::<T>()
+    }
+
+    /// The first type [`JobContext::data`] asked for in this run and did not find (shared by
+    /// this context's clones).
+    pub fn missing_data(&self) -> Option<&'static str> {
+        self.missing.get().copied()
     }
 
     /// True once the job should stop: its lease was lost or has surely run out by this
@@ -324,6 +407,9 @@ pub struct JobDescriptor {
     pub file: &'static str,
     /// Where it is declared.
     pub line: u32,
+    /// The shared data it declares it needs (`#[delayed_job(data(…))]`): the worker's
+    /// `build()` fails if one of them was not given with `.data(…)`.
+    pub data: &'static [DataNeed],
     /// Decodes a payload and calls the handler.
     pub run: HandlerFn,
 }
@@ -377,5 +463,29 @@ mod tests {
         assert_eq!(d.get::<u32>(), Some(&5));
         assert_eq!(d.get::<String>().map(String::as_str), Some("db"));
         assert!(d.get::<u64>().is_none());
+        assert!(d.provides(&DataNeed::of::<u32>()));
+        assert!(!d.provides(&DataNeed::of::<u64>()));
+        assert_eq!(DataNeed::of::<u64>().type_name(), "u64");
+    }
+
+    #[test]
+    fn missing_data_is_its_own_kind_and_noted_on_the_context() {
+        let ctx = JobContext::new(
+            "t",
+            JobKey::new("k").unwrap(),
+            1,
+            1,
+            0,
+            Duration::ZERO,
+            1,
+            CancellationToken::new(),
+            Arc::new(SharedData::default()),
+        );
+        assert!(ctx.try_data::<u64>().is_none());
+        assert_eq!(ctx.missing_data(), None, "try_data takes no note");
+        let e = ctx.data::<u64>().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MissingData("u64"));
+        assert!(e.to_string().contains(".data("), "{e}");
+        assert_eq!(ctx.clone().missing_data(), Some("u64"));
     }
 }

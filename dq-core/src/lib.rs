@@ -24,7 +24,7 @@ pub use client::{
 pub use connect::ClientBuilder;
 pub use error::{BulkStored, Error, Result};
 pub use handler::{
-    BoxError, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
+    BoxError, DataNeed, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
     LeaseDeadline, SharedData, registered_jobs,
 };
 pub use inspect::{

@@ -16,13 +16,14 @@ mod kw {
     syn::custom_keyword!(retry);
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(concurrency);
+    syn::custom_keyword!(data);
 }
 
 /// The default retry policy, as `RetryPolicy::default()` in dq-core (docs/ARCHITECTURE.md §8).
 pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 
 const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
-                             `concurrency = N` or `crate = \"…\"`";
+                             `concurrency = N`, `data(Type, …)` or `crate = \"…\"`";
 
 /// The arguments of `#[delayed_job(…)]`, parsed and checked.
 #[derive(Default)]
@@ -37,6 +38,8 @@ pub(crate) struct Args {
     concurrency: Option<u32>,
     /// `crate = "…"`: where the generated code finds `__private`.
     krate: Option<Path>,
+    /// `data(Db, Mailer)`: the shared data the handler needs.
+    data: Option<Vec<Type>>,
 }
 
 impl Parse for Args {
@@ -78,6 +81,10 @@ impl Parse for Args {
                     ));
                 }
                 set(&mut args.concurrency, key.span, "concurrency", n)?;
+            } else if lookahead.peek(kw::data) {
+                let key = input.parse::<kw::data>()?;
+                let types = data_types(input, key.span)?;
+                set(&mut args.data, key.span, "data", types)?;
             } else if lookahead.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?;
                 let value = value::<LitStr>(input, "a path such as \"::dq\"")?;
@@ -110,6 +117,47 @@ fn value<T: Parse>(input: ParseStream<'_>, expected: &str) -> syn::Result<T> {
     input
         .parse::<T>()
         .map_err(|_| syn::Error::new(span, format!("expected {expected}")))
+}
+
+/// Parses `(Type, …)` after `data`: at least one type, each a concrete type, none twice.
+fn data_types(input: ParseStream<'_>, key: Span) -> syn::Result<Vec<Type>> {
+    const EXPECTED: &str = "expected the shared data types in parentheses, \
+                            e.g. `data(Db, Mailer)`";
+    if !input.peek(syn::token::Paren) {
+        return Err(syn::Error::new(
+            if input.is_empty() { key } else { input.span() },
+            EXPECTED,
+        ));
+    }
+    let content;
+    let parens = syn::parenthesized!(content in input);
+    let list = content.parse_terminated(Type::parse, Token![,])?;
+    if list.is_empty() {
+        return Err(syn::Error::new(
+            parens.span.join(),
+            "`data(…)` lists at least one type, e.g. `data(Db)` (or leave it out)",
+        ));
+    }
+    let mut seen = Vec::<String>::new();
+    let mut types = Vec::new();
+    for ty in list {
+        if matches!(ty, Type::Infer(_) | Type::ImplTrait(_)) {
+            return Err(syn::Error::new_spanned(
+                &ty,
+                "shared data is found by its concrete type: name it, e.g. `data(Db)`",
+            ));
+        }
+        let text = ty.to_token_stream().to_string();
+        if seen.contains(&text) {
+            return Err(syn::Error::new_spanned(
+                &ty,
+                format!("`{text}` is listed twice in `data(…)`: give it once"),
+            ));
+        }
+        seen.push(text);
+        types.push(ty);
+    }
+    Ok(types)
 }
 
 fn set<T>(slot: &mut Option<T>, key: Span, name: &str, value: T) -> syn::Result<()> {
@@ -196,6 +244,8 @@ pub(crate) struct Handler {
     pub(crate) context: Option<Type>,
     /// The declared return type, to span result-type errors on it.
     pub(crate) output: Type,
+    /// The shared data it declares (`data(…)`), in the order given.
+    pub(crate) data: Vec<Type>,
 }
 
 fn bad_signature(tokens: impl ToTokens, what: &str) -> syn::Error {
@@ -301,6 +351,7 @@ impl Handler {
             payload: payload_type,
             context: context.map(|c| (*c.ty).clone()),
             output,
+            data: args.data.unwrap_or_default(),
             item,
         })
     }

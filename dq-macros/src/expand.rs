@@ -25,6 +25,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         payload,
         context,
         output,
+        data,
     } = handler;
     let private = quote!(#krate::__private);
     let vis = &item.vis;
@@ -60,6 +61,11 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
     let topic_lit = syn::LitStr::new(topic, *topic_span);
     let timeout_ms = option(timeout_ms.map(|ms| quote!(#ms)));
     let concurrency = option(concurrency.map(|n| quote!(#n)));
+    // Each spanned on the user's type: one that cannot be shared data (not `Send + Sync +
+    // 'static`) is reported there.
+    let data = data
+        .iter()
+        .map(|ty| quote_spanned!(ty.span()=> #private::DataNeed::of::<#ty>()));
     let line = quote_spanned!(name.span()=> ::core::line!());
     let file = quote_spanned!(name.span()=> ::core::file!());
 
@@ -97,6 +103,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     name: ::core::concat!(::core::module_path!(), "::", #name_text),
                     file: #file,
                     line: #line,
+                    data: &[#(#data),*],
                     run: #run,
                 }
             }

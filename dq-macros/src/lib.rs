@@ -51,6 +51,7 @@ use dq_syntax as retry_syntax;
 /// | `retry = "15s, 3m, 10m"` | `"15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h"` | also `"none"`, `"fixed(1s, 5)"`, `"exponential(1s, 1h, 10)"` (initial, max, retries) |
 /// | `timeout = "30s"` | none | units `ms`, `s`, `m`, `h`, `d` |
 /// | `concurrency = 16` | the worker's | most jobs of this topic running at once in one worker |
+/// | `data(Db, Mailer)` | none | shared data the handler takes with `ctx.data::<T>()`: a worker built without one of them fails at `build()` with `WorkerError::MissingData` |
 /// | `crate = "my_crate::dq"` | `"::dq"` | where generated code finds dq, when it is re-exported |
 ///
 /// Every argument is checked at compile time, with the error on the argument at fault.
@@ -157,7 +158,11 @@ mod tests {
     #[test]
     fn expansion_names_only_the_private_path() {
         let out = delayed_job_impl(
-            quote!(topic = "orders.close", crate = "my::dq"),
+            quote!(
+                topic = "orders.close",
+                crate = "my::dq",
+                data(Db, pool::Pool)
+            ),
             quote!(
                 pub async fn close_order(order: CloseOrder) -> Result<(), dq::JobError> {
                     Ok(())
@@ -172,6 +177,13 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("type Payload = CloseOrder"), "{out}");
+        assert!(
+            out.contains(
+                "data : & [my :: dq :: __private :: DataNeed :: of :: < Db > () , \
+                 my :: dq :: __private :: DataNeed :: of :: < pool :: Pool > ()]"
+            ),
+            "{out}"
+        );
         // Every generated path goes through the `crate` override.
         assert_eq!(
             out.matches("__private").count(),

@@ -28,6 +28,23 @@ pub enum WorkerError {
         /// What is wrong.
         reason: String,
     },
+    /// A handler declares shared data (`#[delayed_job(data(T))]`) that the worker was not
+    /// given with `WorkerBuilder::data`: every job it runs would fail, so the worker does not
+    /// start. Add `.data(value)` of that type, or leave the topic out with `.topics(…)`.
+    #[error(
+        "job {job} (topic {topic:?}, at {at}) needs shared data of type {type_name}: \
+         add .data(…) of that type to the worker"
+    )]
+    MissingData {
+        /// The handler's Rust path.
+        job: String,
+        /// Its topic.
+        topic: String,
+        /// Where it is declared, as `file:line`.
+        at: String,
+        /// The missing type's Rust name.
+        type_name: String,
+    },
     /// A worker setting is invalid.
     #[error("invalid worker setting: {0}")]
     InvalidSetting(String),

@@ -1,5 +1,10 @@
 //! What a running worker can say about itself without a store call: each fetcher's last store
-//! call and the jobs running. Written by the fetchers, read through `WorkerHandle::health`.
+//! call, the jobs running, and the shared data its handlers asked for and it does not have.
+//! Written by the fetchers and runners, read through `WorkerHandle::health`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 /// A snapshot of a running worker's health, from [`WorkerHandle::health`](crate::WorkerHandle::health): enough for a
 /// liveness or readiness probe. Cheap to take (no store call).
@@ -10,6 +15,10 @@ pub struct WorkerHealth {
     pub fetchers: Vec<FetcherHealth>,
     /// Jobs running now (handlers, and outcomes not yet written).
     pub running: usize,
+    /// Shared data handlers asked for (`ctx.data::<T>()`) that this worker was not given, by
+    /// topic and type, in that order. Each such job was deferred without spending an
+    /// attempt; non-empty means the worker is misdeployed: give it `.data(…)` of each type.
+    pub missing_data: Vec<MissingDataReport>,
 }
 
 impl WorkerHealth {
@@ -25,6 +34,57 @@ impl WorkerHealth {
         self.fetchers
             .iter()
             .filter(|f| !f.last_call_ok && f.last_error_permanent)
+    }
+}
+
+/// A type of shared data the handlers of one topic asked for and this worker does not have.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct MissingDataReport {
+    /// The topic.
+    pub topic: String,
+    /// The missing type's Rust name.
+    pub type_name: &'static str,
+    /// Jobs of the topic deferred for it (their attempts not spent).
+    pub jobs_deferred: u64,
+    /// When a job first asked for it.
+    pub first_at: Instant,
+    /// When a job last asked for it.
+    pub last_at: Instant,
+}
+
+/// The missing shared data seen by a worker's runners, shared with its handle.
+#[derive(Clone, Default)]
+pub(crate) struct MissingDataLog(Arc<Mutex<BTreeMap<(String, &'static str), MissingDataReport>>>);
+
+impl MissingDataLog {
+    /// Notes a job deferred for lack of `type_name`; true the first time for this topic and
+    /// type (the runner logs at ERROR then, and only then).
+    pub fn note(&self, topic: &str, type_name: &'static str) -> bool {
+        let now = Instant::now();
+        let mut log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut first = false;
+        let entry = log
+            .entry((topic.to_string(), type_name))
+            .or_insert_with(|| {
+                first = true;
+                MissingDataReport {
+                    topic: topic.to_string(),
+                    type_name,
+                    jobs_deferred: 0,
+                    first_at: now,
+                    last_at: now,
+                }
+            });
+        entry.jobs_deferred += 1;
+        entry.last_at = now;
+        first
+    }
+
+    /// Everything noted so far, by topic and type.
+    pub fn snapshot(&self) -> Vec<MissingDataReport> {
+        let log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        log.values().cloned().collect()
     }
 }
 

@@ -29,5 +29,5 @@ pub mod worker;
 
 pub use dead::DeadJob;
 pub use error::WorkerError;
-pub use health::{FetcherHealth, WorkerHealth};
+pub use health::{FetcherHealth, MissingDataReport, WorkerHealth};
 pub use worker::{ShutdownReport, Worker, WorkerBuilder, WorkerHandle};

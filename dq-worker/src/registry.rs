@@ -1,12 +1,13 @@
 //! Which handlers this worker runs, resolved once at start: each topic's descriptor, retry
 //! policy, timeout, pool size and partitions. Two handlers for one topic are an error naming
-//! both source locations; every registered handler is logged.
+//! both source locations, and so is a handler whose declared shared data (`data(…)`) the
+//! worker was not given; every registered handler is logged.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{ClientConfig, DeadLimits, JobDescriptor, RetryPolicy, Topic};
+use dq_core::{ClientConfig, DeadLimits, JobDescriptor, RetryPolicy, SharedData, Topic};
 use tokio::sync::Semaphore;
 
 use crate::error::WorkerError;
@@ -33,6 +34,8 @@ pub(crate) struct Selection<'a> {
     pub only: Option<&'a HashSet<String>>,
     pub concurrency: &'a HashMap<String, usize>,
     pub default_concurrency: usize,
+    /// What `.data(…)` gave: checked against each selected handler's declared needs.
+    pub data: &'a SharedData,
 }
 
 pub(crate) fn resolve(
@@ -89,6 +92,15 @@ pub(crate) fn resolve(
                 .unwrap_or(selection.default_concurrency);
             if concurrency == 0 {
                 return Err(invalid("concurrency must be at least 1".into()));
+            }
+            // Only the handlers this worker runs: one left out with `.topics(…)` needs nothing.
+            if let Some(need) = d.data.iter().find(|n| !selection.data.provides(n)) {
+                return Err(WorkerError::MissingData {
+                    job: d.name.to_string(),
+                    topic: d.topic.to_string(),
+                    at: d.location(),
+                    type_name: need.type_name().to_string(),
+                });
             }
             let partitions = config.partitions_of(d.topic);
             tracing::info!(

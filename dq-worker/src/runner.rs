@@ -11,6 +11,10 @@
 //!    started on a lease that has already run out;
 //! 5. turn the result into an outcome — ack, retry at the policy's delay, defer, or bury — and
 //!    hand it to the completer. The pool permit is returned as soon as the handler is done.
+//!    A run that failed after `ctx.data::<T>()` found no `T` is a deployment error, not the
+//!    job's: whatever error the handler made of it (a panic from `unwrap` too), the job is
+//!    deferred without spending its attempt, logged at ERROR once per topic and type, and
+//!    listed in the worker's health.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::completer::{Completion, CompletionSender, Outcome};
+use crate::health::MissingDataLog;
 use crate::in_flight::{InFlight, Lease};
 use crate::registry::TopicRuntime;
 
@@ -40,6 +45,10 @@ pub(crate) struct RunnerShared {
     /// How long a handler told to stop by the hard stop may take before it is aborted; the
     /// hard stop fires this long before the shutdown deadline.
     pub stop_grace: Duration,
+    /// How long a job is deferred when its handler asked for shared data this worker lacks.
+    pub missing_data_delay: Duration,
+    /// The shared data handlers asked for and did not find, for health and the ERROR log.
+    pub missing_data: MissingDataLog,
 }
 
 /// Runs one job to its outcome.
@@ -93,6 +102,8 @@ pub(crate) async fn run(
             shared.data.clone(),
         )
         .with_lease_deadline(deadline.clone());
+        // Shares the note of missing data with the handler's context, which moves into it.
+        let probe = ctx.clone();
         let handler = match (topic.descriptor.run)(&delivery.payload, ctx) {
             Ok(f) => f,
             Err(e) => {
@@ -165,7 +176,20 @@ pub(crate) async fn run(
         Some(match result {
             Ok(()) => Outcome::Succeeded,
             Err(e) => {
-                let action = decide(&topic.policy, delivery.attempt, e.kind());
+                // The note on the context wins: the handler may have turned the missing-data
+                // error into another one, or panicked on it.
+                let kind = probe
+                    .missing_data()
+                    .map_or(e.kind(), ErrorKind::MissingData);
+                if let ErrorKind::MissingData(type_name) = kind {
+                    missing_data(&shared, &topic, type_name);
+                }
+                let action = decide(
+                    &topic.policy,
+                    delivery.attempt,
+                    kind,
+                    shared.missing_data_delay,
+                );
                 Outcome::Failed {
                     action,
                     error: describe(&e),
@@ -220,11 +244,36 @@ fn describe(e: &JobError) -> String {
         .unwrap_or_else(|p| format!("error could not be displayed: {}", panic_message(p)))
 }
 
+/// Notes a job deferred for shared data the worker lacks; the first time for its topic and
+/// type, says at ERROR what is wrong and how to fix it.
+fn missing_data(shared: &RunnerShared, topic: &TopicRuntime, type_name: &'static str) {
+    if shared.missing_data.note(topic.descriptor.topic, type_name) {
+        tracing::error!(
+            handler = topic.descriptor.name,
+            at = %topic.descriptor.location(),
+            missing = type_name,
+            "the handler asked for shared data of type {type_name}, which this worker was not \
+             given: its jobs are deferred by {:?} without spending an attempt, for a worker \
+             that has it (see WorkerHealth::missing_data). Fix: add .data(…) of type \
+             {type_name} to the worker, or declare it with #[delayed_job(data({type_name}))] \
+             so that build() checks it",
+            shared.missing_data_delay
+        );
+    }
+}
+
 /// The store action for a failed attempt.
-pub(crate) fn decide(policy: &RetryPolicy, attempt: u32, kind: ErrorKind) -> FailAction {
+pub(crate) fn decide(
+    policy: &RetryPolicy,
+    attempt: u32,
+    kind: ErrorKind,
+    missing_data_delay: Duration,
+) -> FailAction {
     match kind {
         ErrorKind::Permanent => FailAction::Bury,
         ErrorKind::Defer(d) => FailAction::Defer(d),
+        // A deployment error: never spends the attempt, never buries.
+        ErrorKind::MissingData(_) => FailAction::Defer(missing_data_delay),
         ErrorKind::Retry => policy
             .delay_after(attempt)
             .map_or(FailAction::Bury, FailAction::Retry),
@@ -251,6 +300,8 @@ mod tests {
     fn decisions_follow_the_policy() {
         let p = RetryPolicy::fixed(Duration::from_secs(1), 2).unwrap();
         let s = Duration::from_secs(1);
+        let m = Duration::from_secs(30);
+        let decide = |p: &RetryPolicy, attempt, kind| decide(p, attempt, kind, m);
         assert_eq!(decide(&p, 1, ErrorKind::Retry), FailAction::Retry(s));
         assert_eq!(decide(&p, 2, ErrorKind::Retry), FailAction::Retry(s));
         assert_eq!(decide(&p, 3, ErrorKind::Retry), FailAction::Bury);
@@ -262,5 +313,15 @@ mod tests {
         );
         assert_eq!(decide(&p, 3, ErrorKind::RetryAfter(d)), FailAction::Bury);
         assert_eq!(decide(&p, 3, ErrorKind::Defer(d)), FailAction::Defer(d));
+        // Even on the last attempt, and under "none".
+        assert_eq!(
+            decide(&p, 3, ErrorKind::MissingData("Db")),
+            FailAction::Defer(m)
+        );
+        let none = RetryPolicy::parse("none").unwrap();
+        assert_eq!(
+            decide(&none, 1, ErrorKind::MissingData("Db")),
+            FailAction::Defer(m)
+        );
     }
 }

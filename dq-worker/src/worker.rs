@@ -2,7 +2,8 @@
 //!
 //! Start-up:
 //! 1. resolve the handlers (`#[delayed_job]` registrations, filtered by `.topics(…)`): a topic
-//!    registered twice is an error naming both source locations; each handler is logged;
+//!    registered twice is an error naming both source locations, and so is a handler whose
+//!    declared shared data (`#[delayed_job(data(…))]`) was not given; each handler is logged;
 //! 2. start the completer, the lease keeper, and one fetcher per topic partition.
 //!
 //! Shutdown, in this order (two phases):
@@ -29,7 +30,7 @@ use crate::completer::Completer;
 use crate::dead::{DeadJob, DeadLetters, OnDead};
 use crate::error::WorkerError;
 use crate::fetcher::{FetchSettings, Fetcher};
-use crate::health::{FetcherHealth, WorkerHealth};
+use crate::health::{FetcherHealth, MissingDataLog, WorkerHealth};
 use crate::in_flight::InFlight;
 use crate::lease_keeper::LeaseKeeper;
 use crate::registry::{self, Selection, TopicRuntime};
@@ -46,6 +47,7 @@ pub struct WorkerBuilder {
     shutdown_timeout: Duration,
     max_fetch_batch: usize,
     idle_wait: Duration,
+    missing_data_delay: Duration,
     on_dead: Option<OnDead>,
     extra: Vec<&'static JobDescriptor>,
     registered: bool,
@@ -62,7 +64,16 @@ impl std::fmt::Debug for WorkerBuilder {
 }
 
 impl WorkerBuilder {
-    /// Shares a value with every handler, found by type with `ctx.data::<T>()`.
+    /// Shares a value with every handler, found by type with `ctx.data::<T>()`; a second
+    /// value of the same type replaces the first.
+    ///
+    /// A handler that declares what it takes — `#[delayed_job(data(Db))]` — is checked
+    /// against these at [`build`](WorkerBuilder::build): a worker that runs it without a `Db`
+    /// does not start ([`WorkerError::MissingData`], naming the handler and the type). A
+    /// handler that asks for a type it did not declare and the worker lacks is caught when
+    /// it runs: its job is deferred without spending an attempt (see
+    /// [`WorkerBuilder::missing_data_delay`]), never buried, logged at ERROR and listed in
+    /// [`WorkerHealth::missing_data`].
     pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.data.insert(value);
         self
@@ -127,6 +138,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long a job is deferred, without spending its attempt, when its handler asked for
+    /// shared data (`ctx.data::<T>()`) this worker was not given (default 30 s; at least
+    /// 100 ms). Long enough that a misdeployed worker does not spin on the job; a worker that
+    /// has the data runs it once it is due again.
+    pub fn missing_data_delay(mut self, delay: Duration) -> Self {
+        self.missing_data_delay = delay;
+        self
+    }
+
     /// Calls `hook` each time this worker moves a job to the dead queue — the place to alert
     /// someone. Runs on its own task; a slow hook delays nothing else.
     pub fn on_dead<F, Fut>(mut self, hook: F) -> Self
@@ -151,7 +171,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// Checks the settings and resolves the handlers.
+    /// Checks the settings and resolves the handlers: fails with a typed [`WorkerError`] on a
+    /// topic registered twice, a topic named that has no handler, or shared data a handler
+    /// declares (`#[delayed_job(data(…))]`) and [`WorkerBuilder::data`] did not give.
     pub fn build(self) -> Result<Worker, WorkerError> {
         if self.lease < Duration::from_millis(100) {
             return Err(WorkerError::InvalidSetting(
@@ -168,6 +190,11 @@ impl WorkerBuilder {
                 "idle_wait must be at least 10 ms".into(),
             ));
         }
+        if self.missing_data_delay < Duration::from_millis(100) {
+            return Err(WorkerError::InvalidSetting(
+                "missing_data_delay must be at least 100 ms".into(),
+            ));
+        }
         let registered: Box<dyn Iterator<Item = &'static JobDescriptor>> = if self.registered {
             Box::new(dq_core::registered_jobs())
         } else {
@@ -180,6 +207,7 @@ impl WorkerBuilder {
                 only: self.only.as_ref(),
                 concurrency: &self.concurrency,
                 default_concurrency: self.default_concurrency,
+                data: &self.data,
             },
             self.client.config(),
         )?;
@@ -193,6 +221,7 @@ impl WorkerBuilder {
                 idle_wait: self.idle_wait,
             },
             shutdown_timeout: self.shutdown_timeout,
+            missing_data_delay: self.missing_data_delay,
             on_dead: self.on_dead,
         })
     }
@@ -213,6 +242,7 @@ pub struct Worker {
     data: Arc<SharedData>,
     settings: FetchSettings,
     shutdown_timeout: Duration,
+    missing_data_delay: Duration,
     on_dead: Option<OnDead>,
 }
 
@@ -238,6 +268,7 @@ impl Worker {
             shutdown_timeout: Duration::from_secs(30),
             max_fetch_batch: 100,
             idle_wait: Duration::from_secs(5),
+            missing_data_delay: Duration::from_secs(30),
             on_dead: None,
             extra: Vec::new(),
             registered: true,
@@ -283,12 +314,15 @@ impl Worker {
             .run(),
         );
         let hard_stop = CancellationToken::new();
+        let missing_data = MissingDataLog::default();
         let shared = Arc::new(RunnerShared {
             data: self.data.clone(),
             in_flight: in_flight.clone(),
             completer: sender,
             hard_stop: hard_stop.clone(),
             stop_grace: stop_grace(self.shutdown_timeout),
+            missing_data_delay: self.missing_data_delay,
+            missing_data: missing_data.clone(),
         });
         let stop = CancellationToken::new();
         let runners = TaskTracker::new();
@@ -333,6 +367,7 @@ impl Worker {
             keeper_stop,
             shutdown_timeout: self.shutdown_timeout,
             health,
+            missing_data,
             dead,
         }
     }
@@ -369,6 +404,7 @@ pub struct WorkerHandle {
     keeper_stop: CancellationToken,
     shutdown_timeout: Duration,
     health: Vec<Arc<std::sync::Mutex<FetcherHealth>>>,
+    missing_data: MissingDataLog,
     dead: DeadLetters,
 }
 
@@ -396,10 +432,11 @@ impl WorkerHandle {
         self.in_flight.next_change()
     }
 
-    /// How the worker is doing: each fetcher's last store call, and the jobs running. A
-    /// fetcher whose calls keep failing runs no job of its partition; one failing with an
-    /// error retrying cannot fix (see [`FetcherHealth::last_error_permanent`]) needs an
-    /// operator.
+    /// How the worker is doing: each fetcher's last store call, the jobs running, and the
+    /// shared data its handlers asked for and it lacks. A fetcher whose calls keep failing
+    /// runs no job of its partition; one failing with an error retrying cannot fix (see
+    /// [`FetcherHealth::last_error_permanent`]) needs an operator, and so does any entry in
+    /// [`WorkerHealth::missing_data`] (a misdeployed worker: its jobs are deferred, not run).
     pub fn health(&self) -> WorkerHealth {
         WorkerHealth {
             fetchers: self
@@ -412,6 +449,7 @@ impl WorkerHandle {
                 })
                 .collect(),
             running: self.in_flight.len(),
+            missing_data: self.missing_data.snapshot(),
         }
     }
 

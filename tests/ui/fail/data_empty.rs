@@ -1,0 +1,6 @@
+#[dq::delayed_job(topic = "orders.close", data())]
+async fn close_order(_id: u64) -> Result<(), dq::JobError> {
+    Ok(())
+}
+
+fn main() {}

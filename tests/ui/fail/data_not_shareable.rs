@@ -1,0 +1,8 @@
+use std::rc::Rc;
+
+#[dq::delayed_job(topic = "orders.close", data(Rc<String>))]
+async fn close_order(_id: u64) -> Result<(), dq::JobError> {
+    Ok(())
+}
+
+fn main() {}
