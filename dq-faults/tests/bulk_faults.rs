@@ -21,8 +21,9 @@ fn used_memory(s: &Scenario) -> u64 {
 }
 
 fn pool_len(s: &Scenario) -> u64 {
-    s.server
-        .cmd(&["HLEN", &format!("{}:{{{WORK_TOPIC}#0}}:pool", s.ns)])
+    let topic = dq::Topic::new(WORK_TOPIC).expect("a valid topic");
+    let keys = dq::store::redis::layout::PartitionKeys::new(&s.ns, &dq::Queue::new(topic, 0));
+    s.server.cmd(&["HLEN", &keys.pool])
 }
 
 /// 5,000 padded jobs due in an hour; every tenth has no key (a generated one).
