@@ -108,7 +108,7 @@ async fn hostile_key_bytes_never_reach_key_names() {
     let c = h.client_with(|b| b.partitions("hostile", 3)).await.unwrap();
     let t = c.topic("hostile").unwrap();
     let long = "}{:".repeat(85);
-    let own_shape = h.partition_keys("hostile", 0).pool;
+    let own_shape = h.partition_keys("hostile", 0).jobs;
     let keys: Vec<&str> = vec![
         "a:b",
         "{x}",
@@ -149,18 +149,18 @@ async fn hostile_key_bytes_never_reach_key_names() {
             h.partition_keys("hostile", p).get(name),
             "a job key leaked into a key name"
         );
-        if name == KeyName::Pool {
+        if name == KeyName::Jobs {
             stored.extend(h.server().cmd::<Vec<String>>(&["HKEYS", &key]));
         }
     }
     let want: BTreeSet<String> = keys.iter().map(std::string::ToString::to_string).collect();
-    assert_eq!(stored, want, "pool fields are the keys, byte for byte");
+    assert_eq!(stored, want, "`jobs` fields are the keys, byte for byte");
     for k in &keys {
         let i = info(&t, k).await;
         assert_eq!(i.key.as_str(), *k);
         let p = jk(k).partition(3);
-        let pool = h.partition_keys("hostile", p).pool;
-        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &pool, k]), 1, "{k:?}");
+        let records = h.partition_keys("hostile", p).jobs;
+        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &records, k]), 1, "{k:?}");
     }
 
     // Reschedule the scheduled ones to now, then deliver everything.
@@ -289,8 +289,8 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     }
     for k in &names {
         let p = jk(k).partition(4);
-        let pool = h.partition_keys("orders.close", p).pool;
-        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &pool, k]), 1, "{k}");
+        let records = h.partition_keys("orders.close", p).jobs;
+        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &records, k]), 1, "{k}");
     }
 }
 
@@ -509,8 +509,8 @@ async fn invariant_check_finds_damage() {
     assert!(h.violations().await.is_empty());
 
     let keys = h.partition_keys("damage", 0);
-    let (sched, retry, ready, pool, hist) =
-        (keys.scheduled, keys.retry, keys.ready, keys.pool, keys.hist);
+    let (sched, retry, ready, records, hist) =
+        (keys.scheduled, keys.retry, keys.ready, keys.jobs, keys.hist);
     let bad_record = format!("Z{}", "\0".repeat(19));
     // A name dq does not use, in the partition's hash tag.
     let bogus = format!("{}bogus", keys.stats.strip_suffix("stats").unwrap());
@@ -541,8 +541,8 @@ async fn invariant_check_finds_damage() {
             "has no hint",
         ),
         (
-            vec!["HSET", &pool, "z", &bad_record],
-            vec!["HDEL", &pool, "z"],
+            vec!["HSET", &records, "z", &bad_record],
+            vec!["HDEL", &records, "z"],
             "unknown state byte",
         ),
         (
@@ -855,7 +855,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
 
 /// Issue 9, violation 6: a damaged value met after a script's first write. A history that
 /// does not decode is started afresh (fail used to raise after taking the job out of
-/// `active`); a pool value that is not a record is left alone by cancel and reschedule (cancel
+/// `active`); a `jobs` value that is not a record is left alone by cancel and reschedule (cancel
 /// used to delete it and then answer a code the client rejects) and counts as dead.
 #[tokio::test]
 async fn damaged_history_or_record_fails_nothing_half_way() {
@@ -884,14 +884,14 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
     let x = info(&t, "x").await;
     assert_eq!((x.state, x.history.len()), (JobState::Retry, 1), "{x:?}");
 
-    h.server().cmd::<()>(&["HSET", &keys.pool, "junk", "Sab"]);
+    h.server().cmd::<()>(&["HSET", &keys.jobs, "junk", "Sab"]);
     assert_eq!(t.cancel("junk").await.unwrap(), dq::CancelOutcome::Dead);
     assert_eq!(
         t.reschedule("junk", NewDue::After(HOUR)).await.unwrap(),
         RescheduleOutcome::Dead
     );
-    let still: Option<String> = h.server().cmd(&["HGET", &keys.pool, "junk"]);
+    let still: Option<String> = h.server().cmd(&["HGET", &keys.jobs, "junk"]);
     assert_eq!(still.as_deref(), Some("Sab"));
-    h.server().cmd::<()>(&["HDEL", &keys.pool, "junk"]);
+    h.server().cmd::<()>(&["HDEL", &keys.jobs, "junk"]);
     h.check_invariants().await;
 }

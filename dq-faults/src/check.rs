@@ -37,7 +37,7 @@ pub fn states(snapshot: &Snapshot) -> HashMap<String, u8> {
         .partitions
         .values()
         .flat_map(|part| {
-            part.pool
+            part.jobs
                 .iter()
                 .map(|(k, r)| (k.clone(), r.first().copied().unwrap_or(b'?')))
         })

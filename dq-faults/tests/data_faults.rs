@@ -84,8 +84,8 @@ async fn fill(s: &mut Scenario, prefix: &str, delay: Duration) -> Error {
     panic!("maxmemory was never reached");
 }
 
-fn pool_len(s: &Scenario) -> u64 {
-    s.server.cmd(&["HLEN", &keys(s).pool])
+fn records_len(s: &Scenario) -> u64 {
+    s.server.cmd(&["HLEN", &keys(s).jobs])
 }
 
 /// Scenario 12: Redis at `maxmemory` with `noeviction`. Enqueue fails with
@@ -109,7 +109,7 @@ async fn maxmemory_refuses_enqueue_but_acks_and_deletes_work() {
     assert!(matches!(err, Error::OutOfMemory), "{err:?}");
     let accepted = s.expected.ok.len() as u64;
     assert_eq!(
-        pool_len(&s),
+        records_len(&s),
         accepted,
         "nothing evicted, nothing half-written"
     );
@@ -120,7 +120,7 @@ async fn maxmemory_refuses_enqueue_but_acks_and_deletes_work() {
         .key("refused")
         .await;
     assert!(matches!(one, Err(Error::OutOfMemory)), "{one:?}");
-    assert_eq!(pool_len(&s), accepted);
+    assert_eq!(records_len(&s), accepted);
 
     // Deletes work at maxmemory.
     for i in 0..20 {
@@ -246,7 +246,7 @@ fn record(state: JobState, due_ms: u64, payload: &[u8]) -> Vec<u8> {
 fn hset(s: &Scenario, field: &str, value: &[u8]) {
     let mut conn = s.server.connection();
     let _: i64 = redis::cmd("HSET")
-        .arg(keys(s).pool)
+        .arg(keys(s).jobs)
         .arg(field)
         .arg(value)
         .query(&mut conn)
@@ -327,7 +327,7 @@ fn rmp_payload(p: &FaultPayload) -> Vec<u8> {
 }
 
 /// FINDING: a record whose state says `S` (or `F`, `A`) but which is missing from its sorted
-/// set is never delivered, repaired or dead-lettered: it sits in the pool for ever, counted as
+/// set is never delivered, repaired or dead-lettered: it sits in `jobs` for ever, counted as
 /// "ready" by `stats`. It should be found (e.g. by a bounded background audit) and repaired or
 /// moved to the dead queue with a reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

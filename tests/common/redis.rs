@@ -86,7 +86,7 @@ impl RedisHarness {
         for ((topic, p), part) in &snapshot.partitions {
             let Ok(t) = Topic::new(topic) else { continue };
             let queue = Queue::new(t, *p);
-            for (job, rec) in part.pool.iter().take(DECODE_SAMPLE) {
+            for (job, rec) in part.jobs.iter().take(DECODE_SAMPLE) {
                 let (Ok(k), Ok(h)) = (JobKey::new(job.clone()), layout::RecordHeader::decode(rec))
                 else {
                     continue;

@@ -1,6 +1,6 @@
 //! `RedisStore`: the [`Store`] on Redis, one Lua script per state move.
 //!
-//! Layout (ARCHITECTURE.md §4): per partition a `pool` hash of records, `scheduled`/`retry`/
+//! Layout (ARCHITECTURE.md §4): per partition a `jobs` hash of records, `scheduled`/`retry`/
 //! `active`/`dead` sorted sets, a `ready` list of hints, a `hist` hash of attempt histories, a
 //! `stats` hash of counters and a `wake` list. Keys, the record header and each script's KEYS
 //! come from [`layout`]; scripts from `scripts.rs` and `lua/`.

@@ -75,7 +75,7 @@ pub struct KeySeen {
 #[derive(Clone, Debug, Default)]
 pub struct PartitionSnapshot {
     /// Job key → record (header + payload).
-    pub pool: BTreeMap<String, Vec<u8>>,
+    pub jobs: BTreeMap<String, Vec<u8>>,
     /// `scheduled` members with their scores.
     pub scheduled: BTreeMap<String, f64>,
     /// `retry` members with their scores.
@@ -220,13 +220,13 @@ impl Snapshot {
             // structures to read: its keys are not built from a `Queue`.
             if let Ok(t) = Topic::new(&topic) {
                 let k = PartitionKeys::new(&namespace, &Queue::new(t, p));
-                if has(&k.pool, KeyName::Pool) {
+                if has(&k.jobs, KeyName::Jobs) {
                     let v: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
-                        .arg(&k.pool)
+                        .arg(&k.jobs)
                         .query_async(&mut conn)
                         .await
                         .map_err(from_redis)?;
-                    part.pool = v
+                    part.jobs = v
                         .into_iter()
                         .map(|(job, rec)| (String::from_utf8_lossy(&job).into_owned(), rec))
                         .collect();
@@ -349,9 +349,9 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
     };
     let hints: BTreeSet<&str> = part.ready.iter().map(String::as_str).collect();
     let mut states: BTreeMap<&str, JobState> = BTreeMap::new();
-    for (job, rec) in &part.pool {
+    for (job, rec) in &part.jobs {
         if JobKey::new(job.clone()).is_err() {
-            say(format!("`pool` holds an invalid job key {job:?}"));
+            say(format!("`jobs` holds an invalid job key {job:?}"));
         }
         let h = match RecordHeader::decode(rec) {
             Ok(h) => h,
@@ -419,7 +419,7 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
     }
     for (state, name, members) in part.sets() {
         for m in members.keys() {
-            if !part.pool.contains_key(m) {
+            if !part.jobs.contains_key(m) {
                 say(format!("`{name}` member {m:?} has no record"));
             } else if let Some(s) = states.get(m.as_str())
                 && *s != state
@@ -432,7 +432,7 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
         }
     }
     for job in &part.hist {
-        if !part.pool.contains_key(job) {
+        if !part.jobs.contains_key(job) {
             say(format!("`hist` entry {job:?} has no record"));
         }
     }
@@ -490,38 +490,38 @@ mod tests {
     #[test]
     fn structural_rules() {
         let mut part = PartitionSnapshot::default();
-        part.pool.insert("s".into(), rec(JobState::Scheduled, 500));
+        part.jobs.insert("s".into(), rec(JobState::Scheduled, 500));
         part.scheduled.insert("s".into(), 500.25);
-        part.pool.insert("r".into(), rec(JobState::Ready, 900));
+        part.jobs.insert("r".into(), rec(JobState::Ready, 900));
         part.ready.push("r".into());
         part.ready.push("gone".into()); // a stale hint is fine
         part.stats.insert("enqueued".into(), "2".into());
         let mut snap = snapshot(part.clone());
         snap.keys = vec![
-            key("ns:{t#0}:pool", "hash", -1),
+            key("ns:{t#0}:jobs", "hash", -1),
             key("ns:{t#0}:calls", "zset", 30_000),
             key("ns:{t#0}:fetch:17", "string", 1_000),
         ];
         assert!(snap.violations().is_empty(), "{:?}", snap.violations());
 
-        part.pool
+        part.jobs
             .insert("orphan".into(), rec(JobState::Scheduled, 5)); // not in scheduled
-        part.pool.insert("unhinted".into(), rec(JobState::Ready, 5));
-        part.pool
+        part.jobs.insert("unhinted".into(), rec(JobState::Ready, 5));
+        part.jobs
             .insert("early".into(), rec(JobState::Ready, 2_000));
         part.ready.push("early".into());
         part.active.insert("dangling".into(), 1.0);
         part.dead.insert("s".into(), 1.0); // in two sets
         part.retry.insert("r".into(), 900.0); // a ready job in a set
         part.hist.insert("nobody".into());
-        part.pool.insert("short".into(), vec![b'R']);
-        part.pool
+        part.jobs.insert("short".into(), vec![b'R']);
+        part.jobs
             .insert("z".into(), format!("Z{}", "\0".repeat(19)).into_bytes());
         part.wake = vec!["1".into(), "1".into()];
         part.stats.insert("bogus".into(), "-1".into());
         let mut snap = snapshot(part);
         snap.keys = vec![
-            key("ns:{t#0}:pool", "string", -1),
+            key("ns:{t#0}:jobs", "string", -1),
             key("ns:{t#0}:calls", "zset", -1),
             key("ns:{t#0}:bogus", "string", -1),
             key("ns:nope", "string", -1),
@@ -543,7 +543,7 @@ mod tests {
             "`wake` should hold at most one token",
             "unknown `stats` field \"bogus\"",
             "`stats` field \"bogus\" = \"-1\" is not a count",
-            "ns:{t#0}:pool: is a string, expected a hash",
+            "ns:{t#0}:jobs: is a string, expected a hash",
             "ns:{t#0}:calls: expires in -1 ms",
             "ns:{t#0}:bogus: unknown key name \"bogus\"",
             "ns:nope: does not follow",

@@ -21,7 +21,7 @@ pub enum KeyName {
     /// ZSET job key → time of death (ms): the dead queue.
     Dead,
     /// HASH job key → record ([`RecordHeader`](super::RecordHeader) + payload).
-    Pool,
+    Jobs,
     /// HASH job key → attempt history (only jobs that failed at least once).
     Hist,
     /// HASH of counters, the token counter and the idle audit's cursor.
@@ -40,7 +40,7 @@ impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
     pub const PARTITION: [KeyName; 10] = [
-        KeyName::Pool,
+        KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
         KeyName::Ready,
@@ -61,7 +61,7 @@ impl KeyName {
             KeyName::Ready => "ready",
             KeyName::Active => "active",
             KeyName::Dead => "dead",
-            KeyName::Pool => "pool",
+            KeyName::Jobs => "jobs",
             KeyName::Hist => "hist",
             KeyName::Stats => "stats",
             KeyName::Wake => "wake",
@@ -79,7 +79,7 @@ impl KeyName {
             | KeyName::Dead
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
-            KeyName::Pool | KeyName::Hist | KeyName::Stats => "hash",
+            KeyName::Jobs | KeyName::Hist | KeyName::Stats => "hash",
             KeyName::FetchReceipt => "string",
         }
     }
@@ -118,8 +118,8 @@ pub struct PartitionKeys {
     pub active: String,
     /// See [`KeyName::Dead`].
     pub dead: String,
-    /// See [`KeyName::Pool`].
-    pub pool: String,
+    /// See [`KeyName::Jobs`].
+    pub jobs: String,
     /// See [`KeyName::Hist`].
     pub hist: String,
     /// See [`KeyName::Stats`].
@@ -143,7 +143,7 @@ impl PartitionKeys {
             ready: key(KeyName::Ready),
             active: key(KeyName::Active),
             dead: key(KeyName::Dead),
-            pool: key(KeyName::Pool),
+            jobs: key(KeyName::Jobs),
             hist: key(KeyName::Hist),
             stats: key(KeyName::Stats),
             wake: key(KeyName::Wake),
@@ -161,7 +161,7 @@ impl PartitionKeys {
             KeyName::Ready => &self.ready,
             KeyName::Active => &self.active,
             KeyName::Dead => &self.dead,
-            KeyName::Pool => &self.pool,
+            KeyName::Jobs => &self.jobs,
             KeyName::Hist => &self.hist,
             KeyName::Stats => &self.stats,
             KeyName::Wake => &self.wake,

@@ -11,7 +11,7 @@ pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
     (
         "enqueue",
         &[
-            Scheduled, Retry, Ready, Dead, Pool, Hist, Stats, Wake, Calls,
+            Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls,
         ],
     ),
     (
@@ -22,32 +22,32 @@ pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
             Ready,
             Active,
             Dead,
-            Pool,
+            Jobs,
             Hist,
             Stats,
             Wake,
             FetchReceipt,
         ],
     ),
-    ("ack", &[Active, Pool, Hist, Stats]),
+    ("ack", &[Active, Jobs, Hist, Stats]),
     (
         "fail",
         &[
-            Scheduled, Retry, Ready, Active, Dead, Pool, Hist, Stats, Wake,
+            Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake,
         ],
     ),
-    ("extend", &[Active, Pool]),
-    ("release", &[Active, Ready, Pool, Wake]),
-    ("cancel", &[Scheduled, Retry, Pool, Hist, Stats]),
-    ("reschedule", &[Scheduled, Retry, Ready, Pool, Wake]),
-    ("requeue_dead", &[Dead, Ready, Pool, Wake]),
-    ("purge_dead", &[Dead, Pool, Hist]),
+    ("extend", &[Active, Jobs]),
+    ("release", &[Active, Ready, Jobs, Wake]),
+    ("cancel", &[Scheduled, Retry, Jobs, Hist, Stats]),
+    ("reschedule", &[Scheduled, Retry, Ready, Jobs, Wake]),
+    ("requeue_dead", &[Dead, Ready, Jobs, Wake]),
+    ("purge_dead", &[Dead, Jobs, Hist]),
     (
         "stats",
-        &[Scheduled, Retry, Ready, Active, Dead, Pool, Stats],
+        &[Scheduled, Retry, Ready, Active, Dead, Jobs, Stats],
     ),
-    ("job", &[Active, Dead, Pool, Hist]),
-    ("dead_page", &[Dead, Pool, Hist]),
+    ("job", &[Active, Dead, Jobs, Hist]),
+    ("dead_page", &[Dead, Jobs, Hist]),
 ];
 
 /// The KEYS of script `name`, in order, or `None` for a name that is not a script.
