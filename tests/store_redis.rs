@@ -1,7 +1,8 @@
 //! The store test suite against a real Redis (the testkit's private server, never 6379).
 //!
 //! Every conformance body of `common::conformance` runs here once, in its own namespace, followed
-//! by the Redis invariant check (`common::redis::violations`). Below them are the tests that
+//! by the Redis invariant check (`common::redis::RedisHarness::violations`, the layout's
+//! checker). Below them are the tests that
 //! only make sense for Redis: the eviction-policy check at connect, hostile key bytes, the key
 //! layout, far-future due times and the invariant check itself.
 
@@ -12,7 +13,8 @@ use std::time::Duration;
 
 use common::Harness;
 use common::conformance::{HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
-use common::redis::{KEY_NAMES, RedisHarness, parse_key};
+use common::redis::RedisHarness;
+use dq::store::redis::layout::{KeyName, parse_key};
 use dq::{
     Client, EnqueueOutcome, Error, FailAction, FetchCall, FetchRequest, JobState, NewDue, Queue,
     RedisOptions, RedisStore, RescheduleOutcome, Topic,
@@ -107,7 +109,7 @@ async fn hostile_key_bytes_never_reach_key_names() {
     let c = h.client_with(|b| b.partitions("hostile", 3)).await.unwrap();
     let t = c.topic("hostile").unwrap();
     let long = "}{:".repeat(85);
-    let own_shape = format!("{}:{{hostile#0}}:pool", h.namespace());
+    let own_shape = h.partition_keys("hostile", 0).jobs;
     let keys: Vec<&str> = vec![
         "a:b",
         "{x}",
@@ -134,28 +136,32 @@ async fn hostile_key_bytes_never_reach_key_names() {
 
     let mut stored = BTreeSet::new();
     for key in h.keys() {
-        let (topic, p, name) =
+        let parsed =
             parse_key(h.namespace(), &key).unwrap_or_else(|| panic!("unexpected key name {key:?}"));
-        assert_eq!(topic, "hostile", "{key:?}");
+        assert_eq!(parsed.topic, "hostile", "{key:?}");
+        let p = parsed.partition;
         assert!(p < 3, "{key:?}");
-        assert!(KEY_NAMES.iter().any(|(n, _)| *n == name), "{key:?}");
+        let name = parsed
+            .name
+            .filter(|n| KeyName::PARTITION.contains(n))
+            .unwrap_or_else(|| panic!("unknown key name {key:?}"));
         assert_eq!(
-            key,
-            format!("{}:{{hostile#{p}}}:{name}", h.namespace()),
+            Some(key.as_str()),
+            h.partition_keys("hostile", p).get(name),
             "a job key leaked into a key name"
         );
-        if name == "pool" {
+        if name == KeyName::Jobs {
             stored.extend(h.server().cmd::<Vec<String>>(&["HKEYS", &key]));
         }
     }
     let want: BTreeSet<String> = keys.iter().map(std::string::ToString::to_string).collect();
-    assert_eq!(stored, want, "pool fields are the keys, byte for byte");
+    assert_eq!(stored, want, "`jobs` fields are the keys, byte for byte");
     for k in &keys {
         let i = info(&t, k).await;
         assert_eq!(i.key.as_str(), *k);
         let p = jk(k).partition(3);
-        let pool = format!("{}:{{hostile#{p}}}:pool", h.namespace());
-        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &pool, k]), 1, "{k:?}");
+        let records = h.partition_keys("hostile", p).jobs;
+        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &records, k]), 1, "{k:?}");
     }
 
     // Reschedule the scheduled ones to now, then deliver everything.
@@ -250,28 +256,22 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     let mut seen_names = HashSet::new();
     let mut seen_partitions = HashSet::new();
     for key in h.keys() {
-        let (topic, p, name) =
-            parse_key(ns, &key).unwrap_or_else(|| panic!("unexpected key name {key:?}"));
+        let parsed = parse_key(ns, &key).unwrap_or_else(|| panic!("unexpected key name {key:?}"));
+        let (topic, p) = (parsed.topic, parsed.partition);
         assert_eq!(topic, "orders.close");
         assert!(p < 4, "{key}");
         let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
         assert_eq!(tag, format!("orders.close#{p}"), "{key}");
-        // Fetch receipts are one string per call: `fetch:<call id>`.
-        let want_type = if name.starts_with("fetch:") {
-            "string"
-        } else {
-            KEY_NAMES
-                .iter()
-                .find(|(n, _)| *n == name)
-                .unwrap_or_else(|| panic!("unknown key name {key}"))
-                .1
-        };
+        // (Fetch receipts are one string per call: `fetch:<call id>`.)
+        let name = parsed
+            .name
+            .unwrap_or_else(|| panic!("unknown key name {key}"));
         assert_eq!(
             h.server().cmd::<String>(&["TYPE", &key]),
-            want_type,
+            name.redis_type(),
             "{key}"
         );
-        seen_names.insert(name.to_string());
+        seen_names.insert(name);
         seen_partitions.insert(p);
     }
     assert_eq!(
@@ -279,22 +279,19 @@ async fn key_layout_is_one_hash_tag_per_partition() {
         4,
         "24 keys should reach all 4 partitions"
     );
-    for name in [
-        "scheduled",
-        "retry",
-        "ready",
-        "active",
-        "dead",
-        "pool",
-        "hist",
-        "stats",
-    ] {
-        assert!(seen_names.contains(name), "no `{name}` key: {seen_names:?}");
+    // Every key of a partition but the wake-up list (consumed) and the receipts (no retried call).
+    for name in KeyName::PARTITION {
+        if !matches!(name, KeyName::Wake | KeyName::Calls) {
+            assert!(
+                seen_names.contains(&name),
+                "no `{name}` key: {seen_names:?}"
+            );
+        }
     }
     for k in &names {
         let p = jk(k).partition(4);
-        let pool = format!("{ns}:{{orders.close#{p}}}:pool");
-        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &pool, k]), 1, "{k}");
+        let records = h.partition_keys("orders.close", p).jobs;
+        assert_eq!(h.server().cmd::<i64>(&["HEXISTS", &records, k]), 1, "{k}");
     }
 }
 
@@ -308,7 +305,7 @@ async fn enqueue_receipts_are_trimmed_a_few_at_a_time() {
     let c = h.client().await;
     let t = c.topic("receipts.trim").unwrap();
     t.enqueue(raw(0)).key("first").await.unwrap();
-    let calls = format!("{}:{{receipts.trim#0}}:calls", h.namespace());
+    let calls = h.partition_keys("receipts.trim", 0).calls;
     // 500 receipts from long ago (score 1 ms), as if left by an earlier burst.
     let mut add = vec!["ZADD".to_string(), calls.clone()];
     for i in 0..500 {
@@ -349,7 +346,9 @@ async fn fetch_receipts_expire_and_are_deleted_once_their_reply_arrived() {
     let receipts = || -> Vec<String> {
         h.keys()
             .into_iter()
-            .filter(|k| k.contains("}:fetch:"))
+            .filter(|k| {
+                parse_key(h.namespace(), k).is_some_and(|p| p.name == Some(KeyName::FetchReceipt))
+            })
             .collect()
     };
     for i in 0..3 {
@@ -362,11 +361,8 @@ async fn fetch_receipts_expire_and_are_deleted_once_their_reply_arrived() {
     let first = fetch(&h, &q, &one).await;
     assert_eq!(first.jobs.len(), 1);
     let left = receipts();
-    let want = format!(
-        "{}:{{fetch.receipts#0}}:fetch:{}",
-        h.namespace(),
-        one.call.id
-    );
+    let keys = h.partition_keys("fetch.receipts", 0);
+    let want = keys.fetch_receipt(one.call.id);
     assert_eq!(left, std::slice::from_ref(&want));
     let ttl: i64 = h.server().cmd(&["PTTL", &want]);
     let life = FetchCall::receipt_life(one.lease).as_millis() as i64;
@@ -379,14 +375,7 @@ async fn fetch_receipts_expire_and_are_deleted_once_their_reply_arrived() {
     };
     let second = fetch(&h, &q, &two).await.jobs;
     assert_eq!(second.len(), 1);
-    assert_eq!(
-        receipts(),
-        [format!(
-            "{}:{{fetch.receipts#0}}:fetch:{}",
-            h.namespace(),
-            two.call.id
-        )]
-    );
+    assert_eq!(receipts(), [keys.fetch_receipt(two.call.id)]);
     // Many fetches leave one receipt at a time.
     for _ in 0..20 {
         t.enqueue(raw(9)).await.unwrap();
@@ -520,17 +509,12 @@ async fn invariant_check_finds_damage() {
     t.enqueue(raw(1)).key("r").await.unwrap();
     assert!(h.violations().await.is_empty());
 
-    let ns = h.namespace().to_string();
-    let key = |name: &str| format!("{ns}:{{damage#0}}:{name}");
-    let (sched, retry, ready, pool, hist) = (
-        key("scheduled"),
-        key("retry"),
-        key("ready"),
-        key("pool"),
-        key("hist"),
-    );
+    let keys = h.partition_keys("damage", 0);
+    let (sched, retry, ready, records, hist) =
+        (keys.scheduled, keys.retry, keys.ready, keys.jobs, keys.hist);
     let bad_record = format!("Z{}", "\0".repeat(19));
-    let bogus = key("bogus");
+    // A name dq does not use, in the partition's hash tag.
+    let bogus = format!("{}bogus", keys.stats.strip_suffix("stats").unwrap());
     let cases: Vec<(Vec<&str>, Vec<&str>, &str)> = vec![
         (
             vec!["ZADD", &sched, "1", "ghost"],
@@ -558,8 +542,8 @@ async fn invariant_check_finds_damage() {
             "has no hint",
         ),
         (
-            vec!["HSET", &pool, "z", &bad_record],
-            vec!["HDEL", &pool, "z"],
+            vec!["HSET", &records, "z", &bad_record],
+            vec!["HDEL", &records, "z"],
             "unknown state byte",
         ),
         (
@@ -607,8 +591,8 @@ async fn counters_at_their_maximum_never_fail_a_call() {
     let t = c.topic("saturated").unwrap();
     let q = queue("saturated");
     let store = h.store();
-    let stats = format!("{}:{{saturated#0}}:stats", h.namespace());
-    let scheduled = format!("{}:{{saturated#0}}:scheduled", h.namespace());
+    let keys = h.partition_keys("saturated", 0);
+    let (stats, scheduled) = (keys.stats, keys.scheduled);
     for f in STAT_COUNTERS {
         h.server().cmd::<()>(&["HSET", &stats, f, MAX]);
     }
@@ -723,7 +707,7 @@ async fn ok_or_unchanged<T>(
 /// recovery, an idle fetch, a retry due at once, a reschedule to now, a replacing enqueue.
 #[tokio::test]
 async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
-    for name in KEY_NAMES.map(|(n, _)| n) {
+    for name in KeyName::PARTITION {
         let h = RedisHarness::new().await;
         let c = h.client().await;
         let topic = format!("wrongtype.{name}");
@@ -749,8 +733,8 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
             )
             .await
             .unwrap();
-        let part = |n: &str| format!("{}:{{{topic}#0}}:{n}", h.namespace());
-        let damaged = part(name);
+        let keys = h.partition_keys(&topic, 0);
+        let damaged = keys.get(name).unwrap().to_string();
         h.server().cmd::<()>(&["DEL", &damaged]);
         h.server()
             .cmd::<()>(&["SET", &damaged, "not what dq expects"]);
@@ -779,9 +763,9 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         })
         .await;
         // r6's lease has run out: the next fetch recovers it before it leases.
-        if name != "active" {
+        if name != KeyName::Active {
             h.server()
-                .cmd::<()>(&["ZADD", &part("active"), "XX", "1", "r6"]);
+                .cmd::<()>(&["ZADD", &keys.active, "XX", "1", "r6"]);
         }
         ok_or_unchanged(
             &h,
@@ -872,7 +856,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
 
 /// Issue 9, violation 6: a damaged value met after a script's first write. A history that
 /// does not decode is started afresh (fail used to raise after taking the job out of
-/// `active`); a pool value that is not a record is left alone by cancel and reschedule (cancel
+/// `active`); a `jobs` value that is not a record is left alone by cancel and reschedule (cancel
 /// used to delete it and then answer a code the client rejects) and counts as dead.
 #[tokio::test]
 async fn damaged_history_or_record_fails_nothing_half_way() {
@@ -880,11 +864,11 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
     let c = h.client().await;
     let t = c.topic("damaged").unwrap();
     let q = queue("damaged");
-    let key = |name: &str| format!("{}:{{damaged#0}}:{name}", h.namespace());
+    let keys = h.partition_keys("damaged", 0);
     t.enqueue(raw(1)).key("x").await.unwrap();
     let d = fetch(&h, &q, &req()).await.jobs;
     h.server()
-        .cmd::<()>(&["HSET", &key("hist"), "x", "\u{1}not msgpack"]);
+        .cmd::<()>(&["HSET", &keys.hist, "x", "\u{1}not msgpack"]);
     let out = h
         .store()
         .fail(
@@ -901,15 +885,15 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
     let x = info(&t, "x").await;
     assert_eq!((x.state, x.history.len()), (JobState::Retry, 1), "{x:?}");
 
-    h.server().cmd::<()>(&["HSET", &key("pool"), "junk", "Sab"]);
+    h.server().cmd::<()>(&["HSET", &keys.jobs, "junk", "Sab"]);
     assert_eq!(t.cancel("junk").await.unwrap(), dq::CancelOutcome::Dead);
     assert_eq!(
         t.reschedule("junk", NewDue::After(HOUR)).await.unwrap(),
         RescheduleOutcome::Dead
     );
-    let still: Option<String> = h.server().cmd(&["HGET", &key("pool"), "junk"]);
+    let still: Option<String> = h.server().cmd(&["HGET", &keys.jobs, "junk"]);
     assert_eq!(still.as_deref(), Some("Sab"));
-    h.server().cmd::<()>(&["HDEL", &key("pool"), "junk"]);
+    h.server().cmd::<()>(&["HDEL", &keys.jobs, "junk"]);
     h.check_invariants().await;
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use dq::store::redis::layout::{KeyName, SCRIPT_KEYS};
 use redis::{Connection, Value};
 use serde::Serialize;
 
@@ -212,79 +213,11 @@ pub fn slowlog(conn: &mut Connection) -> Result<Vec<SlowEntry>> {
     Ok(out)
 }
 
-/// dq's scripts by the names of their keys (the part after the last `:`; a fetch receipt,
-/// `…:fetch:<call id>`, is `receipt`), from the headers of
-/// `dq-core/src/store/redis/lua/*.lua`. fetch may name further receipts (to delete) after its
-/// own keys.
-const SCRIPTS: &[(&str, &[&str])] = &[
-    ("ack", &["active", "pool", "hist", "stats"]),
-    ("cancel", &["scheduled", "retry", "pool", "hist", "stats"]),
-    (
-        "enqueue",
-        &[
-            "scheduled",
-            "retry",
-            "ready",
-            "dead",
-            "pool",
-            "hist",
-            "stats",
-            "wake",
-            "calls",
-        ],
-    ),
-    ("extend", &["active", "pool"]),
-    (
-        "fail",
-        &[
-            "scheduled",
-            "retry",
-            "ready",
-            "active",
-            "dead",
-            "pool",
-            "hist",
-            "stats",
-            "wake",
-        ],
-    ),
-    (
-        "fetch",
-        &[
-            "scheduled",
-            "retry",
-            "ready",
-            "active",
-            "dead",
-            "pool",
-            "hist",
-            "stats",
-            "wake",
-            "receipt",
-        ],
-    ),
-    ("purge_dead", &["dead", "pool", "hist"]),
-    ("release", &["active", "ready", "pool", "wake"]),
-    ("requeue_dead", &["dead", "ready", "pool", "wake"]),
-    (
-        "reschedule",
-        &["scheduled", "retry", "ready", "pool", "wake"],
-    ),
-    (
-        "stats",
-        &[
-            "scheduled",
-            "retry",
-            "ready",
-            "active",
-            "dead",
-            "pool",
-            "stats",
-        ],
-    ),
-];
-
 /// What a slow-log entry was: `evalsha:fetch`, `evalsha:ack`, `blpop`, ...
+///
+/// A script call is told by its KEYS, read against the layout's table of each script's keys
+/// (fetch may name further receipts, to delete, after its own keys). Scripts that take the
+/// same keys are named together (`evalsha:purge_dead|dead_page`).
 pub fn classify(args: &[String]) -> String {
     let Some(name) = args.first() else {
         return "?".into();
@@ -294,29 +227,38 @@ pub fn classify(args: &[String]) -> String {
         return name;
     }
     let numkeys: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
-    let suffixes: Vec<&str> = args
+    let keys: Vec<&String> = args.iter().skip(3).take(numkeys).collect();
+    // The name after the partition's hash tag (`scheduled`, `fetch:<call id>`, …).
+    let names: Vec<Option<KeyName>> = keys
         .iter()
-        .skip(3)
-        .take(numkeys)
         .map(|k| {
-            if k.contains("}:fetch:") {
-                "receipt"
-            } else {
-                k.rsplit(':').next().unwrap_or(k)
-            }
+            k.rsplit_once("}:")
+                .and_then(|(_, suffix)| KeyName::from_suffix(suffix))
         })
         .collect();
-    for (script, keys) in SCRIPTS {
-        let matches = suffixes == *keys
-            || (*script == "fetch"
-                && suffixes.len() > keys.len()
-                && suffixes[..keys.len()] == **keys
-                && suffixes[keys.len()..].iter().all(|k| *k == "receipt"));
-        if matches {
-            return format!("{name}:{script}");
-        }
+    let scripts: Vec<&str> = SCRIPT_KEYS
+        .iter()
+        .filter(|(_, want)| {
+            let n = want.len();
+            names.len() >= n
+                && names[..n]
+                    .iter()
+                    .zip(*want)
+                    .all(|(got, w)| *got == Some(*w))
+                && (names.len() == n
+                    || (want.last() == Some(&KeyName::FetchReceipt)
+                        && names[n..].iter().all(|k| *k == Some(KeyName::FetchReceipt))))
+        })
+        .map(|(script, _)| *script)
+        .collect();
+    if scripts.is_empty() {
+        let suffixes: Vec<&str> = keys
+            .iter()
+            .map(|k| k.rsplit(':').next().unwrap_or(k))
+            .collect();
+        return format!("{name}:keys={}", suffixes.join(","));
     }
-    format!("{name}:keys={}", suffixes.join(","))
+    format!("{name}:{}", scripts.join("|"))
 }
 
 /// Per-class totals of a slow log: calls, total µs, max µs.
@@ -376,70 +318,41 @@ mod tests {
         s.iter().map(std::string::ToString::to_string).collect()
     }
 
-    #[test]
-    fn scripts_are_told_apart_by_their_keys() {
-        let p = |s: &str| format!("bench:{{bench.s3#0}}:{s}");
-        let fetch_keys = [
-            "scheduled",
-            "retry",
-            "ready",
-            "active",
-            "dead",
-            "pool",
-            "hist",
-            "stats",
-            "wake",
-        ];
-        let mut fetch = args(&["EVALSHA", "abc", "10"]);
-        fetch.extend(fetch_keys.iter().map(|k| p(k)));
-        fetch.push(p("fetch:123"));
-        fetch.extend(args(&["50", "30000", "1000", "100"]));
-        assert_eq!(classify(&fetch), "evalsha:fetch");
-        // with two earlier receipts to delete
-        let mut fetch = args(&["EVALSHA", "abc", "12"]);
-        fetch.extend(fetch_keys.iter().map(|k| p(k)));
-        fetch.extend([p("fetch:1"), p("fetch:2"), p("fetch:3")]);
-        fetch.extend(args(&["50", "30000", "1000", "100"]));
-        assert_eq!(classify(&fetch), "evalsha:fetch");
-        let mut fail = args(&["evalsha", "abc", "9"]);
-        fail.extend(fetch_keys.iter().map(|k| p(k)));
-        fail.extend(args(&["key", "17", "r", "1000"]));
-        assert_eq!(classify(&fail), "evalsha:fail");
-        let mut ack = args(&["evalsha", "abc", "4"]);
-        ack.extend(["active", "pool", "hist", "stats"].iter().map(|k| p(k)));
-        assert_eq!(classify(&ack), "evalsha:ack");
-        assert_eq!(classify(&args(&["BLPOP", "x", "5"])), "blpop");
-        let mut enqueue = args(&["evalsha", "abc", "9"]);
-        enqueue.extend(
-            SCRIPTS
-                .iter()
-                .find(|s| s.0 == "enqueue")
-                .unwrap()
-                .1
-                .iter()
-                .map(|k| p(k)),
+    /// A call of `script` on partition 0 of `bench.s3`, as the slow log shows it.
+    fn call(script: &str, receipts: &[u64]) -> Vec<String> {
+        let keys = dq::store::redis::layout::PartitionKeys::new(
+            "bench",
+            &dq::Queue::new(dq::Topic::new("bench.s3").unwrap(), 0),
         );
-        assert_eq!(classify(&enqueue), "evalsha:enqueue");
+        let mut names: Vec<String> = dq::store::redis::layout::script_keys(script)
+            .unwrap()
+            .iter()
+            .filter_map(|n| keys.get(*n).map(str::to_string))
+            .collect();
+        names.extend(receipts.iter().map(|id| keys.fetch_receipt(*id)));
+        let mut a = args(&["EVALSHA", "abc", &names.len().to_string()]);
+        a.extend(names);
+        a.extend(args(&["50", "30000", "1000", "100"]));
+        a
     }
 
-    /// The key lists above are those of the scripts' headers (`-- KEYS[i] name ...`), so a
-    /// script that gains a key cannot silently drop out of the slow-log figures.
     #[test]
-    fn key_lists_match_the_script_headers() {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../dq-core/src/store/redis/lua"
-        );
-        for (name, keys) in SCRIPTS {
-            let body = std::fs::read_to_string(format!("{dir}/{name}.lua")).unwrap();
-            let documented: Vec<&str> = body
-                .lines()
-                .filter_map(|l| l.strip_prefix("-- KEYS["))
-                .filter_map(|l| l.split_once(']'))
-                .filter_map(|(_, rest)| rest.split_whitespace().next())
-                .collect();
-            assert_eq!(&documented, keys, "{name}.lua");
+    fn scripts_are_told_apart_by_their_keys() {
+        assert_eq!(classify(&call("fetch", &[123])), "evalsha:fetch");
+        // with two earlier receipts to delete
+        assert_eq!(classify(&call("fetch", &[1, 2, 3])), "evalsha:fetch");
+        for script in [
+            "fail", "ack", "enqueue", "extend", "release", "stats", "job",
+        ] {
+            assert_eq!(classify(&call(script, &[])), format!("evalsha:{script}"));
         }
+        assert_eq!(
+            classify(&call("purge_dead", &[])),
+            "evalsha:purge_dead|dead_page"
+        );
+        // A receipt after keys of a script that takes none is not that script.
+        assert!(classify(&call("ack", &[1])).starts_with("evalsha:keys="));
+        assert_eq!(classify(&args(&["BLPOP", "x", "5"])), "blpop");
     }
 
     #[test]

@@ -1,19 +1,11 @@
-//! The after-scenario checks: the store's structural invariants, read straight from Redis, and
-//! the reconciliation of what was enqueued against the store and the workers' ledgers.
+//! The after-scenario checks: the store's structural invariants, and the reconciliation of
+//! what was enqueued against the store and the workers' ledgers.
 //!
-//! # Structural invariants (per partition, from the record format in `lua/lib.lua`)
+//! # Structural invariants
 //!
-//! A record is a 20-byte header (state, attempts, due u48, created u48, token u48) and the
-//! payload; its first byte is its state. Then:
-//!
-//! - every record is at least 20 bytes and its state is one of `S R A F D`;
-//! - `S` ⇔ member of `scheduled`, `F` ⇔ `retry`, `A` ⇔ `active`, `D` ⇔ `dead`, and a record is
-//!   in exactly the structure its state names (an `R` record in no sorted set);
-//! - every `R` record has at least one hint in `ready` (else no fetch will ever find it);
-//! - every sorted-set member has a record in the matching state (no dangling members);
-//! - `hist` only has fields of existing records; `wake` holds at most one token.
-//!
-//! Hints in `ready` whose record is gone or not ready are allowed: they are skipped by design.
+//! Checked by dq-core's one checker of the Redis layout
+//! ([`dq::store::redis::layout::Snapshot::violations`], where the rules are listed), on a
+//! [`Snapshot`] read at the end of the scenario.
 //!
 //! # Reconciliation
 //!
@@ -30,259 +22,26 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::ledger::{Entry, Kind};
+pub use dq::store::redis::layout::Snapshot;
 
-/// Record header length.
-pub const HEADER_LEN: usize = 20;
+use crate::ledger::{Entry, Kind};
 
 /// How long after a handler finished its ack may still be unwritten: a run that finished this
 /// long before a fault began counts as in flight at that fault.
 pub const ACK_WINDOW_MS: u64 = 2_000;
 
-/// One partition's keys, read at one moment (not atomically across keys: read it when the
-/// scenario is quiet).
-#[derive(Clone, Debug, Default)]
-pub struct Partition {
-    /// Job key → record.
-    pub pool: HashMap<String, Vec<u8>>,
-    /// `scheduled` members.
-    pub scheduled: BTreeSet<String>,
-    /// `retry` members.
-    pub retry: BTreeSet<String>,
-    /// `active` members.
-    pub active: BTreeSet<String>,
-    /// `dead` members.
-    pub dead: BTreeSet<String>,
-    /// `ready` hints, head first.
-    pub ready: Vec<String>,
-    /// `hist` fields.
-    pub hist: BTreeSet<String>,
-    /// Length of `wake`.
-    pub wake: usize,
-    /// The `stats` hash.
-    pub stats: HashMap<String, i64>,
-}
-
-/// Every partition of a namespace, keyed by `(topic, partition)`.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshot {
-    /// The partitions found.
-    pub partitions: BTreeMap<(String, u16), Partition>,
-    /// Keys of the namespace that are not dq partition keys.
-    pub foreign: Vec<String>,
-}
-
-/// Splits `<ns>:{<topic>#<p>}:<name>` into topic, partition and name.
-pub fn parse_key<'a>(ns: &str, key: &'a str) -> Option<(&'a str, u16, &'a str)> {
-    let rest = key.strip_prefix(ns)?.strip_prefix(":{")?;
-    let close = rest.find('}')?;
-    let (tag, name) = (&rest[..close], rest[close + 1..].strip_prefix(':')?);
-    let (topic, p) = tag.rsplit_once('#')?;
-    Some((topic, p.parse().ok()?, name))
-}
-
-fn text(b: Vec<u8>) -> String {
-    String::from_utf8_lossy(&b).into_owned()
-}
-
-impl Snapshot {
-    /// Reads every dq key of namespace `ns` over `conn` (`SCAN`, never `KEYS`).
-    pub fn read(conn: &mut redis::Connection, ns: &str) -> redis::RedisResult<Snapshot> {
-        let pattern = format!("{}:*", glob_escape(ns));
-        let mut keys: Vec<String> = Vec::new();
-        let mut cursor: u64 = 0;
-        for _ in 0..1_000_000 {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query(conn)?;
-            keys.extend(batch);
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
-        }
-        keys.sort();
-        keys.dedup();
-        let mut snap = Snapshot::default();
-        for key in keys {
-            let Some((topic, p, name)) = parse_key(ns, &key) else {
-                snap.foreign.push(key);
-                continue;
-            };
-            let part = snap.partitions.entry((topic.to_string(), p)).or_default();
-            let members = |conn: &mut redis::Connection| -> redis::RedisResult<BTreeSet<String>> {
-                let v: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query(conn)?;
-                Ok(v.into_iter().map(text).collect())
-            };
-            match name {
-                "pool" => {
-                    let v: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL").arg(&key).query(conn)?;
-                    part.pool = v.into_iter().map(|(k, r)| (text(k), r)).collect();
-                }
-                "scheduled" => part.scheduled = members(conn)?,
-                "retry" => part.retry = members(conn)?,
-                "active" => part.active = members(conn)?,
-                "dead" => part.dead = members(conn)?,
-                "ready" => {
-                    let v: Vec<Vec<u8>> =
-                        redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query(conn)?;
-                    part.ready = v.into_iter().map(text).collect();
-                }
-                "hist" => {
-                    let v: Vec<Vec<u8>> = redis::cmd("HKEYS").arg(&key).query(conn)?;
-                    part.hist = v.into_iter().map(text).collect();
-                }
-                "wake" => part.wake = redis::cmd("LLEN").arg(&key).query(conn)?,
-                // Receipts of applied enqueue calls; they expire by themselves.
-                "calls" => {
-                    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn)?;
-                    let life = 2 * dq::ENQUEUE_RECEIPT_LIFE.as_millis() as i64;
-                    // (-2: expired since the key was listed.)
-                    if ttl != -2 && !(0..=life).contains(&ttl) {
-                        snap.foreign.push(format!("{key} (expires in {ttl} ms)"));
-                    }
-                }
-                // Receipts of fetch calls; they expire by themselves.
-                name if name.starts_with("fetch:") => {
-                    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn)?;
-                    let life = dq::FETCH_RECEIPT_LIFE.as_millis() as i64;
-                    if ttl != -2 && !(0..=life).contains(&ttl) {
-                        snap.foreign.push(format!("{key} (expires in {ttl} ms)"));
-                    }
-                }
-                "stats" => {
-                    let v: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(conn)?;
-                    part.stats = v
-                        .into_iter()
-                        .map(|(k, v)| (k, v.parse().unwrap_or(i64::MIN)))
-                        .collect();
-                }
-                _ => snap.foreign.push(key),
-            }
-        }
-        Ok(snap)
-    }
-
-    /// The structural invariant violations (empty when all is well); see the module docs.
-    pub fn violations(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for key in &self.foreign {
-            out.push(format!("unexpected key {key}"));
-        }
-        for ((topic, p), part) in &self.partitions {
-            let at = format!("{topic}#{p}");
-            let hinted: BTreeSet<&str> = part.ready.iter().map(String::as_str).collect();
-            for (key, rec) in &part.pool {
-                if rec.len() < HEADER_LEN {
-                    out.push(format!(
-                        "{at}: record {key:?} has {} bytes, less than its header",
-                        rec.len()
-                    ));
-                    continue;
-                }
-                let state = rec[0];
-                let places = [
-                    (b'S', part.scheduled.contains(key), "scheduled"),
-                    (b'F', part.retry.contains(key), "retry"),
-                    (b'A', part.active.contains(key), "active"),
-                    (b'D', part.dead.contains(key), "dead"),
-                ];
-                if !b"SRAFD".contains(&state) {
-                    out.push(format!(
-                        "{at}: record {key:?} has unknown state {:?}",
-                        state as char
-                    ));
-                    continue;
-                }
-                for (code, member, set) in places {
-                    if code == state && !member {
-                        out.push(format!(
-                            "{at}: record {key:?} is {} but not in {set}",
-                            state as char
-                        ));
-                    }
-                    if code != state && member {
-                        out.push(format!(
-                            "{at}: record {key:?} is {} but also in {set}",
-                            state as char
-                        ));
-                    }
-                }
-                if state == b'R' && !hinted.contains(key.as_str()) {
-                    out.push(format!(
-                        "{at}: record {key:?} is ready but has no hint in ready (never delivered)"
-                    ));
-                }
-            }
-            for (set, members, code) in [
-                ("scheduled", &part.scheduled, b'S'),
-                ("retry", &part.retry, b'F'),
-                ("active", &part.active, b'A'),
-                ("dead", &part.dead, b'D'),
-            ] {
-                for key in members {
-                    match part.pool.get(key) {
-                        None => out.push(format!("{at}: {set} member {key:?} has no record")),
-                        Some(rec) if rec.first() != Some(&code) => out.push(format!(
-                            "{at}: {set} member {key:?} has a record in state {:?}",
-                            rec.first().map(|b| *b as char)
-                        )),
-                        Some(_) => {}
-                    }
-                }
-            }
-            for key in &part.hist {
-                if !part.pool.contains_key(key) {
-                    out.push(format!("{at}: hist of {key:?} outlived its record"));
-                }
-            }
-            if part.wake > 1 {
-                out.push(format!("{at}: wake holds {} tokens", part.wake));
-            }
-            for (field, value) in &part.stats {
-                if *value < 0 {
-                    out.push(format!("{at}: stats.{field} = {value}"));
-                }
-            }
-        }
-        out
-    }
-
-    /// The state byte of every job of every topic (keys are assumed unique across topics).
-    pub fn states(&self) -> HashMap<String, u8> {
-        self.partitions
-            .values()
-            .flat_map(|part| {
-                part.pool
-                    .iter()
-                    .map(|(k, r)| (k.clone(), r.first().copied().unwrap_or(b'?')))
-            })
-            .collect()
-    }
-
-    /// A counter of `topic`, summed over its partitions.
-    pub fn counter(&self, topic: &str, field: &str) -> i64 {
-        self.partitions
-            .iter()
-            .filter(|((t, _), _)| t == topic)
-            .map(|(_, part)| part.stats.get(field).copied().unwrap_or(0))
-            .sum()
-    }
-}
-
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+/// The state byte of every job of every topic in `snapshot` (keys are assumed unique across
+/// topics; `?` for an empty record).
+pub fn states(snapshot: &Snapshot) -> HashMap<String, u8> {
+    snapshot
+        .partitions
+        .values()
+        .flat_map(|part| {
+            part.jobs
+                .iter()
+                .map(|(k, r)| (k.clone(), r.first().copied().unwrap_or(b'?')))
+        })
+        .collect()
 }
 
 /// A fault injected by a scenario, for explaining duplicates.
@@ -445,12 +204,16 @@ impl Reconciliation {
         torn_lines: usize,
         faults: &[Fault],
     ) -> Reconciliation {
-        let states = snapshot.states();
+        let states = states(snapshot);
         let runs = runs(entries);
         let mut r = Reconciliation {
             jobs: expected.ok.len(),
             torn_lines,
-            violations: snapshot.violations(),
+            violations: snapshot
+                .violations()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
             ..Reconciliation::default()
         };
         let mut judge = |key: &String, must_exist: bool| {
@@ -593,45 +356,6 @@ fn first<T: Clone>(v: &[T]) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(state: u8) -> Vec<u8> {
-        let mut r = vec![state, 1];
-        r.extend_from_slice(&[0; 18]);
-        r.extend_from_slice(b"payload");
-        r
-    }
-
-    #[test]
-    fn structural_rules() {
-        let mut part = Partition::default();
-        part.pool.insert("s".into(), rec(b'S'));
-        part.scheduled.insert("s".into());
-        part.pool.insert("r".into(), rec(b'R'));
-        part.ready.push("r".into());
-        part.ready.push("gone".into()); // a stale hint is fine
-        let mut snap = Snapshot::default();
-        snap.partitions.insert(("t".into(), 0), part.clone());
-        assert!(snap.violations().is_empty(), "{:?}", snap.violations());
-
-        part.pool.insert("orphan".into(), rec(b'S')); // not in scheduled
-        part.pool.insert("unhinted".into(), rec(b'R'));
-        part.active.insert("dangling".into());
-        part.dead.insert("s".into()); // in two sets
-        part.hist.insert("nobody".into());
-        part.pool.insert("short".into(), vec![b'R']);
-        snap.partitions.insert(("t".into(), 0), part);
-        let v = snap.violations().join("\n");
-        for needle in [
-            "\"orphan\" is S but not in scheduled",
-            "\"unhinted\" is ready but has no hint",
-            "active member \"dangling\" has no record",
-            "\"s\" is S but also in dead",
-            "hist of \"nobody\"",
-            "\"short\" has 1 bytes",
-        ] {
-            assert!(v.contains(needle), "{needle} in\n{v}");
-        }
-    }
 
     #[test]
     fn duplicates_are_explained_by_faults_only() {

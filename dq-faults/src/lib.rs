@@ -288,8 +288,8 @@ impl Scenario {
     }
 
     /// Reads the store and the ledgers and reconciles them with what was enqueued.
-    pub fn reconcile(&self) -> Reconciliation {
-        let snapshot = self.snapshot();
+    pub async fn reconcile(&self) -> Reconciliation {
+        let snapshot = self.snapshot().await;
         let (entries, torn) = ledger::read_dir(self.dir.path());
         Reconciliation::compute(&self.expected, &snapshot, &entries, torn, &self.faults)
     }
@@ -299,10 +299,19 @@ impl Scenario {
         ledger::read_dir(self.dir.path()).0
     }
 
-    /// The namespace's keys as they are now.
-    pub fn snapshot(&self) -> Snapshot {
-        let mut conn = self.server.connection();
-        Snapshot::read(&mut conn, &self.ns)
+    /// The namespace's keys as they are now, read over a connection of its own.
+    pub async fn snapshot(&self) -> Snapshot {
+        let options = dq::RedisOptions {
+            namespace: self.ns.clone(),
+            // The checks are the scenario's business (it may have filled the server on purpose).
+            check_server: false,
+            ..dq::RedisOptions::default()
+        };
+        let store = dq::RedisStore::connect(&self.server.url(), options)
+            .await
+            .unwrap_or_else(|e| panic!("{}: connecting to read the store: {e}", self.name));
+        Snapshot::read(&store)
+            .await
             .unwrap_or_else(|e| panic!("{}: reading the store: {e}", self.name))
     }
 

@@ -20,9 +20,10 @@ fn used_memory(s: &Scenario) -> u64 {
         .expect("INFO memory has used_memory")
 }
 
-fn pool_len(s: &Scenario) -> u64 {
-    s.server
-        .cmd(&["HLEN", &format!("{}:{{{WORK_TOPIC}#0}}:pool", s.ns)])
+fn records_len(s: &Scenario) -> u64 {
+    let topic = dq::Topic::new(WORK_TOPIC).expect("a valid topic");
+    let keys = dq::store::redis::layout::PartitionKeys::new(&s.ns, &dq::Queue::new(topic, 0));
+    s.server.cmd(&["HLEN", &keys.jobs])
 }
 
 /// 5,000 padded jobs due in an hour; every tenth has no key (a generated one).
@@ -84,7 +85,7 @@ async fn bulk_at_maxmemory_reports_what_was_stored_and_resumes_exactly_once() {
     assert_eq!(stored % 250, 0, "whole chunks: {stored}");
     assert_eq!(failed, (stored..stored + 250).collect::<Vec<_>>());
     // Exactly the jobs reported stored are in Redis, under the keys reported.
-    assert_eq!(pool_len(&s), stored as u64);
+    assert_eq!(records_len(&s), stored as u64);
     for (i, o) in outcomes.iter().enumerate().take(stored) {
         let o = o.as_ref().unwrap();
         assert_eq!(o.outcome, EnqueueOutcome::Created);
@@ -115,7 +116,7 @@ async fn bulk_at_maxmemory_reports_what_was_stored_and_resumes_exactly_once() {
         .map(|d| d.key.to_string())
         .collect();
     assert_eq!(keys.len(), JOBS);
-    assert_eq!(pool_len(&s), JOBS as u64);
+    assert_eq!(records_len(&s), JOBS as u64);
     let stats = s.stats(WORK_TOPIC).await.unwrap();
     assert_eq!(
         (stats.enqueued, stats.scheduled),

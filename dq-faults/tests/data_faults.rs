@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use dq::store::redis::layout::{PartitionKeys, RecordHeader};
 use dq::{AttemptOutcome, CancelOutcome, Error, JobSpec, JobState};
 use dq_faults::check::runs;
 use dq_faults::ledger::{Kind, now_ms};
@@ -17,9 +18,10 @@ fn spec(s: &Scenario, concurrency: usize, lease_ms: u64) -> WorkerSpec {
     spec
 }
 
-/// A key of the work topic's only partition.
-fn key(s: &Scenario, name: &str) -> String {
-    format!("{}:{{{WORK_TOPIC}#0}}:{name}", s.ns)
+/// The keys of the work topic's only partition.
+fn keys(s: &Scenario) -> PartitionKeys {
+    let topic = dq::Topic::new(WORK_TOPIC).expect("a valid topic");
+    PartitionKeys::new(&s.ns, &dq::Queue::new(topic, 0))
 }
 
 fn info_field(server: &dq_testkit::RedisServer, section: &str, field: &str) -> u64 {
@@ -82,8 +84,8 @@ async fn fill(s: &mut Scenario, prefix: &str, delay: Duration) -> Error {
     panic!("maxmemory was never reached");
 }
 
-fn pool_len(s: &Scenario) -> u64 {
-    s.server.cmd(&["HLEN", &key(s, "pool")])
+fn records_len(s: &Scenario) -> u64 {
+    s.server.cmd(&["HLEN", &keys(s).jobs])
 }
 
 /// Scenario 12: Redis at `maxmemory` with `noeviction`. Enqueue fails with
@@ -107,7 +109,7 @@ async fn maxmemory_refuses_enqueue_but_acks_and_deletes_work() {
     assert!(matches!(err, Error::OutOfMemory), "{err:?}");
     let accepted = s.expected.ok.len() as u64;
     assert_eq!(
-        pool_len(&s),
+        records_len(&s),
         accepted,
         "nothing evicted, nothing half-written"
     );
@@ -118,7 +120,7 @@ async fn maxmemory_refuses_enqueue_but_acks_and_deletes_work() {
         .key("refused")
         .await;
     assert!(matches!(one, Err(Error::OutOfMemory)), "{one:?}");
-    assert_eq!(pool_len(&s), accepted);
+    assert_eq!(records_len(&s), accepted);
 
     // Deletes work at maxmemory.
     for i in 0..20 {
@@ -142,7 +144,7 @@ async fn maxmemory_refuses_enqueue_but_acks_and_deletes_work() {
         .unwrap();
     s.wait_settled(WORK_TOPIC, Duration::from_secs(10)).await;
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     println!("maxmemory: {accepted} jobs accepted before OutOfMemory; all drained");
     s.stop_workers();
@@ -223,25 +225,28 @@ async fn delayed_jobs_coming_due_at_maxmemory_are_delivered() {
         .filter(|l| l.contains("fetch failed"))
         .count();
     assert_eq!(failures, 0, "{}", s.workers[0].log_tail(5));
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     s.stop_workers();
 }
 
-/// Raw record bytes: the 20-byte header of `lua/lib.lua` (`>c1BI6I6I6`) and a payload.
-fn record(state: u8, due_ms: u64, payload: &[u8]) -> Vec<u8> {
-    let mut r = vec![state, 0];
-    r.extend_from_slice(&due_ms.to_be_bytes()[2..]);
-    r.extend_from_slice(&due_ms.to_be_bytes()[2..]);
-    r.extend_from_slice(&0u64.to_be_bytes()[2..]);
-    r.extend_from_slice(payload);
-    r
+/// Raw record bytes of a job never run, created when it is due: the layout's header and a
+/// payload.
+fn record(state: JobState, due_ms: u64, payload: &[u8]) -> Vec<u8> {
+    RecordHeader {
+        state,
+        attempts: 0,
+        due_ms,
+        created_ms: due_ms,
+        token: 0,
+    }
+    .encode(payload)
 }
 
 fn hset(s: &Scenario, field: &str, value: &[u8]) {
     let mut conn = s.server.connection();
     let _: i64 = redis::cmd("HSET")
-        .arg(key(s, "pool"))
+        .arg(keys(s).jobs)
         .arg(field)
         .arg(value)
         .query(&mut conn)
@@ -258,12 +263,20 @@ async fn corrupt_records_are_dead_lettered_or_skipped_and_the_rest_proceeds() {
     let mut s = Scenario::start("corrupt-data", BIN, ServerOptions::default()).await;
     s.enqueue_bulk::<WorkJob>("before", 0..20, 5).await;
     let now = now_ms();
-    hset(&s, "garbage", &record(b'R', now, b"\xc1\xc1 not msgpack"));
-    s.server.cmd::<()>(&["RPUSH", &key(&s, "ready"), "garbage"]);
+    hset(
+        &s,
+        "garbage",
+        &record(JobState::Ready, now, b"\xc1\xc1 not msgpack"),
+    );
+    s.server.cmd::<()>(&["RPUSH", &keys(&s).ready, "garbage"]);
     s.expected.ok.insert("garbage".into(), now);
-    s.server.cmd::<()>(&["RPUSH", &key(&s, "ready"), "ghost"]);
+    s.server.cmd::<()>(&["RPUSH", &keys(&s).ready, "ghost"]);
     let valid = rmp_payload(&FaultPayload::new(7, 5));
-    hset(&s, "orphan", &record(b'S', now - 1000, &valid));
+    hset(
+        &s,
+        "orphan",
+        &record(JobState::Scheduled, now - 1000, &valid),
+    );
     s.expected.ok.insert("orphan".into(), now);
     s.enqueue_bulk::<WorkJob>("after", 0..30, 5).await;
 
@@ -301,7 +314,7 @@ async fn corrupt_records_are_dead_lettered_or_skipped_and_the_rest_proceeds() {
     })
     .await;
     s.wait_settled(WORK_TOPIC, Duration::from_secs(10)).await;
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &["garbage"]);
     assert_eq!(rec.succeeded, 51);
     s.stop_workers();
@@ -314,7 +327,7 @@ fn rmp_payload(p: &FaultPayload) -> Vec<u8> {
 }
 
 /// FINDING: a record whose state says `S` (or `F`, `A`) but which is missing from its sorted
-/// set is never delivered, repaired or dead-lettered: it sits in the pool for ever, counted as
+/// set is never delivered, repaired or dead-lettered: it sits in `jobs` for ever, counted as
 /// "ready" by `stats`. It should be found (e.g. by a bounded background audit) and repaired or
 /// moved to the dead queue with a reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -322,7 +335,11 @@ async fn orphaned_record_is_repaired_or_dead_lettered() {
     let mut s = Scenario::start("corrupt-orphan", BIN, ServerOptions::default()).await;
     let now = now_ms();
     let valid = rmp_payload(&FaultPayload::new(7, 5));
-    hset(&s, "orphan", &record(b'S', now - 1000, &valid));
+    hset(
+        &s,
+        "orphan",
+        &record(JobState::Scheduled, now - 1000, &valid),
+    );
     s.expected.ok.insert("orphan".into(), now);
     s.spawn(&spec(&s, 8, 1000));
     s.enqueue_bulk::<WorkJob>("other", 0..10, 5).await;
@@ -349,7 +366,7 @@ async fn truncated_record_does_not_strand_its_batch() {
     let mut s = Scenario::start("corrupt-truncated", BIN, ServerOptions::default()).await;
     s.enqueue_bulk::<WorkJob>("before", 0..4, 5).await;
     hset(&s, "short", b"R\x00\x01");
-    s.server.cmd::<()>(&["RPUSH", &key(&s, "ready"), "short"]);
+    s.server.cmd::<()>(&["RPUSH", &keys(&s).ready, "short"]);
     s.enqueue_bulk::<WorkJob>("after", 0..4, 5).await;
     s.spawn(&spec(&s, 16, 1000));
     let done = async {
@@ -363,7 +380,7 @@ async fn truncated_record_does_not_strand_its_batch() {
         false
     };
     let all_ran = done.await;
-    let violations = s.snapshot().violations();
+    let violations = s.snapshot().await.violations();
     println!(
         "truncated record: all 8 good jobs ran: {all_ran}; invariants: {violations:?}; log: {}",
         s.workers[0].log_tail(3)

@@ -102,7 +102,7 @@ async fn lost_fetch_replies_spend_no_attempt() {
         .map(|j| j.key.to_string())
         .collect();
     let stats = s.stats(ONCE_TOPIC).await.unwrap();
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     println!(
         "fetch reply lost: {kills} kill rounds closed {killed} connections; {} dead, {} of them \
          leased by a lost fetch and never started; {} leases expired",

@@ -69,7 +69,7 @@ async fn connection_kills_every_200ms_report_the_longest_gap_without_a_job_start
         during.len()
     );
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.succeeded, 6_000);
     assert!(kills >= 20, "only {kills} kills");

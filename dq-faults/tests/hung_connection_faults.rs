@@ -76,7 +76,7 @@ async fn worker_replaces_hung_connections() {
     let stats = s.stats(WORK_TOPIC).await.unwrap();
     assert_eq!((stats.succeeded, stats.buried), (2, 0), "{stats:?}");
     assert_eq!(runs(&s.ledger())["after-freeze"].len(), 1);
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     block_in_place(|| s.stop_workers());
 }

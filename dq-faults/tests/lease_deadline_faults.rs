@@ -122,7 +122,7 @@ async fn sigstop_8s_on_a_3s_lease_no_side_effect_after_the_lease_ran_out() {
         &started_after_lease[..started_after_lease.len().min(5)]
     );
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.succeeded, JOBS as usize);
     s.stop_workers();

@@ -122,7 +122,7 @@ async fn mass_expiry_has_no_slow_script_and_delivers_everything() {
     );
     println!("mass expiry: {contention}");
     log.assert_bounded(&contention);
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.succeeded as u64, jobs);
     assert_eq!(rec.duplicates, 0);

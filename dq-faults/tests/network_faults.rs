@@ -87,7 +87,7 @@ async fn ambiguous_enqueue_is_retried_harmlessly() {
     s.wait_settled(WORK_TOPIC, Duration::from_secs(10)).await;
     let stats = s.stats(WORK_TOPIC).await.unwrap();
     assert_eq!((stats.enqueued, stats.succeeded), (2, 2), "{stats:?}");
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(runs(&s.ledger())["amb-enq"].len(), 1);
     s.stop_workers();
@@ -143,7 +143,7 @@ async fn ambiguous_ack_is_retried_harmlessly() {
     .await;
     let stats = s.stats(WORK_TOPIC).await.unwrap();
     assert_eq!((stats.succeeded, stats.expired), (2, 0), "{stats:?}");
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     let r = &runs(&s.ledger())["amb-ack"];
     assert_eq!(r.len(), 1, "{r:?}");
@@ -231,7 +231,7 @@ async fn partitioned_worker_gives_up_its_job() {
         r[1].started - cut_at,
         victim_stop.saturating_sub(r[1].started)
     );
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     block_in_place(|| s.stop_workers());
 }
@@ -257,7 +257,7 @@ async fn proxy_cuts_every_connection_repeatedly() {
     }
     s.record_global_fault("proxy cuts every 200 ms", started);
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.succeeded, 600);
     println!(
@@ -318,7 +318,7 @@ async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
     assert_eq!(r.len(), 1, "one enqueue call, one job: {r:?}");
     assert_eq!(outcome.outcome, EnqueueOutcome::Ended);
     assert_eq!((stats.enqueued, stats.succeeded), (2, 2), "{stats:?}");
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     s.stop_workers();
 }

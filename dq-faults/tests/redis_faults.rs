@@ -154,7 +154,7 @@ async fn redis_sigkill_with_aof_always_loses_no_acknowledged_enqueue() {
         .filter(|(_, at)| **at < killed_at)
         .map(|(k, _)| k.clone())
         .collect();
-    let present = s.snapshot().states();
+    let present = dq_faults::check::states(&s.snapshot().await);
     let done: BTreeSet<String> = s
         .ledger()
         .into_iter()
@@ -186,7 +186,7 @@ async fn redis_sigkill_with_aof_always_loses_no_acknowledged_enqueue() {
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
     assert_workers_alive(&mut s);
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     println!(
         "aof always: {} acknowledged before the kill all present; {ok} enqueues returned Ok, \
@@ -216,7 +216,7 @@ async fn redis_sigkill_with_aof_everysec_loses_at_most_a_second() {
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
     assert_workers_alive(&mut s);
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     let window = rec
         .lost
         .iter()
@@ -261,7 +261,7 @@ async fn redis_down_ten_seconds_during_processing() {
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
     assert_workers_alive(&mut s);
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.succeeded, 400);
     s.stop_workers();
@@ -307,7 +307,7 @@ async fn worker_started_before_redis_waits_and_recovers() {
     s.wait_settled(WORK_TOPIC, Duration::from_secs(30)).await;
     assert_workers_alive(&mut s);
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.succeeded, 100);
     s.stop_workers();
@@ -340,7 +340,7 @@ async fn connections_killed_repeatedly() {
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
     assert_workers_alive(&mut s);
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     println!("client kill: {kills} rounds closed {killed} connections");
     assert!(
@@ -383,7 +383,7 @@ async fn script_flush_mid_run_reloads_transparently() {
                 .count()
         })
         .sum();
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     // No fault is recorded: a flush makes no outcome ambiguous, so no job may run twice.
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.duplicates, 0);

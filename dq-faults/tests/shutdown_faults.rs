@@ -77,7 +77,7 @@ async fn graceful_shutdown_never_spends_the_attempt_of_a_job_it_cancels() {
     quick.sleep = Some(Duration::from_millis(5));
     s.spawn(&quick);
     s.wait_settled(ONCE_TOPIC, Duration::from_secs(60)).await;
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     println!("shutdown-cancel: {cancelled_runs} runs cancelled by {ROUNDS} x 2 shutdowns");
     assert!(cancelled_runs > 0, "no handler saw its cancellation");
     s.assert_clean(&rec, &[]);

@@ -75,7 +75,7 @@ async fn sigkill_mid_job_runs_again_elsewhere_as_attempt_2() {
     let stats = s.stats(WORK_TOPIC).await.unwrap();
     assert_eq!((stats.expired, stats.succeeded), (1, 1), "{stats:?}");
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     s.stop_workers();
 }
@@ -108,7 +108,7 @@ async fn chaos_kill_and_respawn_every_two_seconds() {
     let kills = s.faults.len();
     s.wait_settled(WORK_TOPIC, Duration::from_secs(60)).await;
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.succeeded, JOBS as usize);
     assert!(kills >= 5, "only {kills} kills happened");
@@ -198,7 +198,7 @@ async fn sigstop_longer_than_the_lease_the_paused_run_is_not_counted() {
     );
     assert!(r[0].cancelled, "{r:?}");
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     assert_eq!(rec.duplicates, 0);
     s.stop_workers();
@@ -239,7 +239,7 @@ async fn sigstop_shorter_than_the_lease_is_harmless() {
     assert_eq!((stats.succeeded, stats.expired), (1, 0), "{stats:?}");
     assert!(!s.workers[victim].log_text().contains("lease lost"));
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &[]);
     s.stop_workers();
 }
@@ -326,7 +326,7 @@ async fn poison_pill_dies_after_its_attempts_and_the_rest_succeed() {
     }
     assert_eq!(aborts, 3, "one abort per attempt");
 
-    let rec = s.reconcile();
+    let rec = s.reconcile().await;
     s.assert_clean(&rec, &["pill"]);
     assert_eq!(rec.succeeded, 150);
     assert_eq!(rec.dead, ["pill"]);

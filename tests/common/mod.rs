@@ -37,7 +37,7 @@ pub trait Harness {
     fn store(&self) -> Arc<dyn Store>;
 
     /// Panics, listing every violation, unless every job's record and the structures holding
-    /// it agree (see [`redis::violations`] for the Redis version of the rules).
+    /// it agree (see [`redis::RedisHarness::violations`] for the Redis version of the rules).
     async fn check_invariants(&self);
 
     /// Panics unless the store holds no job data at all: only counters (and for Redis, an

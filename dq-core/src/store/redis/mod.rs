@@ -1,12 +1,13 @@
 //! `RedisStore`: the [`Store`] on Redis, one Lua script per state move.
 //!
-//! Layout (DESIGN §5): per partition a `pool` hash of records, `scheduled`/`retry`/`active`/
-//! `dead` sorted sets, a `ready` list of hints, a `hist` hash of attempt histories, a `stats`
-//! hash of counters and a `wake` list. Keys come from `keys.rs`; scripts from `scripts.rs` and `lua/`.
+//! Layout (ARCHITECTURE.md §4): per partition a `jobs` hash of records, `scheduled`/`retry`/
+//! `active`/`dead` sorted sets, a `ready` list of hints, a `hist` hash of attempt histories, a
+//! `stats` hash of counters and a `wake` list. Keys, the record header and each script's KEYS
+//! come from [`layout`]; scripts from `scripts.rs` and `lua/`.
 
 mod checks;
 mod conn;
-mod keys;
+pub mod layout;
 mod record;
 mod scripts;
 
@@ -22,7 +23,7 @@ use redis::{AsyncConnectionConfig, Value};
 pub use checks::ServerReport;
 
 use self::conn::SharedConnection;
-use self::keys::PartitionKeys;
+use self::layout::{KeyName, PartitionKeys};
 use self::record::{Record, decode_history};
 use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unexpected};
 use super::{Store, WakeListener};
@@ -204,21 +205,33 @@ impl RedisStore {
         ids.push(id);
     }
 
+    /// Runs `script` on partition keys `k`: its KEYS come from the layout's table, in order;
+    /// a fetch receipt in the table is the first of `receipts`, and fetch takes the rest (the
+    /// receipts it deletes) after its own keys.
     async fn run(
         &self,
         script: &LuaScript,
-        keys: &[&str],
+        k: &PartitionKeys,
+        receipts: &[String],
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> Result<Value> {
-        // fetch also takes the receipts it deletes after its own keys.
         debug_assert!(
-            keys.len() == script.keys || (script.name == "fetch" && keys.len() > script.keys),
-            "script {}",
+            receipts.is_empty() || script.keys.contains(&KeyName::FetchReceipt),
+            "script {} takes no receipts",
             script.name
         );
         let mut invocation = script.script.prepare_invoke();
-        for k in keys {
-            invocation.key(*k);
+        let mut receipts = receipts.iter();
+        for name in script.keys {
+            match k.get(*name) {
+                Some(key) => invocation.key(key),
+                None => invocation.key(receipts.next().ok_or_else(|| {
+                    Error::Protocol(format!("script {}: no receipt key given", script.name))
+                })?),
+            };
+        }
+        for r in receipts {
+            invocation.key(r);
         }
         args(&mut invocation);
         self.conn
@@ -270,37 +283,23 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.enqueue;
         let reply = self
-            .run(
-                s,
-                &[
-                    &k.scheduled,
-                    &k.retry,
-                    &k.ready,
-                    &k.dead,
-                    &k.pool,
-                    &k.hist,
-                    &k.stats,
-                    &k.wake,
-                    &k.calls,
-                ],
-                |inv| {
-                    inv.arg(jobs.len())
-                        .arg(call.id)
-                        .arg(if call.retry { "1" } else { "0" });
-                    for job in jobs {
-                        let (mode, value) = match job.due {
-                            Due::Now => ("n", 0),
-                            Due::After(d) => ("d", ms(d)),
-                            Due::At(t) => ("a", unix_ms(t)),
-                        };
-                        inv.arg(job.key.as_str())
-                            .arg(mode)
-                            .arg(value)
-                            .arg(if job.replace { "1" } else { "0" })
-                            .arg(&job.payload[..]);
-                    }
-                },
-            )
+            .run(s, &k, &[], |inv| {
+                inv.arg(jobs.len())
+                    .arg(call.id)
+                    .arg(if call.retry { "1" } else { "0" });
+                for job in jobs {
+                    let (mode, value) = match job.due {
+                        Due::Now => ("n", 0),
+                        Due::After(d) => ("d", ms(d)),
+                        Due::At(t) => ("a", unix_ms(t)),
+                    };
+                    inv.arg(job.key.as_str())
+                        .arg(mode)
+                        .arg(value)
+                        .arg(if job.replace { "1" } else { "0" })
+                        .arg(&job.payload[..]);
+                }
+            })
             .await?;
         let Value::Array(items) = reply else {
             return Err(unexpected(s.name, "outcomes", &reply));
@@ -330,24 +329,11 @@ impl Store for RedisStore {
         request.validate()?;
         let lease_ms = ms(request.lease).max(1);
         let call = request.call;
-        let receipt = k.fetch_receipt(call.id);
         let done = self.take_received(queue, call.id);
-        let done_keys: Vec<String> = done.iter().map(|id| k.fetch_receipt(*id)).collect();
-        let mut keys: Vec<&str> = vec![
-            &k.scheduled,
-            &k.retry,
-            &k.ready,
-            &k.active,
-            &k.dead,
-            &k.pool,
-            &k.hist,
-            &k.stats,
-            &k.wake,
-            &receipt,
-        ];
-        keys.extend(done_keys.iter().map(String::as_str));
+        let mut receipts = vec![k.fetch_receipt(call.id)];
+        receipts.extend(done.iter().map(|id| k.fetch_receipt(*id)));
         let reply = self
-            .run(s, &keys, |inv| {
+            .run(s, &k, &receipts, |inv| {
                 inv.arg(request.max_jobs)
                     .arg(lease_ms)
                     .arg(request.promote_batch)
@@ -414,7 +400,7 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.ack;
         let reply = self
-            .run(s, &[&k.active, &k.pool, &k.hist, &k.stats], |inv| {
+            .run(s, &k, &[], |inv| {
                 for (key, token) in done {
                     inv.arg(key.as_str()).arg(*token);
                 }
@@ -451,29 +437,15 @@ impl Store for RedisStore {
             FailAction::Bury => ("b", 0),
         };
         let reply = self
-            .run(
-                s,
-                &[
-                    &k.scheduled,
-                    &k.retry,
-                    &k.ready,
-                    &k.active,
-                    &k.dead,
-                    &k.pool,
-                    &k.hist,
-                    &k.stats,
-                    &k.wake,
-                ],
-                |inv| {
-                    inv.arg(key.as_str())
-                        .arg(token)
-                        .arg(code)
-                        .arg(delay)
-                        .arg(crate::job::truncate_error(error))
-                        .arg(per_partition_cap(dead_limits))
-                        .arg(ms(dead_limits.retention));
-                },
-            )
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str())
+                    .arg(token)
+                    .arg(code)
+                    .arg(delay)
+                    .arg(crate::job::truncate_error(error))
+                    .arg(per_partition_cap(dead_limits))
+                    .arg(ms(dead_limits.retention));
+            })
             .await?;
         let mut r = Reply::new(s.name, reply)?;
         let (code, at, trimmed) = (r.int("code")?, r.int("at")?, r.int("trimmed")?);
@@ -507,7 +479,7 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.extend;
         let reply = self
-            .run(s, &[&k.active, &k.pool], |inv| {
+            .run(s, &k, &[], |inv| {
                 inv.arg(ms(lease).max(1));
                 for (key, token) in leases {
                     inv.arg(key.as_str()).arg(*token);
@@ -527,7 +499,7 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.release;
         let reply = self
-            .run(s, &[&k.active, &k.ready, &k.pool, &k.wake], |inv| {
+            .run(s, &k, &[], |inv| {
                 for (key, token) in leases {
                     inv.arg(key.as_str()).arg(*token);
                 }
@@ -543,13 +515,9 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.cancel;
         let reply = self
-            .run(
-                s,
-                &[&k.scheduled, &k.retry, &k.pool, &k.hist, &k.stats],
-                |inv| {
-                    inv.arg(key.as_str());
-                },
-            )
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str());
+            })
             .await?;
         match codes(s.name, reply, 1)?[0] {
             b'S' | b'R' | b'F' => Ok(CancelOutcome::Cancelled),
@@ -578,13 +546,9 @@ impl Store for RedisStore {
             NewDue::Shift(delta) => ("s", delta),
         };
         let reply = self
-            .run(
-                s,
-                &[&k.scheduled, &k.retry, &k.ready, &k.pool, &k.wake],
-                |inv| {
-                    inv.arg(key.as_str()).arg(mode).arg(value);
-                },
-            )
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str()).arg(mode).arg(value);
+            })
             .await?;
         let mut r = Reply::new(s.name, reply)?;
         let code = r.string("code")?;
@@ -606,7 +570,7 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.job;
         let reply = self
-            .run(s, &[&k.active, &k.dead, &k.pool, &k.hist], |inv| {
+            .run(s, &k, &[], |inv| {
                 inv.arg(key.as_str());
             })
             .await?;
@@ -639,21 +603,7 @@ impl Store for RedisStore {
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
         let k = self.keys(queue);
         let s = &SCRIPTS.stats;
-        let reply = self
-            .run(
-                s,
-                &[
-                    &k.scheduled,
-                    &k.retry,
-                    &k.ready,
-                    &k.active,
-                    &k.dead,
-                    &k.pool,
-                    &k.stats,
-                ],
-                |_| {},
-            )
-            .await?;
+        let reply = self.run(s, &k, &[], |_| {}).await?;
         let mut r = Reply::new(s.name, reply)?;
         let mut st = TopicStats {
             scheduled: r.int("scheduled")? as u64,
@@ -691,13 +641,6 @@ impl Store for RedisStore {
     ) -> Result<ListChunk> {
         let k = self.keys(queue);
         let s = &SCRIPTS.list;
-        let index = match state {
-            JobState::Scheduled => &k.scheduled,
-            JobState::Retry => &k.retry,
-            JobState::Active => &k.active,
-            JobState::Dead => &k.dead,
-            JobState::Ready => &k.ready,
-        };
         let sorted = state != JobState::Ready;
         let (after_score, after_key, position) = match (sorted, from) {
             (_, ListFrom::Start) => (String::new(), "", 0),
@@ -718,7 +661,7 @@ impl Store for RedisStore {
             return Ok(ListChunk::default());
         }
         let reply = self
-            .run(s, &[index, &k.pool, &k.hist], |inv| {
+            .run(s, &k, &[], |inv| {
                 inv.arg(if sorted { "z" } else { "r" })
                     .arg(&[state.code()][..])
                     .arg(limit);
@@ -781,7 +724,7 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.dead_page;
         let reply = self
-            .run(s, &[&k.dead, &k.pool, &k.hist], |inv| {
+            .run(s, &k, &[], |inv| {
                 inv.arg(offset).arg(limit);
             })
             .await?;
@@ -825,7 +768,7 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.requeue_dead;
         let reply = self
-            .run(s, &[&k.dead, &k.ready, &k.pool, &k.wake], |inv| {
+            .run(s, &k, &[], |inv| {
                 for key in keys {
                     inv.arg(key.as_str());
                 }
@@ -844,7 +787,7 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.purge_dead;
         let reply = self
-            .run(s, &[&k.dead, &k.pool, &k.hist], |inv| {
+            .run(s, &k, &[], |inv| {
                 inv.arg(limit);
                 for key in keys {
                     inv.arg(key.as_str());

@@ -1,14 +1,9 @@
-//! The job record as stored in the `pool` hash: a 20-byte header, then the payload.
-//!
-//! Layout (big-endian, Lua `struct` format `>c1BI6I6I6`, see `lua/lib.lua`):
-//! state (1 byte) · attempts (u8) · due ms (u48) · created ms (u48) · token (u48) · payload.
-//! 20 bytes keep a 100-byte job's record inside a small allocation; see the memory benchmark.
+//! The job record as stored in the records hash: a header ([`RecordHeader`], see the layout
+//! module), then the payload; and the attempt history kept beside it.
 
+use super::layout::{HEADER_LEN, RecordHeader};
 use crate::error::{Error, Result};
 use crate::job::{AttemptOutcome, AttemptRecord, JobState};
-
-/// Header length in bytes.
-pub(crate) const HEADER_LEN: usize = 20;
 
 /// A decoded record.
 #[derive(Debug)]
@@ -21,32 +16,17 @@ pub(crate) struct Record {
     pub payload: Vec<u8>,
 }
 
-fn u48(b: &[u8]) -> u64 {
-    b.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x))
-}
-
 impl Record {
     pub fn decode(mut bytes: Vec<u8>) -> Result<Record> {
-        if bytes.len() < HEADER_LEN {
-            return Err(Error::Protocol(format!(
-                "job record of {} bytes is shorter than its header",
-                bytes.len()
-            )));
-        }
-        let state = JobState::from_code(bytes[0])
-            .ok_or_else(|| Error::Protocol(format!("unknown job state byte {:#x}", bytes[0])))?;
-        let record = Record {
-            state,
-            attempts: u32::from(bytes[1]),
-            due_ms: u48(&bytes[2..8]),
-            created_ms: u48(&bytes[8..14]),
-            token: u48(&bytes[14..20]),
-            payload: Vec::new(),
-        };
+        let h = RecordHeader::decode(&bytes)?;
         bytes.drain(..HEADER_LEN);
         Ok(Record {
+            state: h.state,
+            attempts: u32::from(h.attempts),
+            due_ms: h.due_ms,
+            created_ms: h.created_ms,
+            token: h.token,
             payload: bytes,
-            ..record
         })
     }
 }

@@ -7,27 +7,29 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use super::layout::{KeyName, script_keys};
 use crate::error::{Error, Result};
 
 const LIB: &str = include_str!("lua/lib.lua");
 
-/// One script: its name (for errors), its number of KEYS, and the loaded `Script`.
+/// One script: its name (for errors), its KEYS in order (from the layout's table), and the
+/// loaded `Script`.
 pub(crate) struct LuaScript {
     pub name: &'static str,
-    pub keys: usize,
+    pub keys: &'static [KeyName],
     pub script: Script,
     #[cfg(test)]
     pub body: &'static str,
 }
 
 macro_rules! script {
-    ($name:literal, $keys:literal) => {
-        script!($name, $keys, "")
+    ($name:literal) => {
+        script!($name, "")
     };
-    ($name:literal, $keys:literal, $shebang:expr) => {
+    ($name:literal, $shebang:expr) => {
         LuaScript {
             name: $name,
-            keys: $keys,
+            keys: script_keys($name).expect(concat!("the layout lists the KEYS of ", $name)),
             script: Script::new(&format!(
                 "{}{LIB}\n{}",
                 $shebang,
@@ -69,20 +71,20 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    enqueue: script!("enqueue", 9),
-    fetch: script!("fetch", 10, ALLOW_OOM),
-    ack: script!("ack", 4, ALLOW_OOM),
-    fail: script!("fail", 9, ALLOW_OOM),
-    extend: script!("extend", 2, ALLOW_OOM),
-    release: script!("release", 4, ALLOW_OOM),
-    cancel: script!("cancel", 5, ALLOW_OOM),
-    reschedule: script!("reschedule", 5, ALLOW_OOM),
-    requeue_dead: script!("requeue_dead", 4, ALLOW_OOM),
-    purge_dead: script!("purge_dead", 3, ALLOW_OOM),
-    stats: script!("stats", 7, NO_WRITES),
-    job: script!("job", 4, NO_WRITES),
-    dead_page: script!("dead_page", 3, NO_WRITES),
-    list: script!("list", 3, NO_WRITES),
+    enqueue: script!("enqueue"),
+    fetch: script!("fetch", ALLOW_OOM),
+    ack: script!("ack", ALLOW_OOM),
+    fail: script!("fail", ALLOW_OOM),
+    extend: script!("extend", ALLOW_OOM),
+    release: script!("release", ALLOW_OOM),
+    cancel: script!("cancel", ALLOW_OOM),
+    reschedule: script!("reschedule", ALLOW_OOM),
+    requeue_dead: script!("requeue_dead", ALLOW_OOM),
+    purge_dead: script!("purge_dead", ALLOW_OOM),
+    stats: script!("stats", NO_WRITES),
+    job: script!("job", NO_WRITES),
+    dead_page: script!("dead_page", NO_WRITES),
+    list: script!("list", NO_WRITES),
 });
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
@@ -192,11 +194,12 @@ pub(crate) fn unexpected(script: &str, what: &str, v: &Value) -> Error {
 mod tests {
     use super::*;
 
-    /// Each script's header documents exactly as many KEYS as its Rust wrapper passes.
+    /// Each script's header documents, in order, exactly the KEYS the layout's table gives its
+    /// Rust wrapper, and the script uses no other.
     #[test]
-    fn headers_match_key_counts() {
+    fn headers_match_key_lists_in_order() {
         let s = &*SCRIPTS;
-        for script in [
+        let all = [
             &s.enqueue,
             &s.fetch,
             &s.ack,
@@ -211,11 +214,35 @@ mod tests {
             &s.job,
             &s.dead_page,
             &s.list,
-        ] {
-            let documented = (1..=20)
-                .take_while(|i| script.body.contains(&format!("-- KEYS[{i}]")))
-                .count();
-            assert_eq!(documented, script.keys, "script {}", script.name);
+        ];
+        assert_eq!(
+            all.len(),
+            crate::store::redis::layout::SCRIPT_KEYS.len(),
+            "every script of the layout's table is loaded"
+        );
+        for script in all {
+            // `-- KEYS[i] name  pattern ...`, numbered from 1 without gaps.
+            let documented: Vec<(usize, &str)> = script
+                .body
+                .lines()
+                .filter_map(|l| l.strip_prefix("-- KEYS["))
+                .filter_map(|l| l.split_once(']'))
+                .filter_map(|(i, rest)| Some((i.parse().ok()?, rest.split_whitespace().next()?)))
+                .collect();
+            let numbers: Vec<usize> = documented.iter().map(|(i, _)| *i).collect();
+            assert_eq!(
+                numbers,
+                (1..=documented.len()).collect::<Vec<_>>(),
+                "script {}: KEYS lines out of order",
+                script.name
+            );
+            let names: Vec<&str> = documented.iter().map(|(_, n)| *n).collect();
+            let table: Vec<&str> = script.keys.iter().map(|k| k.as_str()).collect();
+            assert_eq!(
+                names, table,
+                "script {}: header vs layout table",
+                script.name
+            );
             assert!(
                 script.body.contains("-- ARGV"),
                 "script {} documents no ARGV",
@@ -230,7 +257,8 @@ mod tests {
                 .filter(|i| script.body.contains(&format!("KEYS[{i}]")))
                 .count();
             assert_eq!(
-                used, script.keys,
+                used,
+                script.keys.len(),
                 "script {} uses KEYS it does not document",
                 script.name
             );

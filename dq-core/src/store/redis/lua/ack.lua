@@ -1,7 +1,7 @@
 -- ack: jobs succeeded; delete them. Many at once.
 --
 -- KEYS[1] active  dq:{topic#p}:active
--- KEYS[2] pool    dq:{topic#p}:pool
+-- KEYS[2] jobs    dq:{topic#p}:jobs
 -- KEYS[3] hist    dq:{topic#p}:hist
 -- KEYS[4] stats   dq:{topic#p}:stats
 --
@@ -14,10 +14,10 @@
 --   'S' stale: the job exists but this token no longer owns it; nothing done
 -- Errors: 'ERR dq bad arguments: ...'
 --
--- Never fails after a write, with no TYPE call: pool and hist are read (HMGET, HLEN) before
+-- Never fails after a write, with no TYPE call: jobs and hist are read (HMGET, HLEN) before
 -- the first write, ZREM active is that first write, and the counter cannot fail.
 
-local active, pool, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local active, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -28,7 +28,7 @@ end
 -- One HMGET, then one variadic HDEL/ZREM for the whole batch.
 local keys = {}
 for i = 1, #ARGV, 2 do keys[#keys + 1] = ARGV[i] end
-local recs = hmget(pool, keys)
+local recs = hmget(jobs, keys)
 local codes, done, seen = {}, {}, {}
 for i, key in ipairs(keys) do
   local rec = recs[i]
@@ -47,7 +47,7 @@ if #done > 0 then
   -- the history hash exists only while some job of the partition has failed before
   local has_hist = redis.call('HLEN', hist) > 0
   call_many('ZREM', active, done)
-  call_many('HDEL', pool, done)
+  call_many('HDEL', jobs, done)
   if has_hist then call_many('HDEL', hist, done) end
   count(stats, 'succeeded', #done)
 end

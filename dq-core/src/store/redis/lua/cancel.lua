@@ -2,7 +2,7 @@
 --
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
 -- KEYS[2] retry      dq:{topic#p}:retry
--- KEYS[3] pool       dq:{topic#p}:pool
+-- KEYS[3] jobs       dq:{topic#p}:jobs
 -- KEYS[4] hist       dq:{topic#p}:hist
 -- KEYS[5] stats      dq:{topic#p}:stats
 --
@@ -15,21 +15,21 @@
 --   'N'              no such job
 -- Cancelling twice answers 'N' the second time: nothing is done twice.
 --
--- Never fails after a write, with no TYPE call: pool and hist are read (HGET, HEXISTS) first;
--- the first write is the one to scheduled or retry (or pool, for a ready job).
+-- Never fails after a write, with no TYPE call: jobs and hist are read (HGET, HEXISTS) first;
+-- the first write is the one to scheduled or retry (or jobs, for a ready job).
 
-local scheduled, retry, pool, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local scheduled, retry, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local key = ARGV[1]
 if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
 
-local rec = redis.call('HGET', pool, key)
+local rec = redis.call('HGET', jobs, key)
 if not rec then return 'N' end
 if not is_record(rec) then return 'D' end
 local state = string.sub(rec, 1, 1)
 if state == 'A' or state == 'D' then return state end
 local has_hist = redis.call('HEXISTS', hist, key) == 1
 unlink(state, scheduled, retry, nil, key)
-redis.call('HDEL', pool, key)
+redis.call('HDEL', jobs, key)
 if has_hist then redis.call('HDEL', hist, key) end
 count(stats, 'cancelled', 1)
 return state

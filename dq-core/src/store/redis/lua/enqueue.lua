@@ -4,7 +4,7 @@
 -- KEYS[2] retry      dq:{topic#p}:retry      ZSET key -> next attempt score
 -- KEYS[3] ready      dq:{topic#p}:ready      LIST of keys (hints)
 -- KEYS[4] dead       dq:{topic#p}:dead       ZSET key -> died ms
--- KEYS[5] pool       dq:{topic#p}:pool       HASH key -> record
+-- KEYS[5] jobs       dq:{topic#p}:jobs       HASH key -> record
 -- KEYS[6] hist       dq:{topic#p}:hist       HASH key -> attempt history
 -- KEYS[7] stats      dq:{topic#p}:stats      HASH counters
 -- KEYS[8] wake       dq:{topic#p}:wake       LIST wake-up tokens
@@ -48,13 +48,13 @@
 --        (it ran, or was cancelled or purged); nothing written
 -- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed.
 --
--- Never fails after a write: the call reads pool and scheduled, then decides every job, then
+-- Never fails after a write: the call reads jobs and scheduled, then decides every job, then
 -- writes, `calls` first. Checked before that: ready when a job is due at once (its first
 -- touch is a write after the receipt); retry, dead and hist when a job is replaced (rare).
 -- Counters and wake-ups cannot fail.
 
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local RECEIPT_MS = 30000
 local TRIM = 64
 
@@ -78,7 +78,7 @@ local calls = KEYS[9]
 local now = now_ms()
 local keys = {}
 for i = 0, n - 1 do keys[i + 1] = ARGV[4 + 5 * i] end
-local olds = hmget(pool, keys)
+local olds = hmget(jobs, keys)
 local applied = is_retry == '1' and redis.call('ZSCORE', calls, call)
 if applied then
   -- An earlier try of this call was applied at `applied` ms: report, write nothing.
@@ -188,7 +188,7 @@ for _, m in ipairs(moves) do
     if not earliest_new or due < earliest_new then earliest_new = due end
   end
 end
-call_many('HSET', pool, records)
+call_many('HSET', jobs, records)
 if #hints > 0 then call_many('RPUSH', ready, hints) end
 count(stats, 'enqueued', #moves)
 if #hints > 0 or (earliest_new and (not head_due or earliest_new < head_due)) then

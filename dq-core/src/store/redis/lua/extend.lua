@@ -1,7 +1,7 @@
 -- extend: renew the leases of running jobs. Many at once.
 --
 -- KEYS[1] active  dq:{topic#p}:active
--- KEYS[2] pool    dq:{topic#p}:pool
+-- KEYS[2] jobs    dq:{topic#p}:jobs
 --
 -- ARGV[1] lease length from now, ms (> 0)
 -- ARGV[2..] pairs key, token
@@ -11,7 +11,7 @@
 --   '0' lost: the job is gone, not active, or leased under another token; nothing done
 -- Errors: 'ERR dq bad arguments: ...'
 
-local active, pool = KEYS[1], KEYS[2]
+local active, jobs = KEYS[1], KEYS[2]
 local lease = tonumber(ARGV[1])
 if not lease or lease <= 0 or #ARGV < 3 or (#ARGV - 1) % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: extend')
@@ -24,7 +24,7 @@ local deadline = now_ms() + lease
 local codes = {}
 for i = 2, #ARGV, 2 do
   local key, token = ARGV[i], tonumber(ARGV[i + 1])
-  local rec = redis.call('HGET', pool, key)
+  local rec = redis.call('HGET', jobs, key)
   local ok = '0'
   if is_record(rec) then
     local state, _, _, _, owner = unpack_record(rec)

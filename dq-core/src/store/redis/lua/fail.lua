@@ -5,7 +5,7 @@
 -- KEYS[3] ready      dq:{topic#p}:ready
 -- KEYS[4] active     dq:{topic#p}:active
 -- KEYS[5] dead       dq:{topic#p}:dead
--- KEYS[6] pool       dq:{topic#p}:pool
+-- KEYS[6] jobs       dq:{topic#p}:jobs
 -- KEYS[7] hist       dq:{topic#p}:hist
 -- KEYS[8] stats      dq:{topic#p}:stats
 -- KEYS[9] wake       dq:{topic#p}:wake
@@ -27,13 +27,13 @@
 --        -1 stale token: the job exists but this delivery no longer owns it; nothing done
 -- Errors: 'ERR dq bad arguments: ...'
 --
--- Never fails after a write: pool, hist and (for a later time) the target set are read before
+-- Never fails after a write: jobs, hist and (for a later time) the target set are read before
 -- the first write, ZREM active, so a retry or deferral needs no TYPE call; counters and
 -- wake-ups cannot fail. Checked: ready when the job is due at once, dead when burying (each
 -- first touched by a write after that one).
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 
 local key, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local delay, err = tonumber(ARGV[4]), ARGV[5]
@@ -43,7 +43,7 @@ if not token or not delay or delay < 0 or not dead_cap or not retention or not e
   return redis.error_reply('ERR dq bad arguments: fail')
 end
 
-local rec = redis.call('HGET', pool, key)
+local rec = redis.call('HGET', jobs, key)
 if not rec then return {0, 0, 0} end
 -- not a record (damaged): this delivery cannot own it; fetch buries it
 if not is_record(rec) then return {-1, 0, 0} end
@@ -57,8 +57,8 @@ if action == 'b' then
   if bad then return bad end
   redis.call('ZREM', active, key)
   add_history(hist, key, entries, attempts, now, 'B', err)
-  bury(dead, pool, stats, key, rec, now)
-  return {2, now, trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)}
+  bury(dead, jobs, stats, key, rec, now)
+  return {2, now, trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)}
 end
 
 local at = bound_due(now + delay, now)
@@ -81,6 +81,6 @@ if action == 'd' then
 else
   count(stats, 'retried', 1)
 end
-redis.call('HSET', pool, key, with_header(rec, waiting_state(at, now, later), attempts, at, owner))
+redis.call('HSET', jobs, key, with_header(rec, waiting_state(at, now, later), attempts, at, owner))
 if place(zset, ready, key, at, now, score) then wake(wake_key) end
 return {1, at, 0}

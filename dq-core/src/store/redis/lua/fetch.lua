@@ -26,7 +26,7 @@
 -- KEYS[3] ready      dq:{topic#p}:ready
 -- KEYS[4] active     dq:{topic#p}:active     ZSET key -> lease deadline ms
 -- KEYS[5] dead       dq:{topic#p}:dead
--- KEYS[6] pool       dq:{topic#p}:pool
+-- KEYS[6] jobs       dq:{topic#p}:jobs
 -- KEYS[7] hist       dq:{topic#p}:hist
 -- KEYS[8] stats      dq:{topic#p}:stats
 -- KEYS[9] wake       dq:{topic#p}:wake
@@ -51,7 +51,7 @@
 --   of a found receipt come first
 -- Errors: 'ERR dq bad arguments: ...'
 --
--- Never fails after a write. A leasing fetch reads first (active, ready, pool, scheduled,
+-- Never fails after a write. A leasing fetch reads first (active, ready, jobs, scheduled,
 -- retry; ready by LRANGE, trimmed once at the end) and then writes, the token counter first:
 -- no TYPE call. Checked: everything, when leases expired (recovery writes before those reads);
 -- dead and hist when a record is damaged, and on a fetch that leases nothing (the audit and
@@ -59,7 +59,7 @@
 -- receipt is read with GET before any write, and SET and DEL of receipts cannot fail.
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead, pool, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local receipt_key = KEYS[10]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -110,7 +110,7 @@ if receipt and try_no > 0 then
     tokens[#tokens + 1] = receipt[i + 1]
   end
   if #keys > 0 then
-    local recs = hmget(pool, keys)
+    local recs = hmget(jobs, keys)
     for i, key in ipairs(keys) do
       local rec = recs[i]
       if rec and is_record(rec) and not seen[key] and string.sub(rec, 1, 1) == 'A'
@@ -124,13 +124,13 @@ if receipt and try_no > 0 then
   from_receipt = #lease_keys
 end
 
--- A value in the pool that is not a record (written by hand, or damaged) must not stop the
+-- A value in `jobs` that is not a record (written by hand, or damaged) must not stop the
 -- rest of the batch: it goes to the dead queue as it is, for someone to look at.
 local function bury_corrupt(key, rec)
   redis.call('ZREM', scheduled, key)
   redis.call('ZREM', retry, key)
   redis.call('ZREM', active, key)
-  redis.call('HSET', pool, key, pack_record('D', 0, now, now, 0, rec))
+  redis.call('HSET', jobs, key, pack_record('D', 0, now, now, 0, rec))
   add_history(hist, key, read_history(hist, key), 0, now, 'B', 'corrupt record')
   redis.call('ZADD', dead, now, key)
   count(stats, 'buried', 1)
@@ -143,14 +143,14 @@ local expired = redis.call('ZRANGEBYSCORE', active, '-inf', string.format('(%d',
 if #expired > 0 then
   -- (rare) recovery writes before the reads below: check every key the call may touch
   local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
-    pool, 'hash', hist, 'hash', stats, 'hash'})
+    jobs, 'hash', hist, 'hash', stats, 'hash'})
   if bad then return bad end
 end
 -- (a receipt's job, seen above, is leased again below and not charged)
 for _, key in ipairs(expired) do
   if not seen[key] then
     redis.call('ZREM', active, key)
-    local rec = redis.call('HGET', pool, key)
+    local rec = redis.call('HGET', jobs, key)
     if rec and not is_record(rec) then
       bury_corrupt(key, rec)
     elseif rec and string.sub(rec, 1, 1) == 'A' then
@@ -160,18 +160,18 @@ for _, key in ipairs(expired) do
       local delay = delays[attempts]
       if delay then
         local at = bound_due(now + delay, now)
-        redis.call('HSET', pool, key, with_header(rec, 'F', attempts, at, token))
+        redis.call('HSET', jobs, key, with_header(rec, 'F', attempts, at, token))
         redis.call('ZADD', retry, slot_score(retry, at), key)
         count(stats, 'retried', 1)
       else
-        bury(dead, pool, stats, key, rec, now)
+        bury(dead, jobs, stats, key, rec, now)
         buried[#buried + 1] = key
       end
     end
   end
 end
 if #buried > 0 then
-  trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
+  trimmed = trimmed + trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
 end
 
 -- 2. (reads) ready jobs, FIFO: LRANGE one more than wanted, to know whether more are left,
@@ -196,7 +196,7 @@ while #lease_keys < max_jobs and rounds < 4 do
   if ready_more then got[#got] = nil end
   if #got == 0 then break end
   consumed = consumed + #got
-  local recs = hmget(pool, got)
+  local recs = hmget(jobs, got)
   for i, key in ipairs(got) do
     local rec = recs[i]
     if rec and not is_record(rec) then
@@ -236,7 +236,7 @@ end
 local promote_more = #taken == limit and limit > 0
 local records, hints = {}, {}
 if #taken > 0 then
-  local recs = hmget(pool, taken)
+  local recs = hmget(jobs, taken)
   for i, key in ipairs(taken) do
     local rec = recs[i]
     local state = rec and string.sub(rec, 1, 1)
@@ -264,7 +264,7 @@ if n_jobs == 0 then
   local cursor = redis.call('HGET', stats, 'audit_cursor') or '0'
   -- a damaged cursor would make HSCAN fail: start over instead
   if #cursor > 19 or not string.find(cursor, '^%d+$') then cursor = '0' end
-  scan = redis.call('HSCAN', pool, cursor, 'COUNT', 32)
+  scan = redis.call('HSCAN', jobs, cursor, 'COUNT', 32)
 end
 
 -- Every key the writes below touch has been read, but these (rare, or idle) paths':
@@ -302,7 +302,7 @@ if n_jobs > 0 then
 end
 for i, key in ipairs(corrupt_keys) do bury_corrupt(key, corrupt_recs[i]) end
 if consumed > 0 then redis.call('LTRIM', ready, consumed, -1) end
-if #records > 0 then call_many('HSET', pool, records) end
+if #records > 0 then call_many('HSET', jobs, records) end
 if #hints > 0 then call_many('RPUSH', ready, hints) end
 call_many('ZREM', scheduled, from_set[1])
 call_many('ZREM', retry, from_set[2])
@@ -311,7 +311,7 @@ local ready_left = ready_more or #hints > 0
 -- 5. (idle fetches only) audit a few records: one whose sorted-set entry is missing (deleted by
 --    hand, or a damaged restore) would otherwise wait for ever. Re-link it where its state
 --    says; a ready record is re-hinted only when ready is empty (the one cheap proof it has no
---    hint). The HSCAN cursor lives in stats, so successive idle fetches walk the whole pool.
+--    hint). The HSCAN cursor lives in stats, so successive idle fetches walk the whole `jobs` hash.
 --    Records this call has just moved (seen) were read before the move: they are skipped.
 local repaired = 0
 if scan then
@@ -365,7 +365,7 @@ else
     end
   end
   if n_jobs == 0 and retention > 0 then
-    trimmed = trimmed + trim_dead(dead, pool, hist, stats, now, dead_cap, retention, 100)
+    trimmed = trimmed + trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
   end
 end
 

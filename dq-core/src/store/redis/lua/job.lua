@@ -3,7 +3,7 @@
 --
 -- KEYS[1] active  dq:{topic#p}:active
 -- KEYS[2] dead    dq:{topic#p}:dead
--- KEYS[3] pool    dq:{topic#p}:pool
+-- KEYS[3] jobs    dq:{topic#p}:jobs
 -- KEYS[4] hist    dq:{topic#p}:hist
 --
 -- ARGV[1] key
@@ -11,11 +11,11 @@
 -- Returns {record, history, lease deadline, died}, each nil when absent (record nil: no such
 -- job); the two times are sorted-set scores, as text.
 
-local active, dead, pool, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local active, dead, jobs, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local key = ARGV[1]
 if not key then return redis.error_reply('ERR dq bad arguments: key') end
 return {
-  redis.call('HGET', pool, key),
+  redis.call('HGET', jobs, key),
   redis.call('HGET', hist, key),
   redis.call('ZSCORE', active, key),
   redis.call('ZSCORE', dead, key),

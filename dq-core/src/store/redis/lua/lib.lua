@@ -1,6 +1,6 @@
 -- lib.lua: helpers shared by every dq script; prepended to each script's body at load time.
 --
--- A job record is one value in the partition's `pool` hash, field = job key:
+-- A job record is one value in the partition's `jobs` hash, field = job key:
 --   20-byte header, struct '>c1BI6I6I6':
 --     state    1 char   S scheduled, R ready, A active, F retry, D dead
 --     attempts u8      attempts started (a release or a deferral gives one back)
@@ -178,14 +178,14 @@ local function wake(wake_key)
 end
 
 -- Removes at most `limit` dead jobs older than the retention or beyond the cap.
--- Returns how many were removed, and counts them in stats.trimmed. Writes dead, pool and
+-- Returns how many were removed, and counts them in stats.trimmed. Writes dead, jobs and
 -- hist: a caller that has written before has checked or read all three.
-local function trim_dead(dead, pool, hist, stats, now, cap, retention, limit)
+local function trim_dead(dead, jobs, hist, stats, now, cap, retention, limit)
   local removed = 0
   local old = redis.call('ZRANGEBYSCORE', dead, '-inf', string.format('(%d', now - retention), 'LIMIT', 0, limit)
   for _, k in ipairs(old) do
     redis.call('ZREM', dead, k)
-    redis.call('HDEL', pool, k)
+    redis.call('HDEL', jobs, k)
     redis.call('HDEL', hist, k)
     removed = removed + 1
   end
@@ -195,7 +195,7 @@ local function trim_dead(dead, pool, hist, stats, now, cap, retention, limit)
     if excess > 0 then
       local oldest = redis.call('ZPOPMIN', dead, excess)
       for i = 1, #oldest, 2 do
-        redis.call('HDEL', pool, oldest[i])
+        redis.call('HDEL', jobs, oldest[i])
         redis.call('HDEL', hist, oldest[i])
         removed = removed + 1
       end
@@ -206,9 +206,9 @@ local function trim_dead(dead, pool, hist, stats, now, cap, retention, limit)
 end
 
 -- Moves an active/failed job to the dead queue.
-local function bury(dead, pool, stats, key, rec, now)
+local function bury(dead, jobs, stats, key, rec, now)
   local _, attempts, due, _, token = unpack_record(rec)
-  redis.call('HSET', pool, key, with_header(rec, 'D', attempts, due, token))
+  redis.call('HSET', jobs, key, with_header(rec, 'D', attempts, due, token))
   redis.call('ZADD', dead, now, key)
   count(stats, 'buried', 1)
 end

@@ -3,9 +3,15 @@
 -- `maxmemory`). Bounded: at most `limit` records returned, O(log^2 n) to find the start in a
 -- sorted set, at most 4 * limit + 64 queue entries read in `ready`.
 --
--- KEYS[1] index    dq:{topic#p}:scheduled | retry | active | dead (zset), or ready (list)
--- KEYS[2] records  dq:{topic#p}:pool (the records hash)
--- KEYS[3] hist     dq:{topic#p}:hist
+-- KEYS[1] scheduled  dq:{topic#p}:scheduled
+-- KEYS[2] retry      dq:{topic#p}:retry
+-- KEYS[3] ready      dq:{topic#p}:ready
+-- KEYS[4] active     dq:{topic#p}:active
+-- KEYS[5] dead       dq:{topic#p}:dead
+-- KEYS[6] jobs       dq:{topic#p}:jobs     the records hash
+-- KEYS[7] hist       dq:{topic#p}:hist
+-- (The listed state's index is one of KEYS[1..5], chosen by ARGV[2]; all are passed so that
+-- the script's key list is the same for every state.)
 --
 -- ARGV[1] mode: 'z' (KEYS[1] is a sorted set) or 'r' (KEYS[1] is the ready list)
 -- ARGV[2] state code the records must have (S, F, A, D; R for the ready list)
@@ -19,9 +25,11 @@
 -- history (nil if none)}. A queue entry is listed only if its record says ready and its key
 -- was not listed before in this call (stale hints are skipped).
 
-local index, records, hist = KEYS[1], KEYS[2], KEYS[3]
+local records, hist = KEYS[6], KEYS[7]
 local mode, state, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if (mode ~= 'z' and mode ~= 'r') or not state or #state ~= 1 or not limit or limit <= 0 then
+local index = ({S = KEYS[1], F = KEYS[2], R = KEYS[3], A = KEYS[4], D = KEYS[5]})[state or '']
+if (mode ~= 'z' and mode ~= 'r') or not index or (mode == 'r') ~= (state == 'R')
+    or not limit or limit <= 0 then
   return redis.error_reply('ERR dq bad arguments: mode, state, limit')
 end
 

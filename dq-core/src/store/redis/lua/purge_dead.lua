@@ -1,7 +1,7 @@
 -- purge_dead: delete dead jobs: the named ones, or the oldest ARGV[1].
 --
 -- KEYS[1] dead  dq:{topic#p}:dead
--- KEYS[2] pool  dq:{topic#p}:pool
+-- KEYS[2] jobs  dq:{topic#p}:jobs
 -- KEYS[3] hist  dq:{topic#p}:hist
 --
 -- ARGV[1] limit: most jobs deleted by this call (> 0)
@@ -10,9 +10,9 @@
 -- Returns the number of jobs deleted. Only dead jobs are ever deleted.
 --
 -- Never fails after a write: dead is read first and ZREM dead is the first write. Checked:
--- pool and hist, whose first touch is a write after that.
+-- jobs and hist, whose first touch is a write after that.
 
-local dead, pool, hist = KEYS[1], KEYS[2], KEYS[3]
+local dead, jobs, hist = KEYS[1], KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[1])
 if not limit or limit <= 0 then return redis.error_reply('ERR dq bad arguments: limit') end
 
@@ -25,13 +25,13 @@ else
   keys = redis.call('ZRANGE', dead, 0, limit - 1)
 end
 if #keys == 0 then return 0 end
-local bad = check_types({pool, 'hash', hist, 'hash'})
+local bad = check_types({jobs, 'hash', hist, 'hash'})
 if bad then return bad end
 local deleted = 0
 for _, key in ipairs(keys) do
   -- a key named twice is deleted (and counted) once
   if redis.call('ZREM', dead, key) == 1 then
-    redis.call('HDEL', pool, key)
+    redis.call('HDEL', jobs, key)
     redis.call('HDEL', hist, key)
     deleted = deleted + 1
   end

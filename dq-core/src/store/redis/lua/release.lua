@@ -4,7 +4,7 @@
 --
 -- KEYS[1] active  dq:{topic#p}:active
 -- KEYS[2] ready   dq:{topic#p}:ready
--- KEYS[3] pool    dq:{topic#p}:pool
+-- KEYS[3] jobs    dq:{topic#p}:jobs
 -- KEYS[4] wake    dq:{topic#p}:wake
 --
 -- ARGV: pairs key, token
@@ -12,10 +12,10 @@
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
 -- Errors: 'ERR dq bad arguments: ...'
 --
--- Never fails after a write: pool is read first and ZREM active is the first write. Checked:
+-- Never fails after a write: jobs is read first and ZREM active is the first write. Checked:
 -- ready, once, before the first job is released (its first touch is a write after that).
 
-local active, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local active, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -28,7 +28,7 @@ local released = 0
 -- Backwards, so that after the LPUSHes the jobs stand at the front in the order given.
 for i = #ARGV - 1, 1, -2 do
   local key, token = ARGV[i], tonumber(ARGV[i + 1])
-  local rec = redis.call('HGET', pool, key)
+  local rec = redis.call('HGET', jobs, key)
   local ok = '0'
   if is_record(rec) then
     local state, attempts, due, _, owner = unpack_record(rec)
@@ -38,7 +38,7 @@ for i = #ARGV - 1, 1, -2 do
         if bad then return bad end
       end
       redis.call('ZREM', active, key)
-      redis.call('HSET', pool, key, with_header(rec, 'R', attempts - 1, due, owner))
+      redis.call('HSET', jobs, key, with_header(rec, 'R', attempts - 1, due, owner))
       redis.call('LPUSH', ready, key)
       released = released + 1
       ok = '1'

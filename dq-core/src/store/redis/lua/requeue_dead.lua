@@ -2,17 +2,17 @@
 --
 -- KEYS[1] dead   dq:{topic#p}:dead
 -- KEYS[2] ready  dq:{topic#p}:ready
--- KEYS[3] pool   dq:{topic#p}:pool
+-- KEYS[3] jobs   dq:{topic#p}:jobs
 -- KEYS[4] wake   dq:{topic#p}:wake
 --
 -- ARGV: job keys (at least one)
 --
 -- Returns a string with one character per key: '1' requeued, '0' not in the dead queue.
 --
--- Never fails after a write: pool is read first and ZREM dead is the first write. Checked:
+-- Never fails after a write: jobs is read first and ZREM dead is the first write. Checked:
 -- ready, once, before the first job is moved (its first touch is a write after that).
 
-local dead, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local dead, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if #ARGV == 0 then return redis.error_reply('ERR dq bad arguments: no keys') end
 
 local now = now_ms()
@@ -21,7 +21,7 @@ local moved = 0
 local checked = false
 for _, key in ipairs(ARGV) do
   local ok = '0'
-  local rec = redis.call('HGET', pool, key)
+  local rec = redis.call('HGET', jobs, key)
   if is_record(rec) and string.sub(rec, 1, 1) == 'D' then
     if not checked then
       local bad = check_types({ready, 'list'})
@@ -30,7 +30,7 @@ for _, key in ipairs(ARGV) do
     end
     if redis.call('ZREM', dead, key) == 1 then
       local _, _, _, _, token = unpack_record(rec)
-      redis.call('HSET', pool, key, with_header(rec, 'R', 0, now, token))
+      redis.call('HSET', jobs, key, with_header(rec, 'R', 0, now, token))
       redis.call('RPUSH', ready, key)
       moved = moved + 1
       ok = '1'

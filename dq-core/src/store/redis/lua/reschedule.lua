@@ -5,7 +5,7 @@
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
 -- KEYS[2] retry      dq:{topic#p}:retry
 -- KEYS[3] ready      dq:{topic#p}:ready
--- KEYS[4] pool       dq:{topic#p}:pool
+-- KEYS[4] jobs       dq:{topic#p}:jobs
 -- KEYS[5] wake       dq:{topic#p}:wake
 --
 -- ARGV[1] key
@@ -19,17 +19,17 @@
 --        (a value that is not a record counts as dead: fetch buries it)
 -- Errors: 'ERR dq bad arguments: ...'
 --
--- Never fails after a write: pool, and scheduled for a later time, are read first; the first
--- write is the one to the set that held the job (or pool). Checked: ready, when the job
+-- Never fails after a write: jobs, and scheduled for a later time, are read first; the first
+-- write is the one to the set that held the job (or jobs). Checked: ready, when the job
 -- becomes due at once (its first touch is a write after those).
 
-local scheduled, retry, ready, pool, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local scheduled, retry, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
   return redis.error_reply('ERR dq bad arguments: reschedule')
 end
 
-local rec = redis.call('HGET', pool, key)
+local rec = redis.call('HGET', jobs, key)
 if not rec then return {'N', 0} end
 if not is_record(rec) then return {'D', 0} end
 local state, attempts, due, _, token = unpack_record(rec)
@@ -49,7 +49,7 @@ elseif state ~= 'R' then
   if bad then return bad end
 end
 unlink(state, scheduled, retry, nil, key)
-redis.call('HSET', pool, key, with_header(rec, new_state, attempts, at, token))
+redis.call('HSET', jobs, key, with_header(rec, new_state, attempts, at, token))
 if new_state == 'R' and state == 'R' then
   -- already has a live hint in ready: keep its place in line
   return {'K', at}

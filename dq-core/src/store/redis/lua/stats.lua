@@ -5,7 +5,7 @@
 -- KEYS[3] ready      dq:{topic#p}:ready
 -- KEYS[4] active     dq:{topic#p}:active
 -- KEYS[5] dead       dq:{topic#p}:dead
--- KEYS[6] pool       dq:{topic#p}:pool
+-- KEYS[6] jobs       dq:{topic#p}:jobs
 -- KEYS[7] stats      dq:{topic#p}:stats
 --
 -- ARGV none
@@ -17,12 +17,12 @@
 --   counters: flat field, value pairs of the stats hash
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead, pool, stats = KEYS[5], KEYS[6], KEYS[7]
+local dead, jobs, stats = KEYS[5], KEYS[6], KEYS[7]
 
 local now = now_ms()
 local n_sched, n_retry = redis.call('ZCARD', scheduled), redis.call('ZCARD', retry)
 local n_active, n_dead = redis.call('ZCARD', active), redis.call('ZCARD', dead)
-local n_ready = redis.call('HLEN', pool) - n_sched - n_retry - n_active - n_dead
+local n_ready = redis.call('HLEN', jobs) - n_sched - n_retry - n_active - n_dead
 if n_ready < 0 then n_ready = 0 end
 
 local oldest = 0
@@ -38,7 +38,7 @@ end
 -- the first live hint in ready is the longest-waiting ready job
 local hints = redis.call('LRANGE', ready, 0, 15)
 for _, key in ipairs(hints) do
-  local rec = redis.call('HGET', pool, key)
+  local rec = redis.call('HGET', jobs, key)
   if rec and string.sub(rec, 1, 1) == 'R' then
     local _, _, due = unpack_record(rec)
     if now - due > oldest then oldest = now - due end

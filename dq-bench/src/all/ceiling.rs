@@ -1,0 +1,180 @@
+//! Redis's own ceilings on this machine (`redis-benchmark` of the commands dq's scripts use),
+//! printed beside dq's figures so they can be read against what the server can do at all.
+
+use super::*;
+
+impl Orchestrator {
+    pub(super) fn ceilings(&mut self) -> Result<()> {
+        let p = self.plan.clone();
+        let port = s(self.server.port());
+        let n = s(p.bench_requests);
+        let mut rows = Vec::new();
+        let mut raw = serde_json::Map::new();
+        self.flush()?;
+        for pipeline in [None, Some("16")] {
+            let mut args = vec!["-p", &port, "-n", &n, "-t", "set,lpush,zadd,hset", "-q"];
+            if let Some(depth) = pipeline {
+                args.extend(["-P", depth]);
+            }
+            let text = run_captured("redis-benchmark", &args, Duration::from_secs(300))?;
+            let parsed = parse_benchmark(&text);
+            for (cmd, rps) in &parsed {
+                let label = match pipeline {
+                    Some(d) => format!("{cmd} -P {d}"),
+                    None => cmd.clone(),
+                };
+                rows.push(json!({"label": label, "rps": rps, "ops_per_s": rps}));
+            }
+            raw.insert(
+                format!("-t set,lpush,zadd,hset -P {}", pipeline.unwrap_or("1")),
+                json!(parsed),
+            );
+            self.flush()?;
+        }
+        // EVALSHA of a ZADD + HSET with a ~120-byte payload.
+        let zadd_hset = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[1]) \
+                         redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) return 1";
+        let sha: String = self.cmd(&["SCRIPT", "LOAD", zadd_hset])?;
+        let payload = "p".repeat(120);
+        for pipeline in [None, Some("16")] {
+            let mut args = vec!["-p", &port, "-n", &n, "-r", "100000000", "-q"];
+            if let Some(depth) = pipeline {
+                args.extend(["-P", depth]);
+            }
+            args.extend([
+                "EVALSHA",
+                &sha,
+                "2",
+                "ceil:{x}:z",
+                "ceil:{x}:h",
+                "__rand_int__",
+                &payload,
+            ]);
+            let text = run_captured("redis-benchmark", &args, Duration::from_secs(300))?;
+            let parsed = parse_benchmark(&text);
+            let rps = parsed.values().next().copied();
+            let label = match pipeline {
+                Some(d) => format!("EVALSHA ZADD+HSET 120 B -P {d}"),
+                None => "EVALSHA ZADD+HSET 120 B".to_owned(),
+            };
+            rows.push(json!({"label": label, "rps": rps, "ops_per_s": rps}));
+            raw.insert(label, json!(parsed));
+            self.flush()?;
+        }
+        // EVALSHA of ZRANGEBYSCORE … LIMIT 0 100 + ZREM over a big zset, one client.
+        let fill = "for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do \
+                    redis.call('ZADD', KEYS[1], i, 'm' .. i) end return 1";
+        let step = 100_000u64;
+        let mut from = 1;
+        while from <= p.zset_members {
+            let to = (from + step - 1).min(p.zset_members);
+            self.cmd::<i64>(&["EVAL", fill, "1", "ceil:z", &s(from), &s(to)])?;
+            from = to + 1;
+        }
+        let pop = "local m = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'LIMIT', 0, 100) \
+                   if #m > 0 then redis.call('ZREM', KEYS[1], unpack(m)) end return #m";
+        let sha: String = self.cmd(&["SCRIPT", "LOAD", pop])?;
+        let calls = s(p.zrem_calls);
+        let text = run_captured(
+            "redis-benchmark",
+            &[
+                "-p", &port, "-n", &calls, "-c", "1", "-q", "EVALSHA", &sha, "1", "ceil:z",
+            ],
+            Duration::from_secs(300),
+        )?;
+        let members_left: u64 = self.cmd(&["ZCARD", "ceil:z"])?;
+        let parsed = parse_benchmark(&text);
+        let rps = parsed.values().next().copied();
+        let label = format!(
+            "EVALSHA ZRANGEBYSCORE 100 + ZREM ({} zset, 1 client)",
+            pretty_count(p.zset_members)
+        );
+        rows.push(
+            json!({"label": label, "rps": rps, "ops_per_s": rps.map(|r| r * 100.0),
+                         "note": "ops = members popped"}),
+        );
+        raw.insert(
+            label,
+            json!({"results": parsed, "zset_members_after": members_left}),
+        );
+        self.flush()?;
+        self.ceilings = json!({"rows": rows, "raw": raw});
+        for r in &rows {
+            eprintln!(
+                "   {:<52} {:>10} calls/s",
+                r["label"].as_str().unwrap_or("?"),
+                pretty(r["rps"].as_f64().unwrap_or(f64::NAN))
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Runs a command with a time limit and returns its stdout.
+pub(super) fn run_captured(program: &str, args: &[&str], timeout: Duration) -> Result<String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{program} did not finish within {timeout:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = reader.join().unwrap_or_default();
+    if !status.success() {
+        return Err(format!("{program} failed ({status}): {text}").into());
+    }
+    Ok(text)
+}
+
+/// `NAME: 123.45 requests per second, …` lines of `redis-benchmark -q` (progress lines are
+/// separated by `\r`) → NAME → requests per second.
+pub(super) fn parse_benchmark(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for segment in text.split(['\r', '\n']) {
+        let Some((head, _)) = segment.split_once(" requests per second") else {
+            continue;
+        };
+        let Some((name, rps)) = head.rsplit_once(": ") else {
+            continue;
+        };
+        if let Ok(rps) = rps.trim().parse::<f64>() {
+            out.insert(name.trim().to_owned(), rps);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn benchmark_output_parses() {
+        let text = "SET: rps=0.0 (overall: nan) avg_msec=nan (overall: nan)\r\
+                    SET: 98765.43 requests per second, p50=0.255 msec\n\
+                    LPUSH: 100000.00 requests per second, p50=0.247 msec\n\
+                    EVALSHA abc 2 ceil:{x}:z ceil:{x}:h __rand_int__ ppp: 45000.50 requests per second, p50=1 msec\n";
+        let r = parse_benchmark(text);
+        assert_eq!(r["SET"], 98765.43);
+        assert_eq!(r["LPUSH"], 100000.0);
+        assert_eq!(r.len(), 3);
+    }
+}

@@ -1,0 +1,385 @@
+//! Every figure `dq-bench all` reports, with its unit and its target (ARCHITECTURE.md and
+//! shared/bench/SCENARIOS.md), and how a figure's repetitions are judged against it.
+
+use super::*;
+
+/// How a figure is judged against its target.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Check {
+    /// The median must be at least this.
+    MedianAtLeast(f64),
+    /// The median must be at most this.
+    MedianAtMost(f64),
+    /// Every repetition must be at most this (correctness counts).
+    MaxAtMost(f64),
+}
+
+/// One reported figure: a value per repetition.
+#[derive(Clone, Debug)]
+pub(super) struct Figure {
+    pub(super) key: String,
+    pub(super) label: String,
+    pub(super) unit: &'static str,
+    pub(super) values: Vec<f64>,
+    pub(super) target: Option<(&'static str, Check)>,
+}
+
+impl Figure {
+    pub(super) fn sorted(&self) -> Vec<f64> {
+        let mut v = self.values.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+
+    pub(super) fn median(&self) -> Option<f64> {
+        let v = self.sorted();
+        match v.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(v[n / 2]),
+            n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+        }
+    }
+
+    pub(super) fn verdict(&self) -> &'static str {
+        let (Some((_, check)), Some(median)) = (self.target, self.median()) else {
+            return "";
+        };
+        let max = self.sorted().last().copied().unwrap_or(f64::NAN);
+        let ok = match check {
+            Check::MedianAtLeast(t) => median >= t,
+            Check::MedianAtMost(t) => median <= t,
+            Check::MaxAtMost(t) => max <= t,
+        };
+        if ok { "PASS" } else { "MISS" }
+    }
+
+    pub(super) fn to_json(&self) -> Value {
+        let v = self.sorted();
+        json!({
+            "key": self.key,
+            "label": self.label,
+            "unit": self.unit,
+            "values": self.values,
+            "median": self.median(),
+            "min": v.first(),
+            "max": v.last(),
+            "target": self.target.map(|(t, _)| t),
+            "verdict": self.verdict(),
+        })
+    }
+}
+
+impl Orchestrator {
+    pub(super) fn declare_figures(&mut self) {
+        let p = self.plan.clone();
+        let d = |key: &str, label: String, unit: &'static str, target| Figure {
+            key: key.to_owned(),
+            label,
+            unit,
+            values: Vec::new(),
+            target,
+        };
+        use Check::*;
+        self.figures = vec![
+            d(
+                "s1_single",
+                format!("S1 enqueue single (N={})", p.s1_n),
+                "jobs/s",
+                Some(("≥ 15,000", MedianAtLeast(15_000.0))),
+            ),
+            d(
+                "s1_single_current",
+                "S1 enqueue single, current-thread runtime".into(),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s1_bulk",
+                format!("S1 enqueue bulk, chunk 1000 (N={})", p.s1_n),
+                "jobs/s",
+                Some(("≥ 80,000", MedianAtLeast(80_000.0))),
+            ),
+            d(
+                "s2_bytes_per_job",
+                "S2 memory per pending job".into(),
+                "B/job",
+                Some(("≤ 250", MedianAtMost(250.0))),
+            ),
+            d(
+                "s2_usage_per_job",
+                "S2 MEMORY USAGE of all keys / N".into(),
+                "B/job",
+                None,
+            ),
+            d("s2_dbsize", "S2 DBSIZE".into(), "keys", None),
+            d(
+                "s3_rate",
+                format!("S3 drain, conc {} (N={})", p.conc, p.s3_n),
+                "jobs/s",
+                Some(("≥ 50,000", MedianAtLeast(50_000.0))),
+            ),
+            d(
+                "s3_not_once",
+                "S3 jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "s3_redis_cpu",
+                "S3 redis-server CPU during drain".into(),
+                "% core",
+                None,
+            ),
+            d(
+                "s3_worker_cpu",
+                "S3 worker process CPU during drain".into(),
+                "% core",
+                None,
+            ),
+            d(
+                "s3_evalsha_us",
+                "S3 evalsha usec_per_call (commandstats)".into(),
+                "µs",
+                None,
+            ),
+            d(
+                "s3_evalsha_per_job",
+                "S3 evalsha calls per job".into(),
+                "calls",
+                None,
+            ),
+            d(
+                "s3_server_us_per_job",
+                "S3 Redis script time per job".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "s3c1_rate",
+                format!("S3c1 drain, conc 1 (N={})", p.s3c1_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3c1_not_once",
+                "S3c1 jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "s3r_rate",
+                format!("S3R drain of ready jobs, conc {} (N={})", p.conc, p.s3_n),
+                "jobs/s",
+                Some(("≥ 50,000", MedianAtLeast(50_000.0))),
+            ),
+            d(
+                "s3r_not_once",
+                "S3R jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "s3r_redis_cpu",
+                "S3R redis-server CPU during drain".into(),
+                "% core",
+                None,
+            ),
+            d(
+                "s3r_worker_cpu",
+                "S3R worker process CPU during drain".into(),
+                "% core",
+                None,
+            ),
+            d(
+                "s3r_evalsha_us",
+                "S3R evalsha usec_per_call".into(),
+                "µs",
+                None,
+            ),
+            d(
+                "s3r_evalsha_per_job",
+                "S3R evalsha calls per job".into(),
+                "calls",
+                None,
+            ),
+            d(
+                "s3r_server_us_per_job",
+                "S3R Redis script time per job".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "s4_p50",
+                format!(
+                    "S4 lateness p50 (N={}, {} s window)",
+                    p.s4_n,
+                    p.s4_window_ms / 1000
+                ),
+                "ms",
+                None,
+            ),
+            d("s4_p90", "S4 lateness p90".into(), "ms", None),
+            d(
+                "s4_p99",
+                "S4 lateness p99".into(),
+                "ms",
+                Some(("≤ 5", MedianAtMost(5.0))),
+            ),
+            d(
+                "s4_max",
+                "S4 lateness max".into(),
+                "ms",
+                Some(("≤ 20", MedianAtMost(20.0))),
+            ),
+            d(
+                "s4_not_once",
+                "S4 jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "s5_total",
+                format!("S5 retry: first add → last success (N={})", p.s5_n),
+                "s",
+                Some(("≤ 1.6", MedianAtMost(1.6))),
+            ),
+            d(
+                "s5_not_twice",
+                "S5 jobs not run exactly twice".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "idle_cmds",
+                format!(
+                    "Idle worker, {} s: client commands/s per fetcher",
+                    p.idle_secs
+                ),
+                "cmd/s",
+                Some(("≤ 1", MedianAtMost(1.0))),
+            ),
+        ];
+        let sizes: Vec<u64> = p.scale_sizes.iter().copied().chain(p.scale_big).collect();
+        for size in &sizes {
+            let n = pretty_count(*size);
+            self.figures.push(d(
+                &format!("scale_enq_us_{size}"),
+                format!("Scale: enqueue (single) with {n} pending"),
+                "µs/job",
+                None,
+            ));
+            self.figures.push(d(
+                &format!("scale_enq_srv_{size}"),
+                format!("Scale: enqueue script time with {n} pending"),
+                "µs/job",
+                None,
+            ));
+            self.figures.push(d(
+                &format!("scale_fire_us_{size}"),
+                format!("Scale: fire (drain, conc {}) with {n} pending", p.conc),
+                "µs/job",
+                None,
+            ));
+            self.figures.push(d(
+                &format!("scale_fire_srv_{size}"),
+                format!("Scale: fire script time with {n} pending"),
+                "µs/job",
+                None,
+            ));
+            self.figures.push(d(
+                &format!("scale_bytes_{size}"),
+                format!("Scale: memory per pending job with {n} pending"),
+                "B/job",
+                None,
+            ));
+        }
+        for size in sizes.iter().skip(1) {
+            let n = pretty_count(*size);
+            let base = pretty_count(sizes[0]);
+            for (what, label) in [
+                ("enq", "enqueue"),
+                ("enq_srv", "enqueue script"),
+                ("fire", "fire"),
+                ("fire_srv", "fire script"),
+            ] {
+                self.figures.push(d(
+                    &format!("scale_ratio_{what}_{size}"),
+                    format!("Scale ratio {label}: {n} / {base}"),
+                    "×",
+                    Some(("≤ 1.3", MedianAtMost(1.3))),
+                ));
+            }
+        }
+        self.figures.extend([
+            d(
+                "mass_last_start",
+                format!(
+                    "Mass expiry ({} due at one ms): last start after due",
+                    pretty_count(p.mass_n)
+                ),
+                "ms",
+                None,
+            ),
+            d(
+                "mass_drain_rate",
+                "Mass expiry: drain rate after due".into(),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "mass_longest_script",
+                "Mass expiry: longest script call while firing (SLOWLOG 0)".into(),
+                "µs",
+                Some(("≤ 10,000", MedianAtMost(10_000.0))),
+            ),
+            d(
+                "mass_longest_fetch",
+                "Mass expiry: longest fetch while firing".into(),
+                "µs",
+                None,
+            ),
+            d(
+                "mass_longest_enqueue",
+                "Mass expiry: longest bulk enqueue of 1000, before due".into(),
+                "µs",
+                None,
+            ),
+            d(
+                "mass_longest_ack",
+                "Mass expiry: longest ack while firing".into(),
+                "µs",
+                None,
+            ),
+            d(
+                "mass_not_once",
+                "Mass expiry: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_verdicts() {
+        let f = Figure {
+            key: "x".into(),
+            label: "x".into(),
+            unit: "",
+            values: vec![3.0, 1.0, 2.0],
+            target: Some(("≤ 2", Check::MedianAtMost(2.0))),
+        };
+        assert_eq!(f.median(), Some(2.0));
+        assert_eq!(f.verdict(), "PASS");
+        let g = Figure {
+            target: Some(("0", Check::MaxAtMost(0.0))),
+            values: vec![0.0, 1.0, 0.0],
+            ..f
+        };
+        assert_eq!(g.verdict(), "MISS");
+    }
+}

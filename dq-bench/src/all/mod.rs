@@ -1,0 +1,518 @@
+//! `dq-bench all`: the orchestrator.
+//!
+//! It starts its own `redis-server` (no persistence, loopback, a free port, Redis defaults
+//! otherwise) and runs every scenario through this binary's own `enqueue` and `worker`
+//! commands, as child processes — the way an orchestrator drives any queue — with `FLUSHALL`
+//! before every run and (by default) three repetitions each. It prints a table of
+//! median/min/max per figure against dq's targets, with Redis's own ceilings beside them,
+//! and writes everything (every run's raw result lines too) to `bench-results/<UTC>.json`.
+//!
+//! `--quick` is a smoke version (tiny N, one repetition, short windows) for CI; `--big` adds
+//! 10,000,000 pending jobs to the scale scenario (one repetition of that size).
+//!
+//! Every wait is bounded; every child process is killed if it outlives its purpose.
+//!
+//! This file holds the orchestration (the plan, the order of sections, the child processes'
+//! start and finish, repetitions); the sections themselves are in `scenarios.rs` and
+//! `ceiling.rs`, the figures and their targets in `figures.rs`, the printed table and the JSON
+//! file in `report.rs`. The other files start with `use super::*;`: the imports below are
+//! shared by all.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use dq_testkit::{RedisServer, ServerOptions};
+use redis::Connection;
+use serde_json::{Value, json};
+
+use crate::jobs::now_ms;
+use crate::redis_admin::{self as admin, CmdStat};
+use crate::{Result, Scenario};
+
+mod ceiling;
+mod figures;
+mod process;
+mod report;
+mod scenarios;
+
+use self::figures::Figure;
+use self::process::{Proc, Sampler, cpu_pct};
+use self::report::{git_describe, pretty, pretty_count};
+
+/// Slow-log capacity while every command is logged (scripts log their inner commands too:
+/// about ten per job).
+const SLOWLOG_MAX_LEN: usize = 2_000_000;
+
+/// Arguments of `dq-bench all`.
+#[derive(Args, Debug, Clone)]
+pub struct AllArgs {
+    /// Smoke version: tiny N, one repetition, short windows (well under a minute).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also measure the scale scenario with 10,000,000 pending jobs.
+    #[arg(long)]
+    pub big: bool,
+    /// Repetitions per scenario (default 3; 1 with --quick).
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Only these sections, comma-separated: s1, s3, s3c1, s3r, profile, s4, s5, idle, scale,
+    /// mass, ceilings (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Directory of the JSON result (default: bench-results/ at the workspace root).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Sizes and windows of one orchestrated run.
+#[derive(Clone, Debug, serde::Serialize)]
+struct Plan {
+    quick: bool,
+    reps: usize,
+    conc: usize,
+    linger_ms: u64,
+    s1_n: u64,
+    s3_n: u64,
+    s3_delay_ms: u64,
+    s3c1_n: u64,
+    s4_n: u64,
+    s4_lead_ms: u64,
+    s4_window_ms: u64,
+    s5_n: u64,
+    idle_secs: u64,
+    scale_sizes: Vec<u64>,
+    scale_big: Option<u64>,
+    scale_m: u64,
+    scale_delay_ms: u64,
+    mass_n: u64,
+    mass_lead_ms: u64,
+    bench_requests: u64,
+    zset_members: u64,
+    zrem_calls: u64,
+}
+
+impl Plan {
+    fn new(args: &AllArgs) -> Plan {
+        if args.quick {
+            Plan {
+                quick: true,
+                reps: args.reps.unwrap_or(1),
+                conc: 50,
+                linger_ms: 500,
+                s1_n: 2_000,
+                s3_n: 2_000,
+                s3_delay_ms: 1_000,
+                s3c1_n: 300,
+                s4_n: 500,
+                s4_lead_ms: 1_000,
+                s4_window_ms: 2_000,
+                s5_n: 500,
+                idle_secs: 3,
+                scale_sizes: vec![1_000, 20_000],
+                scale_big: None,
+                scale_m: 1_000,
+                scale_delay_ms: 500,
+                mass_n: 2_000,
+                mass_lead_ms: 1_500,
+                bench_requests: 20_000,
+                zset_members: 100_000,
+                zrem_calls: 200,
+            }
+        } else {
+            Plan {
+                quick: false,
+                reps: args.reps.unwrap_or(3),
+                conc: 50,
+                linger_ms: 3_000,
+                s1_n: 100_000,
+                s3_n: 100_000,
+                s3_delay_ms: 5_000,
+                s3c1_n: 20_000,
+                s4_n: 10_000,
+                s4_lead_ms: 5_000,
+                s4_window_ms: 30_000,
+                s5_n: 10_000,
+                idle_secs: 60,
+                scale_sizes: vec![10_000, 1_000_000],
+                scale_big: args.big.then_some(10_000_000),
+                scale_m: 10_000,
+                scale_delay_ms: 1_000,
+                mass_n: 100_000,
+                mass_lead_ms: 5_000,
+                bench_requests: 200_000,
+                zset_members: 1_000_000,
+                zrem_calls: 5_000,
+            }
+        }
+    }
+}
+
+/// A started worker child.
+struct Running {
+    proc: Proc,
+    ready_at: Instant,
+    sampler: Sampler,
+}
+
+/// The orchestrator's state.
+struct Orchestrator {
+    plan: Plan,
+    server: RedisServer,
+    admin: Connection,
+    exe: PathBuf,
+    tck: f64,
+    figures: Vec<Figure>,
+    runs: BTreeMap<String, Vec<Value>>,
+    notes: Vec<String>,
+    ceilings: Value,
+    /// Runs and sections that failed (not targets missed).
+    errors: usize,
+    /// `git describe --always --dirty` of the measured tree, taken at the start.
+    git: Option<String>,
+}
+
+/// Runs `dq-bench all`.
+pub fn run(args: AllArgs) -> Result<()> {
+    let plan = Plan::new(&args);
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let exe = std::env::current_exe()?;
+    eprintln!("dq-bench all: starting a private redis-server ...");
+    let server = RedisServer::start_with(ServerOptions::default());
+    let admin = server.connection();
+    let mut o = Orchestrator {
+        plan,
+        admin,
+        server,
+        exe,
+        tck: clock_ticks(),
+        figures: Vec::new(),
+        runs: BTreeMap::new(),
+        notes: Vec::new(),
+        ceilings: Value::Null,
+        errors: 0,
+        git: git_describe(),
+    };
+    o.declare_figures();
+    eprintln!(
+        "dq-bench all: redis-server pid {} on {} ({} repetition(s){})",
+        o.server.pid(),
+        o.server.url(),
+        o.plan.reps,
+        if o.plan.quick { ", quick" } else { "" }
+    );
+    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    type Section = fn(&mut Orchestrator) -> Result<()>;
+    let sections: [(&str, Section); 11] = [
+        ("s1", Orchestrator::s1),
+        ("s3", |o| o.drains("s3")),
+        ("s3c1", |o| o.drains("s3c1")),
+        ("s3r", |o| o.drains("s3r")),
+        ("profile", Orchestrator::profile),
+        ("s4", Orchestrator::s4),
+        ("s5", Orchestrator::s5),
+        ("idle", Orchestrator::idle),
+        ("scale", Orchestrator::scale),
+        ("mass", Orchestrator::mass),
+        ("ceilings", Orchestrator::ceilings),
+    ];
+    for (name, section) in sections {
+        if !wanted(name) {
+            continue;
+        }
+        let t = Instant::now();
+        eprintln!("== {name}");
+        if let Err(e) = section(&mut o) {
+            eprintln!("   {name} failed: {e}");
+            o.notes.push(format!("section {name} failed: {e}"));
+            o.errors += 1;
+        }
+        eprintln!("   ({:.1} s)", t.elapsed().as_secs_f64());
+    }
+    let table = o.table();
+    println!("{table}");
+    println!(
+        "measured tree: {} (git describe at start)",
+        o.git.as_deref().unwrap_or("?")
+    );
+    let path = o.write_json(&args, started, clock.elapsed())?;
+    println!("results: {}", path.display());
+    // A missed target is a finding; a run that could not be measured is an error (CI fails).
+    if o.errors > 0 {
+        return Err(format!(
+            "{} failure(s) while measuring; see the notes above",
+            o.errors
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` CPU times.
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn num(v: &Value, pointer: &str) -> Result<f64> {
+    v.pointer(pointer)
+        .and_then(Value::as_f64)
+        .ok_or_else(|| format!("no number at {pointer} in {v}").into())
+}
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+/// Sleeps until the wall clock reaches `ms` (at most `max`).
+fn sleep_until_ms(ms: u64, max: Duration) {
+    let now = now_ms();
+    if ms > now {
+        std::thread::sleep(Duration::from_millis(ms - now).min(max));
+    }
+}
+
+impl Orchestrator {
+    fn push(&mut self, key: &str, value: f64) {
+        if let Some(f) = self.figures.iter_mut().find(|f| f.key == key) {
+            f.values.push(value);
+        } else {
+            self.figures.push(Figure {
+                key: key.to_owned(),
+                label: key.to_owned(),
+                unit: "",
+                values: vec![value],
+                target: None,
+            });
+        }
+    }
+
+    fn record(&mut self, section: &str, value: Value) {
+        self.runs.entry(section.to_owned()).or_default().push(value);
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    fn cmd<T: redis::FromRedisValue>(&mut self, args: &[&str]) -> Result<T> {
+        admin::cmd(&mut self.admin, args)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.cmd::<()>(&["FLUSHALL"])
+    }
+
+    fn resetstat(&mut self) -> Result<()> {
+        self.cmd::<()>(&["CONFIG", "RESETSTAT"])
+    }
+
+    fn used_memory(&mut self) -> Result<u64> {
+        admin::info_u64(&mut self.admin, "memory", "used_memory")
+    }
+
+    fn commandstats(&mut self) -> Result<BTreeMap<String, CmdStat>> {
+        admin::commandstats(&mut self.admin)
+    }
+
+    /// Runs `dq-bench enqueue …` to its result line.
+    fn enqueue(&self, args: &[String]) -> Result<Value> {
+        let mut full = vec![s("enqueue")];
+        full.extend(args.iter().cloned());
+        let proc = Proc::spawn(&self.exe, &self.url(), &full)?;
+        let out = proc.finish(Duration::from_secs(1800))?;
+        if num(&out, "/not_created")? > 0.0 {
+            return Err(format!("enqueue did not create every job: {out}").into());
+        }
+        Ok(out)
+    }
+
+    /// Starts `dq-bench worker …` and waits for its ready line.
+    fn start_worker(
+        &self,
+        scenario: Scenario,
+        conc: usize,
+        n: u64,
+        timeout_s: u64,
+    ) -> Result<Running> {
+        let args = vec![
+            s("worker"),
+            s("--scenario"),
+            s(scenario.name()),
+            s("--conc"),
+            s(conc),
+            s("--n"),
+            s(n),
+            s("--timeout-s"),
+            s(timeout_s),
+            s("--linger-ms"),
+            s(self.plan.linger_ms),
+        ];
+        let mut proc = Proc::spawn(&self.exe, &self.url(), &args)?;
+        let sampler = Sampler::start(
+            self.server.pid(),
+            proc.pid(),
+            Duration::from_secs(timeout_s + 60),
+        );
+        let ready = proc.line(Duration::from_secs(30))?;
+        let ready_at = Instant::now();
+        if ready.get("ready") != Some(&Value::Bool(true)) {
+            return Err(format!("worker's first line was not ready: {ready}").into());
+        }
+        Ok(Running {
+            proc,
+            ready_at,
+            sampler,
+        })
+    }
+
+    /// Waits for a worker's result; returns it with Redis's and the worker's CPU use during
+    /// its `secs`.
+    fn finish_worker(&self, running: Running, timeout: Duration) -> Result<(Value, Value)> {
+        let Running {
+            proc,
+            ready_at,
+            sampler,
+        } = running;
+        let result = proc.finish(timeout);
+        let samples = sampler.finish();
+        let result = result?;
+        let secs = num(&result, "/secs")?;
+        let to = ready_at + Duration::from_secs_f64(secs);
+        let cpu = json!({
+            "redis_pct": cpu_pct(&samples, ready_at, to, self.tck, |s| s.redis),
+            "worker_pct": cpu_pct(&samples, ready_at, to, self.tck, |s| s.worker),
+        });
+        Ok((result, cpu))
+    }
+
+    /// Waits until at least one client is blocked (an idle fetcher's wake-up listener).
+    fn wait_blocked(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let n = admin::info_u64(&mut self.admin, "clients", "blocked_clients")?;
+            if n >= 1 {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err("no worker blocked on its wake-up list in time".into())
+    }
+
+    /// Runs `f` for each repetition; a failed repetition is recorded and the rest go on.
+    fn reps(
+        &mut self,
+        section: &str,
+        reps: usize,
+        mut f: impl FnMut(&mut Self, usize) -> Result<Value>,
+    ) -> Result<()> {
+        let mut failures = 0;
+        for rep in 0..reps {
+            let t = Instant::now();
+            match f(self, rep) {
+                Ok(mut v) => {
+                    if let Value::Object(m) = &mut v {
+                        m.insert("rep".into(), json!(rep));
+                    }
+                    eprintln!(
+                        "   {section} rep {}/{reps}: {} ({:.1} s)",
+                        rep + 1,
+                        summary(section, &v),
+                        t.elapsed().as_secs_f64()
+                    );
+                    self.record(section, v);
+                }
+                Err(e) => {
+                    failures += 1;
+                    self.errors += 1;
+                    eprintln!("   {section} rep {}/{reps} failed: {e}", rep + 1);
+                    self.notes.push(format!("{section} rep {}: {e}", rep + 1));
+                    self.record(section, json!({"rep": rep, "error": e.to_string()}));
+                }
+            }
+        }
+        if failures == reps {
+            return Err(format!("every repetition of {section} failed").into());
+        }
+        Ok(())
+    }
+}
+
+/// A one-line summary of a repetition for the progress log.
+fn summary(section: &str, v: &Value) -> String {
+    let f = |p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_f64)
+            .map_or("?".into(), pretty)
+    };
+    match section {
+        "s1" => format!(
+            "single {} jobs/s (current-thread {}), bulk {} jobs/s, {} B/job",
+            f("/single/jobs_per_s"),
+            f("/single_current/jobs_per_s"),
+            f("/bulk/jobs_per_s"),
+            f("/s2/bytes_per_job")
+        ),
+        "s3" | "s3c1" | "s3r" => format!(
+            "{} jobs/s, not once {}, redis {}% worker {}% CPU, evalsha {} µs/call",
+            f("/worker/jobs_per_s"),
+            f("/worker/jobs_not_exactly_expected"),
+            f("/cpu/redis_pct"),
+            f("/cpu/worker_pct"),
+            f("/redis/evalsha_usec_per_call")
+        ),
+        "s4" => format!(
+            "lateness p50 {} p90 {} p99 {} max {} ms",
+            f("/worker/lateness_ms/p50"),
+            f("/worker/lateness_ms/p90"),
+            f("/worker/lateness_ms/p99"),
+            f("/worker/lateness_ms/max")
+        ),
+        "s5" => format!(
+            "total {} s, not twice {}",
+            f("/total_secs"),
+            f("/worker/jobs_not_exactly_expected")
+        ),
+        "idle" => format!("{} cmd/s per fetcher", f("/cmds_per_s_per_fetcher")),
+        "mass" => format!(
+            "last start {} ms after due, longest script {} µs",
+            f("/worker/lateness_ms/max"),
+            f("/longest_script_us")
+        ),
+        "scale" => {
+            let Value::Object(m) = v else {
+                return String::new();
+            };
+            m.iter()
+                .filter(|(k, _)| k.parse::<u64>().is_ok())
+                .map(|(k, x)| {
+                    let g = |p: &str| {
+                        x.pointer(p)
+                            .and_then(Value::as_f64)
+                            .map_or("?".into(), pretty)
+                    };
+                    format!(
+                        "{} pending: enqueue {} µs, fire {} µs",
+                        pretty_count(k.parse().unwrap_or(0)),
+                        g("/enqueue_us_per_job"),
+                        g("/fire_us_per_job")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+        _ => String::new(),
+    }
+}

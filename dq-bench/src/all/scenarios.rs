@@ -1,0 +1,497 @@
+//! The scenarios: each section of `dq-bench all` (S1 enqueue, the S3 drains and their profile,
+//! S4, S5, idle, scale, mass expiry), run through child processes and recorded as figures.
+
+use super::*;
+
+impl Orchestrator {
+    // ---- S1 + S2 ----------------------------------------------------------------------
+
+    pub(super) fn s1(&mut self) -> Result<()> {
+        let n = self.plan.s1_n;
+        let reps = self.plan.reps;
+        self.reps("s1", reps, |o, _| {
+            let mut rep = serde_json::Map::new();
+            // `single_current`: the same one-by-one adds from a current-thread runtime, which
+            // separates the client runtime's cross-thread wake-ups from dq's own cost.
+            for (name, mode, flavor) in [
+                ("single", "single", "multi"),
+                ("single_current", "single", "current"),
+                ("bulk", "bulk", "multi"),
+            ] {
+                o.flush()?;
+                let empty = o.used_memory()?;
+                let r = o.enqueue(&[
+                    s("--scenario"),
+                    s("S1"),
+                    s("--mode"),
+                    s(mode),
+                    s("--n"),
+                    s(n),
+                    s("--chunk"),
+                    s(1000),
+                    s("--runtime"),
+                    s(flavor),
+                ])?;
+                o.push(&format!("s1_{name}"), num(&r, "/jobs_per_s")?);
+                rep.insert(name.into(), r);
+                if mode == "bulk" {
+                    let used = o.used_memory()?;
+                    let per_job = used.saturating_sub(empty) as f64 / n as f64;
+                    let census = admin::census(&mut o.admin, 10_000)?;
+                    o.push("s2_bytes_per_job", per_job);
+                    o.push(
+                        "s2_usage_per_job",
+                        census.total_usage_bytes as f64 / n as f64,
+                    );
+                    o.push("s2_dbsize", census.dbsize as f64);
+                    rep.insert(
+                        "s2".into(),
+                        json!({
+                            "used_memory_empty": empty,
+                            "used_memory": used,
+                            "bytes_per_job": per_job,
+                            "census": census,
+                        }),
+                    );
+                }
+            }
+            Ok(Value::Object(rep))
+        })
+    }
+
+    // ---- S3, S3c1, S3R ---------------------------------------------------------------
+
+    pub(super) fn drains(&mut self, which: &'static str) -> Result<()> {
+        let (scenario, n, conc) = match which {
+            "s3" => (Scenario::S3, self.plan.s3_n, self.plan.conc),
+            "s3c1" => (Scenario::S3, self.plan.s3c1_n, 1),
+            _ => (Scenario::S3R, self.plan.s3_n, self.plan.conc),
+        };
+        if which == "s3c1" && n < self.plan.s3_n {
+            self.notes.push(format!(
+                "S3c1 uses N={n} (not {}): at concurrency 1 the full N would take minutes",
+                self.plan.s3_n
+            ));
+        }
+        let reps = self.plan.reps;
+        self.reps(which, reps, |o, _| {
+            let v = o.drain(scenario, n, conc, false)?;
+            o.push(&format!("{which}_rate"), num(&v, "/worker/jobs_per_s")?);
+            o.push(
+                &format!("{which}_not_once"),
+                num(&v, "/worker/jobs_not_exactly_expected")?,
+            );
+            if which != "s3c1" {
+                if let Some(c) = v.pointer("/cpu/redis_pct").and_then(Value::as_f64) {
+                    o.push(&format!("{which}_redis_cpu"), c);
+                }
+                if let Some(c) = v.pointer("/cpu/worker_pct").and_then(Value::as_f64) {
+                    o.push(&format!("{which}_worker_cpu"), c);
+                }
+                o.push(
+                    &format!("{which}_evalsha_us"),
+                    num(&v, "/redis/evalsha_usec_per_call")?,
+                );
+                o.push(
+                    &format!("{which}_evalsha_per_job"),
+                    num(&v, "/redis/evalsha_calls_per_job")?,
+                );
+                o.push(
+                    &format!("{which}_server_us_per_job"),
+                    num(&v, "/redis/script_usec_per_job")?,
+                );
+            }
+            Ok(v)
+        })
+    }
+
+    /// One drain: enqueue N (bulk), wait until due + 1 s (S3), start one worker, time it.
+    /// With `profile`, every command is logged (SLOWLOG) and the scripts' costs are grouped.
+    pub(super) fn drain(
+        &mut self,
+        scenario: Scenario,
+        n: u64,
+        conc: usize,
+        profile: bool,
+    ) -> Result<Value> {
+        self.flush()?;
+        let mut args = vec![
+            s("--scenario"),
+            s(scenario.name()),
+            s("--mode"),
+            s("bulk"),
+            s("--n"),
+            s(n),
+        ];
+        if scenario == Scenario::S3 {
+            args.extend([s("--delay-ms"), s(self.plan.s3_delay_ms)]);
+        }
+        let produced = self.enqueue(&args)?;
+        if scenario == Scenario::S3 {
+            let last_due = num(&produced, "/last_due_ms")? as u64;
+            sleep_until_ms(last_due + 1000, Duration::from_secs(60));
+        }
+        if profile {
+            self.slowlog_on(0)?;
+        }
+        self.resetstat()?;
+        let running = self.start_worker(scenario, conc, n, 600)?;
+        let (worker, cpu) = self.finish_worker(running, Duration::from_secs(700))?;
+        let stats = self.commandstats()?;
+        let evalsha = stats.get("evalsha").copied().unwrap_or_default();
+        let mut v = json!({
+            "enqueue": produced,
+            "worker": worker,
+            "cpu": cpu,
+            "redis": {
+                "evalsha_calls": evalsha.calls,
+                "evalsha_usec": evalsha.usec,
+                "evalsha_usec_per_call": evalsha.usec_per_call(),
+                "evalsha_calls_per_job": evalsha.calls as f64 / n as f64,
+                "script_usec_per_job": evalsha.usec as f64 / n as f64,
+                "commandstats": stats,
+            },
+        });
+        if profile {
+            let entries = admin::slowlog(&mut self.admin)?;
+            self.slowlog_default()?;
+            if entries.len() >= SLOWLOG_MAX_LEN {
+                self.notes
+                    .push("profile: the slow log filled up; totals are low".into());
+            }
+            let classes = admin::slow_classes(&entries);
+            let per_job: BTreeMap<&String, f64> = classes
+                .iter()
+                .map(|(k, c)| (k, c.total_us as f64 / n as f64))
+                .collect();
+            v["slowlog"] = json!({"entries": entries.len(), "classes": classes,
+                                  "usec_per_job": per_job});
+        }
+        Ok(v)
+    }
+
+    /// Logs every command that takes `threshold_us` or more (0: every command), from now.
+    pub(super) fn slowlog_on(&mut self, threshold_us: u64) -> Result<()> {
+        self.cmd::<()>(&["CONFIG", "SET", "slowlog-max-len", &s(SLOWLOG_MAX_LEN)])?;
+        self.cmd::<()>(&["CONFIG", "SET", "slowlog-log-slower-than", &s(threshold_us)])?;
+        self.cmd::<()>(&["SLOWLOG", "RESET"])
+    }
+
+    pub(super) fn slowlog_default(&mut self) -> Result<()> {
+        self.cmd::<()>(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"])?;
+        self.cmd::<()>(&["CONFIG", "SET", "slowlog-max-len", "128"])?;
+        self.cmd::<()>(&["SLOWLOG", "RESET"])
+    }
+
+    /// One extra S3 drain with every command in the slow log: the cost of each script.
+    pub(super) fn profile(&mut self) -> Result<()> {
+        let (n, conc) = (self.plan.s3_n, self.plan.conc);
+        let result = self.drain(Scenario::S3, n, conc, true);
+        if result.is_err() {
+            let _ = self.slowlog_default();
+        }
+        let v = result?;
+        eprintln!(
+            "   profile (S3 with SLOWLOG 0): {:.0} jobs/s; per job: {}",
+            num(&v, "/worker/jobs_per_s").unwrap_or(f64::NAN),
+            v["slowlog"]["usec_per_job"]
+        );
+        self.record("profile", v);
+        Ok(())
+    }
+
+    // ---- S4, S5 -------------------------------------------------------------------------
+
+    pub(super) fn s4(&mut self) -> Result<()> {
+        let p = self.plan.clone();
+        self.reps("s4", p.reps, |o, _| {
+            o.flush()?;
+            let timeout = (p.s4_lead_ms + p.s4_window_ms) / 1000 + 120;
+            let running = o.start_worker(Scenario::S4, p.conc, p.s4_n, timeout)?;
+            o.wait_blocked(Duration::from_secs(10))?;
+            o.resetstat()?;
+            let start = now_ms() + p.s4_lead_ms;
+            let produced = o.enqueue(&[
+                s("--scenario"),
+                s("S4"),
+                s("--mode"),
+                s("single"),
+                s("--n"),
+                s(p.s4_n),
+                s("--start-ms"),
+                s(start),
+                s("--window-ms"),
+                s(p.s4_window_ms),
+            ])?;
+            let (worker, _) = o.finish_worker(running, Duration::from_secs(timeout + 30))?;
+            for q in ["p50", "p90", "p99", "max"] {
+                o.push(
+                    &format!("s4_{q}"),
+                    num(&worker, &format!("/lateness_ms/{q}"))?,
+                );
+            }
+            o.push("s4_not_once", num(&worker, "/jobs_not_exactly_expected")?);
+            let stats = o.commandstats()?;
+            Ok(
+                json!({"start_ms": start, "enqueue": produced, "worker": worker,
+                      "commandstats": stats}),
+            )
+        })
+    }
+
+    pub(super) fn s5(&mut self) -> Result<()> {
+        let p = self.plan.clone();
+        self.reps("s5", p.reps, |o, _| {
+            o.flush()?;
+            let running = o.start_worker(Scenario::S5, p.conc, p.s5_n, 120)?;
+            o.wait_blocked(Duration::from_secs(10))?;
+            o.resetstat()?;
+            let produced = o.enqueue(&[
+                s("--scenario"),
+                s("S5"),
+                s("--mode"),
+                s("bulk"),
+                s("--n"),
+                s(p.s5_n),
+            ])?;
+            let (worker, _) = o.finish_worker(running, Duration::from_secs(150))?;
+            let total =
+                (num(&worker, "/last_done_ms")? - num(&produced, "/first_add_ms")?) / 1000.0;
+            o.push("s5_total", total);
+            o.push("s5_not_twice", num(&worker, "/jobs_not_exactly_expected")?);
+            // Producer and worker together: bulk enqueue, fetch, fail, ack.
+            let stats = o.commandstats()?;
+            Ok(
+                json!({"total_secs": total, "enqueue": produced, "worker": worker,
+                      "commandstats": stats}),
+            )
+        })
+    }
+
+    // ---- idle cost ----------------------------------------------------------------------
+
+    pub(super) fn idle(&mut self) -> Result<()> {
+        let p = self.plan.clone();
+        self.reps("idle", p.reps, |o, _| {
+            o.flush()?;
+            let running = o.start_worker(Scenario::Idle, p.conc, 1, p.idle_secs + 60)?;
+            o.wait_blocked(Duration::from_secs(10))?;
+            o.resetstat()?;
+            let t = Instant::now();
+            std::thread::sleep(Duration::from_secs(p.idle_secs));
+            let stats = o.commandstats()?;
+            let elapsed = t.elapsed().as_secs_f64();
+            // The idle worker has done its part; it is killed rather than waited for.
+            drop(running.sampler.finish());
+            drop(running.proc);
+            let calls = admin::client_sent_calls(&stats);
+            let fetchers = 1.0; // one topic, one partition
+            let rate = calls as f64 / elapsed / fetchers;
+            o.push("idle_cmds", rate);
+            Ok(
+                json!({"secs": elapsed, "client_calls": calls, "fetchers": fetchers,
+                      "cmds_per_s_per_fetcher": rate, "commandstats": stats}),
+            )
+        })
+    }
+
+    // ---- scale --------------------------------------------------------------------------
+
+    pub(super) fn scale(&mut self) -> Result<()> {
+        let p = self.plan.clone();
+        let base = p.scale_sizes[0];
+        self.reps("scale", p.reps, |o, rep| {
+            let mut sizes = p.scale_sizes.clone();
+            if rep == 0 {
+                sizes.extend(p.scale_big);
+            }
+            let mut out = serde_json::Map::new();
+            let mut by_size: BTreeMap<u64, [f64; 4]> = BTreeMap::new();
+            for size in sizes {
+                let v = o.scale_one(size)?;
+                let costs = [
+                    num(&v, "/enqueue_us_per_job")?,
+                    num(&v, "/enqueue_script_us_per_job")?,
+                    num(&v, "/fire_us_per_job")?,
+                    num(&v, "/fire_script_us_per_job")?,
+                ];
+                for (what, c) in ["enq_us", "enq_srv", "fire_us", "fire_srv"]
+                    .iter()
+                    .zip(costs)
+                {
+                    o.push(&format!("scale_{what}_{size}"), c);
+                }
+                o.push(
+                    &format!("scale_bytes_{size}"),
+                    num(&v, "/bytes_per_pending_job")?,
+                );
+                by_size.insert(size, costs);
+                out.insert(size.to_string(), v);
+            }
+            if let Some(b) = by_size.get(&base).copied() {
+                for (size, c) in &by_size {
+                    if *size == base {
+                        continue;
+                    }
+                    for (i, what) in ["enq", "enq_srv", "fire", "fire_srv"].iter().enumerate() {
+                        o.push(&format!("scale_ratio_{what}_{size}"), c[i] / b[i]);
+                    }
+                }
+            }
+            Ok(Value::Object(out))
+        })
+    }
+
+    /// Enqueue and fire cost per job with `pending` far-future jobs in the same partition.
+    pub(super) fn scale_one(&mut self, pending: u64) -> Result<Value> {
+        let p = self.plan.clone();
+        self.flush()?;
+        let empty = self.used_memory()?;
+        let fill = self.enqueue(&[
+            s("--scenario"),
+            s("FILL"),
+            s("--mode"),
+            s("bulk"),
+            s("--n"),
+            s(pending),
+            s("--first-id"),
+            s(1_000_000_000_000u64),
+        ])?;
+        let used = self.used_memory()?;
+        self.resetstat()?;
+        let produced = self.enqueue(&[
+            s("--scenario"),
+            s("SCALE"),
+            s("--mode"),
+            s("single"),
+            s("--n"),
+            s(p.scale_m),
+            s("--delay-ms"),
+            s(p.scale_delay_ms),
+        ])?;
+        let enq_stats = self.commandstats()?;
+        let enq = enq_stats.get("evalsha").copied().unwrap_or_default();
+        sleep_until_ms(
+            num(&produced, "/last_due_ms")? as u64 + 1000,
+            Duration::from_secs(60),
+        );
+        self.resetstat()?;
+        let running = self.start_worker(Scenario::Scale, p.conc, p.scale_m, 600)?;
+        let (worker, cpu) = self.finish_worker(running, Duration::from_secs(700))?;
+        let fire = self
+            .commandstats()?
+            .get("evalsha")
+            .copied()
+            .unwrap_or_default();
+        let m = p.scale_m as f64;
+        Ok(json!({
+            "pending": pending,
+            "fill": fill,
+            "bytes_per_pending_job": used.saturating_sub(empty) as f64 / pending as f64,
+            "enqueue": produced,
+            "enqueue_us_per_job": num(&produced, "/secs")? * 1e6 / m,
+            "enqueue_script_us_per_job": enq.usec as f64 / m,
+            "enqueue_evalsha_calls": enq.calls,
+            "worker": worker,
+            "cpu": cpu,
+            "fire_us_per_job": num(&worker, "/secs")? * 1e6 / m,
+            "fire_script_us_per_job": fire.usec as f64 / m,
+            "fire_evalsha_calls": fire.calls,
+        }))
+    }
+
+    // ---- mass expiry --------------------------------------------------------------------
+
+    pub(super) fn mass(&mut self) -> Result<()> {
+        let p = self.plan.clone();
+        self.reps("mass", p.reps, |o, _| {
+            let r = o.mass_once(&p);
+            let _ = o.slowlog_default();
+            r
+        })
+    }
+
+    pub(super) fn mass_once(&mut self, p: &Plan) -> Result<Value> {
+        self.flush()?;
+        let running = self.start_worker(Scenario::Mass, p.conc, p.mass_n, 300)?;
+        self.wait_blocked(Duration::from_secs(10))?;
+        // Enqueue phase: log only calls over 50 µs (every bulk enqueue call, but not the
+        // 400,000 tiny commands its scripts run, which would flood the log).
+        self.slowlog_on(50)?;
+        let due = now_ms() + p.mass_lead_ms;
+        let produced = self.enqueue(&[
+            s("--scenario"),
+            s("MASS"),
+            s("--mode"),
+            s("bulk"),
+            s("--n"),
+            s(p.mass_n),
+            s("--start-ms"),
+            s(due),
+            s("--window-ms"),
+            s(0),
+        ])?;
+        let enqueue_entries = admin::slowlog(&mut self.admin)?;
+        // Fire phase: log everything.
+        self.slowlog_on(0)?;
+        let armed_ms = now_ms();
+        let enqueue_late = num(&produced, "/last_add_ms")? > due as f64 || armed_ms > due;
+        let (worker, _) = self.finish_worker(running, Duration::from_secs(330))?;
+        let fire_entries = admin::slowlog(&mut self.admin)?;
+        let overflow = fire_entries.len() >= SLOWLOG_MAX_LEN;
+        let enqueue_classes = admin::slow_classes(&enqueue_entries);
+        let fire_classes = admin::slow_classes(&fire_entries);
+        let longest_script = fire_entries
+            .iter()
+            .filter(|e| {
+                e.args.first().is_some_and(|a| {
+                    a.eq_ignore_ascii_case("evalsha") || a.eq_ignore_ascii_case("eval")
+                })
+            })
+            .map(|e| e.micros)
+            .max()
+            .unwrap_or(0);
+        let class_max = |classes: &BTreeMap<String, admin::SlowClass>, name: &str| {
+            classes.get(name).map_or(0.0, |c| c.max_us as f64)
+        };
+        let last_start = num(&worker, "/lateness_ms/max")?;
+        let drain_secs = (num(&worker, "/last_done_ms")? - due as f64) / 1000.0;
+        self.push("mass_last_start", last_start);
+        self.push("mass_drain_rate", p.mass_n as f64 / drain_secs.max(1e-3));
+        self.push("mass_longest_script", longest_script as f64);
+        self.push(
+            "mass_longest_fetch",
+            class_max(&fire_classes, "evalsha:fetch"),
+        );
+        self.push("mass_longest_ack", class_max(&fire_classes, "evalsha:ack"));
+        self.push(
+            "mass_longest_enqueue",
+            class_max(&enqueue_classes, "evalsha:enqueue"),
+        );
+        self.push("mass_not_once", num(&worker, "/jobs_not_exactly_expected")?);
+        if enqueue_late {
+            self.notes.push(
+                "mass expiry: the producer (or the slow-log switch) finished after the jobs \
+                 fell due; the phases overlap"
+                    .into(),
+            );
+        }
+        if overflow {
+            self.notes.push(format!(
+                "mass expiry: the slow log filled up ({SLOWLOG_MAX_LEN} entries); the longest \
+                 call may be missing"
+            ));
+        }
+        Ok(json!({
+            "due_ms": due,
+            "enqueue": produced,
+            "enqueue_finished_after_due": enqueue_late,
+            "worker": worker,
+            "slowlog_enqueue_phase": {"threshold_us": 50, "entries": enqueue_entries.len(),
+                                      "classes": enqueue_classes},
+            "slowlog_fire_phase": {"threshold_us": 0, "entries": fire_entries.len(),
+                                   "classes": fire_classes, "overflow": overflow},
+            "longest_script_us": longest_script,
+        }))
+    }
+}

@@ -1,0 +1,555 @@
+//! The invariants of the Redis layout, and the one checker of them: a [`Snapshot`] of a
+//! namespace read from Redis, and [`Snapshot::violations`], a pure function of it.
+//!
+//! The rules (ARCHITECTURE.md §4):
+//! - every key is `<ns>:{<topic>#<p>}:<name>` with a valid topic, a known name and that name's
+//!   type; receipts (`calls`, and `fetch:<call id>` strings) carry an expiry within their life;
+//! - every record has a valid header and sits in exactly the structure its state names:
+//!   S → `scheduled` only, F → `retry` only, A → `active` only, D → `dead` only, R → none of
+//!   the sorted sets and at least one hint in `ready` (else no fetch would ever find it);
+//! - scheduled and retry scores are `due + fraction` (fraction below 0.5) of their record, and
+//!   not before its creation; an R record is due; an active or retried record has a token and
+//!   an attempt;
+//! - every sorted-set member has a record in the matching state (nothing dangles);
+//! - every `hist` field belongs to a record;
+//! - `wake` holds at most one token, `stats` only known fields with non-negative counts.
+//!
+//! Hints in `ready` whose record is gone or not ready are allowed: fetch skips them by design.
+//! Read a snapshot when the namespace is quiet (no call in flight): it is not atomic across
+//! keys.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{KeyName, PartitionKeys, RecordHeader, parse_key};
+use crate::error::{Result, from_redis};
+use crate::job::{ENQUEUE_RECEIPT_LIFE, FETCH_RECEIPT_LIFE, JobState, Queue};
+use crate::names::{JobKey, Topic};
+use crate::store::redis::RedisStore;
+
+/// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
+/// and the ordering counter older versions kept.
+pub const STATS_FIELDS: [&str; 11] = [
+    "enqueued",
+    "succeeded",
+    "retried",
+    "buried",
+    "expired",
+    "cancelled",
+    "trimmed",
+    "token",
+    "repaired",
+    "audit_cursor",
+    "seq",
+];
+
+/// Most `SCAN` calls one snapshot makes (1000 keys each): a bound, not a limit met in use.
+const MAX_SCAN_ROUNDS: usize = 100_000;
+
+/// One broken rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Where: a key, or a partition as `<topic>#<p>`.
+    pub at: String,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.at, self.what)
+    }
+}
+
+/// A key of the namespace as the snapshot listed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeySeen {
+    /// The key.
+    pub key: String,
+    /// Its type (`TYPE`; `none` if it went away after it was listed).
+    pub redis_type: String,
+    /// `PTTL`: ms left, `-1` for no expiry, `-2` if it went away.
+    pub ttl_ms: i64,
+}
+
+/// One partition's structures, read at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct PartitionSnapshot {
+    /// Job key → record (header + payload).
+    pub jobs: BTreeMap<String, Vec<u8>>,
+    /// `scheduled` members with their scores.
+    pub scheduled: BTreeMap<String, f64>,
+    /// `retry` members with their scores.
+    pub retry: BTreeMap<String, f64>,
+    /// `active` members with their lease deadlines.
+    pub active: BTreeMap<String, f64>,
+    /// `dead` members with their times of death.
+    pub dead: BTreeMap<String, f64>,
+    /// `ready` hints, head first.
+    pub ready: Vec<String>,
+    /// `hist` fields.
+    pub hist: BTreeSet<String>,
+    /// `wake` tokens.
+    pub wake: Vec<String>,
+    /// The `stats` hash, as stored.
+    pub stats: BTreeMap<String, String>,
+}
+
+impl PartitionSnapshot {
+    /// The sorted set that holds jobs in `state`, if any (a ready job is in none).
+    fn set_of(&self, state: JobState) -> Option<(&'static str, &BTreeMap<String, f64>)> {
+        match state {
+            JobState::Scheduled => Some(("scheduled", &self.scheduled)),
+            JobState::Retry => Some(("retry", &self.retry)),
+            JobState::Active => Some(("active", &self.active)),
+            JobState::Dead => Some(("dead", &self.dead)),
+            JobState::Ready => None,
+        }
+    }
+
+    fn sets(&self) -> [(JobState, &'static str, &BTreeMap<String, f64>); 4] {
+        [
+            (JobState::Scheduled, "scheduled", &self.scheduled),
+            (JobState::Retry, "retry", &self.retry),
+            (JobState::Active, "active", &self.active),
+            (JobState::Dead, "dead", &self.dead),
+        ]
+    }
+
+    /// A counter of `stats` (0 when absent or not a count).
+    pub fn counter(&self, field: &str) -> u64 {
+        self.stats
+            .get(field)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Every key of a namespace and every partition's structures, read over a store's connection.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// The namespace read.
+    pub namespace: String,
+    /// Every key found under the namespace, sorted.
+    pub keys: Vec<KeySeen>,
+    /// The partitions found, by `(topic, partition)`.
+    pub partitions: BTreeMap<(String, u16), PartitionSnapshot>,
+    /// Redis's clock (Unix ms), read after everything else.
+    pub now_ms: u64,
+}
+
+/// Reads `store`'s namespace and returns every broken rule (empty when all is well). Call it
+/// when the namespace is quiet; see the module docs for the rules.
+pub async fn check_invariants(store: &RedisStore) -> Result<Vec<Violation>> {
+    Ok(Snapshot::read(store).await?.violations())
+}
+
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Snapshot {
+    /// Reads every key of `store`'s namespace (`SCAN`, never `KEYS`) and the structures of
+    /// every partition found. Keys of the wrong type are listed but not read.
+    pub async fn read(store: &RedisStore) -> Result<Snapshot> {
+        let namespace = store.namespace().to_string();
+        let mut conn = store.conn.get().conn;
+        let pattern = format!("{}:*", glob_escape(&namespace));
+        let mut names: Vec<String> = Vec::new();
+        let mut cursor: u64 = 0;
+        for _ in 0..MAX_SCAN_ROUNDS {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(from_redis)?;
+            names.extend(batch);
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        names.sort();
+        names.dedup();
+        let mut pipe = redis::pipe();
+        for key in &names {
+            pipe.cmd("TYPE").arg(key).cmd("PTTL").arg(key);
+        }
+        let seen: Vec<(String, i64)> = if names.is_empty() {
+            Vec::new()
+        } else {
+            pipe.query_async(&mut conn).await.map_err(from_redis)?
+        };
+        let keys: Vec<KeySeen> = names
+            .into_iter()
+            .zip(seen)
+            .map(|(key, (redis_type, ttl_ms))| KeySeen {
+                key,
+                redis_type,
+                ttl_ms,
+            })
+            .collect();
+
+        let mut partitions = BTreeMap::new();
+        for seen in &keys {
+            if let Some(p) = parse_key(&namespace, &seen.key) {
+                partitions.insert((p.topic.to_string(), p.partition), ());
+            }
+        }
+        let has = |key: &str, name: KeyName| {
+            keys.iter()
+                .any(|k| k.key == key && k.redis_type == name.redis_type())
+        };
+        let mut snapshot = Snapshot {
+            namespace: namespace.clone(),
+            ..Snapshot::default()
+        };
+        for (topic, p) in partitions.into_keys() {
+            let mut part = PartitionSnapshot::default();
+            // A topic the store would refuse still has its keys listed (and reported), but no
+            // structures to read: its keys are not built from a `Queue`.
+            if let Ok(t) = Topic::new(&topic) {
+                let k = PartitionKeys::new(&namespace, &Queue::new(t, p));
+                if has(&k.jobs, KeyName::Jobs) {
+                    let v: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+                        .arg(&k.jobs)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(from_redis)?;
+                    part.jobs = v
+                        .into_iter()
+                        .map(|(job, rec)| (String::from_utf8_lossy(&job).into_owned(), rec))
+                        .collect();
+                }
+                for (name, key, into) in [
+                    (KeyName::Scheduled, &k.scheduled, &mut part.scheduled),
+                    (KeyName::Retry, &k.retry, &mut part.retry),
+                    (KeyName::Active, &k.active, &mut part.active),
+                    (KeyName::Dead, &k.dead, &mut part.dead),
+                ] {
+                    if has(key, name) {
+                        let v: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                            .arg(key)
+                            .arg(0)
+                            .arg(-1)
+                            .arg("WITHSCORES")
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(from_redis)?;
+                        *into = v.into_iter().collect();
+                    }
+                }
+                for (name, key, into) in [
+                    (KeyName::Ready, &k.ready, &mut part.ready),
+                    (KeyName::Wake, &k.wake, &mut part.wake),
+                ] {
+                    if has(key, name) {
+                        *into = redis::cmd("LRANGE")
+                            .arg(key)
+                            .arg(0)
+                            .arg(-1)
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(from_redis)?;
+                    }
+                }
+                if has(&k.hist, KeyName::Hist) {
+                    part.hist = redis::cmd("HKEYS")
+                        .arg(&k.hist)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(from_redis)?;
+                }
+                if has(&k.stats, KeyName::Stats) {
+                    part.stats = redis::cmd("HGETALL")
+                        .arg(&k.stats)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(from_redis)?;
+                }
+            }
+            snapshot.partitions.insert((topic, p), part);
+        }
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(from_redis)?;
+        snapshot.now_ms = secs * 1000 + micros / 1000;
+        snapshot.keys = keys;
+        Ok(snapshot)
+    }
+
+    /// Every broken rule (empty when all is well); see the module docs for the rules.
+    pub fn violations(&self) -> Vec<Violation> {
+        let mut v = Vec::new();
+        for seen in &self.keys {
+            self.check_key(seen, &mut v);
+        }
+        for ((topic, p), part) in &self.partitions {
+            check_partition(&format!("{topic}#{p}"), part, self.now_ms, &mut v);
+        }
+        v
+    }
+
+    fn check_key(&self, seen: &KeySeen, v: &mut Vec<Violation>) {
+        let key = &seen.key;
+        let mut say = |what: String| {
+            v.push(Violation {
+                at: key.clone(),
+                what,
+            });
+        };
+        let Some(parsed) = parse_key(&self.namespace, key) else {
+            say("does not follow <ns>:{<topic>#<p>}:<name>".into());
+            return;
+        };
+        if Topic::new(parsed.topic).is_err() {
+            say(format!("holds an invalid topic name {:?}", parsed.topic));
+        }
+        let Some(name) = parsed.name else {
+            say(format!("unknown key name {:?}", parsed.suffix));
+            return;
+        };
+        // ("none": gone since it was listed, e.g. receipts that expired.)
+        let ty = seen.redis_type.as_str();
+        if ty != name.redis_type() && ty != "none" {
+            say(format!("is a {ty}, expected a {}", name.redis_type()));
+        }
+        let life = match name {
+            KeyName::Calls => Some(2 * ENQUEUE_RECEIPT_LIFE.as_millis() as i64),
+            KeyName::FetchReceipt => Some(FETCH_RECEIPT_LIFE.as_millis() as i64),
+            _ => None,
+        };
+        // Receipts go by themselves (-2: gone already).
+        if let Some(life) = life
+            && seen.ttl_ms != -2
+            && !(0..=life).contains(&seen.ttl_ms)
+        {
+            say(format!("expires in {} ms, not within {life}", seen.ttl_ms));
+        }
+    }
+}
+
+fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<Violation>) {
+    let mut say = |what: String| {
+        v.push(Violation {
+            at: at.to_string(),
+            what,
+        });
+    };
+    let hints: BTreeSet<&str> = part.ready.iter().map(String::as_str).collect();
+    let mut states: BTreeMap<&str, JobState> = BTreeMap::new();
+    for (job, rec) in &part.jobs {
+        if JobKey::new(job.clone()).is_err() {
+            say(format!("`jobs` holds an invalid job key {job:?}"));
+        }
+        let h = match RecordHeader::decode(rec) {
+            Ok(h) => h,
+            Err(e) => {
+                let e = match e {
+                    crate::error::Error::Protocol(what) => what,
+                    other => other.to_string(),
+                };
+                say(format!("record of {job:?}: {e}"));
+                continue;
+            }
+        };
+        states.insert(job, h.state);
+        let state = h.state.code() as char;
+        let home = part.set_of(h.state).map(|(name, _)| name);
+        for (_, name, members) in part.sets() {
+            let inside = members.contains_key(job);
+            if inside && Some(name) != home {
+                say(format!("{job:?} in state {state} is also in `{name}`"));
+            }
+            if !inside && Some(name) == home {
+                say(format!("{job:?} in state {state} is missing from `{name}`"));
+            }
+        }
+        match h.state {
+            JobState::Ready => {
+                if !hints.contains(job.as_str()) {
+                    say(format!(
+                        "ready job {job:?} has no hint in `ready` (never delivered)"
+                    ));
+                }
+                if h.due_ms > now_ms {
+                    say(format!(
+                        "ready job {job:?} is due at {} (now {now_ms})",
+                        h.due_ms
+                    ));
+                }
+            }
+            JobState::Scheduled | JobState::Retry => {
+                let (name, members) = part.set_of(h.state).expect("S and F have a set");
+                if let Some(score) = members.get(job) {
+                    let frac = score - score.floor();
+                    if score.floor() as u64 != h.due_ms || frac >= 0.5 {
+                        say(format!(
+                            "{job:?}: `{name}` score {score} does not match due {}",
+                            h.due_ms
+                        ));
+                    }
+                }
+                if h.due_ms < h.created_ms {
+                    say(format!(
+                        "{job:?} is due at {} before it was created at {}",
+                        h.due_ms, h.created_ms
+                    ));
+                }
+                if h.state == JobState::Retry && (h.token == 0 || h.attempts == 0) {
+                    say(format!("retrying job {job:?} has never run: {h:?}"));
+                }
+            }
+            JobState::Active if h.token == 0 || h.attempts == 0 => {
+                say(format!("active job {job:?} has no token or attempt: {h:?}"));
+            }
+            _ => {}
+        }
+    }
+    for (state, name, members) in part.sets() {
+        for m in members.keys() {
+            if !part.jobs.contains_key(m) {
+                say(format!("`{name}` member {m:?} has no record"));
+            } else if let Some(s) = states.get(m.as_str())
+                && *s != state
+            {
+                say(format!(
+                    "`{name}` member {m:?} has a record in state {}",
+                    s.code() as char
+                ));
+            }
+        }
+    }
+    for job in &part.hist {
+        if !part.jobs.contains_key(job) {
+            say(format!("`hist` entry {job:?} has no record"));
+        }
+    }
+    if part.wake.len() > 1 || part.wake.iter().any(|t| t != "1") {
+        say(format!(
+            "`wake` should hold at most one token, holds {:?}",
+            part.wake
+        ));
+    }
+    for (field, value) in &part.stats {
+        if !STATS_FIELDS.contains(&field.as_str()) {
+            say(format!("unknown `stats` field {field:?}"));
+        }
+        if value.parse::<u64>().is_err() {
+            say(format!(
+                "`stats` field {field:?} = {value:?} is not a count"
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(state: JobState, due_ms: u64) -> Vec<u8> {
+        RecordHeader {
+            state,
+            attempts: 1,
+            due_ms,
+            created_ms: 0,
+            token: 1,
+        }
+        .encode(b"payload")
+    }
+
+    fn snapshot(part: PartitionSnapshot) -> Snapshot {
+        let mut snap = Snapshot {
+            namespace: "ns".into(),
+            now_ms: 1_000,
+            ..Snapshot::default()
+        };
+        snap.partitions.insert(("t".into(), 0), part);
+        snap
+    }
+
+    fn key(key: &str, redis_type: &str, ttl_ms: i64) -> KeySeen {
+        KeySeen {
+            key: key.into(),
+            redis_type: redis_type.into(),
+            ttl_ms,
+        }
+    }
+
+    #[test]
+    fn structural_rules() {
+        let mut part = PartitionSnapshot::default();
+        part.jobs.insert("s".into(), rec(JobState::Scheduled, 500));
+        part.scheduled.insert("s".into(), 500.25);
+        part.jobs.insert("r".into(), rec(JobState::Ready, 900));
+        part.ready.push("r".into());
+        part.ready.push("gone".into()); // a stale hint is fine
+        part.stats.insert("enqueued".into(), "2".into());
+        let mut snap = snapshot(part.clone());
+        snap.keys = vec![
+            key("ns:{t#0}:jobs", "hash", -1),
+            key("ns:{t#0}:calls", "zset", 30_000),
+            key("ns:{t#0}:fetch:17", "string", 1_000),
+        ];
+        assert!(snap.violations().is_empty(), "{:?}", snap.violations());
+
+        part.jobs
+            .insert("orphan".into(), rec(JobState::Scheduled, 5)); // not in scheduled
+        part.jobs.insert("unhinted".into(), rec(JobState::Ready, 5));
+        part.jobs
+            .insert("early".into(), rec(JobState::Ready, 2_000));
+        part.ready.push("early".into());
+        part.active.insert("dangling".into(), 1.0);
+        part.dead.insert("s".into(), 1.0); // in two sets
+        part.retry.insert("r".into(), 900.0); // a ready job in a set
+        part.hist.insert("nobody".into());
+        part.jobs.insert("short".into(), vec![b'R']);
+        part.jobs
+            .insert("z".into(), format!("Z{}", "\0".repeat(19)).into_bytes());
+        part.wake = vec!["1".into(), "1".into()];
+        part.stats.insert("bogus".into(), "-1".into());
+        let mut snap = snapshot(part);
+        snap.keys = vec![
+            key("ns:{t#0}:jobs", "string", -1),
+            key("ns:{t#0}:calls", "zset", -1),
+            key("ns:{t#0}:bogus", "string", -1),
+            key("ns:nope", "string", -1),
+            key("ns:{bad topic#0}:ready", "list", -1),
+        ];
+        let v: Vec<String> = snap.violations().iter().map(ToString::to_string).collect();
+        let v = v.join("\n");
+        for needle in [
+            "\"orphan\" in state S is missing from `scheduled`",
+            "ready job \"unhinted\" has no hint",
+            "ready job \"early\" is due at 2000",
+            "`active` member \"dangling\" has no record",
+            "\"s\" in state S is also in `dead`",
+            "`dead` member \"s\" has a record in state S",
+            "\"r\" in state R is also in `retry`",
+            "`hist` entry \"nobody\" has no record",
+            "record of \"short\": record of 1 bytes is shorter than its header",
+            "record of \"z\": unknown state byte 0x5a",
+            "`wake` should hold at most one token",
+            "unknown `stats` field \"bogus\"",
+            "`stats` field \"bogus\" = \"-1\" is not a count",
+            "ns:{t#0}:jobs: is a string, expected a hash",
+            "ns:{t#0}:calls: expires in -1 ms",
+            "ns:{t#0}:bogus: unknown key name \"bogus\"",
+            "ns:nope: does not follow",
+            "invalid topic name \"bad topic\"",
+        ] {
+            assert!(v.contains(needle), "{needle} in\n{v}");
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Every Redis key dq uses, in one place: their names, their types, how they are built and how
+//! they are read back. Nobody else formats a key string.
+//!
+//! All keys of one partition share the hash tag `{<topic>#<partition>}`, so every script
+//! touches a single slot and runs unchanged on Redis Cluster:
+//! `<ns>:{orders.close#0}:scheduled`.
+
+use crate::job::Queue;
+
+/// The name of one key of a partition: the part after `<ns>:{<topic>#<p>}:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KeyName {
+    /// ZSET job key → due score: jobs waiting for their due time.
+    Scheduled,
+    /// ZSET job key → next-attempt score: failed jobs waiting to be retried.
+    Retry,
+    /// LIST of job keys due now, FIFO; hints only: the record decides.
+    Ready,
+    /// ZSET job key → lease deadline (ms): running jobs.
+    Active,
+    /// ZSET job key → time of death (ms): the dead queue.
+    Dead,
+    /// HASH job key → record ([`RecordHeader`](super::RecordHeader) + payload).
+    Jobs,
+    /// HASH job key → attempt history (only jobs that failed at least once).
+    Hist,
+    /// HASH of counters, the token counter and the idle audit's cursor.
+    Stats,
+    /// LIST of wake-up tokens for idle fetchers.
+    Wake,
+    /// ZSET applied enqueue call id → ms: receipts, kept `ENQUEUE_RECEIPT_LIFE` at least; the
+    /// set expires by itself once no call writes to it.
+    Calls,
+    /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
+    /// expires after `FetchCall::receipt_life`. One key per call.
+    FetchReceipt,
+}
+
+impl KeyName {
+    /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
+    /// one per call, are not in it).
+    pub const PARTITION: [KeyName; 10] = [
+        KeyName::Jobs,
+        KeyName::Scheduled,
+        KeyName::Retry,
+        KeyName::Ready,
+        KeyName::Active,
+        KeyName::Dead,
+        KeyName::Hist,
+        KeyName::Stats,
+        KeyName::Wake,
+        KeyName::Calls,
+    ];
+
+    /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
+    /// fetch receipt, whose key ends with `fetch:<call id>`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyName::Scheduled => "scheduled",
+            KeyName::Retry => "retry",
+            KeyName::Ready => "ready",
+            KeyName::Active => "active",
+            KeyName::Dead => "dead",
+            KeyName::Jobs => "jobs",
+            KeyName::Hist => "hist",
+            KeyName::Stats => "stats",
+            KeyName::Wake => "wake",
+            KeyName::Calls => "calls",
+            KeyName::FetchReceipt => "receipt",
+        }
+    }
+
+    /// The Redis type of the key (as `TYPE` reports it).
+    pub fn redis_type(self) -> &'static str {
+        match self {
+            KeyName::Scheduled
+            | KeyName::Retry
+            | KeyName::Active
+            | KeyName::Dead
+            | KeyName::Calls => "zset",
+            KeyName::Ready | KeyName::Wake => "list",
+            KeyName::Jobs | KeyName::Hist | KeyName::Stats => "hash",
+            KeyName::FetchReceipt => "string",
+        }
+    }
+
+    /// The name a key ends with (`scheduled`, `fetch:17`, …), or `None` for a name dq does
+    /// not use.
+    pub fn from_suffix(suffix: &str) -> Option<KeyName> {
+        if let Some(id) = suffix.strip_prefix(FETCH_RECEIPT) {
+            return id.parse::<u64>().is_ok().then_some(KeyName::FetchReceipt);
+        }
+        KeyName::PARTITION
+            .into_iter()
+            .find(|name| name.as_str() == suffix)
+    }
+}
+
+impl std::fmt::Display for KeyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a fetch receipt's name starts; the call id follows.
+const FETCH_RECEIPT: &str = "fetch:";
+
+/// The keys of one partition.
+#[derive(Clone, Debug)]
+pub struct PartitionKeys {
+    /// See [`KeyName::Scheduled`].
+    pub scheduled: String,
+    /// See [`KeyName::Retry`].
+    pub retry: String,
+    /// See [`KeyName::Ready`].
+    pub ready: String,
+    /// See [`KeyName::Active`].
+    pub active: String,
+    /// See [`KeyName::Dead`].
+    pub dead: String,
+    /// See [`KeyName::Jobs`].
+    pub jobs: String,
+    /// See [`KeyName::Hist`].
+    pub hist: String,
+    /// See [`KeyName::Stats`].
+    pub stats: String,
+    /// See [`KeyName::Wake`].
+    pub wake: String,
+    /// See [`KeyName::Calls`].
+    pub calls: String,
+    /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
+    fetch_receipt_prefix: String,
+}
+
+impl PartitionKeys {
+    /// The keys of partition `queue` under `namespace`.
+    pub fn new(namespace: &str, queue: &Queue) -> Self {
+        let prefix = format!("{namespace}:{{{}#{}}}:", queue.topic, queue.partition);
+        let key = |name: KeyName| format!("{prefix}{name}");
+        PartitionKeys {
+            scheduled: key(KeyName::Scheduled),
+            retry: key(KeyName::Retry),
+            ready: key(KeyName::Ready),
+            active: key(KeyName::Active),
+            dead: key(KeyName::Dead),
+            jobs: key(KeyName::Jobs),
+            hist: key(KeyName::Hist),
+            stats: key(KeyName::Stats),
+            wake: key(KeyName::Wake),
+            calls: key(KeyName::Calls),
+            fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
+        }
+    }
+
+    /// The key of `name`, or `None` for [`KeyName::FetchReceipt`] (one key per call: see
+    /// [`Self::fetch_receipt`]).
+    pub fn get(&self, name: KeyName) -> Option<&str> {
+        Some(match name {
+            KeyName::Scheduled => &self.scheduled,
+            KeyName::Retry => &self.retry,
+            KeyName::Ready => &self.ready,
+            KeyName::Active => &self.active,
+            KeyName::Dead => &self.dead,
+            KeyName::Jobs => &self.jobs,
+            KeyName::Hist => &self.hist,
+            KeyName::Stats => &self.stats,
+            KeyName::Wake => &self.wake,
+            KeyName::Calls => &self.calls,
+            KeyName::FetchReceipt => return None,
+        })
+    }
+
+    /// STRING, the receipt of fetch call `call` (what it leased, for a retry of the same call
+    /// to find); it expires after `FetchCall::receipt_life`. One key per call, in the
+    /// partition's hash tag like every other key, so fetch stays a one-slot script.
+    pub fn fetch_receipt(&self, call: u64) -> String {
+        format!("{}{call}", self.fetch_receipt_prefix)
+    }
+}
+
+/// A key of the store read back by [`parse_key`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParsedKey<'a> {
+    /// The topic in the key's hash tag (not checked to be a valid topic name).
+    pub topic: &'a str,
+    /// The partition in the key's hash tag.
+    pub partition: u16,
+    /// Everything after the hash tag and its `:` (`scheduled`, `fetch:17`, …).
+    pub suffix: &'a str,
+    /// What `suffix` names, or `None` for a name dq does not use.
+    pub name: Option<KeyName>,
+}
+
+/// Splits `<namespace>:{<topic>#<p>}:<name>` into its parts, or `None` for a key that does not
+/// have that shape.
+pub fn parse_key<'a>(namespace: &str, key: &'a str) -> Option<ParsedKey<'a>> {
+    let rest = key.strip_prefix(namespace)?.strip_prefix(":{")?;
+    let close = rest.find('}')?;
+    let (tag, suffix) = (&rest[..close], rest[close + 1..].strip_prefix(':')?);
+    let (topic, p) = tag.rsplit_once('#')?;
+    Some(ParsedKey {
+        topic,
+        partition: p.parse().ok()?,
+        suffix,
+        name: KeyName::from_suffix(suffix),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::Topic;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = PartitionKeys::new("dq", &Queue::new(Topic::new("orders.close").unwrap(), 3));
+        assert_eq!(k.scheduled, "dq:{orders.close#3}:scheduled");
+        assert_eq!(k.fetch_receipt(7), "dq:{orders.close#3}:fetch:7");
+        for name in KeyName::PARTITION {
+            let key = k.get(name).unwrap();
+            assert!(key.starts_with("dq:{orders.close#3}:"), "{key}");
+        }
+        assert!(k.fetch_receipt(42).starts_with("dq:{orders.close#3}:"));
+    }
+
+    /// Every key built is read back as what it is.
+    #[test]
+    fn keys_parse_back() {
+        let k = PartitionKeys::new("ns.1", &Queue::new(Topic::new("a.b").unwrap(), 12));
+        for name in KeyName::PARTITION {
+            let p = parse_key("ns.1", k.get(name).unwrap()).unwrap();
+            assert_eq!((p.topic, p.partition, p.name), ("a.b", 12, Some(name)));
+            assert_eq!(p.suffix, name.as_str());
+        }
+        let receipt = k.fetch_receipt(99);
+        let p = parse_key("ns.1", &receipt).unwrap();
+        assert_eq!(
+            (p.name, p.suffix),
+            (Some(KeyName::FetchReceipt), "fetch:99")
+        );
+        let p = parse_key("ns.1", "ns.1:{t#0}:bogus").unwrap();
+        assert_eq!(p.name, None);
+        assert_eq!(parse_key("ns.1", "ns.1:{t#0}:fetch:x").unwrap().name, None);
+        assert_eq!(parse_key("ns.1", "ns.1:t:scheduled"), None);
+        assert_eq!(parse_key("ns.1", "other:{t#0}:scheduled"), None);
+        assert_eq!(parse_key("ns.1", "ns.1:{t#x}:scheduled"), None);
+    }
+}

@@ -1,0 +1,60 @@
+//! Which keys each Lua script takes, in the order it takes them: the one table the store's
+//! script calls are built from, and that tools read to tell script calls apart (the
+//! benchmark's slow-log classes). A unit test checks every entry against the `-- KEYS[i]`
+//! lines of its script's header.
+
+use super::KeyName::{self, *};
+
+/// Every script by name (its file is `lua/<name>.lua`), with its KEYS in order. `fetch` may
+/// take further fetch receipts (to delete) after its own keys.
+pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
+    (
+        "enqueue",
+        &[
+            Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls,
+        ],
+    ),
+    (
+        "fetch",
+        &[
+            Scheduled,
+            Retry,
+            Ready,
+            Active,
+            Dead,
+            Jobs,
+            Hist,
+            Stats,
+            Wake,
+            FetchReceipt,
+        ],
+    ),
+    ("ack", &[Active, Jobs, Hist, Stats]),
+    (
+        "fail",
+        &[
+            Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake,
+        ],
+    ),
+    ("extend", &[Active, Jobs]),
+    ("release", &[Active, Ready, Jobs, Wake]),
+    ("cancel", &[Scheduled, Retry, Jobs, Hist, Stats]),
+    ("reschedule", &[Scheduled, Retry, Ready, Jobs, Wake]),
+    ("requeue_dead", &[Dead, Ready, Jobs, Wake]),
+    ("purge_dead", &[Dead, Jobs, Hist]),
+    (
+        "stats",
+        &[Scheduled, Retry, Ready, Active, Dead, Jobs, Stats],
+    ),
+    ("job", &[Active, Dead, Jobs, Hist]),
+    ("dead_page", &[Dead, Jobs, Hist]),
+    ("list", &[Scheduled, Retry, Ready, Active, Dead, Jobs, Hist]),
+];
+
+/// The KEYS of script `name`, in order, or `None` for a name that is not a script.
+pub fn script_keys(name: &str) -> Option<&'static [KeyName]> {
+    SCRIPT_KEYS
+        .iter()
+        .find(|(script, _)| *script == name)
+        .map(|(_, keys)| *keys)
+}

@@ -1,0 +1,115 @@
+//! The store conformance suite: what every `Store` must do, written once against [`Harness`].
+//!
+//! Each `pub async fn name<H: Harness>(h: &H)` is one test body, in a file of its theme
+//! (`enqueue.rs`, `lease.rs`, `dead_queue.rs`, …); [`conformance_suite!`]
+//! (crate::conformance_suite) turns the registration list below into `#[tokio::test]`s for one
+//! store and runs the harness's invariant check after each. A body is registered by one line,
+//! `module::name`, where `module` is a module of this one: a new file of bodies is one
+//! `pub mod` line here (or `pub use` of a file elsewhere), then one line per body.
+//!
+//! The bodies use only the public API (client, `Store` trait) and compare times on the store's
+//! clock (`Store::now_ms`, `Delivery::leased_ms`, `JobInfo::due_ms`); they wait for a due time
+//! by polling, never by sleeping. Each file starts with `use super::*;`: the imports below are
+//! shared by all.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use dq::{
+    AckOutcome, AttemptOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall,
+    EnqueueOutcome, Error, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest, Job,
+    JobInfo, JobKey, JobSpec, JobState, NewDue, NewJob, Queue, RescheduleOutcome, RetryPolicy,
+    Topic, TopicClient,
+};
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::Harness;
+
+pub mod bad_input;
+pub mod cancel_reschedule;
+pub mod dead_queue;
+pub mod due;
+pub mod enqueue;
+pub mod fetch;
+pub mod lease;
+pub mod receipts;
+pub mod retry;
+pub mod stats;
+mod support;
+
+pub use support::*;
+
+/// Generates, for one store, a `#[tokio::test]` per conformance body and the property tests.
+///
+/// `$new` is an expression (it may `.await`) making a fresh harness; every test gets its own.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($new:expr) => {
+        $crate::conformance_suite!(@bodies $new;
+            due::due_time_is_never_early,
+            due::due_jobs_come_out_in_due_order,
+            enqueue::enqueue_by_key_is_idempotent,
+            receipts::retried_enqueue_finds_its_receipt,
+            receipts::retried_fetch_finds_its_receipt,
+            enqueue::replace_swaps_pending_jobs,
+            enqueue::replace_is_refused_while_running,
+            enqueue::replace_revives_a_dead_job,
+            cancel_reschedule::cancel_from_every_state,
+            cancel_reschedule::reschedule_from_every_state,
+            fetch::fetch_promotes_at_most_its_batch,
+            fetch::fetch_recovers_at_most_its_batch,
+            fetch::concurrent_fetchers_deliver_each_job_once,
+            fetch::drain_200k_due_jobs,
+            lease::expired_lease_is_a_failed_attempt,
+            lease::extend_keeps_the_lease,
+            lease::stale_tokens_change_nothing,
+            lease::release_gives_the_attempt_back_at_the_front,
+            lease::release_of_many_keeps_their_order,
+            due::scheduled_and_retry_are_promoted_in_due_order,
+            retry::retry_schedule_until_dead,
+            retry::defer_spends_no_attempt,
+            dead_queue::dead_queue_list_requeue_purge,
+            dead_queue::dead_queue_cap_trims_oldest,
+            dead_queue::dead_queue_retention_trims_old,
+            bad_input::invalid_topics_and_keys_write_nothing,
+            bad_input::oversized_payloads_are_refused,
+            bad_input::bulk_with_one_bad_item_writes_nothing,
+            stats::stats_count_states_and_counters,
+            stats::stats_oldest_overdue,
+            stats::wake_tokens_for_due_and_earliest_jobs,
+            stats::no_leftovers_after_mixed_workload,
+        );
+        $crate::conformance_suite!(@props $new;
+            hostile_topic_names => bad_input::hostile_topic,
+            hostile_job_keys => bad_input::hostile_key,
+        );
+    };
+    (@bodies $new:expr; $($module:ident :: $name:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $name() {
+            let h = $new;
+            $crate::common::conformance::$module::$name(&h).await;
+            $crate::common::Harness::check_invariants(&h).await;
+        }
+    )*};
+    (@props $new:expr; $($test:ident => $module:ident :: $body:ident),* $(,)?) => {$(
+        #[test]
+        fn $test() {
+            let rt = $crate::common::conformance::prop_runtime();
+            let h = rt.block_on(async { $new });
+            let mut runner = $crate::common::conformance::prop_runner();
+            let outcome = runner.run(&$crate::common::conformance::hostile_string(), |s| {
+                rt.block_on($crate::common::conformance::$module::$body(&h, &s));
+                Ok(())
+            });
+            if let Err(e) = outcome {
+                panic!("{}: {e}", stringify!($body));
+            }
+            rt.block_on(async {
+                $crate::common::Harness::check_invariants(&h).await;
+                $crate::common::Harness::assert_no_leftovers(&h).await;
+            });
+        }
+    )*};
+}
