@@ -60,7 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .expect("just enqueued");
     timeline.say(format!(
         "pet 42 starts eating; done in 4h (due at store time {} ms)",
-        dq::job::unix_ms(job.due)
+        dq::store::unix_ms(job.due)
     ));
 
     tokio::time::sleep(HOUR).await;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dq::{ErrorKind, Job, JobContext, JobDescriptor, JobError, JobKey, SharedData, delayed_job};
+use dq::handler::{JobDescriptor, SharedData};
+use dq::{ErrorKind, Job, JobContext, JobError, JobKey, delayed_job};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -68,7 +69,7 @@ pub(crate) async fn exponential(_payload: Vec<String>, _ctx: JobContext) -> Resu
 }
 
 fn descriptor(topic: &str) -> &'static JobDescriptor {
-    let mut found = dq::registered_jobs().filter(|d| d.topic == topic);
+    let mut found = dq::handler::registered_jobs().filter(|d| d.topic == topic);
     let descriptor = found
         .next()
         .unwrap_or_else(|| panic!("{topic} is not registered"));
@@ -95,7 +96,7 @@ fn context(topic: &'static str, attempt: u32) -> JobContext {
         0,
         Duration::ZERO,
         1,
-        dq::CancellationToken::new(),
+        dq::handler::CancellationToken::new(),
         Arc::new(SharedData::default()),
     )
 }
@@ -204,7 +205,7 @@ async fn blocking_handlers_run_on_the_blocking_pool() {
 
 #[tokio::test]
 async fn undecodable_payloads_are_reported_not_run() {
-    for d in dq::registered_jobs() {
+    for d in dq::handler::registered_jobs() {
         let result = (d.run)(b"\xc1 not msgpack", context(d.topic, 1));
         assert!(
             matches!(result, Err(dq::Error::Decode(_))),

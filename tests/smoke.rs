@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use dq::{Client, EnqueueOutcome, FetchRequest, Job, JobKey, Queue, Topic};
+use dq::store::{FetchRequest, Queue};
+use dq::{Client, EnqueueOutcome, Job, JobKey, Topic};
 
 #[allow(non_camel_case_types)]
 struct ping;
@@ -52,13 +53,13 @@ async fn one_job_end_to_end() {
         .ack(&q, &[(d.key.clone(), d.token)])
         .await
         .unwrap();
-    assert_eq!(acks, vec![dq::AckOutcome::Acked]);
+    assert_eq!(acks, vec![dq::store::AckOutcome::Acked]);
     let acks = client
         .store()
         .ack(&q, &[(d.key.clone(), d.token)])
         .await
         .unwrap();
-    assert_eq!(acks, vec![dq::AckOutcome::Gone]);
+    assert_eq!(acks, vec![dq::store::AckOutcome::Gone]);
     let info = client
         .job::<ping>(later.key.as_str())
         .await
@@ -93,7 +94,7 @@ async fn a_long_multibyte_error_keeps_the_history_readable() {
         .remove(0);
     // 1023 ASCII bytes then 2-byte characters: byte 1024 falls inside a character.
     let error = format!("{}{}", "x".repeat(1023), "é".repeat(100));
-    let action = dq::FailAction::Retry(Duration::from_secs(60));
+    let action = dq::store::FailAction::Retry(Duration::from_secs(60));
     client
         .store()
         .fail(

@@ -1,11 +1,12 @@
-//! The store conformance suite against the embedded store ([`dq::MemoryStore`]), in real time:
+//! The store conformance suite against the embedded store ([`dq::store::MemoryStore`]), in real time:
 //! the suite polls the store's clock, which here is tokio's (not paused).
 
 mod common;
 
 use std::sync::Arc;
 
-use dq::{Client, ClientBuilder, ClientConfig, MemoryStore, Store};
+use dq::store::{MemoryStore, Store};
+use dq::{Client, ClientBuilder, ClientConfig};
 
 use common::Harness;
 

@@ -15,10 +15,8 @@ use common::Harness;
 use common::conformance::{HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
 use common::redis::RedisHarness;
 use dq::store::redis::layout::{KeyName, parse_key};
-use dq::{
-    Client, EnqueueOutcome, Error, FailAction, FetchCall, FetchRequest, JobState, NewDue, Queue,
-    RedisOptions, RedisStore, RescheduleOutcome, Topic,
-};
+use dq::store::{FailAction, FetchCall, FetchRequest, Queue, RedisOptions, RedisStore};
+use dq::{Client, EnqueueOutcome, Error, JobState, NewDue, RescheduleOutcome, Topic};
 use dq_testkit::{RedisServer, ServerOptions, keys_in_namespace};
 
 crate::conformance_suite!(RedisHarness::new().await);
@@ -444,7 +442,7 @@ async fn far_future_due_times_are_refused_or_capped() {
     refused(
         t.enqueue(raw(1))
             .key("at")
-            .at(dq::job::from_unix_ms(MAX_DUE + 1))
+            .at(dq::store::from_unix_ms(MAX_DUE + 1))
             .await
             .map(|_| ()),
     );
@@ -465,7 +463,7 @@ async fn far_future_due_times_are_refused_or_capped() {
     // The last representable time is accepted; a shift past it stops there.
     t.enqueue(raw(1))
         .key("at")
-        .at(dq::job::from_unix_ms(MAX_DUE))
+        .at(dq::store::from_unix_ms(MAX_DUE))
         .await
         .unwrap();
     assert_eq!(info(&t, "at").await.due_ms, MAX_DUE);
@@ -621,14 +619,14 @@ async fn counters_at_their_maximum_never_fail_a_call() {
     fail(2, FailAction::Bury, 10).await.expect("bury");
     // A cap of one dead job: burying `e` trims `d`.
     let out = fail(3, FailAction::Bury, 1).await.expect("bury and trim");
-    assert_eq!(out, dq::FailOutcome::Buried { trimmed: 1 });
+    assert_eq!(out, dq::store::FailOutcome::Buried { trimmed: 1 });
     assert_eq!(t.requeue_dead(&["e"]).await.expect("requeue"), 1);
     assert_eq!(
         t.cancel("c").await.expect("cancel"),
         dq::CancelOutcome::Cancelled
     );
     // A lease that expires: recovered as a failed attempt (expired, retried).
-    let short = dq::FetchRequest {
+    let short = dq::store::FetchRequest {
         lease: Duration::from_millis(1),
         lease_expiry_retries: vec![HOUR],
         ..req()
@@ -742,7 +740,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         let lease = |i: usize| dq::store::lease_of(&jobs[i]);
         let w = |op: &str| format!("{op} with {name} damaged");
         // Nothing is ready: leases nothing, audits, and trims the dead queue to nothing (a cap of 0).
-        let idle = dq::FetchRequest {
+        let idle = dq::store::FetchRequest {
             dead_limits: dq::DeadLimits {
                 cap: 0,
                 ..dq::DeadLimits::default()
@@ -881,7 +879,10 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
         )
         .await
         .expect("fail with a damaged history");
-    assert!(matches!(out, dq::FailOutcome::Retrying { .. }), "{out:?}");
+    assert!(
+        matches!(out, dq::store::FailOutcome::Retrying { .. }),
+        "{out:?}"
+    );
     let x = info(&t, "x").await;
     assert_eq!((x.state, x.history.len()), (JobState::Retry, 1), "{x:?}");
 
@@ -965,7 +966,10 @@ async fn listing_works_at_maxmemory() {
 }
 
 /// Fetches whatever is ready in `q` with a 60 s lease.
-async fn fetch_as(store: &std::sync::Arc<dyn dq::Store>, q: &Queue) -> Vec<dq::Delivery> {
+async fn fetch_as(
+    store: &std::sync::Arc<dyn dq::store::Store>,
+    q: &Queue,
+) -> Vec<dq::store::Delivery> {
     store
         .fetch(
             q,

@@ -492,7 +492,7 @@ async fn a_permanent_store_error_shows_in_health_and_is_logged_at_error() {
         .await
         .unwrap();
     // Every fetch reads `scheduled` first: as a string it fails with WRONGTYPE.
-    let queue = dq::Queue::new(dq::Topic::new("e2e.record").unwrap(), 0);
+    let queue = dq::store::Queue::new(dq::Topic::new("e2e.record").unwrap(), 0);
     let scheduled = dq::store::redis::layout::PartitionKeys::new(&ns, &queue).scheduled;
     let _: () = server.cmd(&["SET", &scheduled, "not a sorted set"]);
     let log = Log::default();

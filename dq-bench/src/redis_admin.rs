@@ -322,7 +322,7 @@ mod tests {
     fn call(script: &str, receipts: &[u64]) -> Vec<String> {
         let keys = dq::store::redis::layout::PartitionKeys::new(
             "bench",
-            &dq::Queue::new(dq::Topic::new("bench.s3").unwrap(), 0),
+            &dq::store::Queue::new(dq::Topic::new("bench.s3").unwrap(), 0),
         );
         let mut names: Vec<String> = dq::store::redis::layout::script_keys(script)
             .unwrap()

@@ -56,7 +56,7 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
         return Err(format!("no worker runs {}", args.scenario.name()).into());
     }
     let topic = args.scenario.topic();
-    let client = crate::connect(dq::client::DEFAULT_BULK_CHUNK).await?;
+    let client = crate::connect(dq::DEFAULT_BULK_CHUNK).await?;
     crate::emit(&json!({"ready": true}));
     // The clock starts here, just before the worker is created.
     let recorder = Recorder::new(args.n, args.scenario.fail_first());

@@ -301,13 +301,13 @@ impl Scenario {
 
     /// The namespace's keys as they are now, read over a connection of its own.
     pub async fn snapshot(&self) -> Snapshot {
-        let options = dq::RedisOptions {
+        let options = dq::store::RedisOptions {
             namespace: self.ns.clone(),
             // The checks are the scenario's business (it may have filled the server on purpose).
             check_server: false,
-            ..dq::RedisOptions::default()
+            ..dq::store::RedisOptions::default()
         };
-        let store = dq::RedisStore::connect(&self.server.url(), options)
+        let store = dq::store::RedisStore::connect(&self.server.url(), options)
             .await
             .unwrap_or_else(|e| panic!("{}: connecting to read the store: {e}", self.name));
         Snapshot::read(&store)

@@ -22,7 +22,8 @@ fn used_memory(s: &Scenario) -> u64 {
 
 fn records_len(s: &Scenario) -> u64 {
     let topic = dq::Topic::new(WORK_TOPIC).expect("a valid topic");
-    let keys = dq::store::redis::layout::PartitionKeys::new(&s.ns, &dq::Queue::new(topic, 0));
+    let keys =
+        dq::store::redis::layout::PartitionKeys::new(&s.ns, &dq::store::Queue::new(topic, 0));
     s.server.cmd(&["HLEN", &keys.jobs])
 }
 

@@ -7,7 +7,7 @@
 use std::future::IntoFuture;
 use std::time::{Duration, SystemTime};
 
-use dq::job::unix_ms;
+use dq::store::unix_ms;
 use dq::{CancelOutcome, Client, ENQUEUE_RETRY_WINDOW, NewDue, RescheduleOutcome};
 use dq_faults::{FaultPayload, Scenario, WORK_TOPIC, WorkJob};
 use dq_testkit::proxy::FaultProxy;
@@ -65,7 +65,7 @@ async fn due_of(s: &Scenario, key: &str) -> Option<u64> {
         .job::<WorkJob>(key)
         .await
         .unwrap()
-        .map(|j| dq::job::unix_ms(j.due))
+        .map(|j| dq::store::unix_ms(j.due))
 }
 
 /// A cancel applied by a try whose reply is lost: the client retries, finds no job, and

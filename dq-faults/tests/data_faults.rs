@@ -21,7 +21,7 @@ fn spec(s: &Scenario, concurrency: usize, lease_ms: u64) -> WorkerSpec {
 /// The keys of the work topic's only partition.
 fn keys(s: &Scenario) -> PartitionKeys {
     let topic = dq::Topic::new(WORK_TOPIC).expect("a valid topic");
-    PartitionKeys::new(&s.ns, &dq::Queue::new(topic, 0))
+    PartitionKeys::new(&s.ns, &dq::store::Queue::new(topic, 0))
 }
 
 fn info_field(server: &dq_testkit::RedisServer, section: &str, field: &str) -> u64 {
@@ -403,15 +403,15 @@ async fn read_only_calls_work_at_maxmemory() {
         .unwrap();
     // One dead job, buried through the store (no worker runs in this test).
     let store = s.client.store().clone();
-    let queue = dq::Queue::new(dq::Topic::new(WORK_TOPIC).unwrap(), 0);
-    let req = dq::FetchRequest {
+    let queue = dq::store::Queue::new(dq::Topic::new(WORK_TOPIC).unwrap(), 0);
+    let req = dq::store::FetchRequest {
         max_jobs: 1,
         lease: Duration::from_secs(60),
         promote_batch: 10,
         recover_batch: 10,
         lease_expiry_retries: Vec::new(),
         dead_limits: dq::DeadLimits::default(),
-        call: dq::FetchCall::new(),
+        call: dq::store::FetchCall::new(),
     };
     let d = store.fetch(&queue, &req).await.unwrap().jobs.remove(0);
     store
@@ -419,7 +419,7 @@ async fn read_only_calls_work_at_maxmemory() {
             &queue,
             &d.key,
             d.token,
-            &dq::FailAction::Bury,
+            &dq::store::FailAction::Bury,
             "buried by the test",
             dq::DeadLimits::default(),
         )

@@ -7,10 +7,11 @@
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
-use dq::job::from_unix_ms;
+use dq::store::from_unix_ms;
+use dq::store::{FailAction, Queue};
 use dq::{
-    AttemptOutcome, CancelOutcome, Cursor, Error, FailAction, JobInfo, JobPage, JobSpec, JobState,
-    MAX_PAGE, Page, Queue, Topic, TopicClient,
+    AttemptOutcome, CancelOutcome, Cursor, Error, JobInfo, JobPage, JobSpec, JobState, MAX_PAGE,
+    Page, Topic, TopicClient,
 };
 
 use super::Harness;
@@ -276,7 +277,7 @@ pub async fn list_orders_time_states_across_partitions<H: Harness>(h: &H) {
         let d = fetch(
             h,
             &q,
-            &dq::FetchRequest {
+            &dq::store::FetchRequest {
                 lease,
                 ..req_max(1)
             },

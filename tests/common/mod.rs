@@ -14,7 +14,8 @@ pub mod redis;
 
 use std::sync::Arc;
 
-use dq::{Client, ClientBuilder, Store};
+use dq::store::Store;
+use dq::{Client, ClientBuilder};
 
 /// One test's private store, and the checks that look inside it.
 ///

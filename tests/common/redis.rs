@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use dq::store::redis::layout::{self, PartitionKeys};
-use dq::{Client, ClientBuilder, JobKey, Queue, RedisOptions, RedisStore, Store, Topic};
+use dq::store::{Queue, RedisOptions, RedisStore, Store};
+use dq::{Client, ClientBuilder, JobKey, Topic};
 use dq_testkit::{RedisServer, keys_in_namespace};
 
 use super::Harness;

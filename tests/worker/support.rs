@@ -8,9 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dq::store::WakeListener;
+use dq::store::{
+    AckOutcome, EnqueueCall, FailAction, FailOutcome, FetchReply, FetchRequest, NewJob, Queue,
+    Store,
+};
 use dq::{
-    AckOutcome, CancelOutcome, DeadLimits, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome,
-    FetchReply, FetchRequest, JobInfo, JobKey, NewDue, NewJob, Queue, RescheduleOutcome, Store,
+    CancelOutcome, DeadLimits, EnqueueOutcome, JobInfo, JobKey, NewDue, RescheduleOutcome,
     TopicStats,
 };
 
@@ -137,9 +140,9 @@ impl Store for NoExtend {
         &self,
         q: &Queue,
         state: dq::JobState,
-        from: &dq::ListFrom,
+        from: &dq::store::ListFrom,
         limit: usize,
-    ) -> dq::Result<dq::ListChunk> {
+    ) -> dq::Result<dq::store::ListChunk> {
         self.0.list(q, state, from, limit).await
     }
     async fn dead(&self, q: &Queue, offset: usize, limit: usize) -> dq::Result<Vec<JobInfo>> {

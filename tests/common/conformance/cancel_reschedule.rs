@@ -107,7 +107,7 @@ pub async fn reschedule_from_every_state<H: Harness>(h: &H) {
     // machine (a due time in the past is moved up to now).
     let target = now(h).await + 3000;
     let due = expect_due(
-        c.reschedule::<close_order>("t", NewDue::At(dq::job::from_unix_ms(target)))
+        c.reschedule::<close_order>("t", NewDue::At(dq::store::from_unix_ms(target)))
             .await
             .unwrap(),
     );
@@ -143,7 +143,7 @@ pub async fn reschedule_from_every_state<H: Harness>(h: &H) {
     want.insert("r", due);
     // Retry → now: keeps its attempt count.
     let due = expect_due(
-        t.reschedule("f", NewDue::At(dq::job::from_unix_ms(0)))
+        t.reschedule("f", NewDue::At(dq::store::from_unix_ms(0)))
             .await
             .unwrap(),
     );

@@ -111,7 +111,7 @@ pub async fn due_jobs_come_out_in_due_order<H: Harness>(h: &H) {
     for (i, key) in ["at-5", "at-4", "at-3", "at-2", "at-1"].iter().enumerate() {
         t.enqueue(raw(i as u64))
             .key(*key)
-            .at(dq::job::from_unix_ms(bulk_due))
+            .at(dq::store::from_unix_ms(bulk_due))
             .await
             .unwrap();
         t.enqueue(raw(i as u64))

@@ -207,7 +207,7 @@ pub async fn replace_is_refused_while_running<H: Harness>(h: &H) {
     assert_eq!(*i.payload.as_ref().unwrap(), order(1));
     assert_eq!(
         i.lease_deadline,
-        Some(dq::job::from_unix_ms(d.lease_deadline_ms))
+        Some(dq::store::from_unix_ms(d.lease_deadline_ms))
     );
     assert_eq!(c.stats::<close_order>().await.unwrap().enqueued, 1);
     ack_all(h, &q, &[d]).await;

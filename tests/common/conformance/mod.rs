@@ -15,11 +15,13 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use dq::store::{
+    AckOutcome, Delivery, EnqueueCall, FailAction, FailOutcome, FetchCall, FetchReply,
+    FetchRequest, NewJob, Queue,
+};
 use dq::{
-    AckOutcome, AttemptOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall,
-    EnqueueOutcome, Error, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest, Job,
-    JobInfo, JobKey, JobSpec, JobState, NewDue, NewJob, Queue, RescheduleOutcome, RetryPolicy,
-    Topic, TopicClient,
+    AttemptOutcome, CancelOutcome, DeadLimits, Due, EnqueueOutcome, Error, Job, JobInfo, JobKey,
+    JobSpec, JobState, NewDue, RescheduleOutcome, RetryPolicy, Topic, TopicClient,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};

@@ -41,7 +41,7 @@ async fn via_reexport(_n: u64) -> Result<(), JobError> {
 fn main() {
     let _ = (close_order, blocking, nothing, via_reexport);
     let needs = |topic: &str| -> Vec<(&'static str, std::any::TypeId)> {
-        let d = dq::registered_jobs().find(|d| d.topic == topic).unwrap();
+        let d = dq::handler::registered_jobs().find(|d| d.topic == topic).unwrap();
         d.data.iter().map(|n| (n.type_name(), n.type_id())).collect()
     };
     use std::any::{TypeId, type_name};

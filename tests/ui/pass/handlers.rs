@@ -123,13 +123,13 @@ fn main() {
 
     // A chosen jitter reaches the runtime policy; the default is left out of the text.
     let retry_of = |topic: &str| {
-        let d = dq::registered_jobs().find(|d| d.topic == topic).unwrap();
+        let d = dq::handler::registered_jobs().find(|d| d.topic == topic).unwrap();
         dq::RetryPolicy::parse(d.retry).unwrap()
     };
     assert_eq!(retry_of("exact_backoff").jitter(), Some(dq::Jitter::None));
     assert_eq!(retry_of("string_error").jitter(), Some(dq::Jitter::UpTo(100)));
 
-    let mut topics: Vec<_> = dq::registered_jobs().map(|d| d.topic).collect();
+    let mut topics: Vec<_> = dq::handler::registered_jobs().map(|d| d.topic).collect();
     topics.sort();
     assert_eq!(
         topics,
