@@ -323,7 +323,7 @@ async fn ambiguous_enqueue_of_a_job_that_already_ran_does_not_run_it_twice() {
     s.stop_workers();
 }
 
-/// Found by this suite (fenced deliveries, docs/ARCHITECTURE.md §6.2): a worker cut off from Redis by a hung connection kept
+/// Found by this suite (fenced deliveries, docs/ARCHITECTURE.md §6.3): a worker cut off from Redis by a hung connection kept
 /// running its handler past its lease for up to the client's response timeout, because the
 /// lease keeper checked its local deadline only when an `extend` call returned an error. The
 /// handler must be cancelled at the local deadline, whatever the calls in flight are doing.
