@@ -15,10 +15,10 @@ pub use dq_macros::delayed_job;
 // Producing and managing jobs.
 #[allow(deprecated)]
 pub use dq_core::BulkJob;
+pub use dq_core::client::DEFAULT_BULK_CHUNK;
 pub use dq_core::{
     CancelOutcome, DeadLimits, Due, EnqueueOutcome, MAX_DUE_MS, NewDue, RescheduleOutcome,
 };
-pub use dq_core::client::DEFAULT_BULK_CHUNK;
 pub use dq_core::{
     Client, ClientBuilder, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec,
     TopicClient,
