@@ -25,10 +25,15 @@ cargo check -p dq-core --features tls
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo deny --log-level error check licenses bans sources
 # The published crates, packaged and built from their packages as crates.io would build them.
-# Cargo verifies them through a local registry and reuses what it extracted from an earlier run
-# of the same version: clear those copies so the packages of this tree are the ones built.
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/dq-{syntax,macros,core,worker}-[0-9]*
-cargo package --quiet --allow-dirty -p dq-syntax -p dq-macros -p dq-core -p dq-worker -p dq
+# Cargo verifies them through a local registry, and takes a registry crate of a version it has
+# seen as unchanged: it would reuse what it extracted and compiled of our crates on an earlier
+# run. So the verification builds in a target dir of its own, whose dq crates are cleared, and
+# the sources extracted from earlier packages are removed.
+verify=target/package-verify
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/dq-{syntax,macros,core,worker}-[0-9]* \
+  "$verify"/debug/.fingerprint/dq* "$verify"/debug/deps/*dq*
+CARGO_TARGET_DIR="$verify" cargo package --quiet --allow-dirty \
+  -p dq-syntax -p dq-macros -p dq-core -p dq-worker -p dq
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"
