@@ -7,21 +7,36 @@
 //!    `JobContext`; its result is discarded, and its token would be rejected anyway;
 //!    (the runner and the handler's `JobContext` also stop at the lease's local deadline
 //!    without waiting for this tick: after a pause, every timer is overdue at once);
-//! 3. store errors are logged and retried on the next tick — a lease is long enough to ride
-//!    out a short outage; but once a lease has surely run out by this process's clock (no
-//!    extension got through in time), the handler is cancelled as if the lease were lost:
-//!    a worker cut off from the store must not keep running a job others now own.
+//! 3. a call that fails with connection trouble is tried again at once (20 ms doubling to
+//!    200 ms) until the earliest lease of its batch would run out — after a dropped connection
+//!    the next call already goes to a new one, and extending is harmless to repeat; after
+//!    that, store errors are logged and retried on the next tick. Once a lease has surely run
+//!    out by this process's clock (no extension got through in time), the handler is cancelled
+//!    as if the lease were lost: a worker cut off from the store must not keep running a job
+//!    others now own.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use dq_core::{Queue, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::in_flight::{InFlight, Lease};
 
 const BATCH: usize = 500;
+
+/// Pauses between the tries of one extension after connection trouble: short, since a dropped
+/// connection is replaced at once.
+fn retry_pauses() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(200))
+        .without_max_times()
+        .with_jitter()
+        .build()
+}
 
 pub(crate) struct LeaseKeeper {
     pub store: Arc<dyn Store>,
@@ -60,17 +75,7 @@ impl LeaseKeeper {
         for (queue, leases) in by_queue {
             for chunk in leases.chunks(BATCH) {
                 let pairs: Vec<_> = chunk.iter().map(|l| (l.key.clone(), l.token)).collect();
-                let sent = tokio::time::Instant::now();
-                // Never wait past the earliest lease of the batch: a hung connection must not
-                // keep a handler running after its job may have gone to another worker.
-                let earliest = chunk.iter().map(Lease::expires).min().unwrap_or(sent);
-                let call = self.store.extend(&queue, &pairs, self.lease);
-                let result = match tokio::time::timeout_at(earliest.max(sent), call).await {
-                    Ok(result) => result,
-                    Err(_) => Err(dq_core::Error::Timeout(
-                        earliest.saturating_duration_since(sent),
-                    )),
-                };
+                let (sent, result) = self.extend_batch(&queue, chunk, &pairs).await;
                 match result {
                     Ok(held) => {
                         for (lease, held) in chunk.iter().zip(held) {
@@ -93,6 +98,44 @@ impl LeaseKeeper {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// One `extend` call for a batch, tried again after connection trouble while the
+    /// earliest lease of the batch holds. Returns when the try that answered was sent.
+    async fn extend_batch(
+        &self,
+        queue: &Queue,
+        chunk: &[Lease],
+        pairs: &[(dq_core::JobKey, u64)],
+    ) -> (tokio::time::Instant, dq_core::Result<Vec<bool>>) {
+        // Never wait past the earliest lease of the batch: a hung connection must not keep a
+        // handler running after its job may have gone to another worker.
+        let earliest = chunk
+            .iter()
+            .map(Lease::expires)
+            .min()
+            .unwrap_or_else(tokio::time::Instant::now);
+        let mut pauses = retry_pauses();
+        loop {
+            let sent = tokio::time::Instant::now();
+            let call = self.store.extend(queue, pairs, self.lease);
+            let result = match tokio::time::timeout_at(earliest.max(sent), call).await {
+                Ok(result) => result,
+                Err(_) => Err(dq_core::Error::Timeout(
+                    earliest.saturating_duration_since(sent),
+                )),
+            };
+            let retry = match &result {
+                Err(e) if e.is_retryable() && !self.stop.is_cancelled() => pauses.next(),
+                _ => None,
+            };
+            match retry {
+                Some(pause) if tokio::time::Instant::now() + pause < earliest => {
+                    tokio::time::sleep(pause).await;
+                }
+                _ => return (sent, result),
             }
         }
     }
