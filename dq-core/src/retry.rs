@@ -11,17 +11,18 @@ use dq_syntax::{self as retry_syntax, RetrySpec};
 /// The default tiered schedule, in seconds.
 pub const DEFAULT_TIERS_SECS: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21600, 54000];
 
-/// The random extra delay of an exponential retry policy (see [`RetryPolicy::with_jitter`]).
+/// The random extra delay of a retry policy (see [`RetryPolicy::with_jitter`]).
 ///
 /// Jitter spreads the retries of jobs that failed together (an outage) so that they do not
-/// all come back at the same instant. Turn it off where the delays must be exact (tests,
-/// schedules a user can read).
+/// all come back at the same instant. Exponential policies have `UpTo(100)` unless told
+/// otherwise; tiered and fixed ones have none unless asked (`"15s, 3m, 10m; jitter = 10%"`).
+/// Turn it off where the delays must be exact (tests, schedules a user can read).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Jitter {
-    /// Every delay exactly as computed: `initial`, `2 × initial`, … up to `max`.
+    /// Every delay exactly as given (for exponential: `initial`, `2 × initial`, … up to `max`).
     None,
-    /// Every delay plus a random 0 to this many percent of itself (0–100), never above `max`.
-    /// The default is `UpTo(100)`.
+    /// Every delay plus a random 0 to this many percent of itself (0–100); for exponential,
+    /// never above `max`. The default of exponential policies is `UpTo(100)`.
     UpTo(u32),
 }
 
@@ -39,9 +40,10 @@ pub struct RetryPolicy(RetrySpec);
 impl Default for RetryPolicy {
     /// The tiered schedule 15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h.
     fn default() -> Self {
-        RetryPolicy(RetrySpec::Tiered(
-            DEFAULT_TIERS_SECS.iter().map(|s| s * 1000).collect(),
-        ))
+        RetryPolicy(RetrySpec::Tiered {
+            delays_ms: DEFAULT_TIERS_SECS.iter().map(|s| s * 1000).collect(),
+            jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
+        })
     }
 }
 
@@ -63,6 +65,15 @@ fn ms(d: Duration) -> Result<u64> {
     Ok(ms as u64)
 }
 
+/// `delay` plus a random 0 to `pct` % of itself, in whole ms (exactly `delay` for 0 %).
+fn with_jitter(delay: Duration, pct: u32) -> Duration {
+    if pct == 0 {
+        return delay;
+    }
+    let share = f64::from(pct) / 100.0 * rand::random::<f64>();
+    Duration::from_millis(delay.mul_f64(1.0 + share).as_millis() as u64)
+}
+
 fn count(retries: u32) -> Result<u32> {
     if retries > retry_syntax::MAX_RETRIES {
         return Err(Error::InvalidConfig(format!(
@@ -78,7 +89,10 @@ impl RetryPolicy {
     pub fn tiered(delays: impl IntoIterator<Item = Duration>) -> Result<Self> {
         let delays = delays.into_iter().map(ms).collect::<Result<Vec<_>>>()?;
         count(u32::try_from(delays.len()).unwrap_or(u32::MAX))?;
-        Ok(RetryPolicy(RetrySpec::Tiered(delays)))
+        Ok(RetryPolicy(RetrySpec::Tiered {
+            delays_ms: delays,
+            jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
+        }))
     }
 
     /// `retries` retries, each `delay` after the failure.
@@ -86,6 +100,7 @@ impl RetryPolicy {
         Ok(RetryPolicy(RetrySpec::Fixed {
             delay_ms: ms(delay)?,
             retries: count(retries)?,
+            jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
         }))
     }
 
@@ -107,9 +122,10 @@ impl RetryPolicy {
         }))
     }
 
-    /// The same exponential policy with another jitter: [`Jitter::None`] for exact delays,
-    /// [`Jitter::UpTo`]`(pct)` for a random extra 0–`pct` % (`pct` at most 100). The text
-    /// form is `"exponential(1s, 1h, 10, jitter = 20%)"`.
+    /// The same policy with another jitter: [`Jitter::None`] for exact delays,
+    /// [`Jitter::UpTo`]`(pct)` for a random extra 0–`pct` % of each delay (`pct` at most 100).
+    /// The text forms are `"15s, 3m, 10m; jitter = 10%"`, `"fixed(1s, 5); jitter = 10%"` and
+    /// `"exponential(1s, 1h, 10, jitter = 20%)"` (or `…; jitter = 20%`).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -120,8 +136,8 @@ impl RetryPolicy {
     /// # Ok::<(), dq_core::Error>(())
     /// ```
     ///
-    /// Fails with [`Error::InvalidConfig`] for a percentage above 100, and for a policy that
-    /// is not exponential (the others have no jitter).
+    /// Fails with [`Error::InvalidConfig`] for a percentage above 100, and for
+    /// [`RetryPolicy::none`], which has no delays.
     pub fn with_jitter(self, jitter: Jitter) -> Result<Self> {
         let pct = match jitter {
             Jitter::None => 0,
@@ -129,30 +145,31 @@ impl RetryPolicy {
                 retry_syntax::check_jitter_pct(pct).map_err(Error::InvalidConfig)?
             }
         };
-        match self.0 {
-            RetrySpec::Exponential {
-                initial_ms,
-                max_ms,
-                retries,
-                ..
-            } => Ok(RetryPolicy(RetrySpec::Exponential {
-                initial_ms,
-                max_ms,
-                retries,
-                jitter_pct: pct,
-            })),
-            _ => Err(Error::InvalidConfig(
-                "jitter applies to exponential retry policies only".into(),
-            )),
+        let mut spec = self.0;
+        match &mut spec {
+            RetrySpec::None => {
+                return Err(Error::InvalidConfig(
+                    "a policy without retries has no delays to add jitter to".into(),
+                ));
+            }
+            RetrySpec::Tiered { jitter_pct, .. }
+            | RetrySpec::Fixed { jitter_pct, .. }
+            | RetrySpec::Exponential { jitter_pct, .. } => *jitter_pct = pct,
         }
+        Ok(RetryPolicy(spec))
     }
 
-    /// The jitter of an exponential policy; `None` for the other kinds, which have none.
+    /// The policy's jitter; `None` for [`RetryPolicy::none`], which has no delays.
     pub fn jitter(&self) -> Option<Jitter> {
         match self.0 {
-            RetrySpec::Exponential { jitter_pct: 0, .. } => Some(Jitter::None),
-            RetrySpec::Exponential { jitter_pct, .. } => Some(Jitter::UpTo(jitter_pct)),
-            _ => None,
+            RetrySpec::None => None,
+            RetrySpec::Tiered { jitter_pct, .. }
+            | RetrySpec::Fixed { jitter_pct, .. }
+            | RetrySpec::Exponential { jitter_pct, .. } => Some(if jitter_pct == 0 {
+                Jitter::None
+            } else {
+                Jitter::UpTo(jitter_pct)
+            }),
         }
     }
 
@@ -173,7 +190,7 @@ impl RetryPolicy {
     pub fn retries(&self) -> u32 {
         match &self.0 {
             RetrySpec::None => 0,
-            RetrySpec::Tiered(d) => d.len() as u32,
+            RetrySpec::Tiered { delays_ms, .. } => delays_ms.len() as u32,
             RetrySpec::Fixed { retries, .. } | RetrySpec::Exponential { retries, .. } => *retries,
         }
     }
@@ -192,8 +209,15 @@ impl RetryPolicy {
         let i = (attempt - 1) as usize;
         Some(match &self.0 {
             RetrySpec::None => return None,
-            RetrySpec::Tiered(d) => Duration::from_millis(d[i]),
-            RetrySpec::Fixed { delay_ms, .. } => Duration::from_millis(*delay_ms),
+            RetrySpec::Tiered {
+                delays_ms,
+                jitter_pct,
+            } => with_jitter(Duration::from_millis(delays_ms[i]), *jitter_pct),
+            RetrySpec::Fixed {
+                delay_ms,
+                jitter_pct,
+                ..
+            } => with_jitter(Duration::from_millis(*delay_ms), *jitter_pct),
             RetrySpec::Exponential {
                 initial_ms,
                 max_ms,
@@ -204,9 +228,7 @@ impl RetryPolicy {
                 // that a policy without jitter has exactly the delays it names.
                 let doubling = 1u64.checked_shl(i as u32).unwrap_or(u64::MAX);
                 let base = Duration::from_millis(initial_ms.saturating_mul(doubling).min(*max_ms));
-                let share = f64::from(*jitter_pct) / 100.0 * rand::random::<f64>();
-                base.mul_f64(1.0 + share)
-                    .min(Duration::from_millis(*max_ms))
+                with_jitter(base, *jitter_pct).min(Duration::from_millis(*max_ms))
             }
         })
     }
@@ -293,13 +315,59 @@ mod tests {
 
         assert!(exp().with_jitter(Jitter::UpTo(101)).is_err());
         assert!(RetryPolicy::parse("exponential(100ms, 1s, 6, jitter = 101%)").is_err());
-        assert!(
-            RetryPolicy::fixed(Duration::from_secs(1), 2)
-                .unwrap()
-                .with_jitter(Jitter::None)
-                .is_err()
-        );
+        assert!(RetryPolicy::none().with_jitter(Jitter::UpTo(10)).is_err());
         assert_eq!(RetryPolicy::none().jitter(), None);
+    }
+
+    /// Tiered and fixed policies are exact unless asked for jitter; with it, a thousand jobs
+    /// that failed together come back spread over the delay's window, never before the delay
+    /// nor after delay + pct.
+    #[test]
+    fn tiered_and_fixed_jitter_is_opt_in_and_spreads_retries() {
+        let tiered = RetryPolicy::parse("15s, 3m, 10m").unwrap();
+        assert_eq!(tiered.jitter(), Some(Jitter::None), "exact by default");
+        assert_eq!(RetryPolicy::default().jitter(), Some(Jitter::None));
+        assert_eq!(tiered.delay_after(2), Some(Duration::from_secs(180)));
+        let fixed = RetryPolicy::fixed(Duration::from_secs(1), 2).unwrap();
+        assert_eq!(fixed.jitter(), Some(Jitter::None));
+
+        let jittered = RetryPolicy::parse("15s, 3m, 10m; jitter = 10%").unwrap();
+        assert_eq!(
+            tiered.clone().with_jitter(Jitter::UpTo(10)).unwrap(),
+            jittered,
+            "the text form and the builder agree"
+        );
+        assert_eq!(jittered.max_attempts(), 4);
+        for (attempt, base) in [(1, 15_000u64), (2, 180_000), (3, 600_000)] {
+            let delays: Vec<u64> = (0..1000)
+                .map(|_| jittered.delay_after(attempt).unwrap().as_millis() as u64)
+                .collect();
+            let (lo, hi) = (*delays.iter().min().unwrap(), *delays.iter().max().unwrap());
+            assert!(
+                lo >= base && hi <= base + base / 10,
+                "{attempt}: {lo}..{hi}"
+            );
+            // Spread: a thousand draws over a 10 % window never land on a handful of values.
+            let distinct: std::collections::HashSet<_> = delays.iter().collect();
+            assert!(
+                distinct.len() > 100,
+                "{attempt}: only {} values",
+                distinct.len()
+            );
+        }
+        assert_eq!(jittered.delay_after(4), None);
+
+        let fixed = RetryPolicy::parse("fixed(1s, 2); jitter = 50%").unwrap();
+        assert_eq!(fixed.jitter(), Some(Jitter::UpTo(50)));
+        let d = fixed.delay_after(2).unwrap();
+        assert!(
+            d >= Duration::from_secs(1) && d <= Duration::from_millis(1500),
+            "{d:?}"
+        );
+        assert_eq!(
+            fixed.with_jitter(Jitter::None).unwrap(),
+            RetryPolicy::fixed(Duration::from_secs(1), 2).unwrap()
+        );
     }
 
     #[test]

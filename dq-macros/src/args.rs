@@ -181,14 +181,26 @@ fn check_topic(name: &str) -> Result<(), String> {
 pub(crate) fn normalize(spec: &RetrySpec) -> String {
     match spec {
         RetrySpec::None => "none".to_owned(),
-        RetrySpec::Tiered(delays) => delays
-            .iter()
-            .map(|ms| duration_text(*ms))
-            .collect::<Vec<_>>()
-            .join(", "),
-        RetrySpec::Fixed { delay_ms, retries } => {
-            format!("fixed({}, {retries})", duration_text(*delay_ms))
+        RetrySpec::Tiered {
+            delays_ms,
+            jitter_pct,
+        } => {
+            let delays = delays_ms
+                .iter()
+                .map(|ms| duration_text(*ms))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("{delays}{}", exact_jitter_suffix(*jitter_pct))
         }
+        RetrySpec::Fixed {
+            delay_ms,
+            retries,
+            jitter_pct,
+        } => format!(
+            "fixed({}, {retries}){}",
+            duration_text(*delay_ms),
+            exact_jitter_suffix(*jitter_pct)
+        ),
         RetrySpec::Exponential {
             initial_ms,
             max_ms,
@@ -204,6 +216,15 @@ pub(crate) fn normalize(spec: &RetrySpec) -> String {
                 format!(", jitter = {jitter_pct}%")
             }
         ),
+    }
+}
+
+/// `; jitter = N%` for a tiered or fixed policy with jitter (none: their default).
+fn exact_jitter_suffix(pct: u32) -> String {
+    if pct == retry_syntax::DEFAULT_EXACT_JITTER_PCT {
+        String::new()
+    } else {
+        format!("; jitter = {pct}%")
     }
 }
 
@@ -387,6 +408,9 @@ mod tests {
             "500ms, 1500ms, 90s, 86400s",
             "fixed( 1s , 5)",
             "exponential(1000ms, 1h, 10)",
+            "15s, 3m; jitter = 10%",
+            "fixed(1s, 5);jitter=0%",
+            "exponential(1s, 1h, 10); jitter = 20%",
             DEFAULT_RETRY,
         ] {
             let spec = retry_syntax::parse_retry(text).unwrap();

@@ -6,11 +6,14 @@
 //! runtime can never disagree. Plain `std`, no dependencies. Applications use it through `dq`.
 //!
 //! ```text
-//! retry    := "none" | tiered | "fixed(" duration "," count ")"
+//! retry    := "none" | policy [ ";" jitter ]
+//! policy   := tiered | "fixed(" duration "," count ")"
 //!           | "exponential(" duration "," duration "," count [ "," jitter ] ")"
 //!                                                          initial, max, retries, jitter
 //! tiered   := duration ("," duration)*                              one retry per entry
-//! jitter   := "jitter" "=" integer "%"       0 to 100; default 100: each delay + 0–100 %
+//! jitter   := "jitter" "=" integer "%"     0 to 100: each delay plus a random 0 to N %
+//!                                          of itself; default 0 for tiered and fixed,
+//!                                          100 for exponential (given once at most)
 //! duration := integer ("ms" | "s" | "m" | "h" | "d")
 //! ```
 
@@ -42,14 +45,21 @@ pub fn check_topic(name: &str) -> Result<(), &'static str> {
 pub enum RetrySpec {
     /// No retries.
     None,
-    /// One retry after each delay, in order.
-    Tiered(Vec<u64>),
-    /// `retries` retries, each after the same delay.
+    /// One retry after each delay, in order, each plus a random 0 to `jitter_pct` % of itself.
+    Tiered {
+        /// The delays, ms.
+        delays_ms: Vec<u64>,
+        /// Most random extra delay, in percent of the delay: 0 (no jitter, the default) to 100.
+        jitter_pct: u32,
+    },
+    /// `retries` retries, each after the same delay plus a random 0 to `jitter_pct` % of it.
     Fixed {
         /// The delay, ms.
         delay_ms: u64,
         /// How many retries.
         retries: u32,
+        /// Most random extra delay, in percent of the delay: 0 (no jitter, the default) to 100.
+        jitter_pct: u32,
     },
     /// `retries` retries, doubling from `initial_ms` up to `max_ms`, each plus a random
     /// 0 to `jitter_pct` % of itself (still at most `max_ms`).
@@ -67,6 +77,9 @@ pub enum RetrySpec {
 
 /// The jitter of an exponential policy that does not name one: each delay plus 0–100 %.
 pub const DEFAULT_JITTER_PCT: u32 = 100;
+
+/// The jitter of a tiered or fixed policy that does not name one: none, the delays are exact.
+pub const DEFAULT_EXACT_JITTER_PCT: u32 = 0;
 
 /// Checks a jitter percentage: 0 to 100.
 pub fn check_jitter_pct(pct: u32) -> Result<u32, String> {
@@ -165,6 +178,14 @@ pub fn parse_retry(text: &str) -> Result<RetrySpec, String> {
     if t == "none" {
         return Ok(RetrySpec::None);
     }
+    // `policy; jitter = N%`
+    let (t, suffix) = match t.split_once(';') {
+        Some((policy, jitter)) => (policy.trim(), Some(parse_jitter(jitter)?)),
+        None => (t, None),
+    };
+    if t == "none" {
+        return Err("\"none\" has no delays to add jitter to".into());
+    }
     if let Some(args) = call_args(t, "fixed") {
         let [delay, retries] = args[..] else {
             return Err("fixed takes (delay, retries), e.g. \"fixed(1s, 5)\"".into());
@@ -172,6 +193,7 @@ pub fn parse_retry(text: &str) -> Result<RetrySpec, String> {
         return Ok(RetrySpec::Fixed {
             delay_ms: parse_duration_ms(delay)?,
             retries: parse_count(retries)?,
+            jitter_pct: suffix.unwrap_or(DEFAULT_EXACT_JITTER_PCT),
         });
     }
     if let Some(args) = call_args(t, "exponential") {
@@ -190,11 +212,16 @@ pub fn parse_retry(text: &str) -> Result<RetrySpec, String> {
         if initial_ms == 0 || max_ms < initial_ms {
             return Err("exponential needs 0 < initial <= max".into());
         }
+        let jitter_pct = match (jitter.map(parse_jitter).transpose()?, suffix) {
+            (Some(_), Some(_)) => return Err("the jitter is given twice".into()),
+            (Some(pct), None) | (None, Some(pct)) => pct,
+            (None, None) => DEFAULT_JITTER_PCT,
+        };
         return Ok(RetrySpec::Exponential {
             initial_ms,
             max_ms,
             retries: parse_count(retries)?,
-            jitter_pct: jitter.map_or(Ok(DEFAULT_JITTER_PCT), parse_jitter)?,
+            jitter_pct,
         });
     }
     let delays = t
@@ -207,7 +234,10 @@ pub fn parse_retry(text: &str) -> Result<RetrySpec, String> {
             delays.len()
         ));
     }
-    Ok(RetrySpec::Tiered(delays))
+    Ok(RetrySpec::Tiered {
+        delays_ms: delays,
+        jitter_pct: suffix.unwrap_or(DEFAULT_EXACT_JITTER_PCT),
+    })
 }
 
 #[cfg(test)]
@@ -240,13 +270,41 @@ mod tests {
         assert_eq!(parse_retry("none"), Ok(RetrySpec::None));
         assert_eq!(
             parse_retry("15s, 3m,10m"),
-            Ok(RetrySpec::Tiered(vec![15_000, 180_000, 600_000]))
+            Ok(RetrySpec::Tiered {
+                delays_ms: vec![15_000, 180_000, 600_000],
+                jitter_pct: 0
+            })
+        );
+        assert_eq!(
+            parse_retry("15s, 3m, 10m; jitter = 10%"),
+            Ok(RetrySpec::Tiered {
+                delays_ms: vec![15_000, 180_000, 600_000],
+                jitter_pct: 10
+            })
         );
         assert_eq!(
             parse_retry("fixed(1s, 3)"),
             Ok(RetrySpec::Fixed {
                 delay_ms: 1000,
-                retries: 3
+                retries: 3,
+                jitter_pct: 0
+            })
+        );
+        assert_eq!(
+            parse_retry(" fixed(1s, 3) ;jitter=25% "),
+            Ok(RetrySpec::Fixed {
+                delay_ms: 1000,
+                retries: 3,
+                jitter_pct: 25
+            })
+        );
+        assert_eq!(
+            parse_retry("exponential(1s, 1h, 10); jitter = 5%"),
+            Ok(RetrySpec::Exponential {
+                initial_ms: 1000,
+                max_ms: 3_600_000,
+                retries: 10,
+                jitter_pct: 5,
             })
         );
         assert_eq!(
@@ -287,6 +345,12 @@ mod tests {
             "exponential(1s, 1h, 10, jitter = 1.5%)",
             "exponential(1s, 1h, 10, 20%)",
             "exponential(1s, 1h, 10, jitter = 0%, 1)",
+            "exponential(1s, 1h, 10, jitter = 0%); jitter = 5%",
+            "15s, 3m; jitter = 101%",
+            "15s, 3m; 10%",
+            "15s, 3m;",
+            "none; jitter = 10%",
+            "fixed(1s, 3); jitter = 1%; jitter = 2%",
         ] {
             assert!(parse_retry(bad).is_err(), "{bad:?}");
         }

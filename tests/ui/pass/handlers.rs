@@ -44,6 +44,11 @@ async fn exact_backoff(_n: u64) -> Result<(), JobError> {
     Ok(())
 }
 
+#[dq::delayed_job(retry = "15s, 3m, 10m; jitter = 10%")]
+async fn spread_tiers(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
 #[dq::delayed_job]
 async fn str_error(_: Vec<u8>) -> Result<(), &'static str> {
     Err("always")
@@ -119,6 +124,7 @@ fn main() {
         boxed_error,
         blocking,
         exact_backoff,
+        spread_tiers,
     );
 
     // A chosen jitter reaches the runtime policy; the default is left out of the text.
@@ -127,6 +133,9 @@ fn main() {
         dq::RetryPolicy::parse(d.retry).unwrap()
     };
     assert_eq!(retry_of("exact_backoff").jitter(), Some(dq::Jitter::None));
+    assert_eq!(retry_of("spread_tiers").jitter(), Some(dq::Jitter::UpTo(10)));
+    assert_eq!(retry_of("io_result").jitter(), Some(dq::Jitter::None));
+    assert_eq!(retry_of("io_error").jitter(), None);
     assert_eq!(retry_of("string_error").jitter(), Some(dq::Jitter::UpTo(100)));
 
     let mut topics: Vec<_> = dq::handler::registered_jobs().map(|d| d.topic).collect();
@@ -144,6 +153,7 @@ fn main() {
             "no_context",
             "orders.close",
             "orders.remind",
+            "spread_tiers",
             "str_error",
             "string_error",
             "via.reexport",
