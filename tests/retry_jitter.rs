@@ -34,15 +34,24 @@ async fn retry_delays_ms(client: &Client) -> Vec<u64> {
 fn assert_spread(delays: &[u64]) {
     assert_eq!(delays.len(), JOBS as usize, "every job waits for its retry");
     let (lo, hi) = (*delays.iter().min().unwrap(), *delays.iter().max().unwrap());
-    assert!(lo >= 10_000 && hi <= 15_000, "delays {lo}..{hi} ms outside [10 s, 15 s]");
+    assert!(
+        lo >= 10_000 && hi <= 15_000,
+        "delays {lo}..{hi} ms outside [10 s, 15 s]"
+    );
     // Without jitter all 200 would share one delay; with it they cover the window.
     assert!(hi - lo >= 2_500, "retries not spread: {lo}..{hi} ms");
     let distinct: std::collections::HashSet<_> = delays.iter().collect();
-    assert!(distinct.len() > 50, "only {} distinct delays", distinct.len());
+    assert!(
+        distinct.len() > 50,
+        "only {} distinct delays",
+        distinct.len()
+    );
 }
 
 fn jobs() -> Vec<JobSpec<u64>> {
-    (0..JOBS).map(|i| JobSpec::new(i).key(format!("j-{i}"))).collect()
+    (0..JOBS)
+        .map(|i| JobSpec::new(i).key(format!("j-{i}")))
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
