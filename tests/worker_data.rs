@@ -65,26 +65,6 @@ async fn client() -> Client {
         .expect("connect")
 }
 
-/// The log lines a test's tracing subscriber wrote.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test]
 async fn build_refuses_a_worker_missing_declared_data() {
     let client = client().await;
@@ -132,7 +112,7 @@ async fn build_refuses_a_worker_missing_declared_data() {
 
 #[tokio::test]
 async fn undeclared_missing_data_defers_the_job_and_a_worker_with_the_data_runs_it() {
-    let captured = Captured::default();
+    let captured = dq_testkit::CapturedLog::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)

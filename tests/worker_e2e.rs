@@ -450,32 +450,12 @@ async fn shutdown_keeps_its_deadline_when_a_handler_ignores_cancellation() {
     assert_eq!((job.state, job.attempts), (JobState::Ready, 0));
 }
 
-/// The log lines a test's tracing subscriber wrote.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// A store error retrying cannot fix (here a partition key of the wrong type) is logged at
 /// ERROR and shown in the worker's health as permanent; once fixed, the worker is healthy
 /// again and runs the partition's jobs.
 #[tokio::test]
 async fn a_permanent_store_error_shows_in_health_and_is_logged_at_error() {
-    let captured = Captured::default();
+    let captured = dq_testkit::CapturedLog::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)

@@ -36,12 +36,14 @@
 //! from `PATH`). `bash` must be on `PATH`. Process checks read `/proc`, so this crate is for
 //! Linux.
 
+mod log;
 mod namespace;
 mod process;
 pub mod proxy;
 mod server;
 mod wait;
 
+pub use log::CapturedLog;
 pub use namespace::{keys_in_namespace, namespace};
 pub use proxy::FaultProxy;
 pub use server::{Persistence, RedisServer, ServerOptions, shared};
