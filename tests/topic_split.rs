@@ -211,3 +211,51 @@ async fn a_producer_that_disagrees_with_the_recorded_count_stores_nothing() {
     handle.shutdown().await;
     assert!(runs.get().is_empty());
 }
+
+/// A worker started while Redis is down cannot check its topics yet: that is connection
+/// trouble, not a mismatch — its health shows the error (not as permanent), and once Redis is
+/// back it checks, records its count and runs the topic's jobs.
+#[tokio::test]
+async fn a_worker_started_while_redis_is_down_checks_once_it_is_back() {
+    let server = dq_testkit::RedisServer::start();
+    let ns = dq_testkit::namespace("split");
+    let consumer = Client::builder()
+        .namespace(&ns)
+        .partitions(TOPIC, 4)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    server.stop();
+    let runs = Runs::default();
+    let handle = worker(&consumer, &runs).start();
+    dq_testkit::eventually("the failed check shows in the health", WAIT, || {
+        let health = handle.health();
+        async move {
+            health.fetchers.iter().any(|f| f.last_error.is_some())
+                && health.permanent_errors().next().is_none()
+        }
+    })
+    .await;
+
+    server.restart();
+    let producer = Client::builder()
+        .namespace(&ns)
+        .partitions(TOPIC, 4)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    for i in 0..8u64 {
+        producer
+            .enqueue::<split_job>(i)
+            .key(format!("job-{i}"))
+            .await
+            .unwrap();
+    }
+    dq_testkit::eventually("all 8 jobs ran once Redis was back", WAIT, || {
+        let done = runs.get().len() == 8;
+        async move { done }
+    })
+    .await;
+    assert!(handle.health().permanent_errors().next().is_none());
+    handle.shutdown().await;
+}

@@ -150,15 +150,33 @@ impl Client {
     /// [`Error::TopicMismatch`] — producers and workers that disagreed would otherwise store
     /// jobs in partitions no fetcher reads. To change a topic's count, see
     /// [`Client::reset_topic`].
+    ///
+    /// Retried inside through connection trouble, as every call is (recording is harmless
+    /// to repeat).
     pub async fn check_topic(&self, name: &str) -> Result<TopicMeta> {
         let topic = Topic::new(name)?;
         self.ensure_topic(&topic, self.config.partitions_of(name))
             .await
     }
 
+    /// [`Client::check_topic`] with a single try, for a caller that retries by itself (the
+    /// worker's fetchers, which show each failed try in their health).
+    #[doc(hidden)]
+    pub async fn check_topic_once(&self, name: &str) -> Result<TopicMeta> {
+        let topic = Topic::new(name)?;
+        self.checked(
+            &topic,
+            self.config.partitions_of(name),
+            false,
+            TopicMeta::clone,
+        )
+        .await
+    }
+
     /// [`Client::check_topic`] for a validated topic and this client's count for it.
     async fn ensure_topic(&self, topic: &Topic, configured: u16) -> Result<TopicMeta> {
-        self.checked(topic, configured, TopicMeta::clone).await
+        self.checked(topic, configured, true, TopicMeta::clone)
+            .await
     }
 
     /// Checks `configured` against `topic`'s record (read once, then kept) and passes the
@@ -168,6 +186,7 @@ impl Client {
         &self,
         topic: &Topic,
         configured: u16,
+        retry: bool,
         f: impl FnOnce(&TopicMeta) -> T,
     ) -> Result<T> {
         let cell = {
@@ -181,7 +200,7 @@ impl Client {
         let meta = cell
             .get_or_try_init(|| async {
                 // Recording is idempotent (the first record wins): safe to retry.
-                retry_harmless(|| store.register_topic(topic, configured), true)
+                retry_harmless(|| store.register_topic(topic, configured), retry)
                     .await
                     .map(|(meta, _)| meta)
             })
@@ -580,7 +599,7 @@ impl TopicClient {
     /// [`TopicClient::check`] without the copy, for every call's first step.
     async fn ensure(&self) -> Result<()> {
         self.client
-            .checked(&self.topic, self.partitions, |_| ())
+            .checked(&self.topic, self.partitions, true, |_| ())
             .await
     }
 

@@ -226,7 +226,8 @@ impl Fetcher {
         let mut backoff = error_backoff();
         loop {
             let result = tokio::select! {
-                r = self.client.check_topic(self.queue.topic.as_str()) => r.map(|_| ()),
+                // One try per round: this loop retries, and shows each failure in the health.
+                r = self.client.check_topic_once(self.queue.topic.as_str()) => r.map(|_| ()),
                 () = self.stop.cancelled() => return false,
             };
             if let Err(e) = &result {
