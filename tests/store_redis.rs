@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::Harness;
 use common::conformance::{HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
 use common::redis::RedisHarness;
-use dq::store::redis::layout::{KeyName, parse_key};
+use dq::store::redis::layout::{self, KeyName, parse_key};
 use dq::store::{FailAction, FetchCall, FetchRequest, Queue, RedisOptions, RedisStore};
 use dq::{Client, EnqueueOutcome, Error, JobState, NewDue, RescheduleOutcome, Topic};
 use dq_testkit::{RedisServer, ServerOptions, keys_in_namespace};
@@ -133,7 +133,9 @@ async fn hostile_key_bytes_never_reach_key_names() {
     h.check_invariants().await;
 
     let mut stored = BTreeSet::new();
-    for key in h.keys() {
+    let registry = layout::topics_key(h.namespace());
+    assert!(h.keys().contains(&registry), "the topic was recorded");
+    for key in h.keys().into_iter().filter(|k| *k != registry) {
         let parsed =
             parse_key(h.namespace(), &key).unwrap_or_else(|| panic!("unexpected key name {key:?}"));
         assert_eq!(parsed.topic, "hostile", "{key:?}");
@@ -253,7 +255,18 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     let ns = h.namespace();
     let mut seen_names = HashSet::new();
     let mut seen_partitions = HashSet::new();
-    for key in h.keys() {
+    // The one key outside the partitions: the namespace's topic registry.
+    let registry = layout::topics_key(ns);
+    assert_eq!(h.server().cmd::<String>(&["TYPE", &registry]), "hash");
+    let record = h
+        .server()
+        .cmd::<String>(&["HGET", &registry, "orders.close"]);
+    assert_eq!(
+        layout::TopicRecord::decode(&record).unwrap().partitions,
+        4,
+        "{record}"
+    );
+    for key in h.keys().into_iter().filter(|k| *k != registry) {
         let parsed = parse_key(ns, &key).unwrap_or_else(|| panic!("unexpected key name {key:?}"));
         let (topic, p) = (parsed.topic, parsed.partition);
         assert_eq!(topic, "orders.close");

@@ -5,12 +5,16 @@
 //! MessagePack bytes ([`Client::topic`]), for producers that do not link the handlers.
 //!
 //! Every input is validated — topic, key, payload size — before anything is written.
+//!
+//! Every call on a topic first checks the client's partition count against the one recorded
+//! in the store ([`TopicMeta`]; the first client to use the topic records its own), once per
+//! topic per client: a mismatch is [`Error::TopicMismatch`] before anything is written.
 
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
@@ -25,6 +29,7 @@ use crate::job::{
 use crate::names::{JobKey, Topic};
 use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
 use crate::store::Store;
+use crate::topic::TopicMeta;
 
 /// Largest number of jobs sent in one enqueue script call by bulk enqueue: small enough that
 /// one call stays in the low milliseconds, so Redis never stalls its other clients.
@@ -88,6 +93,10 @@ impl ClientConfig {
 pub struct Client {
     store: Arc<dyn Store>,
     config: Arc<ClientConfig>,
+    /// Each topic's metadata as read from the store, once per topic for this client, its
+    /// clones and the workers built from it (a cell per topic: concurrent first calls share
+    /// one round trip).
+    topics: Arc<Mutex<HashMap<Topic, Arc<tokio::sync::OnceCell<TopicMeta>>>>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -104,6 +113,7 @@ impl Client {
         Client {
             store,
             config: Arc::new(config),
+            topics: Arc::default(),
         }
     }
 
@@ -126,6 +136,116 @@ impl Client {
             topic,
             partitions,
         })
+    }
+
+    /// Checks this client's partition count for topic `name` against the store's record of
+    /// the topic, recording this client's count if the topic has none yet (the first client
+    /// to use a topic — producer, worker or tool — fixes its count); returns the topic's
+    /// metadata. Every call on a topic does this implicitly before anything else, and a worker
+    /// does it for each of its topics when it starts: call it directly to fail fast at
+    /// start-up.
+    ///
+    /// One store round trip per topic for the life of this client (and its clones): the
+    /// answer is kept. A count different from the one recorded is
+    /// [`Error::TopicMismatch`] — producers and workers that disagreed would otherwise store
+    /// jobs in partitions no fetcher reads. To change a topic's count, see
+    /// [`Client::reset_topic`].
+    ///
+    /// Retried inside through connection trouble, as every call is (recording is harmless
+    /// to repeat).
+    pub async fn check_topic(&self, name: &str) -> Result<TopicMeta> {
+        let topic = Topic::new(name)?;
+        self.ensure_topic(&topic, self.config.partitions_of(name))
+            .await
+    }
+
+    /// [`Client::check_topic`] with a single try, for a caller that retries by itself (the
+    /// worker's fetchers, which show each failed try in their health).
+    #[doc(hidden)]
+    pub async fn check_topic_once(&self, name: &str) -> Result<TopicMeta> {
+        let topic = Topic::new(name)?;
+        self.checked(
+            &topic,
+            self.config.partitions_of(name),
+            false,
+            TopicMeta::clone,
+        )
+        .await
+    }
+
+    /// [`Client::check_topic`] for a validated topic and this client's count for it.
+    async fn ensure_topic(&self, topic: &Topic, configured: u16) -> Result<TopicMeta> {
+        self.checked(topic, configured, true, TopicMeta::clone)
+            .await
+    }
+
+    /// Checks `configured` against `topic`'s record (read once, then kept) and passes the
+    /// record to `f`. Every call on a topic comes through here: after the first, it costs a
+    /// map lookup and no allocation.
+    async fn checked<T>(
+        &self,
+        topic: &Topic,
+        configured: u16,
+        retry: bool,
+        f: impl FnOnce(&TopicMeta) -> T,
+    ) -> Result<T> {
+        let cell = {
+            let mut cache = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
+            match cache.get(topic) {
+                Some(cell) => cell.clone(),
+                None => cache.entry(topic.clone()).or_default().clone(),
+            }
+        };
+        let store = &self.store;
+        let meta = cell
+            .get_or_try_init(|| async {
+                // Recording is idempotent (the first record wins): safe to retry.
+                retry_harmless(|| store.register_topic(topic, configured), retry)
+                    .await
+                    .map(|(meta, _)| meta)
+            })
+            .await?;
+        if meta.partitions != configured {
+            return Err(Error::TopicMismatch {
+                topic: topic.to_string(),
+                stored: meta.partitions,
+                configured,
+            });
+        }
+        Ok(f(meta))
+    }
+
+    /// Every topic recorded in the store (for Redis: in this client's namespace), by name,
+    /// with its metadata: the topics some producer or worker has used.
+    pub async fn topics(&self) -> Result<Vec<TopicMeta>> {
+        self.store.topics().await
+    }
+
+    /// Deletes topic `name`'s metadata, so that the next client to use it records its own
+    /// partition count; returns the metadata deleted (`None`: the topic had none). Refused
+    /// with [`Error::TopicNotEmpty`] while the topic holds any job, dead ones included.
+    ///
+    /// This is how a topic's partition count is changed; jobs are never moved between
+    /// partitions, so the topic must be empty:
+    ///
+    /// 1. stop the topic's producers;
+    /// 2. let its workers drain it (`stats()` shows nothing scheduled, ready, active or in
+    ///    retry), then stop them; requeue or purge its dead jobs;
+    /// 3. `client.reset_topic(name)` (refused, changing nothing, if a job is left);
+    /// 4. start producers and workers with the new `.partitions(name, n)`: the first one
+    ///    records it.
+    ///
+    /// A process that kept running across the reset still holds the old count (each client
+    /// reads a topic's record once): restart every process that uses the topic. This
+    /// client forgets its own copy.
+    pub async fn reset_topic(&self, name: &str) -> Result<Option<TopicMeta>> {
+        let topic = Topic::new(name)?;
+        let reset = self.store.reset_topic(&topic).await?;
+        self.topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&topic);
+        Ok(reset)
     }
 
     fn typed<J: Job>(&self) -> Result<TopicClient> {
@@ -463,9 +583,24 @@ impl TopicClient {
         &self.topic
     }
 
-    /// How many partitions the topic has.
+    /// How many partitions this client is configured with for the topic (every call checks
+    /// it against the store's record first: see [`TopicClient::check`]).
     pub fn partitions(&self) -> u16 {
         self.partitions
+    }
+
+    /// Checks this client's partition count against the topic's record in the store
+    /// (recording it if the topic has none): see [`Client::check_topic`]. Every call of
+    /// this type does it after validating its input and before its first store call.
+    pub async fn check(&self) -> Result<TopicMeta> {
+        self.client.ensure_topic(&self.topic, self.partitions).await
+    }
+
+    /// [`TopicClient::check`] without the copy, for every call's first step.
+    async fn ensure(&self) -> Result<()> {
+        self.client
+            .checked(&self.topic, self.partitions, true, |_| ())
+            .await
     }
 
     fn queue_of(&self, key: &JobKey) -> Queue {
@@ -589,8 +724,10 @@ impl TopicClient {
     /// id are fixed before the first try, and every retry says it is one: a retry after a try
     /// that was applied (its reply lost) finds the call's receipt and writes nothing, even if
     /// the job has run and gone in between. Retries stop [`ENQUEUE_RETRY_WINDOW`] after the
-    /// first try, well inside the receipt's life.
+    /// first try, well inside the receipt's life. The topic's partition count is checked
+    /// first (cached after the first call).
     async fn store_enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+        self.ensure().await?;
         let store = &self.client.store;
         let first = EnqueueCall::new();
         let started = tokio::time::Instant::now();
@@ -616,6 +753,7 @@ impl TopicClient {
     /// cancelled it or it ended otherwise in between is not known.
     pub async fn cancel(&self, key: &str) -> Result<CancelOutcome> {
         let key = JobKey::new(key)?;
+        self.ensure().await?;
         let (queue, store) = (&self.queue_of(&key), &self.client.store);
         let (outcome, ambiguous) = retry_harmless(|| store.cancel(queue, &key), true).await?;
         Ok(match outcome {
@@ -636,6 +774,7 @@ impl TopicClient {
     pub async fn reschedule(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
         let key = JobKey::new(key)?;
         due.check()?;
+        self.ensure().await?;
         let (queue, store) = (&self.queue_of(&key), &self.client.store);
         let repeatable = !matches!(due, NewDue::Shift(_));
         retry_harmless(|| store.reschedule(queue, &key, due), repeatable)
@@ -647,11 +786,13 @@ impl TopicClient {
     /// ([`JobInfo::decode`] decodes it).
     pub async fn job(&self, key: &str) -> Result<Option<JobInfo>> {
         let key = JobKey::new(key)?;
+        self.ensure().await?;
         self.client.store.job(&self.queue_of(&key), &key).await
     }
 
     /// Depths and counters, summed over the topic's partitions.
     pub async fn stats(&self) -> Result<TopicStats> {
+        self.ensure().await?;
         let mut total = TopicStats::default();
         for queue in self.queues() {
             let s = self.client.store.stats(&queue).await?;
@@ -693,6 +834,7 @@ impl TopicClient {
     /// Listing writes nothing, so it works when Redis is at `maxmemory`.
     pub async fn list(&self, state: JobState, page: Page) -> Result<JobPage<JobInfo>> {
         page.check(state)?;
+        self.ensure().await?;
         let mut parts = Vec::with_capacity(usize::from(self.partitions));
         for queue in self.queues() {
             let from = match &page.after {
@@ -717,6 +859,7 @@ impl TopicClient {
     /// `offset + limit` jobs of every partition; [`TopicClient::list`] with
     /// [`JobState::Dead`] pages at any depth for the cost of one page.
     pub async fn dead_jobs(&self, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+        self.ensure().await?;
         let mut all = Vec::new();
         for queue in self.queues() {
             // Each partition's first offset+limit are enough to find the merged page.
@@ -728,8 +871,10 @@ impl TopicClient {
 
     /// Moves dead jobs back to ready with their attempts reset; returns how many moved.
     pub async fn requeue_dead(&self, keys: &[&str]) -> Result<u64> {
+        let groups = self.group(keys)?;
+        self.ensure().await?;
         let mut moved = 0;
-        for (queue, keys) in self.group(keys)? {
+        for (queue, keys) in groups {
             moved += self
                 .client
                 .store
@@ -744,8 +889,10 @@ impl TopicClient {
 
     /// Deletes the named dead jobs; returns how many were deleted.
     pub async fn purge_dead(&self, keys: &[&str]) -> Result<u64> {
+        let groups = self.group(keys)?;
+        self.ensure().await?;
         let mut purged = 0;
-        for (queue, keys) in self.group(keys)? {
+        for (queue, keys) in groups {
             purged += self
                 .client
                 .store
@@ -757,6 +904,7 @@ impl TopicClient {
 
     /// Deletes every dead job of the topic, in bounded batches; returns how many.
     pub async fn purge_all_dead(&self) -> Result<u64> {
+        self.ensure().await?;
         let mut purged = 0;
         for queue in self.queues() {
             // Bounded: each round deletes up to 1000; stop when a round deletes nothing.

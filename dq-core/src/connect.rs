@@ -30,7 +30,10 @@ impl ClientBuilder {
     }
 
     /// Splits `topic` into `partitions` partitions (default 1). Producers and workers of a
-    /// topic must agree on this number.
+    /// topic must agree on this number: the first client to use the topic records it in the
+    /// store, and a client configured otherwise gets
+    /// [`Error::TopicMismatch`] before it writes anything
+    /// (see [`Client::check_topic`], and [`Client::reset_topic`] to change it).
     pub fn partitions(mut self, topic: impl Into<String>, partitions: u16) -> Self {
         self.config.partitions.insert(topic.into(), partitions);
         self

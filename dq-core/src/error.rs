@@ -61,6 +61,33 @@ pub enum Error {
         /// How many partitions the topic has.
         partitions: u16,
     },
+    /// The topic's partition count recorded in the store (by the first producer or worker
+    /// that used it) is not the one this client is configured with. Nothing was written:
+    /// producers and workers that disagree on it would store jobs where no fetcher looks.
+    /// Configure `.partitions(topic, stored)` on this client, or change the topic's count as
+    /// [`Client::reset_topic`](crate::client::Client::reset_topic) describes.
+    #[error(
+        "topic {topic:?} has {stored} partition(s) in the store, but this client is configured \
+         with {configured}: configure .partitions({topic:?}, {stored}) (to change a topic's \
+         partition count, see Client::reset_topic)"
+    )]
+    TopicMismatch {
+        /// The topic.
+        topic: String,
+        /// The partition count recorded in the store.
+        stored: u16,
+        /// The partition count this client is configured with.
+        configured: u16,
+    },
+    /// [`Client::reset_topic`](crate::client::Client::reset_topic) was refused: the topic
+    /// still holds jobs (in any state, dead ones included). Nothing was changed.
+    #[error("topic {topic:?} still holds {jobs} job(s): drain it (and purge its dead queue) first")]
+    TopicNotEmpty {
+        /// The topic.
+        topic: String,
+        /// How many jobs it holds.
+        jobs: u64,
+    },
     /// The Redis server is not fit to hold jobs (too old, or an evicting `maxmemory-policy`).
     #[error("redis server rejected: {0}")]
     UnsuitableServer(String),

@@ -15,6 +15,7 @@ pub mod retry;
 /// The retry, duration and topic syntax, shared with `dq-macros` (the `dq-syntax` crate).
 pub use dq_syntax as retry_syntax;
 pub mod store;
+pub mod topic;
 
 #[allow(deprecated)]
 pub use client::BulkJob;
@@ -41,6 +42,7 @@ pub use retry::{Jitter, RetryPolicy};
 pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{Store, WakeListener};
+pub use topic::TopicMeta;
 
 #[doc(hidden)]
 pub use inventory;

@@ -17,6 +17,12 @@
 //!    the same call for a short window, so that the jobs it may have leased come back (see
 //!    [`FetchCall`]) instead of waiting out their lease and losing an attempt.
 //!
+//! Before its first fetch, a fetcher checks its topic's partition count against the store's
+//! record (`Client::check_topic`, shared by the topic's fetchers: one round trip). A mismatch
+//! would have it fetch from partitions the producers do not use (or miss the ones they do):
+//! it does not fetch at all, and says so at ERROR (once per topic) and in the health. Other
+//! errors of the check are retried as failing fetches are.
+//!
 //! Wake-up tokens are received by a listener task with one `BLPOP` always in flight, so a
 //! token is never dropped by a cancelled wait; it is turned into a local `Notify`.
 
@@ -24,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use dq_core::{FetchCall, FetchRequest, Queue, Store};
+use dq_core::{Client, FetchCall, FetchRequest, Queue, Store};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +52,8 @@ pub(crate) struct FetchSettings {
 
 pub(crate) struct Fetcher {
     pub store: Arc<dyn Store>,
+    /// For the topic check before the first fetch.
+    pub client: Client,
     pub queue: Queue,
     pub topic: Arc<TopicRuntime>,
     pub shared: Arc<RunnerShared>,
@@ -105,6 +113,9 @@ type FetchDone = (
 
 impl Fetcher {
     pub async fn run(self) {
+        if !self.check_topic().await {
+            return;
+        }
         let wake = Arc::new(Notify::new());
         let listener = tokio::spawn(listen(
             self.store.clone(),
@@ -205,6 +216,62 @@ impl Fetcher {
             }
         }
         listener.abort();
+    }
+
+    /// Checks the topic's partition count before the first fetch: `true` once it matches the
+    /// store's record, `false` if it never will (a mismatch: stays stopped until shutdown) or
+    /// the worker is stopping. Other errors (the store unreachable) are retried with the
+    /// fetch error backoff.
+    async fn check_topic(&self) -> bool {
+        let mut backoff = error_backoff();
+        loop {
+            let result = tokio::select! {
+                // One try per round: this loop retries, and shows each failure in the health.
+                r = self.client.check_topic_once(self.queue.topic.as_str()) => r.map(|_| ()),
+                () = self.stop.cancelled() => return false,
+            };
+            if let Err(e) = &result {
+                let mut h = self
+                    .health
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                h.last_call_at = Some(std::time::Instant::now());
+                h.last_call_ok = false;
+                h.last_error = Some(e.to_string());
+                h.last_error_permanent = is_permanent(e);
+                h.failures_in_a_row = h.failures_in_a_row.saturating_add(1);
+            }
+            match result {
+                Ok(()) => return true,
+                Err(e @ dq_core::Error::TopicMismatch { .. }) => {
+                    if self.queue.partition == 0 {
+                        tracing::error!(
+                            topic = %self.queue.topic,
+                            error = %e,
+                            "this worker's partition count for the topic is not the one \
+                             recorded in the store: no job of this topic runs on this worker \
+                             until it is configured alike and restarted"
+                        );
+                    }
+                    self.stop.cancelled().await;
+                    return false;
+                }
+                Err(e) => {
+                    let pause = backoff.next().unwrap_or(MAX_ERROR_PAUSE);
+                    tracing::warn!(
+                        topic = %self.queue.topic,
+                        partition = self.queue.partition,
+                        error = %e,
+                        retry_in = ?pause,
+                        "topic check failed"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = self.stop.cancelled() => return false,
+                    }
+                }
+            }
+        }
     }
 
     /// Notes how the last fetch call went, for the worker's health view.

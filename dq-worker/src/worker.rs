@@ -4,7 +4,14 @@
 //! 1. resolve the handlers (`#[delayed_job]` registrations, filtered by `.topics(…)`): a topic
 //!    registered twice is an error naming both source locations, and so is a handler whose
 //!    declared shared data (`#[delayed_job(data(…))]`) was not given; each handler is logged;
-//! 2. start the completer, the lease keeper, and one fetcher per topic partition.
+//! 2. start the completer, the lease keeper, and one fetcher per topic partition;
+//! 3. each fetcher first checks its topic's partition count against the store's record
+//!    (`Client::check_topic`: one round trip per topic, recording the count if the topic has
+//!    none). A count that differs (`Error::TopicMismatch`) is a deployment error: the topic's
+//!    fetchers do not run, the worker logs it at ERROR and shows it in its health as a
+//!    permanent error; the other topics run. A store that cannot be reached is retried like a
+//!    failing fetch, so a worker started while Redis is down begins once Redis is back. To fail
+//!    fast instead, await [`Worker::check_topics`] before starting.
 //!
 //! Shutdown, in this order (two phases):
 //! 1. **quiet** — fetchers stop; no new job is leased;
@@ -21,7 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{Client, JobDescriptor, JobKey, SharedData, Store};
+use dq_core::{Client, JobDescriptor, JobKey, SharedData, Store, TopicMeta};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -213,6 +220,7 @@ impl WorkerBuilder {
         )?;
         Ok(Worker {
             store: self.client.store().clone(),
+            client: self.client,
             topics,
             data: Arc::new(self.data),
             settings: FetchSettings {
@@ -238,6 +246,9 @@ impl WorkerBuilder {
 /// ```
 pub struct Worker {
     store: Arc<dyn Store>,
+    /// For the topic checks: its cache of each topic's record is shared with the producers
+    /// that use the same client.
+    client: Client,
     topics: Vec<Arc<TopicRuntime>>,
     data: Arc<SharedData>,
     settings: FetchSettings,
@@ -278,6 +289,31 @@ impl Worker {
     /// The topics this worker runs.
     pub fn topics(&self) -> impl Iterator<Item = &str> {
         self.topics.iter().map(|t| t.topic.as_str())
+    }
+
+    /// Checks every topic of this worker against the store's record of its partition count
+    /// (recording the worker's count for a topic that has none), and returns each topic's
+    /// metadata; fails with the first error, e.g. [`dq_core::Error::TopicMismatch`] for a
+    /// topic this worker is configured with a different count for. For a worker that should
+    /// not start at all when misconfigured:
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dq_core::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let worker = dq_worker::Worker::builder(client).build()?;
+    /// worker.check_topics().await?; // fail fast: a mismatch, or Redis unreachable
+    /// worker.run_until(async { let _ = tokio::signal::ctrl_c().await; }).await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Without it, [`Worker::start`] checks too, topic by topic, and keeps a mismatched
+    /// topic's fetchers stopped (logged at ERROR, shown in [`WorkerHandle::health`]). The
+    /// answers are kept by the client: starting after this costs no further round trip.
+    pub async fn check_topics(&self) -> dq_core::Result<Vec<TopicMeta>> {
+        let mut metas = Vec::with_capacity(self.topics.len());
+        for topic in &self.topics {
+            metas.push(self.client.check_topic(topic.topic.as_str()).await?);
+        }
+        Ok(metas)
     }
 
     /// Runs until `signal` completes, then shuts down gracefully (see the module docs).
@@ -337,6 +373,7 @@ impl Worker {
                 health.push(fetcher_health.clone());
                 let fetcher = Fetcher {
                     store: self.store.clone(),
+                    client: self.client.clone(),
                     queue: dq_core::Queue::new(topic.topic.clone(), partition),
                     topic: topic.clone(),
                     shared: shared.clone(),

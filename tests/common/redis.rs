@@ -142,24 +142,26 @@ impl Harness for RedisHarness {
         let left: Vec<String> = keys
             .iter()
             .filter(|k| {
-                !layout::parse_key(&self.ns, k).is_some_and(|p| {
-                    matches!(
-                        p.name,
-                        Some(
-                            layout::KeyName::Stats
-                                | layout::KeyName::Wake
-                                | layout::KeyName::Calls
-                                | layout::KeyName::FetchReceipt
+                // The topic registry stays: it says what the topics are, not what they hold.
+                **k != layout::topics_key(&self.ns)
+                    && !layout::parse_key(&self.ns, k).is_some_and(|p| {
+                        matches!(
+                            p.name,
+                            Some(
+                                layout::KeyName::Stats
+                                    | layout::KeyName::Wake
+                                    | layout::KeyName::Calls
+                                    | layout::KeyName::FetchReceipt
+                            )
                         )
-                    )
-                })
+                    })
             })
             .map(|k| describe(self.server, k))
             .collect();
         assert!(
             left.is_empty(),
-            "job data left in namespace {} (only `stats`, `wake` and the enqueue and fetch \
-             receipts, which expire, may remain):\n  {}",
+            "job data left in namespace {} (only `stats`, `wake`, the enqueue and fetch \
+             receipts, which expire, and the topic registry may remain):\n  {}",
             self.ns,
             left.join("\n  ")
         );

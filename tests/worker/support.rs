@@ -13,8 +13,8 @@ use dq::store::{
     Store,
 };
 use dq::{
-    CancelOutcome, DeadLimits, EnqueueOutcome, JobInfo, JobKey, NewDue, RescheduleOutcome,
-    TopicStats,
+    CancelOutcome, DeadLimits, EnqueueOutcome, JobInfo, JobKey, NewDue, RescheduleOutcome, Topic,
+    TopicMeta, TopicStats,
 };
 
 /// One handler run, as seen from inside the handler.
@@ -153,6 +153,15 @@ impl Store for NoExtend {
     }
     async fn purge_dead(&self, q: &Queue, keys: &[JobKey], limit: usize) -> dq::Result<u64> {
         self.0.purge_dead(q, keys, limit).await
+    }
+    async fn register_topic(&self, topic: &Topic, partitions: u16) -> dq::Result<TopicMeta> {
+        self.0.register_topic(topic, partitions).await
+    }
+    async fn topics(&self) -> dq::Result<Vec<TopicMeta>> {
+        self.0.topics().await
+    }
+    async fn reset_topic(&self, topic: &Topic) -> dq::Result<Option<TopicMeta>> {
+        self.0.reset_topic(topic).await
     }
     async fn now_ms(&self) -> dq::Result<u64> {
         self.0.now_ms().await

@@ -16,7 +16,8 @@ use crate::job::{
     FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats,
 };
-use crate::names::JobKey;
+use crate::names::{JobKey, Topic};
+use crate::topic::TopicMeta;
 
 pub mod memory;
 pub mod redis;
@@ -119,6 +120,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes the named dead jobs, or (with `keys` empty) the oldest `limit`; returns how many.
     async fn purge_dead(&self, queue: &Queue, keys: &[JobKey], limit: usize) -> Result<u64>;
+
+    /// Records `partitions` as `topic`'s partition count if the topic has no metadata yet —
+    /// the first caller wins, atomically — and returns the metadata stored (the first
+    /// caller's). The client compares it with its own configuration
+    /// ([`Error::TopicMismatch`](crate::error::Error::TopicMismatch)).
+    async fn register_topic(&self, topic: &Topic, partitions: u16) -> Result<TopicMeta>;
+
+    /// Every topic with metadata in this store (for Redis: this namespace), by name.
+    async fn topics(&self) -> Result<Vec<TopicMeta>>;
+
+    /// Deletes `topic`'s metadata, so that the next client to use it records its own count.
+    /// Refused with [`Error::TopicNotEmpty`](crate::error::Error::TopicNotEmpty) while any
+    /// partition of the recorded count holds a job (in any state); returns the metadata
+    /// deleted, or `None` if there was none. Not atomic with the clients using the topic:
+    /// stop its producers and workers first.
+    async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>>;
 
     /// The store's clock, in ms (Redis `TIME` for Redis).
     async fn now_ms(&self) -> Result<u64>;

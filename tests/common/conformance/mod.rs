@@ -39,6 +39,7 @@ pub mod receipts;
 pub mod retry;
 pub mod stats;
 mod support;
+pub mod topics;
 
 pub use support::*;
 
@@ -81,6 +82,10 @@ macro_rules! conformance_suite {
             stats::stats_oldest_overdue,
             stats::wake_tokens_for_due_and_earliest_jobs,
             stats::no_leftovers_after_mixed_workload,
+            topics::first_use_records_the_partition_count,
+            topics::mismatch_is_a_typed_error_before_any_write,
+            topics::topics_lists_every_recorded_topic,
+            topics::reset_refuses_while_jobs_exist,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,

@@ -36,7 +36,8 @@ use crate::job::{
     FetchReply, FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats, unix_ms,
 };
-use crate::names::JobKey;
+use crate::names::{JobKey, Topic};
+use crate::topic::TopicMeta;
 
 /// The latest due time the Redis record can hold (48 bits of ms); kept here so both stores
 /// clamp alike.
@@ -53,6 +54,8 @@ const MAX_ATTEMPTS: u32 = 255;
 pub struct MemoryStore {
     clock: Clock,
     state: Mutex<HashMap<Queue, Partition>>,
+    /// The topic registry (Redis: `<ns>:topics`), per store instance.
+    topics: Mutex<BTreeMap<Topic, TopicMeta>>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -76,6 +79,7 @@ impl MemoryStore {
         MemoryStore {
             clock: Clock::new(),
             state: Mutex::new(HashMap::new()),
+            topics: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -93,30 +97,34 @@ impl MemoryStore {
     /// still zero. For test harnesses, like an empty Redis namespace.
     #[doc(hidden)]
     pub fn is_untouched(&self) -> bool {
-        self.lock().values().all(|p| {
-            let c = &p.counters;
-            p.jobs.is_empty()
-                && [
-                    c.enqueued,
-                    c.succeeded,
-                    c.retried,
-                    c.buried,
-                    c.expired,
-                    c.cancelled,
-                    c.trimmed,
-                    c.token,
-                ]
-                .iter()
-                .all(|n| *n == 0)
-        })
+        self.lock_topics().is_empty()
+            && self.lock().values().all(|p| {
+                let c = &p.counters;
+                p.jobs.is_empty()
+                    && [
+                        c.enqueued,
+                        c.succeeded,
+                        c.retried,
+                        c.buried,
+                        c.expired,
+                        c.cancelled,
+                        c.trimmed,
+                        c.token,
+                    ]
+                    .iter()
+                    .all(|n| *n == 0)
+            })
     }
 
     /// Every broken internal invariant, one line each (empty when all is well): each job sits
     /// in exactly the structure its state names, nothing dangles, ready jobs are due, leased
-    /// and retried jobs have a token and an attempt, histories are bounded. For test harnesses
+    /// and retried jobs have a token and an attempt, histories are bounded, and no partition past
+    /// its topic's recorded count holds a job. For test harnesses
     /// (the counterpart of the Redis key-space check).
     #[doc(hidden)]
     pub fn violations(&self) -> Vec<String> {
+        // Registry, then partitions: the one order both locks are taken in.
+        let topics = self.lock_topics();
         let state = self.lock();
         let now = self.clock.now_ms();
         let mut v = Vec::new();
@@ -124,8 +132,28 @@ impl MemoryStore {
             p.violations(now, &mut |what| {
                 v.push(format!("{}#{}: {what}", queue.topic, queue.partition));
             });
+            // The Redis checker's rule: no job where the topic's recorded count says no
+            // worker looks.
+            if let Some(meta) = topics.get(&queue.topic)
+                && queue.partition >= meta.partitions
+                && !p.jobs.is_empty()
+            {
+                v.push(format!(
+                    "{}#{}: {} job(s) beyond the topic's {} recorded partition(s)",
+                    queue.topic,
+                    queue.partition,
+                    p.jobs.len(),
+                    meta.partitions
+                ));
+            }
         }
         v
+    }
+
+    fn lock_topics(&self) -> MutexGuard<'_, BTreeMap<Topic, TopicMeta>> {
+        self.topics
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Queue, Partition>> {
@@ -1350,6 +1378,44 @@ impl Store for MemoryStore {
             return Ok(0);
         }
         Ok(self.write(queue, |p, _| p.purge_dead(keys, limit)))
+    }
+
+    async fn register_topic(&self, topic: &Topic, partitions: u16) -> Result<TopicMeta> {
+        if partitions == 0 {
+            return Err(Error::InvalidConfig(
+                "a topic needs at least one partition".into(),
+            ));
+        }
+        let now = self.clock.now_ms();
+        Ok(self
+            .lock_topics()
+            .entry(topic.clone())
+            .or_insert_with(|| TopicMeta::new(topic.clone(), partitions, now))
+            .clone())
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicMeta>> {
+        Ok(self.lock_topics().values().cloned().collect())
+    }
+
+    async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>> {
+        // Registry, then partitions: the one order both locks are taken in.
+        let mut topics = self.lock_topics();
+        let Some(meta) = topics.get(topic) else {
+            return Ok(None);
+        };
+        let state = self.lock();
+        let jobs: usize = (0..meta.partitions)
+            .filter_map(|p| state.get(&Queue::new(topic.clone(), p)))
+            .map(|p| p.jobs.len())
+            .sum();
+        if jobs > 0 {
+            return Err(Error::TopicNotEmpty {
+                topic: topic.to_string(),
+                jobs: jobs as u64,
+            });
+        }
+        Ok(topics.remove(topic))
     }
 
     async fn now_ms(&self) -> Result<u64> {

@@ -2,7 +2,8 @@
 //!
 //! Layout (ARCHITECTURE.md §4): per partition a `jobs` hash of records, `scheduled`/`retry`/
 //! `active`/`dead` sorted sets, a `ready` list of hints, a `hist` hash of attempt histories, a
-//! `stats` hash of counters and a `wake` list. Keys, the record header and each script's KEYS
+//! `stats` hash of counters and a `wake` list; namespace-wide, the topic registry
+//! (`topics.rs`). Keys, the record header and each script's KEYS
 //! come from [`layout`]; scripts from `scripts.rs` and `lua/`.
 
 mod checks;
@@ -10,6 +11,7 @@ mod conn;
 pub mod layout;
 mod record;
 mod scripts;
+mod topics;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -34,7 +36,8 @@ use crate::job::{
     FailOutcome, FetchCall, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats, unix_ms,
 };
-use crate::names::JobKey;
+use crate::names::{JobKey, Topic};
+use crate::topic::TopicMeta;
 
 /// How dq connects to Redis and what it accepts of the server.
 #[derive(Clone, Debug)]
@@ -797,6 +800,18 @@ impl Store for RedisStore {
         as_int(&reply)
             .map(|n| n.max(0) as u64)
             .ok_or_else(|| unexpected(s.name, "count", &reply))
+    }
+
+    async fn register_topic(&self, topic: &Topic, partitions: u16) -> Result<TopicMeta> {
+        self.register_topic_record(topic, partitions).await
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicMeta>> {
+        self.registered_topics().await
+    }
+
+    async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>> {
+        self.reset_topic_record(topic).await
     }
 
     async fn now_ms(&self) -> Result<u64> {

@@ -68,6 +68,8 @@ pub(crate) struct Scripts {
     pub job: LuaScript,
     pub dead_page: LuaScript,
     pub list: LuaScript,
+    /// Namespace-wide: the topic registry (see `layout::topics_key`).
+    pub topic: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -85,6 +87,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     job: script!("job", NO_WRITES),
     dead_page: script!("dead_page", NO_WRITES),
     list: script!("list", NO_WRITES),
+    // No flags: an existing topic is only read, which works at `maxmemory`; recording a new
+    // one there fails with OOM like an enqueue (its jobs could not be stored either).
+    topic: script!("topic"),
 });
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
@@ -214,6 +219,7 @@ mod tests {
             &s.job,
             &s.dead_page,
             &s.list,
+            &s.topic,
         ];
         assert_eq!(
             all.len(),
@@ -263,6 +269,19 @@ mod tests {
                 script.name
             );
         }
+    }
+
+    /// `topic.lua` writes the record format the layout reads.
+    #[test]
+    fn topic_record_version_matches() {
+        let v = crate::store::redis::layout::TOPIC_RECORD_VERSION;
+        assert!(
+            SCRIPTS
+                .topic
+                .body
+                .contains(&format!("'v={v};partitions=%d;created_ms=%d'")),
+            "topic.lua does not write format version {v}"
+        );
     }
 
     /// The receipt life in `enqueue.lua` is the one the client's retry window is built on.

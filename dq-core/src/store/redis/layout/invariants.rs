@@ -12,7 +12,11 @@
 //!   an attempt;
 //! - every sorted-set member has a record in the matching state (nothing dangles);
 //! - every `hist` field belongs to a record;
-//! - `wake` holds at most one token, `stats` only known fields with non-negative counts.
+//! - `wake` holds at most one token, `stats` only known fields with non-negative counts;
+//! - the one namespace-wide key, the topic registry `<ns>:topics`, is a hash of valid topic
+//!   names to records that decode ([`TopicRecord`]); no partition at or past its topic's
+//!   recorded count holds a record (a job there is one no worker looks for). A topic with no
+//!   record is allowed: the `Store` trait may be used without a client.
 //!
 //! Hints in `ready` whose record is gone or not ready are allowed: fetch skips them by design.
 //! Read a snapshot when the namespace is quiet (no call in flight): it is not atomic across
@@ -20,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{KeyName, PartitionKeys, RecordHeader, parse_key};
+use super::{KeyName, PartitionKeys, RecordHeader, TopicRecord, parse_key, topics_key};
 use crate::error::{Result, from_redis};
 use crate::job::{ENQUEUE_RECEIPT_LIFE, FETCH_RECEIPT_LIFE, JobState, Queue};
 use crate::names::{JobKey, Topic};
@@ -133,6 +137,8 @@ pub struct Snapshot {
     pub keys: Vec<KeySeen>,
     /// The partitions found, by `(topic, partition)`.
     pub partitions: BTreeMap<(String, u16), PartitionSnapshot>,
+    /// The topic registry (`<ns>:topics`) as stored: topic → record text.
+    pub topics: BTreeMap<String, String>,
     /// Redis's clock (Unix ms), read after everything else.
     pub now_ms: u64,
 }
@@ -280,6 +286,14 @@ impl Snapshot {
             }
             snapshot.partitions.insert((topic, p), part);
         }
+        let registry = topics_key(&namespace);
+        if has(&registry, KeyName::Topics) {
+            snapshot.topics = redis::cmd("HGETALL")
+                .arg(&registry)
+                .query_async(&mut conn)
+                .await
+                .map_err(from_redis)?;
+        }
         let (secs, micros): (u64, u64) = redis::cmd("TIME")
             .query_async(&mut conn)
             .await
@@ -298,7 +312,48 @@ impl Snapshot {
         for ((topic, p), part) in &self.partitions {
             check_partition(&format!("{topic}#{p}"), part, self.now_ms, &mut v);
         }
+        self.check_topics(&mut v);
         v
+    }
+
+    /// The registry's records, and no job past its topic's recorded partition count.
+    fn check_topics(&self, v: &mut Vec<Violation>) {
+        let at = topics_key(&self.namespace);
+        let mut say = |at: &str, what: String| {
+            v.push(Violation {
+                at: at.to_string(),
+                what,
+            });
+        };
+        for (topic, text) in &self.topics {
+            if Topic::new(topic).is_err() {
+                say(&at, format!("holds an invalid topic name {topic:?}"));
+            }
+            let record = match TopicRecord::decode(text) {
+                Ok(r) => r,
+                Err(e) => {
+                    let e = match e {
+                        crate::error::Error::Protocol(what) => what,
+                        other => other.to_string(),
+                    };
+                    say(&at, format!("{topic:?}: {e}"));
+                    continue;
+                }
+            };
+            for ((t, p), part) in &self.partitions {
+                if t == topic && *p >= record.partitions && !part.jobs.is_empty() {
+                    say(
+                        &format!("{t}#{p}"),
+                        format!(
+                            "{} job(s) past the topic's {} recorded partition(s): no worker \
+                             looks here",
+                            part.jobs.len(),
+                            record.partitions
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     fn check_key(&self, seen: &KeySeen, v: &mut Vec<Violation>) {
@@ -309,8 +364,24 @@ impl Snapshot {
                 what,
             });
         };
+        if *key == topics_key(&self.namespace) {
+            let ty = seen.redis_type.as_str();
+            if ty != KeyName::Topics.redis_type() && ty != "none" {
+                say(format!(
+                    "is a {ty}, expected a {}",
+                    KeyName::Topics.redis_type()
+                ));
+            }
+            if seen.ttl_ms >= 0 {
+                say(format!(
+                    "expires in {} ms: the registry must not",
+                    seen.ttl_ms
+                ));
+            }
+            return;
+        }
         let Some(parsed) = parse_key(&self.namespace, key) else {
-            say("does not follow <ns>:{<topic>#<p>}:<name>".into());
+            say("does not follow <ns>:{<topic>#<p>}:<name> (or <ns>:topics)".into());
             return;
         };
         if Topic::new(parsed.topic).is_err() {
@@ -551,5 +622,43 @@ mod tests {
         ] {
             assert!(v.contains(needle), "{needle} in\n{v}");
         }
+    }
+
+    /// The registry is accepted as the one non-partition key; its records must decode, and
+    /// no partition at or past a topic's recorded count may hold a job.
+    #[test]
+    fn topic_registry_rules() {
+        let mut part = PartitionSnapshot::default();
+        part.jobs.insert("s".into(), rec(JobState::Scheduled, 500));
+        part.scheduled.insert("s".into(), 500.25);
+        let mut snap = snapshot(part.clone());
+        let record = TopicRecord {
+            partitions: 1,
+            created_ms: 5,
+        };
+        snap.topics.insert("t".into(), record.encode());
+        snap.keys = vec![
+            key("ns:topics", "hash", -1),
+            key("ns:{t#0}:jobs", "hash", -1),
+        ];
+        assert!(snap.violations().is_empty(), "{:?}", snap.violations());
+
+        // A job in partition 1 of a topic recorded with 1 partition: nobody fetches it.
+        snap.partitions.insert(("t".into(), 1), part);
+        snap.topics.insert("u".into(), "v=1;partitions=2".into());
+        snap.topics.insert("bad topic".into(), record.encode());
+        snap.keys = vec![key("ns:topics", "string", 10)];
+        let v: Vec<String> = snap.violations().iter().map(ToString::to_string).collect();
+        let v = v.join("\n");
+        for needle in [
+            "t#1: 1 job(s) past the topic's 1 recorded partition(s)",
+            "ns:topics: \"u\": topic record \"v=1;partitions=2\": no created_ms",
+            "ns:topics: holds an invalid topic name \"bad topic\"",
+            "ns:topics: is a string, expected a hash",
+            "ns:topics: expires in 10 ms",
+        ] {
+            assert!(v.contains(needle), "{needle} in\n{v}");
+        }
+        assert!(!v.contains("t#0"), "{v}");
     }
 }

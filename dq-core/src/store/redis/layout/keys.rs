@@ -4,6 +4,10 @@
 //! All keys of one partition share the hash tag `{<topic>#<partition>}`, so every script
 //! touches a single slot and runs unchanged on Redis Cluster:
 //! `<ns>:{orders.close#0}:scheduled`.
+//!
+//! One key is namespace-wide, outside every partition: the topic registry `<ns>:topics`
+//! ([`topics_key`]). On a cluster it lives in a slot of its own, so it is only ever read or
+//! written by a call of its own, never inside a partition's script.
 
 use crate::job::Queue;
 
@@ -34,6 +38,9 @@ pub enum KeyName {
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
+    /// HASH topic → metadata record (see [`TopicRecord`](super::TopicRecord)): the registry
+    /// of the namespace's topics, `<ns>:topics`, one per namespace (not a partition key).
+    Topics,
 }
 
 impl KeyName {
@@ -67,6 +74,7 @@ impl KeyName {
             KeyName::Wake => "wake",
             KeyName::Calls => "calls",
             KeyName::FetchReceipt => "receipt",
+            KeyName::Topics => "topics",
         }
     }
 
@@ -79,7 +87,7 @@ impl KeyName {
             | KeyName::Dead
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
-            KeyName::Jobs | KeyName::Hist | KeyName::Stats => "hash",
+            KeyName::Jobs | KeyName::Hist | KeyName::Stats | KeyName::Topics => "hash",
             KeyName::FetchReceipt => "string",
         }
     }
@@ -153,7 +161,7 @@ impl PartitionKeys {
     }
 
     /// The key of `name`, or `None` for [`KeyName::FetchReceipt`] (one key per call: see
-    /// [`Self::fetch_receipt`]).
+    /// [`Self::fetch_receipt`]) and [`KeyName::Topics`] (namespace-wide: see [`topics_key`]).
     pub fn get(&self, name: KeyName) -> Option<&str> {
         Some(match name {
             KeyName::Scheduled => &self.scheduled,
@@ -166,7 +174,7 @@ impl PartitionKeys {
             KeyName::Stats => &self.stats,
             KeyName::Wake => &self.wake,
             KeyName::Calls => &self.calls,
-            KeyName::FetchReceipt => return None,
+            KeyName::FetchReceipt | KeyName::Topics => return None,
         })
     }
 
@@ -176,6 +184,12 @@ impl PartitionKeys {
     pub fn fetch_receipt(&self, call: u64) -> String {
         format!("{}{call}", self.fetch_receipt_prefix)
     }
+}
+
+/// HASH, the namespace's topic registry: topic → its metadata record. Namespace-wide (no
+/// partition's hash tag), so it is written by a call of its own (`topic.lua`).
+pub fn topics_key(namespace: &str) -> String {
+    format!("{namespace}:{}", KeyName::Topics)
 }
 
 /// A key of the store read back by [`parse_key`].
@@ -221,6 +235,13 @@ mod tests {
             assert!(key.starts_with("dq:{orders.close#3}:"), "{key}");
         }
         assert!(k.fetch_receipt(42).starts_with("dq:{orders.close#3}:"));
+        assert_eq!(k.get(KeyName::Topics), None);
+        assert_eq!(topics_key("dq"), "dq:topics");
+        assert_eq!(
+            parse_key("dq", &topics_key("dq")),
+            None,
+            "not a partition key"
+        );
     }
 
     /// Every key built is read back as what it is.

@@ -4,7 +4,8 @@
 //! key names of a partition and their Redis types ([`KeyName`]), how a key is built and read
 //! back ([`PartitionKeys`], [`parse_key`]), which keys each Lua script takes and in what order
 //! ([`SCRIPT_KEYS`], the table the store's own script calls are built from), the record header
-//! ([`RecordHeader`]) and the invariants that tie them together ([`check_invariants`]).
+//! ([`RecordHeader`]), the namespace's topic registry ([`topics_key`], [`TopicRecord`]) and the
+//! invariants that tie them together ([`check_invariants`]).
 //! Tests, the fault scenarios and the benchmark import it; nothing else spells a key.
 //!
 //! The layout is not a stable interface: it may change in any release before 1.0.
@@ -13,10 +14,12 @@ mod header;
 mod invariants;
 mod keys;
 mod script_keys;
+mod topic_record;
 
 pub use header::{HEADER_LEN, RecordHeader};
 pub use invariants::{
     KeySeen, PartitionSnapshot, STATS_FIELDS, Snapshot, Violation, check_invariants,
 };
-pub use keys::{KeyName, ParsedKey, PartitionKeys, parse_key};
+pub use keys::{KeyName, ParsedKey, PartitionKeys, parse_key, topics_key};
 pub use script_keys::{SCRIPT_KEYS, script_keys};
+pub use topic_record::{TOPIC_RECORD_VERSION, TopicRecord};

@@ -49,6 +49,8 @@ pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
     ("job", &[Active, Dead, Jobs, Hist]),
     ("dead_page", &[Dead, Jobs, Hist]),
     ("list", &[Scheduled, Retry, Ready, Active, Dead, Jobs, Hist]),
+    // Namespace-wide, never with a partition's keys (another slot on a cluster).
+    ("topic", &[Topics]),
 ];
 
 /// The KEYS of script `name`, in order, or `None` for a name that is not a script.
