@@ -202,3 +202,130 @@ async fn wake_up_listeners_block_on_the_master_of_their_partition() {
     let stats = client.stats::<wake_job>().await.unwrap();
     assert_eq!((stats.succeeded, stats.ready, stats.active), (24, 0, 0));
 }
+
+/// `NOSCRIPT` is handled on the node that lacks the script: with a replica hung (`SIGSTOP`:
+/// connected, never answering) and the scripts flushed on every master, calls to every
+/// partition load their script on their own master (`SCRIPT LOAD` there alone) and succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_flushed_on_every_master_are_reloaded_while_a_replica_hangs() {
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .namespace(dq_testkit::namespace("noscript"))
+        .partitions("noscript", 6)
+        .connect(&cluster.url())
+        .await
+        .unwrap();
+    let t = client.topic("noscript").unwrap();
+    t.enqueue(raw(0)).key("first").await.unwrap();
+    let replica = cluster
+        .nodes()
+        .iter()
+        .find(|n| !cluster.masters().iter().any(|m| m.port() == n.port()))
+        .expect("a replica");
+    let masters = cluster.masters();
+    replica.signal("STOP");
+    for m in &masters {
+        m.cmd::<()>(&["SCRIPT", "FLUSH"]);
+    }
+    for i in 0..24u64 {
+        let e = t.enqueue(raw(i)).key(format!("k{i}")).await.unwrap();
+        assert_eq!(e.outcome, EnqueueOutcome::Created, "k{i}");
+    }
+    assert_eq!(t.stats().await.unwrap().ready, 25);
+    replica.signal("CONT");
+}
+
+/// When a partition's slot moves to another master (migrated by hand: `SETSLOT IMPORTING` /
+/// `MIGRATING`, `MIGRATE`, `SETSLOT NODE` on every master), its fetcher's wake-up listener
+/// follows: its blocked `BLPOP` is answered `MOVED`, it looks the node up again and blocks on
+/// the new owner; a job enqueued there runs, and nothing was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_listener_follows_its_slot_to_another_master() {
+    let cluster = RedisCluster::start();
+    let ns = dq_testkit::namespace("follow");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&cluster.url())
+        .await
+        .unwrap();
+    let t = client.topic("follow").unwrap();
+    t.enqueue(raw(0))
+        .key("later")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let keys = PartitionKeys::new(&ns, &Queue::new(Topic::new("follow").unwrap(), 0));
+    let slot: u16 = cluster.cmd(&["CLUSTER", "KEYSLOT", keys.wake.as_str()]);
+    let source = cluster.master_of_slot(slot).expect("served");
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port() != source.port())
+        .expect("another master");
+    let blocked = |node: &dq_testkit::RedisServer| {
+        let list: String = node.cmd(&["CLIENT", "LIST"]);
+        list.lines().filter(|l| l.contains("cmd=blpop")).count()
+    };
+    let (on_source, on_target) = (blocked(source), blocked(target));
+
+    let handle = Worker::builder(client.clone())
+        .topics(["follow"])
+        .idle_wait(Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .start();
+    eventually(
+        "the listener blocks on the source",
+        Duration::from_secs(20),
+        || async { blocked(source) == on_source + 1 },
+    )
+    .await;
+
+    let id = |n: &dq_testkit::RedisServer| -> String { n.cmd(&["CLUSTER", "MYID"]) };
+    let (source_id, target_id) = (id(source), id(target));
+    let s = slot.to_string();
+    target.cmd::<()>(&["CLUSTER", "SETSLOT", &s, "IMPORTING", &source_id]);
+    source.cmd::<()>(&["CLUSTER", "SETSLOT", &s, "MIGRATING", &target_id]);
+    let in_slot: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &s, "1000"]);
+    assert!(!in_slot.is_empty(), "the partition has keys to move");
+    let port = target.port().to_string();
+    let mut migrate = vec![
+        "MIGRATE",
+        "127.0.0.1",
+        port.as_str(),
+        "",
+        "0",
+        "5000",
+        "KEYS",
+    ];
+    migrate.extend(in_slot.iter().map(String::as_str));
+    source.cmd::<()>(&migrate);
+    for m in cluster.masters() {
+        m.cmd::<()>(&["CLUSTER", "SETSLOT", &s, "NODE", &target_id]);
+    }
+    eventually(
+        "the listener blocks on the new owner",
+        Duration::from_secs(20),
+        || async { blocked(target) == on_target + 1 && blocked(source) == on_source },
+    )
+    .await;
+
+    t.enqueue(raw(1)).key("now").await.unwrap();
+    eventually(
+        "the job on the moved partition ran",
+        Duration::from_secs(20),
+        || async { FOLLOWED.load(Ordering::SeqCst) == 1 },
+    )
+    .await;
+    handle.shutdown().await;
+    let stats = t.stats().await.unwrap();
+    assert_eq!((stats.scheduled, stats.succeeded), (1, 1), "nothing lost");
+}
+
+static FOLLOWED: AtomicUsize = AtomicUsize::new(0);
+
+#[dq::delayed_job(topic = "follow", retry = "none")]
+async fn follow_job(_n: u64) -> Result<(), JobError> {
+    FOLLOWED.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
