@@ -450,6 +450,9 @@ mod tests {
             "1 127.0.0.1:7000".to_owned(),
         ));
         assert!(refused_by_cluster(&moved));
+        // What the cluster refused is retried by dq's callers, as a call that did nothing.
+        let moved = crate::error::Error::Redis(moved);
+        assert!(moved.is_retryable() && !moved.may_have_applied());
         let timeout = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert!(
             !refused_by_cluster(&timeout),
