@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every check dq's CI runs: installs what is missing (redis-server, cargo-deny), then fmt,
+# Runs every check dq's CI runs: installs what is missing (redis-server, redis-cli, cargo-deny), then fmt,
 # clippy, rustdoc with warnings as errors, cargo-deny (licenses, bans, sources), `cargo package`
 # of every published crate, the whole test suite (each test binary starts its own redis-server
 # on a free port; nothing uses 6379), every example, the TLS build, and a smoke run of the
@@ -13,7 +13,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get install -y redis-server || { $SUDO apt-get update && $SUDO apt-get install -y redis-server; }
 fi
+# redis-cli (Debian's redis-tools, a dependency of redis-server) creates the test clusters.
+if ! command -v redis-cli >/dev/null 2>&1; then
+  echo "redis-cli not found; installing it (apt-get install -y redis-tools)"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get install -y redis-tools || { $SUDO apt-get update && $SUDO apt-get install -y redis-tools; }
+fi
 redis-server --version
+redis-cli --version
 if ! command -v cargo-deny >/dev/null 2>&1; then
   echo "cargo-deny not found; installing it from crates.io (cargo install --locked cargo-deny)"
   cargo install --locked --quiet cargo-deny

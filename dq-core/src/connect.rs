@@ -111,6 +111,11 @@ impl ClientBuilder {
     }
 
     /// Connects to Redis at `url` and checks the server.
+    ///
+    /// `url` is one node, `redis://[user:password@]host:port/db` (`rediss://` with the `tls`
+    /// feature), or a Redis Cluster by seed nodes,
+    /// `redis+cluster://[user:password@]host:port[,host:port…]` (`rediss+cluster://` with
+    /// `tls`): any reachable seed finds the rest, and every master is checked.
     pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
         let store = RedisStore::connect(url, self.redis).await?;
@@ -126,7 +131,9 @@ impl ClientBuilder {
 
 impl Client {
     /// Connects to Redis at `url` with default settings (namespace `dq`, one partition per
-    /// topic), checking that the server is fit to hold jobs.
+    /// topic), checking that the server is fit to hold jobs. `url` is one node
+    /// (`redis://host:port/`) or a Redis Cluster (`redis+cluster://host:port,host:port`):
+    /// see [`ClientBuilder::connect`].
     pub async fn connect(url: &str) -> Result<Client> {
         Client::builder().connect(url).await
     }

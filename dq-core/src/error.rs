@@ -165,7 +165,7 @@ impl Error {
     }
 
     /// True for errors after which the same call may be retried as is: connection trouble,
-    /// timeouts, a server still loading its data. Input and state errors are not retryable.
+    /// timeouts, a server still loading its data, a cluster redirecting or failing over. Input and state errors are not retryable.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Timeout(_) => true,
@@ -180,6 +180,12 @@ impl Error {
                             | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
                             | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
                             | redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                            // A cluster moving slots or failing over: refused, not applied.
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::Moved)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                            | redis::ErrorKind::ClusterConnectionNotFound
                     )
             }
             _ => false,

@@ -8,6 +8,10 @@
 //! per test binary. Tests sharing a server keep apart by using distinct [`namespace`]s, and
 //! [`keys_in_namespace`] lets them check that nothing was left behind.
 //!
+//! [`RedisCluster::start`] starts a private Redis Cluster (3 masters, 3 replicas, each node a
+//! [`RedisServer`]) joined by `redis-cli --cluster create`, and [`shared_cluster`] one per test
+//! binary; [`RedisCluster::url`] is the `redis+cluster://…` seed URL dq connects with.
+//!
 //! # Why `redis-server` runs under a `bash` wrapper
 //!
 //! A server must die with the test process that started it, *however* that process ends:
@@ -33,9 +37,11 @@
 //! # Environment
 //!
 //! `DQ_TESTKIT_REDIS_SERVER` names the `redis-server` binary to run (default: `redis-server`
-//! from `PATH`). `bash` must be on `PATH`. Process checks read `/proc`, so this crate is for
+//! from `PATH`), `DQ_TESTKIT_REDIS_CLI` the `redis-cli` that creates clusters (default:
+//! `redis-cli` from `PATH`; Debian's `redis-tools`, which `redis-server` depends on). `bash` must be on `PATH`. Process checks read `/proc`, so this crate is for
 //! Linux.
 
+mod cluster;
 mod log;
 mod namespace;
 mod process;
@@ -43,8 +49,14 @@ pub mod proxy;
 mod server;
 mod wait;
 
+pub use cluster::{
+    CLUSTER_MASTERS, CLUSTER_NODES, ClusterOptions, NodeInfo, NodeRole, RedisCluster,
+    shared_cluster,
+};
 pub use log::CapturedLog;
 pub use namespace::{keys_in_namespace, namespace};
 pub use proxy::FaultProxy;
+/// The `redis` crate this kit is built on, for the reply types of [`RedisServer::cmd`].
+pub use redis;
 pub use server::{Persistence, RedisServer, ServerOptions, shared};
 pub use wait::{POLL_INTERVAL, eventually, eventually_blocking, eventually_some};

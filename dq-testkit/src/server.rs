@@ -201,8 +201,13 @@ impl RedisServer {
             .tempdir()
             .unwrap_or_else(|e| panic!("dq-testkit: cannot create a temporary directory: {e}"));
         let mut failures = Vec::new();
+        let cluster = options.extra_args.iter().any(|a| a == "--cluster-enabled");
         for _ in 0..START_ATTEMPTS {
-            let port = free_port();
+            let port = if cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
             match Instance::spawn(port, dir.path(), &options) {
                 Ok(instance) => {
                     return RedisServer {
@@ -591,6 +596,22 @@ fn free_port() -> u16 {
             |e| panic!("dq-testkit: cannot find a free port: {e}"),
             |addr| addr.port(),
         )
+}
+
+/// Highest port a cluster node may use: its cluster bus listens 10000 above.
+const MAX_CLUSTER_PORT: u16 = 65535 - 10000;
+
+/// A free port for a cluster node: at most [`MAX_CLUSTER_PORT`], and whose bus port (10000
+/// above) was free a moment ago too. Falls back to any free port after 1000 probes (the
+/// server then fails to start, and the caller tries again).
+fn free_cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        if port <= MAX_CLUSTER_PORT && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    free_port()
 }
 
 /// The tails of the server's logs, for error messages.

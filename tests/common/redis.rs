@@ -1,12 +1,12 @@
-//! The Redis [`Harness`]: a fresh namespace on the shared test server, and the invariant
-//! check of dq-core's layout module run on it.
+//! The Redis [`Harness`]: a fresh namespace on the shared test server (or on the shared test
+//! cluster), and the invariant check of dq-core's layout module run on it.
 
 use std::sync::Arc;
 
 use dq::store::redis::layout::{self, PartitionKeys};
 use dq::store::{Queue, RedisOptions, RedisStore, Store};
 use dq::{Client, ClientBuilder, JobKey, Topic};
-use dq_testkit::{RedisServer, keys_in_namespace};
+use dq_testkit::{RedisCluster, RedisServer, keys_in_namespace};
 
 use super::Harness;
 
@@ -14,9 +14,34 @@ use super::Harness;
 /// the record and its history).
 const DECODE_SAMPLE: usize = 200;
 
-/// A fresh namespace on the shared test server.
+/// Where a [`RedisHarness`] keeps its namespace.
+#[derive(Clone, Copy)]
+enum Backend {
+    /// The binary's shared server.
+    Single(&'static RedisServer),
+    /// The binary's shared 3-master cluster.
+    Cluster(&'static RedisCluster),
+}
+
+impl Backend {
+    fn url(self) -> String {
+        match self {
+            Backend::Single(s) => s.url(),
+            Backend::Cluster(c) => c.url(),
+        }
+    }
+
+    fn cmd<T: dq_testkit::redis::FromRedisValue>(self, args: &[&str]) -> T {
+        match self {
+            Backend::Single(s) => s.cmd(args),
+            Backend::Cluster(c) => c.cmd(args),
+        }
+    }
+}
+
+/// A fresh namespace on the shared test server or cluster.
 pub struct RedisHarness {
-    server: &'static RedisServer,
+    backend: Backend,
     ns: String,
     client: Client,
     /// The same namespace, for the layout's invariant check.
@@ -26,15 +51,23 @@ pub struct RedisHarness {
 impl RedisHarness {
     /// A harness with its own namespace on [`dq_testkit::shared`].
     pub async fn new() -> Self {
-        let server = dq_testkit::shared();
+        Self::on(Backend::Single(dq_testkit::shared())).await
+    }
+
+    /// A harness with its own namespace on [`dq_testkit::shared_cluster`].
+    pub async fn new_cluster() -> Self {
+        Self::on(Backend::Cluster(dq_testkit::shared_cluster())).await
+    }
+
+    async fn on(backend: Backend) -> Self {
         let ns = dq_testkit::namespace("store");
         let client = Client::builder()
             .namespace(&ns)
-            .connect(&server.url())
+            .connect(&backend.url())
             .await
             .expect("connect to the test redis");
         let store = RedisStore::connect(
-            &server.url(),
+            &backend.url(),
             RedisOptions {
                 namespace: ns.clone(),
                 ..RedisOptions::default()
@@ -43,7 +76,7 @@ impl RedisHarness {
         .await
         .expect("connect to the test redis");
         RedisHarness {
-            server,
+            backend,
             ns,
             client,
             store,
@@ -55,14 +88,20 @@ impl RedisHarness {
         &self.ns
     }
 
-    /// The server.
+    /// The server (panics on a cluster harness: its tests use [`Self::keys`] and the store).
     pub fn server(&self) -> &'static RedisServer {
-        self.server
+        match self.backend {
+            Backend::Single(s) => s,
+            Backend::Cluster(_) => panic!("a cluster harness has no single server"),
+        }
     }
 
-    /// Every key in the namespace, sorted.
+    /// Every key in the namespace (on a cluster: on every master), sorted.
     pub fn keys(&self) -> Vec<String> {
-        keys_in_namespace(self.server, &self.ns)
+        match self.backend {
+            Backend::Single(s) => keys_in_namespace(s, &self.ns),
+            Backend::Cluster(c) => c.keys_in_namespace(&self.ns),
+        }
     }
 
     /// The keys of partition `partition` of `topic` in this namespace.
@@ -119,7 +158,7 @@ impl Harness for RedisHarness {
     ) -> dq::Result<Client> {
         configure(Client::builder())
             .namespace(&self.ns)
-            .connect(&self.server.url())
+            .connect(&self.backend.url())
             .await
     }
 
@@ -156,7 +195,7 @@ impl Harness for RedisHarness {
                         )
                     })
             })
-            .map(|k| describe(self.server, k))
+            .map(|k| describe(self.backend, k))
             .collect();
         assert!(
             left.is_empty(),
@@ -174,7 +213,7 @@ impl Harness for RedisHarness {
             "expected no key in namespace {}, found:\n  {}",
             self.ns,
             keys.iter()
-                .map(|k| describe(self.server, k))
+                .map(|k| describe(self.backend, k))
                 .collect::<Vec<_>>()
                 .join("\n  ")
         );
@@ -182,7 +221,7 @@ impl Harness for RedisHarness {
 }
 
 /// One line about a key: its name, type and size.
-fn describe(server: &RedisServer, key: &str) -> String {
+fn describe(server: Backend, key: &str) -> String {
     let ty: String = server.cmd(&["TYPE", key]);
     let len: i64 = match ty.as_str() {
         "hash" => server.cmd(&["HLEN", key]),

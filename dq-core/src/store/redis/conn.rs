@@ -1,4 +1,5 @@
-//! The store's shared connection, and its replacement after a response timeout.
+//! The store's shared connection — to one node, or to a Redis Cluster — and its replacement
+//! after a response timeout.
 //!
 //! redis-rs's `ConnectionManager` reconnects after an I/O error, but a response timeout leaves
 //! it on the same socket. When a NAT or a partition leaves that socket half-open (open, but
@@ -10,50 +11,327 @@
 //!
 //! The fresh manager connects on its first call (`new_lazy_with_config`), so a replacement
 //! needs no task of its own, and the first call after a timeout already goes to a new socket.
+//!
+//! **On a cluster** the connection is redis-rs's `ClusterConnection` (one multiplexed
+//! connection per node, routed by slot). It reconnects a node after an I/O error, but it too
+//! keeps a node's socket after a response timeout, so the same replacement applies: a timeout
+//! replaces the whole cluster connection (lazily: `get_pending_async_connection_with_config`).
+//! It is built with **no retries of its own** (`retries(0)`): redis-rs would resend a command
+//! after a timeout or a dropped connection, when it may already have been applied, and a
+//! script call is not safe to repeat blindly (a second `enqueue` would report `Exists` for the
+//! caller's own new job, a second `Shift` would shift twice, a second `fetch` would orphan the
+//! first one's leases). dq's own retries mark a retry as one (ARCHITECTURE.md §6.1, §6.2). What
+//! the server refused without running it — `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+//! `MASTERDOWN`, `LOADING`, `READONLY` — is safe to resend, and [`Conn::eval`] does so a few
+//! times with a short back-off (a `MOVED` also makes redis-rs refresh its slot map); errors
+//! that outlast those tries reach the caller as retryable.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, ErrorKind, RedisFuture, RedisResult, Script, ServerErrorKind, Value};
 
-/// A `ConnectionManager` that is replaced when a call on it times out. Cheap to clone.
+/// How many times [`Conn::eval`] sends a script call the cluster refused without running it.
+const REFUSED_TRIES: u32 = 8;
+/// Longest pause between two of those tries.
+const REFUSED_BACKOFF_CAP: Duration = Duration::from_millis(250);
+
+/// A connection to one Redis node or to a cluster. Cheap to clone; commands sent through
+/// [`ConnectionLike`] are routed by their first key on a cluster.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// One node, through a reconnecting manager.
+    Single(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Whether the server refused `e` without running the command, so that sending it again
+/// cannot apply it twice: redirections and a cluster (or a node) not ready to serve.
+pub(crate) fn refused_by_cluster(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::ReadOnly
+        )
+    )
+}
+
+impl Conn {
+    /// Runs a script call: `evalsha` is `EVALSHA <sha> <numkeys> <keys…> <args…>` of `script`
+    /// (whose text is `source`), and `key` its first key. After `NOSCRIPT` the script is loaded
+    /// on the node that answered — on a cluster, the master of `key`'s slot — and the call
+    /// sent again. On a cluster, a call refused without being run ([`refused_by_cluster`]) is
+    /// sent again after a short pause, at most [`REFUSED_TRIES`] times in all.
+    pub async fn eval(
+        &mut self,
+        script: &Script,
+        source: &str,
+        evalsha: &Cmd,
+        key: &str,
+    ) -> RedisResult<Value> {
+        match self {
+            Conn::Single(c) => match evalsha.query_async(c).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.load_async(c).await?;
+                    evalsha.query_async(c).await
+                }
+                other => other,
+            },
+            Conn::Cluster(c) => {
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let e = match evalsha.query_async(c).await {
+                        Ok(v) => return Ok(v),
+                        Err(e) => e,
+                    };
+                    if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
+                        // Load it where it is missing only: a node down elsewhere in the
+                        // cluster must not fail this partition's calls.
+                        let mut load = redis::cmd("SCRIPT");
+                        load.arg("LOAD").arg(source);
+                        let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+                        match c
+                            .route_command(
+                                load,
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                            )
+                            .await
+                        {
+                            Ok(_) => {}
+                            Err(e) if refused_by_cluster(&e) && tries < REFUSED_TRIES => {
+                                tokio::time::sleep(backoff(tries)).await;
+                            }
+                            Err(e) => return Err(e),
+                        }
+                        if tries >= REFUSED_TRIES {
+                            return Err(e);
+                        }
+                        continue;
+                    }
+                    if !refused_by_cluster(&e) || tries >= REFUSED_TRIES {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(backoff(tries)).await;
+                }
+            }
+        }
+    }
+
+    /// On a cluster: every master's address (`host`, `port`), from `CLUSTER SLOTS` of any
+    /// node. On one node: empty.
+    pub async fn masters(&mut self) -> RedisResult<Vec<(String, u16)>> {
+        let Conn::Cluster(c) = self else {
+            return Ok(Vec::new());
+        };
+        let slots: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(c).await?;
+        let mut out: Vec<(String, u16)> = slot_ranges(&slots)
+            .into_iter()
+            .map(|(_, _, addr)| addr)
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// On a cluster: the address of the master serving `key`'s slot now, per `CLUSTER SLOTS`
+    /// of any node (`None` if no node claims it). On one node: `None`.
+    pub async fn master_of(&mut self, key: &str) -> RedisResult<Option<(String, u16)>> {
+        let Conn::Cluster(c) = self else {
+            return Ok(None);
+        };
+        // redis-rs computes slots but does not expose the number; the server tells it.
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(c)
+            .await?;
+        let slots: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(c).await?;
+        Ok(slot_ranges(&slots)
+            .into_iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, addr)| addr))
+    }
+
+    /// Runs `cmd` on the cluster node at `host:port` (a master from [`Conn::masters`]); on one
+    /// node, on that node.
+    pub async fn on_node(&mut self, cmd: Cmd, host: &str, port: u16) -> RedisResult<Value> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => {
+                c.route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.to_owned(),
+                        port,
+                    }),
+                )
+                .await
+            }
+        }
+    }
+}
+
+fn backoff(tries: u32) -> Duration {
+    (Duration::from_millis(10) * 2u32.saturating_pow(tries.min(8))).min(REFUSED_BACKOFF_CAP)
+}
+
+/// The slot ranges of a `CLUSTER SLOTS` reply: (first slot, last slot, master address).
+/// Ranges whose master has no usable address are left out.
+fn slot_ranges(slots: &Value) -> Vec<(i64, i64, (String, u16))> {
+    let Value::Array(ranges) = slots else {
+        return Vec::new();
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(items) = range else {
+                return None;
+            };
+            let int = |v: Option<&Value>| match v {
+                Some(Value::Int(i)) => Some(*i),
+                _ => None,
+            };
+            let (start, end) = (int(items.first())?, int(items.get(1))?);
+            let Value::Array(master) = items.get(2)? else {
+                return None;
+            };
+            let host = match master.first()? {
+                Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+                Value::SimpleString(s) => s.clone(),
+                _ => return None,
+            };
+            let port = u16::try_from(int(master.get(1))?).ok()?;
+            (!host.is_empty()).then_some((start, end, (host, port)))
+        })
+        .collect()
+}
+
+/// How to open a [`Conn`]: the same settings for the first connection and every replacement.
+#[derive(Clone)]
+pub(crate) enum Connector {
+    /// One node.
+    Single {
+        /// The node.
+        client: redis::Client,
+        /// Timeouts and reconnection of the manager.
+        config: ConnectionManagerConfig,
+    },
+    /// A cluster, from its seed nodes.
+    Cluster {
+        /// The seeds and settings (no retries of its own: see the module docs).
+        client: ClusterClient,
+        /// Timeouts.
+        config: ClusterConfig,
+    },
+}
+
+impl Connector {
+    /// Connects now.
+    async fn connect(&self) -> RedisResult<Conn> {
+        match self {
+            Connector::Single { client, config } => Ok(Conn::Single(
+                ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
+            )),
+            Connector::Cluster { client, config } => Ok(Conn::Cluster(
+                client
+                    .get_async_connection_with_config(config.clone())
+                    .await?,
+            )),
+        }
+    }
+
+    /// A connection that connects on its first call.
+    fn connect_lazy(&self) -> RedisResult<Conn> {
+        match self {
+            Connector::Single { client, config } => Ok(Conn::Single(
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?,
+            )),
+            Connector::Cluster { client, config } => Ok(Conn::Cluster(
+                client.get_pending_async_connection_with_config(config.clone()),
+            )),
+        }
+    }
+}
+
+/// A [`Conn`] that is replaced when a call on it times out. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct SharedConnection {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    client: redis::Client,
-    config: ConnectionManagerConfig,
+    connector: Connector,
     current: RwLock<Generation>,
 }
 
 #[derive(Clone)]
 struct Generation {
     number: u64,
-    manager: ConnectionManager,
+    conn: Conn,
 }
 
 /// The connection a call uses, and the generation it belongs to (for [`SharedConnection::observe`]).
 pub(crate) struct Lease {
     generation: u64,
     /// The connection to send the call on.
-    pub conn: ConnectionManager,
+    pub conn: Conn,
 }
 
 impl SharedConnection {
     /// Connects now (the first connection is not lazy: a wrong address fails `connect`).
-    pub async fn connect(
-        client: redis::Client,
-        config: ConnectionManagerConfig,
-    ) -> redis::RedisResult<Self> {
-        let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+    pub async fn connect(connector: Connector) -> RedisResult<Self> {
+        let conn = connector.connect().await?;
         Ok(SharedConnection {
             inner: Arc::new(Inner {
-                client,
-                config,
-                current: RwLock::new(Generation { number: 0, manager }),
+                connector,
+                current: RwLock::new(Generation { number: 0, conn }),
             }),
         })
+    }
+
+    /// Whether this is a cluster connection.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner.connector, Connector::Cluster { .. })
     }
 
     /// The current connection.
@@ -61,15 +339,15 @@ impl SharedConnection {
         let g = self.read();
         Lease {
             generation: g.number,
-            conn: g.manager,
+            conn: g.conn,
         }
     }
 
     /// Runs `call` on the current connection and replaces that connection if the call timed
     /// out.
-    pub async fn call<T, F>(&self, call: F) -> redis::RedisResult<T>
+    pub async fn call<T, F>(&self, call: F) -> RedisResult<T>
     where
-        F: AsyncFnOnce(&mut ConnectionManager) -> redis::RedisResult<T>,
+        F: AsyncFnOnce(&mut Conn) -> RedisResult<T>,
     {
         let mut lease = self.get();
         let result = call(&mut lease.conn).await;
@@ -79,7 +357,7 @@ impl SharedConnection {
 
     /// Replaces the connection of `generation` if `result` is a timeout and that generation is
     /// still current.
-    pub fn observe<T>(&self, generation: u64, result: &redis::RedisResult<T>) {
+    pub fn observe<T>(&self, generation: u64, result: &RedisResult<T>) {
         if let Err(e) = result
             && e.is_timeout()
         {
@@ -104,18 +382,15 @@ impl SharedConnection {
         if current.number != generation {
             return; // replaced already by an earlier timeout of the same generation
         }
-        match ConnectionManager::new_lazy_with_config(
-            self.inner.client.clone(),
-            self.inner.config.clone(),
-        ) {
-            Ok(manager) => {
+        match self.inner.connector.connect_lazy() {
+            Ok(conn) => {
                 tracing::warn!(
                     generation,
                     "a Redis call timed out; replacing its connection"
                 );
                 *current = Generation {
                     number: generation + 1,
-                    manager,
+                    conn,
                 };
             }
             // Only a configuration the first connect accepted can get here; keep the old one.
@@ -128,10 +403,61 @@ impl SharedConnection {
 mod tests {
     use super::*;
     use dq_testkit::FaultProxy;
-    use std::time::Duration;
 
-    async fn ping(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
+    async fn ping(conn: &mut Conn) -> redis::RedisResult<String> {
         redis::cmd("PING").query_async(conn).await
+    }
+
+    #[test]
+    fn slot_ranges_of_a_cluster_slots_reply() {
+        let node = |host: &str, port| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let slots = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("127.0.0.1", 7001),
+                node("127.0.0.1", 7004),
+            ]),
+            Value::Array(vec![Value::Int(5461), Value::Int(16383), node("::1", 7002)]),
+            // A master with no usable address is left out.
+            Value::Array(vec![Value::Int(1), Value::Int(2), node("", 7003)]),
+        ]);
+        assert_eq!(
+            slot_ranges(&slots),
+            [
+                (0, 5460, ("127.0.0.1".to_owned(), 7001)),
+                (5461, 16383, ("::1".to_owned(), 7002)),
+            ]
+        );
+        assert!(slot_ranges(&Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn refused_calls_back_off_briefly() {
+        assert_eq!(backoff(1), Duration::from_millis(20));
+        assert!((1..=REFUSED_TRIES).all(|t| backoff(t) <= REFUSED_BACKOFF_CAP));
+        let total: Duration = (1..REFUSED_TRIES).map(backoff).sum();
+        assert!(total < Duration::from_secs(2), "{total:?}");
+        let moved = redis::RedisError::from((
+            ErrorKind::Server(ServerErrorKind::Moved),
+            "MOVED",
+            "1 127.0.0.1:7000".to_owned(),
+        ));
+        assert!(refused_by_cluster(&moved));
+        // What the cluster refused is retried by dq's callers, as a call that did nothing.
+        let moved = crate::error::Error::Redis(moved);
+        assert!(moved.is_retryable() && !moved.may_have_applied());
+        let timeout = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(
+            !refused_by_cluster(&timeout),
+            "a timeout may have been applied"
+        );
     }
 
     /// A call on a frozen socket times out; the next call goes to a new socket and succeeds.
@@ -143,7 +469,9 @@ mod tests {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(Duration::from_millis(300)))
             .set_connection_timeout(Some(Duration::from_secs(5)));
-        let shared = SharedConnection::connect(client, config).await.unwrap();
+        let shared = SharedConnection::connect(Connector::Single { client, config })
+            .await
+            .unwrap();
         assert_eq!(shared.call(ping).await.unwrap(), "PONG");
         let first = shared.get().generation;
         let accepted = proxy.accepted_connections();

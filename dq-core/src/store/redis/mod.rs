@@ -5,6 +5,12 @@
 //! `stats` hash of counters and a `wake` list; namespace-wide, the topic registry
 //! (`topics.rs`). Keys, the record header and each script's KEYS
 //! come from [`layout`]; scripts from `scripts.rs` and `lua/`.
+//!
+//! One node or a Redis Cluster (`url.rs`): every script call touches the keys of one
+//! partition, which share one hash tag, so on a cluster it goes to the master of that tag's
+//! slot (`conn.rs` routes it, loads scripts per node and resends what the cluster refused
+//! without running it). A fetcher's wake-up listener connects to the node serving its
+//! partition and follows the slot when it moves.
 
 mod checks;
 mod conn;
@@ -12,6 +18,7 @@ pub mod layout;
 mod record;
 mod scripts;
 mod topics;
+mod url;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -19,15 +26,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManagerConfig;
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::io::tcp::TcpSettings;
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::{AsyncConnectionConfig, Value};
 
 pub use checks::ServerReport;
 
-use self::conn::SharedConnection;
+use self::conn::{Connector, SharedConnection, refused_by_cluster};
 use self::layout::{KeyName, PartitionKeys};
 use self::record::{Record, decode_history};
 use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unexpected};
+use self::url::{NodeUrl, Target};
 use super::{Store, WakeListener};
 use crate::error::{Error, Result, from_redis};
 use crate::inspect::{ListChunk, ListFrom, ListPos};
@@ -73,10 +83,11 @@ impl Default for RedisOptions {
     }
 }
 
-/// The Redis implementation of [`Store`].
+/// The Redis implementation of [`Store`], on one node or a Redis Cluster.
 #[derive(Clone)]
 pub struct RedisStore {
-    client: redis::Client,
+    /// Where wake-up listeners connect.
+    wake: WakeSource,
     conn: SharedConnection,
     options: Arc<RedisOptions>,
     keys: Arc<RwLock<HashMap<Queue, Arc<PartitionKeys>>>>,
@@ -84,6 +95,14 @@ pub struct RedisStore {
     /// Per partition, fetch calls whose reply arrived and that left a receipt: the next fetch
     /// of the partition deletes those receipts (no retry will look for them).
     received: Arc<Mutex<HashMap<Queue, Vec<u64>>>>,
+}
+
+/// Where a wake-up listener connects: the one node, or the cluster node serving its
+/// partition (found through the store's cluster connection).
+#[derive(Clone)]
+enum WakeSource {
+    Single(redis::Client),
+    Cluster(NodeUrl),
 }
 
 /// Most receipts one fetch deletes; more wait for the next fetch, or expire.
@@ -100,8 +119,12 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://[user:password@]host:port/db`, or `rediss://` with the `tls`
-    /// feature) and checks that the server can hold jobs safely.
+    /// Connects to `url` and checks that the server can hold jobs safely.
+    ///
+    /// One node: `redis://[user:password@]host:port/db`, or `rediss://` with the `tls`
+    /// feature. A Redis Cluster: `redis+cluster://[user:password@]host:port[,host:port…]`
+    /// (seed nodes: any reachable one finds the rest; `rediss+cluster://` with `tls`); every
+    /// master is checked.
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
         crate::names::Topic::new(&options.namespace).map_err(|_| {
             Error::InvalidConfig(format!(
@@ -113,15 +136,44 @@ impl RedisStore {
             // The parse error may quote the URL; report only its kind.
             Error::InvalidConfig(format!("invalid Redis URL ({:?})", e.kind()))
         };
-        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(invalid)?;
-        let tcp = info.tcp_settings().clone().set_keepalive(keepalive());
-        let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(invalid)?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(options.response_timeout))
-            .set_connection_timeout(Some(options.connection_timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_secs(2));
-        let conn = SharedConnection::connect(client.clone(), config)
+        let (wake, connector) = match url::parse(url)? {
+            Target::Single(url) => {
+                let client = node_client(&url).map_err(invalid)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(options.response_timeout))
+                    .set_connection_timeout(Some(options.connection_timeout))
+                    .set_number_of_retries(3)
+                    .set_max_delay(Duration::from_secs(2));
+                (
+                    WakeSource::Single(client.clone()),
+                    Connector::Single { client, config },
+                )
+            }
+            Target::Cluster { seeds, nodes } => {
+                let seeds = seeds
+                    .iter()
+                    .map(|s| redis::IntoConnectionInfo::into_connection_info(s.as_str()))
+                    .collect::<redis::RedisResult<Vec<_>>>()
+                    .map_err(invalid)?;
+                // No retries inside redis-rs: it would resend calls that may have been
+                // applied (conn.rs says why, and what dq resends instead).
+                let client = ClusterClientBuilder::new(seeds)
+                    .retries(0)
+                    .connection_timeout(options.connection_timeout)
+                    .response_timeout(options.response_timeout)
+                    .tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
+                    .build()
+                    .map_err(invalid)?;
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(options.connection_timeout)
+                    .set_response_timeout(options.response_timeout);
+                (
+                    WakeSource::Cluster(nodes),
+                    Connector::Cluster { client, config },
+                )
+            }
+        };
+        let conn = SharedConnection::connect(connector)
             .await
             .map_err(from_redis)?;
         let report = if options.check_server {
@@ -135,7 +187,7 @@ impl RedisStore {
             "connected to redis"
         );
         Ok(RedisStore {
-            client,
+            wake,
             conn,
             options: Arc::new(options),
             keys: Arc::default(),
@@ -152,6 +204,11 @@ impl RedisStore {
     /// The key namespace.
     pub fn namespace(&self) -> &str {
         &self.options.namespace
+    }
+
+    /// Whether this store is on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
     fn keys(&self, queue: &Queue) -> Arc<PartitionKeys> {
@@ -211,37 +268,56 @@ impl RedisStore {
     /// Runs `script` on partition keys `k`: its KEYS come from the layout's table, in order;
     /// a fetch receipt in the table is the first of `receipts`, and fetch takes the rest (the
     /// receipts it deletes) after its own keys.
+    ///
+    /// Every key is in the partition's hash tag, so on a cluster the call goes to the master
+    /// of that tag's slot.
     async fn run(
         &self,
         script: &LuaScript,
         k: &PartitionKeys,
         receipts: &[String],
-        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+        args: impl FnOnce(&mut redis::Cmd),
     ) -> Result<Value> {
         debug_assert!(
             receipts.is_empty() || script.keys.contains(&KeyName::FetchReceipt),
             "script {} takes no receipts",
             script.name
         );
-        let mut invocation = script.script.prepare_invoke();
+        let mut keys: Vec<&str> = Vec::with_capacity(script.keys.len() + receipts.len());
         let mut receipts = receipts.iter();
         for name in script.keys {
             match k.get(*name) {
-                Some(key) => invocation.key(key),
-                None => invocation.key(receipts.next().ok_or_else(|| {
+                Some(key) => keys.push(key),
+                None => keys.push(receipts.next().ok_or_else(|| {
                     Error::Protocol(format!("script {}: no receipt key given", script.name))
                 })?),
-            };
+            }
         }
-        for r in receipts {
-            invocation.key(r);
-        }
-        args(&mut invocation);
+        keys.extend(receipts.map(String::as_str));
+        let first = *keys
+            .first()
+            .ok_or_else(|| Error::Protocol(format!("script {} has no keys", script.name)))?;
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.script.get_hash())
+            .arg(keys.len())
+            .arg(&keys[..]);
+        args(&mut evalsha);
         self.conn
-            .call(async |conn| invocation.invoke_async(conn).await)
+            .call(async |conn| {
+                conn.eval(&script.script, &script.source, &evalsha, first)
+                    .await
+            })
             .await
             .map_err(|e| script_error(script, e))
     }
+}
+
+/// A client for one node, with TCP keepalive.
+fn node_client(url: &str) -> redis::RedisResult<redis::Client> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url)?;
+    let tcp = info.tcp_settings().clone().set_keepalive(keepalive());
+    redis::Client::open(info.set_tcp_settings(tcp))
 }
 
 /// TCP keepalive for every connection: a peer that vanished without closing (a dead host, a
@@ -824,8 +900,13 @@ impl Store for RedisStore {
     }
 
     async fn wake_listener(&self, queue: &Queue) -> Result<Box<dyn WakeListener>> {
+        let (client, follow) = match &self.wake {
+            WakeSource::Single(client) => (Some(client.clone()), None),
+            WakeSource::Cluster(nodes) => (None, Some((self.conn.clone(), nodes.clone()))),
+        };
         Ok(Box::new(RedisWakeListener {
-            client: self.client.clone(),
+            client,
+            follow,
             key: self.keys(queue).wake.clone(),
             conn: None,
             connection_timeout: self.options.connection_timeout,
@@ -835,8 +916,15 @@ impl Store for RedisStore {
 
 /// Blocks on `BLPOP wake` on a connection of its own, whose response timeout is longer than
 /// the block, so a quiet queue costs one command per `max_wait`.
+///
+/// On a cluster that connection goes to the master serving the wake key's slot, looked up
+/// through the store's cluster connection. When the slot moves, `BLPOP` answers `MOVED` (or
+/// the node goes away): the listener drops its node and looks it up again on the next wait.
 struct RedisWakeListener {
-    client: redis::Client,
+    /// The node to block on; on a cluster, `None` until looked up (and after it failed).
+    client: Option<redis::Client>,
+    /// On a cluster: the store's connection, to look the node up, and how to address it.
+    follow: Option<(SharedConnection, NodeUrl)>,
     key: String,
     conn: Option<(redis::aio::MultiplexedConnection, Duration)>,
     connection_timeout: Duration,
@@ -852,14 +940,28 @@ impl WakeListener for RedisWakeListener {
             .as_ref()
             .is_none_or(|(_, t)| *t < response_timeout)
         {
+            let client = match (&self.client, &self.follow) {
+                (Some(client), _) => client.clone(),
+                (None, Some((shared, nodes))) => {
+                    let client = self.find_node(shared, nodes).await?;
+                    self.client = Some(client.clone());
+                    client
+                }
+                (None, None) => unreachable!("a listener has a node or a way to find one"),
+            };
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(self.connection_timeout))
                 .set_response_timeout(Some(response_timeout));
-            let conn = self
-                .client
+            let conn = match client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
-                .map_err(from_redis)?;
+            {
+                Ok(conn) => conn,
+                Err(e) => {
+                    self.forget_node();
+                    return Err(from_redis(e));
+                }
+            };
             self.conn = Some((conn, response_timeout));
         }
         let Some((conn, _)) = self.conn.as_mut() else {
@@ -873,10 +975,43 @@ impl WakeListener for RedisWakeListener {
         match result {
             Ok(token) => Ok(token.is_some()),
             Err(e) => {
-                // A broken or timed-out connection is replaced on the next wait.
+                // A broken or timed-out connection is replaced on the next wait; on a cluster
+                // the node is looked up again (after MOVED: the slot has moved).
+                if refused_by_cluster(&e) {
+                    tracing::debug!(key = %self.key, "wake-up listener follows its slot");
+                }
                 self.conn = None;
+                self.forget_node();
                 Err(from_redis(e))
             }
+        }
+    }
+}
+
+impl RedisWakeListener {
+    /// On a cluster, the master serving the wake key's slot now.
+    async fn find_node(&self, shared: &SharedConnection, nodes: &NodeUrl) -> Result<redis::Client> {
+        let key = self.key.clone();
+        let owner = shared
+            .call(async |conn| conn.master_of(&key).await)
+            .await
+            .map_err(from_redis)?;
+        let Some((host, port)) = owner else {
+            // Retryable: the cluster is resharding or failing over.
+            return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "no cluster node serves the wake-up key's slot",
+            ))));
+        };
+        node_client(&nodes.url(&host, port)).map_err(|e| {
+            Error::InvalidConfig(format!("invalid cluster node address ({:?})", e.kind()))
+        })
+    }
+
+    /// On a cluster, drops the node so the next wait looks it up again.
+    fn forget_node(&mut self) {
+        if self.follow.is_some() {
+            self.client = None;
         }
     }
 }

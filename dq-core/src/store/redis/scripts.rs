@@ -1,7 +1,8 @@
 //! The Lua scripts, loaded once, and the one place their replies and codes become Rust values.
 //!
-//! Each script is `lua/lib.lua` followed by its own file; redis-rs `Script` sends it by SHA
-//! (`EVALSHA`) and reloads it transparently after `NOSCRIPT` (a restart or `SCRIPT FLUSH`).
+//! Each script is `lua/lib.lua` followed by its own file; the store sends it by SHA
+//! (`EVALSHA`) and reloads it transparently after `NOSCRIPT` (a restart, a `SCRIPT FLUSH`, or,
+//! on a cluster, a node that has not seen it yet: see `conn.rs`).
 
 use std::sync::LazyLock;
 
@@ -18,6 +19,8 @@ pub(crate) struct LuaScript {
     pub name: &'static str,
     pub keys: &'static [KeyName],
     pub script: Script,
+    /// The full text sent by `SCRIPT LOAD` (on a cluster, to the node that lacks it).
+    pub source: String,
     #[cfg(test)]
     pub body: &'static str,
 }
@@ -26,19 +29,21 @@ macro_rules! script {
     ($name:literal) => {
         script!($name, "")
     };
-    ($name:literal, $shebang:expr) => {
+    ($name:literal, $shebang:expr) => {{
+        let source = format!(
+            "{}{LIB}\n{}",
+            $shebang,
+            include_str!(concat!("lua/", $name, ".lua"))
+        );
         LuaScript {
             name: $name,
             keys: script_keys($name).expect(concat!("the layout lists the KEYS of ", $name)),
-            script: Script::new(&format!(
-                "{}{LIB}\n{}",
-                $shebang,
-                include_str!(concat!("lua/", $name, ".lua"))
-            )),
+            script: Script::new(&source),
+            source,
             #[cfg(test)]
             body: include_str!(concat!("lua/", $name, ".lua")),
         }
-    };
+    }};
 }
 
 /// Scripts that only move, shrink or read jobs keep working when Redis is at `maxmemory`:

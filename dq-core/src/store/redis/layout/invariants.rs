@@ -128,7 +128,8 @@ impl PartitionSnapshot {
     }
 }
 
-/// Every key of a namespace and every partition's structures, read over a store's connection.
+/// Every key of a namespace and every partition's structures, read over a store's connection
+/// (on a cluster, every master is scanned).
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// The namespace read.
@@ -167,33 +168,59 @@ impl Snapshot {
         let namespace = store.namespace().to_string();
         let mut conn = store.conn.get().conn;
         let pattern = format!("{}:*", glob_escape(&namespace));
+        // On a cluster every master holds some partitions: scan each of them.
+        let masters = conn.masters().await.map_err(from_redis)?;
+        let nodes: Vec<Option<(String, u16)>> = if masters.is_empty() {
+            vec![None]
+        } else {
+            masters.into_iter().map(Some).collect()
+        };
         let mut names: Vec<String> = Vec::new();
-        let mut cursor: u64 = 0;
-        for _ in 0..MAX_SCAN_ROUNDS {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(from_redis)?;
-            names.extend(batch);
-            cursor = next;
-            if cursor == 0 {
-                break;
+        for node in &nodes {
+            let mut cursor: u64 = 0;
+            for _ in 0..MAX_SCAN_ROUNDS {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, batch): (u64, Vec<String>) = match node {
+                    None => scan.query_async(&mut conn).await.map_err(from_redis)?,
+                    Some((host, port)) => {
+                        let v = conn.on_node(scan, host, *port).await.map_err(from_redis)?;
+                        redis::from_redis_value(v).map_err(|e| {
+                            crate::error::Error::Protocol(format!("SCAN reply: {e}"))
+                        })?
+                    }
+                };
+                names.extend(batch);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         names.sort();
         names.dedup();
-        let mut pipe = redis::pipe();
-        for key in &names {
-            pipe.cmd("TYPE").arg(key).cmd("PTTL").arg(key);
-        }
         let seen: Vec<(String, i64)> = if names.is_empty() {
             Vec::new()
+        } else if store.is_cluster() {
+            // Keys of many slots: one key (one slot) per call.
+            let mut seen = Vec::with_capacity(names.len());
+            for key in &names {
+                let mut pipe = redis::pipe();
+                pipe.cmd("TYPE").arg(key).cmd("PTTL").arg(key);
+                let (t, ttl): (String, i64) =
+                    pipe.query_async(&mut conn).await.map_err(from_redis)?;
+                seen.push((t, ttl));
+            }
+            seen
         } else {
+            let mut pipe = redis::pipe();
+            for key in &names {
+                pipe.cmd("TYPE").arg(key).cmd("PTTL").arg(key);
+            }
             pipe.query_async(&mut conn).await.map_err(from_redis)?
         };
         let keys: Vec<KeySeen> = names

@@ -1,0 +1,186 @@
+//! Connection URLs: one node (`redis://…`, `rediss://…`, as redis-rs reads them) or a Redis
+//! Cluster by its seed nodes (`redis+cluster://[user:password@]host:port[,host:port…]`,
+//! `rediss+cluster://…` with the `tls` feature), a form redis-rs does not read: it is split
+//! here into one node URL per seed, with the credentials and TLS of the whole.
+//!
+//! Errors never quote the URL: it may hold a password.
+
+use crate::error::{Error, Result};
+
+/// What a URL asks to connect to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// One node: the URL as given, for redis-rs.
+    Single(String),
+    /// A cluster: one `redis://` (or `rediss://`) URL per seed node, and how to address any
+    /// other node of it.
+    Cluster {
+        /// A URL per seed node.
+        seeds: Vec<String>,
+        /// Builds the URL of a node found later (the owner of a slot).
+        nodes: NodeUrl,
+    },
+}
+
+/// Builds a node URL with the credentials, TLS and options of the cluster URL.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct NodeUrl {
+    scheme: &'static str,
+    /// `user:password@`, as given (percent-encoded), or empty.
+    userinfo: String,
+    /// `?…` as given, or empty.
+    query: String,
+}
+
+impl std::fmt::Debug for NodeUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the credentials.
+        f.debug_struct("NodeUrl")
+            .field("scheme", &self.scheme)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeUrl {
+    /// The URL of the node at `host:port` (an IPv6 address is bracketed).
+    pub fn url(&self, host: &str, port: u16) -> String {
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        format!(
+            "{}://{}{host}:{port}/{}",
+            self.scheme, self.userinfo, self.query
+        )
+    }
+}
+
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [
+    ("redis+cluster://", "redis"),
+    ("rediss+cluster://", "rediss"),
+];
+
+/// Reads `url`: a cluster URL is split into its seeds; any other URL is left to redis-rs.
+pub(crate) fn parse(url: &str) -> Result<Target> {
+    let Some((rest, scheme)) = CLUSTER_SCHEMES
+        .iter()
+        .find_map(|(prefix, scheme)| Some((url.strip_prefix(prefix)?, *scheme)))
+    else {
+        return Ok(Target::Single(url.to_owned()));
+    };
+    let invalid = |what: &str| Error::InvalidConfig(format!("invalid Redis Cluster URL: {what}"));
+    let (rest, query) = match rest.find('?') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    if !(path.is_empty() || path == "0") {
+        return Err(invalid(
+            "a cluster has only database 0 (no path other than `/` or `/0`)",
+        ));
+    }
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(i) => (&authority[..=i], &authority[i + 1..]),
+        None => ("", authority),
+    };
+    let nodes = NodeUrl {
+        scheme,
+        userinfo: userinfo.to_owned(),
+        query: query.to_owned(),
+    };
+    let mut seeds = Vec::new();
+    for seed in hosts.split(',') {
+        let (host, port) = split_host_port(seed)
+            .ok_or_else(|| invalid("each seed must be host:port, separated by commas"))?;
+        seeds.push(nodes.url(host, port));
+    }
+    Ok(Target::Cluster { seeds, nodes })
+}
+
+/// `host:port` or `[v6]:port`; `None` if either part is missing or the port is not a number.
+fn split_host_port(seed: &str) -> Option<(&str, u16)> {
+    let (host, port) = if let Some(rest) = seed.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        (host, after.strip_prefix(':')?)
+    } else {
+        seed.rsplit_once(':')?
+    };
+    if host.is_empty() || host.contains(['/', '@', ',']) {
+        return None;
+    }
+    Some((host, port.parse().ok().filter(|p| *p != 0)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(url: &str) -> (Vec<String>, NodeUrl) {
+        match parse(url).unwrap() {
+            Target::Cluster { seeds, nodes } => (seeds, nodes),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn single_node_urls_are_left_as_they_are() {
+        for url in [
+            "redis://127.0.0.1/",
+            "rediss://u:p@h:1/2",
+            "redis+unix:///tmp/s",
+        ] {
+            assert_eq!(parse(url).unwrap(), Target::Single(url.to_owned()));
+        }
+    }
+
+    #[test]
+    fn cluster_urls_split_into_seeds() {
+        let (seeds, nodes) = cluster("redis+cluster://127.0.0.1:7000,127.0.0.1:7001");
+        assert_eq!(
+            seeds,
+            ["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"]
+        );
+        assert_eq!(nodes.url("10.0.0.9", 7005), "redis://10.0.0.9:7005/");
+
+        let (seeds, nodes) = cluster("rediss+cluster://me:p%40ss@a.example:7000,[::1]:7001/0?x=1");
+        assert_eq!(
+            seeds,
+            [
+                "rediss://me:p%40ss@a.example:7000/?x=1",
+                "rediss://me:p%40ss@[::1]:7001/?x=1"
+            ]
+        );
+        assert_eq!(nodes.url("::2", 7), "rediss://me:p%40ss@[::2]:7/?x=1");
+        assert!(
+            !format!("{nodes:?}").contains("p%40ss"),
+            "no password in Debug"
+        );
+
+        let (seeds, _) = cluster("redis+cluster://:secret@h:1/");
+        assert_eq!(seeds, ["redis://:secret@h:1/"]);
+    }
+
+    #[test]
+    fn bad_cluster_urls_are_refused_without_quoting_them() {
+        for url in [
+            "redis+cluster://",
+            "redis+cluster://h",
+            "redis+cluster://h:x",
+            "redis+cluster://h:0",
+            "redis+cluster://h:1,",
+            "redis+cluster://h:1,,h:2",
+            "redis+cluster://u:secret@h:1/3",
+            "redis+cluster://u:secret@:1",
+            "redis+cluster://[::1:7000",
+        ] {
+            match parse(url) {
+                Err(Error::InvalidConfig(msg)) => assert!(!msg.contains("secret"), "{msg}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+}
