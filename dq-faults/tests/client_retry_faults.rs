@@ -40,6 +40,12 @@ async fn setup(name: &'static str, key: &str) -> (Scenario, FaultProxy, Client) 
         .connect(&proxy.url())
         .await
         .expect("connect through the proxy");
+    // The proxied client checks the topic's partition count on its first call; do that
+    // while replies still flow, so the held reply is the call under test.
+    via_proxy
+        .check_topic(WORK_TOPIC)
+        .await
+        .expect("topic check through the proxy");
     let c = &s.client;
     assert_eq!(
         c.cancel::<WorkJob>("warm-up").await.unwrap(),
