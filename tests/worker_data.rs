@@ -112,15 +112,9 @@ async fn build_refuses_a_worker_missing_declared_data() {
 
 #[tokio::test]
 async fn undeclared_missing_data_defers_the_job_and_a_worker_with_the_data_runs_it() {
-    let captured = dq_testkit::CapturedLog::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
-        .with_writer(move || writer.clone())
-        .finish();
     // The test's runtime has one thread: every worker task logs to this subscriber.
-    let _guard = tracing_subscriber::util::SubscriberInitExt::set_default(subscriber);
+    let (captured, _guard) =
+        dq_testkit::CapturedLog::install(tracing_subscriber::filter::LevelFilter::WARN);
     let client = client().await;
     // Misdeployed: no Db. A short deferral, so that the jobs come back to it while we look.
     let misdeployed = Worker::builder(client.clone())

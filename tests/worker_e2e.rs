@@ -455,15 +455,9 @@ async fn shutdown_keeps_its_deadline_when_a_handler_ignores_cancellation() {
 /// again and runs the partition's jobs.
 #[tokio::test]
 async fn a_permanent_store_error_shows_in_health_and_is_logged_at_error() {
-    let captured = dq_testkit::CapturedLog::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
-        .with_writer(move || writer.clone())
-        .finish();
     // The test's runtime has one thread: every worker task logs to this subscriber.
-    let _guard = tracing_subscriber::util::SubscriberInitExt::set_default(subscriber);
+    let (captured, _guard) =
+        dq_testkit::CapturedLog::install(tracing_subscriber::filter::LevelFilter::WARN);
     let server = dq_testkit::shared();
     let ns = dq_testkit::namespace("e2e");
     let client = Client::builder()

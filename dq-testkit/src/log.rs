@@ -1,5 +1,5 @@
-//! A log a test can read back: give a clone to a tracing subscriber as its writer
-//! (`.with_writer(move || log.clone())`), then look at what it wrote.
+//! A log a test can read back: [`CapturedLog::install`] sets a tracing subscriber that writes
+//! to it for the current thread, then the test looks at what was written.
 
 use std::sync::{Arc, Mutex};
 
@@ -8,6 +8,21 @@ use std::sync::{Arc, Mutex};
 pub struct CapturedLog(Arc<Mutex<Vec<u8>>>);
 
 impl CapturedLog {
+    /// Captures what is logged at `level` and above on the current thread (a current-thread
+    /// runtime's tasks included) until the returned guard drops.
+    pub fn install(
+        level: tracing_subscriber::filter::LevelFilter,
+    ) -> (CapturedLog, tracing::subscriber::DefaultGuard) {
+        let log = CapturedLog::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(level)
+            .with_writer(move || writer.clone())
+            .finish();
+        (log, tracing::subscriber::set_default(subscriber))
+    }
+
     /// Everything written so far, as text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(

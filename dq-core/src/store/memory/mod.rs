@@ -236,6 +236,24 @@ struct Record {
 }
 
 impl Record {
+    /// The delivery of a record just leased at `now` until `deadline` (its token and attempts
+    /// already set).
+    fn delivery(&self, queue: &Queue, key: JobKey, now: u64, deadline: u64) -> Delivery {
+        Delivery {
+            queue: queue.clone(),
+            key,
+            token: self.token,
+            attempt: self.attempts,
+            due_ms: self.due_ms,
+            created_ms: self.created_ms,
+            leased_ms: now,
+            lease_deadline_ms: deadline,
+            payload: self.payload.clone(),
+        }
+    }
+}
+
+impl Record {
     fn state(&self) -> JobState {
         match self.place {
             Place::Scheduled(_) => JobState::Scheduled,
@@ -737,17 +755,7 @@ impl Partition {
                     rec.place = Place::Active(deadline);
                     rec.token = next;
                     self.sets.active.insert((deadline, key.clone()));
-                    jobs.push(Delivery {
-                        queue: queue.clone(),
-                        key: key.clone(),
-                        token: next,
-                        attempt: rec.attempts,
-                        due_ms: rec.due_ms,
-                        created_ms: rec.created_ms,
-                        leased_ms: now,
-                        lease_deadline_ms: deadline,
-                        payload: rec.payload.clone(),
-                    });
+                    jobs.push(rec.delivery(queue, key.clone(), now, deadline));
                 }
             }
         }
@@ -836,17 +844,7 @@ impl Partition {
                 rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
                 rec.token = next;
                 self.sets.active.insert((deadline, key.clone()));
-                jobs.push(Delivery {
-                    queue: queue.clone(),
-                    key,
-                    token: next,
-                    attempt: rec.attempts,
-                    due_ms: rec.due_ms,
-                    created_ms: rec.created_ms,
-                    leased_ms: now,
-                    lease_deadline_ms: deadline,
-                    payload: rec.payload.clone(),
-                });
+                jobs.push(rec.delivery(queue, key, now, deadline));
             }
         }
 
