@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every check dq's CI runs: installs what is missing (redis-server, redis-cli, cargo-deny), then fmt,
+# Runs every check dq's CI runs: installs what is missing (redis-server, redis-cli, redis-sentinel,
+# chromium, chromedriver, cargo-deny), then fmt,
 # clippy, rustdoc with warnings as errors, cargo-deny (licenses, bans, sources), `cargo package`
 # of every published crate, the whole test suite (each test binary starts its own redis-server
 # on a free port; nothing uses 6379), every example, the TLS build, and a smoke run of the
@@ -7,18 +8,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "redis-server not found; installing it (apt-get install -y redis-server)"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  $SUDO apt-get install -y redis-server || { $SUDO apt-get update && $SUDO apt-get install -y redis-server; }
-fi
-# redis-cli (Debian's redis-tools, a dependency of redis-server) creates the test clusters.
-if ! command -v redis-cli >/dev/null 2>&1; then
-  echo "redis-cli not found; installing it (apt-get install -y redis-tools)"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  $SUDO apt-get install -y redis-tools || { $SUDO apt-get update && $SUDO apt-get install -y redis-tools; }
+# What the tests start as real processes, by the command they run and Debian's package for it:
+# redis-server; redis-cli (creates the test clusters); redis-sentinel (the Sentinel tests);
+# chromium and chromedriver (the dashboard's browser test).
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+missing=()
+for pair in redis-server:redis-server redis-cli:redis-tools redis-sentinel:redis-sentinel \
+  chromium:chromium chromedriver:chromium-driver; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing what the tests need: apt-get install -y ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y "${missing[@]}" || { $SUDO apt-get update && $SUDO apt-get install -y "${missing[@]}"; }
 fi
 redis-server --version
 redis-cli --version
