@@ -1,0 +1,143 @@
+//! The charts' data: a background task reads every registered topic's stats at a fixed
+//! interval into a ring buffer that holds the last hour. Throughput is the difference of
+//! counters between samples, so it needs no metrics from the workers.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use dq_core::TopicStats;
+
+use crate::state::Shared;
+
+/// How far back the charts reach.
+pub(crate) const WINDOW: Duration = Duration::from_secs(3600);
+
+/// Every topic's stats at one moment.
+#[derive(Clone, Debug)]
+pub(crate) struct Sample {
+    /// When it was taken.
+    pub at: Instant,
+    /// Each topic's stats, by name.
+    pub topics: BTreeMap<String, TopicStats>,
+}
+
+impl Sample {
+    /// The stats of `topic`, or of every topic summed (`None`).
+    pub fn of(&self, topic: Option<&str>) -> TopicStats {
+        match topic {
+            Some(t) => self.topics.get(t).cloned().unwrap_or_default(),
+            None => self.topics.values().fold(TopicStats::default(), |mut a, s| {
+                a.scheduled += s.scheduled;
+                a.ready += s.ready;
+                a.active += s.active;
+                a.retry += s.retry;
+                a.dead += s.dead;
+                a.succeeded += s.succeeded;
+                a.retried += s.retried;
+                a.buried += s.buried;
+                a.enqueued += s.enqueued;
+                a.overdue += s.overdue;
+                a.oldest_overdue_ms = a.oldest_overdue_ms.max(s.oldest_overdue_ms);
+                a
+            }),
+        }
+    }
+}
+
+/// The last hour of samples, oldest first.
+#[derive(Debug)]
+pub(crate) struct History {
+    /// The samples.
+    pub samples: VecDeque<Sample>,
+    /// Most samples kept: an hour's worth.
+    cap: usize,
+}
+
+impl History {
+    /// An empty history for samples taken every `every`.
+    pub fn new(every: Duration) -> History {
+        let every = every.max(Duration::from_millis(100));
+        let cap = (WINDOW.as_millis() / every.as_millis()).max(2) as usize + 1;
+        History {
+            samples: VecDeque::with_capacity(cap.min(4096)),
+            cap,
+        }
+    }
+
+    /// Adds a sample, dropping the oldest past the cap.
+    pub fn push(&mut self, sample: Sample) {
+        while self.samples.len() >= self.cap {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(sample);
+    }
+
+    /// Per-minute rates of `topic` (or all) over the last minute or so: (succeeded, failed
+    /// attempts = retried + buried). `None` until two samples at least a second apart exist.
+    pub fn rates(&self, topic: Option<&str>) -> Option<(f64, f64)> {
+        let last = self.samples.back()?;
+        let since = last.at.checked_sub(Duration::from_secs(60));
+        // The newest sample at least a minute older than the last, else the oldest.
+        let first = since
+            .and_then(|since| self.samples.iter().rev().find(|s| s.at <= since))
+            .or_else(|| self.samples.front())?;
+        let secs = last.at.duration_since(first.at).as_secs_f64();
+        if secs < 1.0 {
+            return None;
+        }
+        let (a, b) = (first.of(topic), last.of(topic));
+        let per_min = |x: u64, y: u64| y.saturating_sub(x) as f64 * 60.0 / secs;
+        Some((
+            per_min(a.succeeded, b.succeeded),
+            per_min(a.retried + a.buried, b.retried + b.buried),
+        ))
+    }
+}
+
+/// Samples until the dashboard's shared state is gone.
+pub(crate) async fn run(shared: Weak<Shared>) {
+    let every = match shared.upgrade() {
+        Some(s) => s.opts.sample_every,
+        None => return,
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        match sample(&shared).await {
+            Ok(sample) => {
+                failing = false;
+                shared
+                    .history
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(sample);
+            }
+            Err(e) => {
+                // Once per outage, not once per tick.
+                if !failing {
+                    tracing::warn!(error = %e, "dq dashboard: sampling stats failed");
+                }
+                failing = true;
+            }
+        }
+    }
+}
+
+/// One sample of every registered topic.
+async fn sample(shared: &Shared) -> dq_core::Result<Sample> {
+    let mut topics = BTreeMap::new();
+    for meta in shared.client.topics().await? {
+        let tc = shared.topic_client(&meta)?;
+        topics.insert(meta.topic.to_string(), tc.stats().await?);
+    }
+    Ok(Sample {
+        at: Instant::now(),
+        topics,
+    })
+}
