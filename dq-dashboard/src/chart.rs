@@ -76,11 +76,31 @@ pub(crate) fn depth_series(samples: &[Sample], now: Instant, topic: Option<&str>
             .collect()
     };
     vec![
-        Series { name: "scheduled", color: "#7a8ca3", points: pts(|s| s.scheduled) },
-        Series { name: "ready", color: "#2f7ed8", points: pts(|s| s.ready) },
-        Series { name: "active", color: "#1aa260", points: pts(|s| s.active) },
-        Series { name: "retry", color: "#e69a00", points: pts(|s| s.retry) },
-        Series { name: "dead", color: "#d23f31", points: pts(|s| s.dead) },
+        Series {
+            name: "scheduled",
+            color: "#7a8ca3",
+            points: pts(|s| s.scheduled),
+        },
+        Series {
+            name: "ready",
+            color: "#2f7ed8",
+            points: pts(|s| s.ready),
+        },
+        Series {
+            name: "active",
+            color: "#1aa260",
+            points: pts(|s| s.active),
+        },
+        Series {
+            name: "retry",
+            color: "#e69a00",
+            points: pts(|s| s.retry),
+        },
+        Series {
+            name: "dead",
+            color: "#d23f31",
+            points: pts(|s| s.dead),
+        },
     ]
 }
 
@@ -99,19 +119,34 @@ pub(crate) fn throughput_series(
         }
         let (a, b) = (pair[0].of(topic), pair[1].of(topic));
         let at = ago(now, &pair[1]);
-        ok.push((at, b.succeeded.saturating_sub(a.succeeded) as f64 * 60.0 / secs));
+        ok.push((
+            at,
+            b.succeeded.saturating_sub(a.succeeded) as f64 * 60.0 / secs,
+        ));
         let fa = a.retried + a.buried;
         let fb = b.retried + b.buried;
         failed.push((at, fb.saturating_sub(fa) as f64 * 60.0 / secs));
     }
     vec![
-        Series { name: "succeeded / min", color: "#1aa260", points: ok },
-        Series { name: "failed / min", color: "#d23f31", points: failed },
+        Series {
+            name: "succeeded / min",
+            color: "#1aa260",
+            points: ok,
+        },
+        Series {
+            name: "failed / min",
+            color: "#d23f31",
+            points: failed,
+        },
     ]
 }
 
 /// The oldest overdue job's wait, in seconds.
-pub(crate) fn lateness_series(samples: &[Sample], now: Instant, topic: Option<&str>) -> Vec<Series> {
+pub(crate) fn lateness_series(
+    samples: &[Sample],
+    now: Instant,
+    topic: Option<&str>,
+) -> Vec<Series> {
     vec![Series {
         name: "oldest overdue",
         color: "#8e44ad",

@@ -70,7 +70,9 @@ pub(crate) const GROUP_SCAN: usize = 5000;
 
 /// Dead jobs grouped by last error, most frequent first, from the first [`GROUP_SCAN`] of
 /// the queue; also how many were read.
-pub(crate) async fn group_errors(topic: &TopicClient) -> dq_core::Result<(Vec<(String, u64)>, usize)> {
+pub(crate) async fn group_errors(
+    topic: &TopicClient,
+) -> dq_core::Result<(Vec<(String, u64)>, usize)> {
     let mut counts = std::collections::HashMap::<String, u64>::new();
     let mut page = Page::first(500);
     let mut read = 0;

@@ -40,7 +40,7 @@ mod state;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use dead::{DeadAction, apply_to_matching_dead};
+pub use dead::{CHUNK as DEAD_CHUNK, DeadAction, apply_to_matching_dead, last_error};
 pub use security::Auth;
 
 /// How a dashboard behaves: read-only or not, who may see it, where it is mounted, how often

@@ -114,7 +114,7 @@ fn layout(shared: &Shared, title: &str, refresh: bool, crumbs: Markup, body: Mar
             }
             body {
                 header {
-                    a.brand href=(shared.link("/")) { "dq" }
+                    a.brand href=(shared.home()) { "dq" }
                     nav.crumbs { (crumbs) }
                     @if shared.opts.read_only { span.badge { "read-only" } }
                 }
@@ -182,7 +182,10 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
         total.oldest_overdue_ms = total.oldest_overdue_ms.max(s.oldest_overdue_ms);
     }
     let (charts, rates) = {
-        let history = shared.history.lock().unwrap_or_else(PoisonError::into_inner);
+        let history = shared
+            .history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let samples: Vec<_> = history.samples.iter().cloned().collect();
         let rates: Vec<_> = rows
             .iter()
@@ -225,7 +228,13 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
         (charts)
         (live_workers(&shared))
     };
-    Ok(layout(&shared, "Topics", true, html! { span { "Topics" } }, body))
+    Ok(layout(
+        &shared,
+        "Topics",
+        true,
+        html! { span { "Topics" } },
+        body,
+    ))
 }
 
 /// The depth and lateness cells of a stats row.
@@ -300,8 +309,12 @@ async fn topic_page(
         missing = Some(key.to_owned());
     }
     let state_name = q.state.as_deref().unwrap_or("scheduled");
-    let state = parse_state(state_name)
-        .ok_or_else(|| PageError(StatusCode::BAD_REQUEST, format!("no listing of state {state_name:?}")))?;
+    let state = parse_state(state_name).ok_or_else(|| {
+        PageError(
+            StatusCode::BAD_REQUEST,
+            format!("no listing of state {state_name:?}"),
+        )
+    })?;
     let after = parse_cursor(q.after.as_deref())?;
     let page = match after {
         Some(c) => Page::after(c, PAGE),
@@ -368,7 +381,7 @@ async fn topic_page(
         }
         (charts(&samples, Some(&name)))
     };
-    let crumbs = html! { a href=(shared.link("/")) { "Topics" } " / " span { (name) } };
+    let crumbs = html! { a href=(shared.home()) { "Topics" } " / " span { (name) } };
     Ok(layout(&shared, &name, q.after.is_none(), crumbs, body))
 }
 
@@ -411,7 +424,12 @@ async fn dead_page(
     };
     for _ in 0..10 {
         let listed = tc.list(JobState::Dead, page).await?;
-        jobs.extend(listed.jobs.into_iter().filter(|j| dead::matches(j, &filter)));
+        jobs.extend(
+            listed
+                .jobs
+                .into_iter()
+                .filter(|j| dead::matches(j, &filter)),
+        );
         next = listed.next;
         match &next {
             Some(c) if jobs.len() < PAGE => page = Page::after(c.clone(), PAGE),
@@ -420,7 +438,11 @@ async fn dead_page(
     }
     let now_ms = shared.client.store().now_ms().await?;
     let base = dead_link(&shared, &name);
-    let filter_q = if filter.is_empty() { String::new() } else { format!("error={}&", enc(&filter)) };
+    let filter_q = if filter.is_empty() {
+        String::new()
+    } else {
+        format!("error={}&", enc(&filter))
+    };
     let rw = !shared.opts.read_only;
     let body = html! {
         h1 { "Dead queue of " a href=(topic_link(&shared, &name)) { (name) } " " small.muted #dead-count { (stats.dead) " dead" } }
@@ -512,9 +534,15 @@ async fn dead_page(
         }
     };
     let crumbs = html! {
-        a href=(shared.link("/")) { "Topics" } " / " a href=(topic_link(&shared, &name)) { (name) } " / " span { "dead" }
+        a href=(shared.home()) { "Topics" } " / " a href=(topic_link(&shared, &name)) { (name) } " / " span { "dead" }
     };
-    Ok(layout(&shared, &format!("{name} dead queue"), false, crumbs, body))
+    Ok(layout(
+        &shared,
+        &format!("{name} dead queue"),
+        false,
+        crumbs,
+        body,
+    ))
 }
 
 fn csrf_field(shared: &Shared) -> Markup {
@@ -578,7 +606,11 @@ async fn dead_action(
     let back = match field("back") {
         Some(key) if !key.is_empty() => job_link(&shared, &name, key),
         _ => {
-            let filter_q = if filter.is_empty() { String::new() } else { format!("error={}&", enc(&filter)) };
+            let filter_q = if filter.is_empty() {
+                String::new()
+            } else {
+                format!("error={}&", enc(&filter))
+            };
             format!("{}?{filter_q}done={done}&n={n}", dead_link(&shared, &name))
         }
     };
@@ -600,7 +632,11 @@ async fn job_page(
         Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
         Err(e) => format!(
             "(not decodable as MessagePack: {e})\n{}",
-            job.payload.iter().take(512).map(|b| format!("{b:02x}")).collect::<String>()
+            job.payload
+                .iter()
+                .take(512)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         ),
     };
     let rw = !shared.opts.read_only;
@@ -643,9 +679,15 @@ async fn job_page(
         pre.payload { (payload) }
     };
     let crumbs = html! {
-        a href=(shared.link("/")) { "Topics" } " / " a href=(topic_link(&shared, &name)) { (name) } " / " span { (key) }
+        a href=(shared.home()) { "Topics" } " / " a href=(topic_link(&shared, &name)) { (name) } " / " span { (key) }
     };
-    Ok(layout(&shared, &format!("{name} / {key}"), false, crumbs, body))
+    Ok(layout(
+        &shared,
+        &format!("{name} / {key}"),
+        false,
+        crumbs,
+        body,
+    ))
 }
 
 const CSS: &str = r#"

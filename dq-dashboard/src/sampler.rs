@@ -27,20 +27,23 @@ impl Sample {
     pub fn of(&self, topic: Option<&str>) -> TopicStats {
         match topic {
             Some(t) => self.topics.get(t).cloned().unwrap_or_default(),
-            None => self.topics.values().fold(TopicStats::default(), |mut a, s| {
-                a.scheduled += s.scheduled;
-                a.ready += s.ready;
-                a.active += s.active;
-                a.retry += s.retry;
-                a.dead += s.dead;
-                a.succeeded += s.succeeded;
-                a.retried += s.retried;
-                a.buried += s.buried;
-                a.enqueued += s.enqueued;
-                a.overdue += s.overdue;
-                a.oldest_overdue_ms = a.oldest_overdue_ms.max(s.oldest_overdue_ms);
-                a
-            }),
+            None => self
+                .topics
+                .values()
+                .fold(TopicStats::default(), |mut a, s| {
+                    a.scheduled += s.scheduled;
+                    a.ready += s.ready;
+                    a.active += s.active;
+                    a.retry += s.retry;
+                    a.dead += s.dead;
+                    a.succeeded += s.succeeded;
+                    a.retried += s.retried;
+                    a.buried += s.buried;
+                    a.enqueued += s.enqueued;
+                    a.overdue += s.overdue;
+                    a.oldest_overdue_ms = a.oldest_overdue_ms.max(s.oldest_overdue_ms);
+                    a
+                }),
         }
     }
 }

@@ -107,8 +107,9 @@ impl Auth {
                     basic().is_some_and(|(_, pass)| same(&pass, token))
                 }
             }
-            Auth::Basic { username, password } => basic()
-                .is_some_and(|(user, pass)| same(&user, username) & same(&pass, password)),
+            Auth::Basic { username, password } => {
+                basic().is_some_and(|(user, pass)| same(&user, username) & same(&pass, password))
+            }
         }
     }
 }
@@ -138,7 +139,10 @@ pub(crate) async fn guard(
         ),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -178,7 +182,11 @@ fn check(shared: &Shared, request: &Request) -> Option<Response> {
 /// a browser did not send (a script or `curl`) do not refuse it: the CSRF token, which only
 /// a page of the dashboard holds, still has to be right.
 fn same_origin(headers: &HeaderMap) -> bool {
-    let text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
     if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site"))
         && site != "same-origin"
         && site != "none"

@@ -78,7 +78,10 @@ impl Shared {
 
     /// The registered topic `name`, or `None`: the dashboard never reads (and so never
     /// records) a topic that no producer or worker has used.
-    pub async fn find_topic(&self, name: &str) -> dq_core::Result<Option<(TopicMeta, TopicClient)>> {
+    pub async fn find_topic(
+        &self,
+        name: &str,
+    ) -> dq_core::Result<Option<(TopicMeta, TopicClient)>> {
         let topics = self.client.topics().await?;
         let Some(meta) = topics.into_iter().find(|m| m.topic.as_ref() == name) else {
             return Ok(None);
@@ -90,5 +93,14 @@ impl Shared {
     /// A link inside the dashboard.
     pub fn link(&self, path: &str) -> String {
         format!("{}{path}", self.opts.base_path)
+    }
+
+    /// The overview's link: the mount path itself (a nested router's `/` answers there).
+    pub fn home(&self) -> String {
+        if self.opts.base_path.is_empty() {
+            "/".to_owned()
+        } else {
+            self.opts.base_path.clone()
+        }
     }
 }

@@ -1,0 +1,144 @@
+//! What the dashboard's tests share: a client on the test binary's private Redis in a fresh
+//! namespace, a dashboard served on a free loopback port, and jobs in every state made with
+//! the client and the store's own calls (a dead job is fetched, then buried).
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use dq_core::FetchRequest;
+use dq_core::{Client, DeadLimits, FailAction, FetchCall, JobKey, Queue, Topic};
+use dq_dashboard::DashboardOptions;
+use tokio::sync::oneshot;
+
+/// A running dashboard; stops when dropped.
+pub struct Served {
+    /// Its base URL, e.g. `http://127.0.0.1:41234`.
+    pub url: String,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A client in a fresh namespace of the shared test server.
+pub async fn client(prefix: &str) -> Client {
+    let server = dq_testkit::shared();
+    Client::builder()
+        .namespace(dq_testkit::namespace(prefix))
+        .connect(&server.url())
+        .await
+        .expect("connect")
+}
+
+/// Serves a dashboard of `client` on a free loopback port.
+pub async fn serve(client: Client, opts: DashboardOptions) -> Served {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        dq_dashboard::serve_on(listener, client, opts, async {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("serve");
+    });
+    Served {
+        url,
+        stop: Some(stop),
+    }
+}
+
+/// A MessagePack payload for `json`.
+pub fn payload(json: serde_json::Value) -> Vec<u8> {
+    rmp_serde::to_vec_named(&json).unwrap()
+}
+
+/// Enqueues `key` due now, leases it and buries it with `error`: a dead job with one
+/// attempt in its history. The topic must have one partition.
+pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
+    let tc = client.topic(topic).unwrap();
+    assert_eq!(
+        tc.partitions(),
+        1,
+        "make_dead works on one-partition topics"
+    );
+    tc.enqueue(payload(serde_json::json!({ "key": key })))
+        .key(key)
+        .await
+        .unwrap();
+    let queue = Queue::new(Topic::new(topic).unwrap(), 0);
+    let store = client.store();
+    let request = FetchRequest {
+        max_jobs: 1,
+        lease: Duration::from_secs(60),
+        promote_batch: 100,
+        recover_batch: 100,
+        lease_expiry_retries: Vec::new(),
+        dead_limits: DeadLimits::default(),
+        call: FetchCall::new(),
+    };
+    let reply = store.fetch(&queue, &request).await.unwrap();
+    assert_eq!(
+        reply.jobs.len(),
+        1,
+        "the job just enqueued is the only ready one"
+    );
+    let d = &reply.jobs[0];
+    assert_eq!(d.key, JobKey::new(key).unwrap());
+    store
+        .fail(
+            &queue,
+            &d.key,
+            d.token,
+            &FailAction::Bury,
+            error,
+            DeadLimits::default(),
+        )
+        .await
+        .unwrap();
+}
+
+/// Enqueues `n` jobs named `{prefix}{i}` due in an hour.
+pub async fn make_scheduled(client: &Client, topic: &str, prefix: &str, n: usize) {
+    let tc = client.topic(topic).unwrap();
+    for i in 0..n {
+        tc.enqueue(payload(serde_json::json!({ "i": i })))
+            .key(format!("{prefix}{i}"))
+            .delay(Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+}
+
+/// Enqueues `n` jobs named `{prefix}{i}` due now (they wait in `ready`: no worker runs).
+pub async fn make_ready(client: &Client, topic: &str, prefix: &str, n: usize) {
+    let tc = client.topic(topic).unwrap();
+    for i in 0..n {
+        tc.enqueue(payload(serde_json::json!({ "i": i })))
+            .key(format!("{prefix}{i}"))
+            .await
+            .unwrap();
+    }
+}
+
+/// The text of the cell `stat` in the overview row of `topic`.
+pub fn cell(html: &str, topic: &str, stat: &str) -> Option<String> {
+    let row_start = html.find(&format!("data-topic=\"{topic}\""))?;
+    let row = &html[row_start..];
+    let row = &row[..row.find("</tr>")?];
+    let at = row.find(&format!("data-stat=\"{stat}\""))?;
+    let rest = &row[at..];
+    let text = &rest[rest.find('>')? + 1..];
+    Some(text[..text.find('<')?].trim().to_owned())
+}
+
+/// The value of the hidden `csrf` field of a page.
+pub fn csrf_of(html: &str) -> Option<String> {
+    let at = html.find("name=\"csrf\" value=\"")? + "name=\"csrf\" value=\"".len();
+    Some(html[at..at + html[at..].find('"')?].to_owned())
+}

@@ -1,0 +1,421 @@
+//! The dashboard over HTTP against a real Redis: the numbers its pages show, requeue and
+//! purge (one, a selection, every job matching a filter, in chunks), and the safety rules —
+//! authentication, read-only mode, CSRF token and origin checks.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cell, csrf_of, make_dead, make_ready, make_scheduled, serve};
+use dq_core::JobState;
+use dq_dashboard::{Auth, DashboardOptions, DeadAction, apply_to_matching_dead};
+use reqwest::StatusCode;
+use reqwest::redirect::Policy;
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn get(url: &str) -> (StatusCode, String) {
+    let r = http().get(url).send().await.unwrap();
+    (r.status(), r.text().await.unwrap())
+}
+
+async fn post(url: &str, form: &[(&str, &str)]) -> reqwest::Response {
+    http().post(url).form(form).send().await.unwrap()
+}
+
+fn opts() -> DashboardOptions {
+    DashboardOptions::default().refresh(None)
+}
+
+#[tokio::test]
+async fn pages_show_the_numbers_of_stats() {
+    let client = common::client("dash-pages").await;
+    // Dead first: make_dead leases the only ready job.
+    make_dead(&client, "mail", "d1", "partner API down: 503").await;
+    make_dead(&client, "mail", "d2", "partner API down: 503").await;
+    make_dead(&client, "mail", "d3", "bad address").await;
+    make_scheduled(&client, "mail", "later-", 3).await;
+    make_ready(&client, "mail", "now-", 2).await;
+    make_scheduled(&client, "sms", "s-", 1).await;
+    let stats = client.topic("mail").unwrap().stats().await.unwrap();
+    assert_eq!((stats.scheduled, stats.ready, stats.dead), (3, 2, 3));
+    let served = serve(client.clone(), opts()).await;
+
+    let (status, page) = get(&served.url).await;
+    assert_eq!(status, StatusCode::OK);
+    for (stat, want) in [
+        ("scheduled", stats.scheduled),
+        ("ready", stats.ready),
+        ("active", stats.active),
+        ("retry", stats.retry),
+        ("dead", stats.dead),
+        ("overdue", stats.overdue),
+    ] {
+        assert_eq!(cell(&page, "mail", stat), Some(want.to_string()), "{stat}");
+    }
+    assert_eq!(cell(&page, "sms", "scheduled").as_deref(), Some("1"));
+    assert_eq!(
+        cell(&page, "", "scheduled").as_deref(),
+        Some("4"),
+        "total row"
+    );
+    assert!(
+        page.contains("id=\"workers\""),
+        "the live-workers slot is there"
+    );
+
+    // Topic page: the scheduled jobs, by key; the search finds a job or says it is missing.
+    let (status, page) = get(&format!("{}/topics/mail", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    for i in 0..3 {
+        assert!(page.contains(&format!(">later-{i}<")), "later-{i} listed");
+    }
+    assert!(!page.contains(">now-0<"), "ready jobs are on their own tab");
+    let (_, page) = get(&format!("{}/topics/mail?state=ready", served.url)).await;
+    assert!(page.contains(">now-0<") && page.contains(">now-1<"));
+    let r = http()
+        .get(format!("{}/topics/mail?key=later-1", served.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/topics/mail/jobs/later%2D1");
+    let (_, page) = get(&format!("{}/topics/mail?key=nope", served.url)).await;
+    assert!(page.contains("No job with key"));
+
+    // Dead queue: errors grouped by message with their counts.
+    let (status, page) = get(&format!("{}/topics/mail/dead", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    let errors = &page[page.find("id=\"errors\"").unwrap()..];
+    let group = &errors[..errors.find("partner API down: 503").unwrap()];
+    assert!(
+        group.contains("<td class=\"n\">2</td>"),
+        "2 jobs died of the partner error"
+    );
+    assert!(page.contains("data-key=\"d3\""));
+
+    // Job page: attempt history and payload decoded to JSON.
+    let (status, page) = get(&format!("{}/topics/mail/jobs/d1", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("partner API down: 503"));
+    assert!(
+        page.contains("&quot;key&quot;: &quot;d1&quot;"),
+        "payload as JSON: {page}"
+    );
+    assert!(page.contains("data-field=\"state\""));
+
+    // Unknown topics and jobs are 404, and looking does not register the topic.
+    assert_eq!(
+        get(&format!("{}/topics/ghost", served.url)).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&format!("{}/topics/mail/jobs/ghost", served.url))
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+    let topics = client.topics().await.unwrap();
+    assert!(topics.iter().all(|m| m.topic.as_ref() != "ghost"));
+}
+
+#[tokio::test]
+async fn topics_are_read_with_their_recorded_partition_count() {
+    // A producer records 4 partitions; the dashboard's client is configured with the default 1.
+    let ns = dq_testkit::namespace("dash-parts");
+    let url = dq_testkit::shared().url();
+    let wide = dq_core::Client::builder()
+        .namespace(ns.clone())
+        .partitions("wide", 4)
+        .connect(&url)
+        .await
+        .unwrap();
+    make_scheduled(&wide, "wide", "w-", 8).await;
+    let plain = dq_core::Client::builder()
+        .namespace(ns)
+        .connect(&url)
+        .await
+        .unwrap();
+    let served = serve(plain, opts()).await;
+    let (status, page) = get(&served.url).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(cell(&page, "wide", "scheduled").as_deref(), Some("8"));
+    let (_, page) = get(&format!("{}/topics/wide", served.url)).await;
+    assert_eq!(page.matches(">w-").count(), 8);
+}
+
+#[tokio::test]
+async fn requeue_and_purge_one_a_selection_and_all_matching() {
+    let client = common::client("dash-actions").await;
+    for i in 0..4 {
+        make_dead(&client, "pay", &format!("p{i}"), "partner API down").await;
+    }
+    for i in 0..3 {
+        make_dead(&client, "pay", &format!("b{i}"), "bad card").await;
+    }
+    let tc = client.topic("pay").unwrap();
+    let served = serve(client.clone(), opts()).await;
+    let dead_url = format!("{}/topics/pay/dead", served.url);
+    let (_, page) = get(&dead_url).await;
+    let token = csrf_of(&page).expect("a CSRF token on the page");
+
+    // One.
+    let r = post(&dead_url, &[("csrf", &token), ("requeue", "p0")]).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        r.headers()["location"],
+        "/topics/pay/dead?done=requeued&n=1"
+    );
+    assert_eq!(tc.job("p0").await.unwrap().unwrap().state, JobState::Ready);
+    let r = post(&dead_url, &[("csrf", &token), ("purge", "b0")]).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(tc.job("b0").await.unwrap().is_none());
+
+    // A selection.
+    let r = post(
+        &dead_url,
+        &[
+            ("csrf", &token),
+            ("do", "purge-selected"),
+            ("key", "b1"),
+            ("key", "p1"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/topics/pay/dead?done=purged&n=2");
+    assert!(tc.job("b1").await.unwrap().is_none() && tc.job("p1").await.unwrap().is_none());
+
+    // All matching a filter: p2, p3 only.
+    let r = post(
+        &dead_url,
+        &[
+            ("csrf", &token),
+            ("do", "requeue-matching"),
+            ("error", "partner"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        r.headers()["location"],
+        "/topics/pay/dead?error=partner&done=requeued&n=2"
+    );
+    for key in ["p2", "p3"] {
+        assert_eq!(tc.job(key).await.unwrap().unwrap().state, JobState::Ready);
+    }
+    assert_eq!(tc.job("b2").await.unwrap().unwrap().state, JobState::Dead);
+    let (_, page) = get(&format!("{dead_url}?done=requeued&n=2")).await;
+    assert!(page.contains("Requeued 2 jobs."));
+    assert_eq!(tc.stats().await.unwrap().dead, 1);
+}
+
+#[tokio::test]
+async fn matching_requeue_walks_the_dead_queue_in_chunks() {
+    // More dead jobs than two chunks, two errors interleaved: exactly the matches move.
+    let client = common::client("dash-chunks").await;
+    let n = 2 * dq_dashboard::DEAD_CHUNK + 50;
+    for i in 0..n {
+        let error = if i % 2 == 0 {
+            "timeout talking to bank"
+        } else {
+            "invalid iban"
+        };
+        make_dead(&client, "bank", &format!("k{i}"), error).await;
+    }
+    let tc = client.topic("bank").unwrap();
+    let moved = apply_to_matching_dead(&tc, "timeout", DeadAction::Requeue)
+        .await
+        .unwrap();
+    assert_eq!(moved, n.div_ceil(2) as u64);
+    let stats = tc.stats().await.unwrap();
+    assert_eq!(
+        (stats.ready, stats.dead),
+        (n.div_ceil(2) as u64, (n / 2) as u64)
+    );
+    let purged = apply_to_matching_dead(&tc, "", DeadAction::Purge)
+        .await
+        .unwrap();
+    assert_eq!(purged, (n / 2) as u64);
+    assert_eq!(tc.stats().await.unwrap().dead, 0);
+}
+
+#[tokio::test]
+async fn read_only_renders_no_buttons_and_refuses_every_post() {
+    let client = common::client("dash-ro").await;
+    make_dead(&client, "ro", "x", "boom").await;
+    let served = serve(client.clone(), opts().read_only(true)).await;
+    let dead_url = format!("{}/topics/ro/dead", served.url);
+    let (status, page) = get(&dead_url).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("data-key=\"x\""));
+    assert!(!page.contains("<button name=\"do\"") && !page.contains("name=\"requeue\""));
+    assert!(page.contains("read-only"));
+    let (_, job) = get(&format!("{}/topics/ro/jobs/x", served.url)).await;
+    assert!(!job.contains("name=\"requeue\""));
+
+    // A POST is refused whatever it carries; the job stays dead.
+    let r = post(&dead_url, &[("csrf", "anything"), ("requeue", "x")]).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let tc = client.topic("ro").unwrap();
+    assert_eq!(tc.job("x").await.unwrap().unwrap().state, JobState::Dead);
+}
+
+#[tokio::test]
+async fn authentication_is_required_when_configured() {
+    let client = common::client("dash-auth").await;
+    make_dead(&client, "au", "x", "boom").await;
+
+    let served = serve(
+        client.clone(),
+        opts().auth(Auth::Bearer("s3cret-t0ken".into())),
+    )
+    .await;
+    let r = http().get(&served.url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        r.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic")
+    );
+    let r = http()
+        .get(&served.url)
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = http()
+        .get(&served.url)
+        .bearer_auth("s3cret-t0ken")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // A browser logs in with basic auth, the token as password.
+    let r = http()
+        .get(&served.url)
+        .basic_auth("anyone", Some("s3cret-t0ken"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // POSTs need it too, before anything else is looked at.
+    let r = http()
+        .post(format!("{}/topics/au/dead", served.url))
+        .form(&[("requeue", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    drop(served);
+
+    let served = serve(
+        client.clone(),
+        opts().auth(Auth::Basic {
+            username: "ops".into(),
+            password: "pa55".into(),
+        }),
+    )
+    .await;
+    for (user, pass, want) in [
+        ("ops", "pa55", StatusCode::OK),
+        ("ops", "nope", StatusCode::UNAUTHORIZED),
+        ("root", "pa55", StatusCode::UNAUTHORIZED),
+    ] {
+        let r = http()
+            .get(&served.url)
+            .basic_auth(user, Some(pass))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), want, "{user}:{pass}");
+    }
+    // The secret is never printed.
+    let shown = format!("{:?}", opts().auth(Auth::Bearer("s3cret-t0ken".into())));
+    assert!(!shown.contains("s3cret"), "{shown}");
+}
+
+#[tokio::test]
+async fn csrf_token_and_origin_are_checked_on_every_post() {
+    let client = common::client("dash-csrf").await;
+    make_dead(&client, "cs", "x", "boom").await;
+    let tc = client.topic("cs").unwrap();
+    let served = serve(client.clone(), opts()).await;
+    let dead_url = format!("{}/topics/cs/dead", served.url);
+    let (_, page) = get(&dead_url).await;
+    let token = csrf_of(&page).unwrap();
+    let host = served.url.trim_start_matches("http://").to_owned();
+
+    // No token, a wrong token.
+    for form in [
+        vec![("requeue", "x")],
+        vec![("csrf", "0000"), ("requeue", "x")],
+    ] {
+        let r = post(&dead_url, &form).await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    }
+    // The right token from another site.
+    let r = http()
+        .post(&dead_url)
+        .header("Origin", "http://evil.example")
+        .form(&[("csrf", token.as_str()), ("requeue", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = http()
+        .post(&dead_url)
+        .header("Sec-Fetch-Site", "cross-site")
+        .form(&[("csrf", token.as_str()), ("requeue", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(tc.job("x").await.unwrap().unwrap().state, JobState::Dead);
+
+    // The right token from the dashboard's own page.
+    let r = http()
+        .post(&dead_url)
+        .header("Origin", format!("http://{host}"))
+        .header("Sec-Fetch-Site", "same-origin")
+        .form(&[("csrf", token.as_str()), ("requeue", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(tc.job("x").await.unwrap().unwrap().state, JobState::Ready);
+}
+
+#[tokio::test]
+async fn mounts_under_a_path_in_another_app() {
+    let client = common::client("dash-nest").await;
+    make_dead(&client, "ne", "x", "boom").await;
+    let app = axum::Router::new()
+        .route("/health", axum::routing::get(|| async { "ok" }))
+        .nest(
+            "/ops/dq",
+            dq_dashboard::router(client, opts().base_path("/ops/dq/")),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    assert_eq!(get(&format!("{url}/health")).await.1, "ok");
+    let (status, page) = get(&format!("{url}/ops/dq")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("href=\"/ops/dq/topics/ne\""),
+        "links carry the mount path"
+    );
+    let (status, page) = get(&format!("{url}/ops/dq/topics/ne/dead")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("action=\"/ops/dq/topics/ne/dead\""));
+    server.abort();
+    let _ = Duration::ZERO;
+}
