@@ -1,6 +1,6 @@
 //! Line charts of the sampled history as inline SVG: no script, no image files.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use maud::{Markup, html};
 
@@ -16,20 +16,39 @@ pub(crate) struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-const W: f64 = 460.0;
+const W: f64 = 400.0;
 const H: f64 = 150.0;
 const PAD_L: f64 = 44.0;
 const PAD_B: f64 = 18.0;
 const PAD_T: f64 = 8.0;
 
-/// A chart of `series` over the last hour, titled `title`, values shown with `unit`.
-pub(crate) fn line_chart(title: &str, unit: &str, series: &[Series]) -> Markup {
+/// How far back a chart reaches: the age of the oldest sample, at least twenty sampling
+/// intervals (a fresh dashboard draws lines across the chart, not a dot at its edge), at
+/// most an hour.
+pub(crate) fn span(samples: &[Sample], now: Instant, every: Duration) -> Duration {
+    let oldest = samples
+        .first()
+        .map_or(Duration::ZERO, |s| now.saturating_duration_since(s.at));
+    oldest.max(every * 20).min(WINDOW)
+}
+
+/// A chart of `series` over the last `span`, titled `title`, values shown with `unit`.
+pub(crate) fn line_chart(title: &str, unit: &str, span: Duration, series: &[Series]) -> Markup {
     let max = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .fold(0.0_f64, f64::max);
     let top = nice_ceiling(max);
-    let span = WINDOW.as_secs_f64();
+    let label = |d: Duration| {
+        let s = d.as_secs();
+        if s >= 120 {
+            format!("−{} min", s / 60)
+        } else {
+            format!("−{s} s")
+        }
+    };
+    let (full, half) = (label(span), label(span / 2));
+    let span = span.as_secs_f64().max(1.0);
     let x = |ago: f64| PAD_L + (W - PAD_L - 4.0) * (1.0 - (ago / span).clamp(0.0, 1.0));
     let y = |v: f64| PAD_T + (H - PAD_T - PAD_B) * (1.0 - v / top);
     html! {
@@ -42,8 +61,8 @@ pub(crate) fn line_chart(title: &str, unit: &str, series: &[Series]) -> Markup {
                         (format_value(top * frac)) (unit)
                     }
                 }
-                text x=(PAD_L) y=(H - 4.0) font-size="10" fill="#667" { "−60 min" }
-                text x=(x(1800.0)) y=(H - 4.0) font-size="10" fill="#667" text-anchor="middle" { "−30 min" }
+                text x=(PAD_L) y=(H - 4.0) font-size="10" fill="#667" { (full) }
+                text x=(x(span / 2.0)) y=(H - 4.0) font-size="10" fill="#667" text-anchor="middle" { (half) }
                 text x=(W - 4.0) y=(H - 4.0) font-size="10" fill="#667" text-anchor="end" { "now" }
                 @for s in series {
                     @if s.points.len() > 1 {

@@ -20,7 +20,7 @@
 //!   is compared in constant time and never logged (its `Debug` is redacted). Read it from
 //!   the environment ([`Auth::from_env`]), not from the command line.
 //! - Pages send `Content-Security-Policy` (no scripts at all), `X-Frame-Options: DENY`,
-//!   `Referrer-Policy: no-referrer` and `Cache-Control: no-store`.
+//!   `Referrer-Policy: same-origin` (with `no-referrer`, browsers send `Origin: null` on form posts) and `Cache-Control: no-store`.
 //!
 //! The dashboard only reads topics that are in the store's topic registry
 //! ([`Client::topics`](dq_core::Client::topics)), and reads each with the partition count

@@ -191,7 +191,10 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
             .iter()
             .map(|(m, _)| history.rates(Some(m.topic.as_ref())))
             .collect();
-        (charts(&samples, None), (rates, history.rates(None)))
+        (
+            charts(&shared, &samples, None),
+            (rates, history.rates(None)),
+        )
     };
     let body = html! {
         h1 { "Topics" }
@@ -253,13 +256,14 @@ fn stat_cells(s: &TopicStats) -> Markup {
 }
 
 /// The three charts of `topic` (or all topics) over the sampled hour.
-fn charts(samples: &[crate::sampler::Sample], topic: Option<&str>) -> Markup {
+fn charts(shared: &Shared, samples: &[crate::sampler::Sample], topic: Option<&str>) -> Markup {
     let now = Instant::now();
+    let span = chart::span(samples, now, shared.opts.sample_every);
     html! {
         section.charts {
-            (chart::line_chart("Throughput (jobs / min)", "", &chart::throughput_series(samples, now, topic)))
-            (chart::line_chart("Depth by state", "", &chart::depth_series(samples, now, topic)))
-            (chart::line_chart("Lateness: oldest overdue", "s", &chart::lateness_series(samples, now, topic)))
+            (chart::line_chart("Throughput (jobs / min)", "", span, &chart::throughput_series(samples, now, topic)))
+            (chart::line_chart("Depth by state", "", span, &chart::depth_series(samples, now, topic)))
+            (chart::line_chart("Lateness: oldest overdue", "s", span, &chart::lateness_series(samples, now, topic)))
         }
     }
 }
@@ -379,7 +383,7 @@ async fn topic_page(
                 a href={(base) "?state=" (state.as_str()) "&after=" (enc(&next.to_string()))} { "next page »" }
             }
         }
-        (charts(&samples, Some(&name)))
+        (charts(&shared, &samples, Some(&name)))
     };
     let crumbs = html! { a href=(shared.home()) { "Topics" } " / " span { (name) } };
     Ok(layout(&shared, &name, q.after.is_none(), crumbs, body))
@@ -698,7 +702,7 @@ header a{color:#cfe0ff;text-decoration:none}
 .brand{font-weight:700;font-size:18px;color:#fff!important;letter-spacing:.5px}
 .crumbs{color:#9fb0c4}
 .badge{margin-left:auto;background:#e69a00;color:#1d2733;border-radius:10px;padding:1px 10px;font-size:12px;font-weight:600}
-main{padding:16px 24px;max-width:1280px}
+main{padding:16px 24px;max-width:1400px}
 h1{font-size:22px;margin:6px 0 14px}h2{font-size:16px;margin:22px 0 8px}
 a{color:#1f5fbf}
 .muted{color:#6b7785}small{font-weight:400;font-size:14px}

@@ -73,16 +73,7 @@ pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
         .unwrap();
     let queue = Queue::new(Topic::new(topic).unwrap(), 0);
     let store = client.store();
-    let request = FetchRequest {
-        max_jobs: 1,
-        lease: Duration::from_secs(60),
-        promote_batch: 100,
-        recover_batch: 100,
-        lease_expiry_retries: Vec::new(),
-        dead_limits: DeadLimits::default(),
-        call: FetchCall::new(),
-    };
-    let reply = store.fetch(&queue, &request).await.unwrap();
+    let reply = store.fetch(&queue, &fetch_one()).await.unwrap();
     assert_eq!(
         reply.jobs.len(),
         1,
@@ -101,6 +92,19 @@ pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
         )
         .await
         .unwrap();
+}
+
+/// A fetch of one job with a minute's lease.
+pub fn fetch_one() -> FetchRequest {
+    FetchRequest {
+        max_jobs: 1,
+        lease: Duration::from_secs(60),
+        promote_batch: 100,
+        recover_batch: 100,
+        lease_expiry_retries: Vec::new(),
+        dead_limits: DeadLimits::default(),
+        call: FetchCall::new(),
+    }
 }
 
 /// Enqueues `n` jobs named `{prefix}{i}` due in an hour.
