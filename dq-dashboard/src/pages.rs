@@ -555,7 +555,8 @@ fn csrf_field(shared: &Shared) -> Markup {
 
 /// `POST /topics/{topic}/dead`: requeue or purge one job (`requeue=KEY` / `purge=KEY`),
 /// the selected ones (`do=requeue-selected` with `key=…`), or every job whose last error
-/// contains `error` (`do=requeue-matching`). Needs the CSRF token; read-only mode and
+/// contains `error` (`do=requeue-matching`; first answered with a page that asks to confirm,
+/// whose button posts again with `confirm=yes`). Needs the CSRF token; read-only mode and
 /// cross-site requests were refused before this runs.
 async fn dead_action(
     State(shared): State<Arc<Shared>>,
@@ -597,8 +598,11 @@ async fn dead_action(
                 };
             }
             n
-        } else {
+        } else if field("confirm") == Some("yes") {
             dead::apply_to_matching_dead(&tc, &filter, action).await?
+        } else {
+            // Every job matching a filter is one click from gone: ask once more.
+            return Ok(confirm_page(&shared, &name, &tc, action, &filter).await?);
         };
         (action, n)
     };
@@ -619,6 +623,45 @@ async fn dead_action(
         }
     };
     Ok(Redirect::to(&back).into_response())
+}
+
+/// The page that asks before a requeue or purge of every dead job matching `filter`.
+async fn confirm_page(
+    shared: &Shared,
+    name: &str,
+    tc: &TopicClient,
+    action: DeadAction,
+    filter: &str,
+) -> PageResult {
+    let dead = tc.stats().await?.dead;
+    let (verb, value) = match action {
+        DeadAction::Requeue => ("Requeue", "requeue-matching"),
+        DeadAction::Purge => ("Purge", "purge-matching"),
+    };
+    let base = dead_link(shared, name);
+    let body = html! {
+        h1 { (verb) " dead jobs of " (name) "?" }
+        p #confirm-what {
+            @if filter.is_empty() {
+                (verb) " every dead job of " strong { (name) } " (" (dead) " now)."
+            } @else {
+                (verb) " every dead job of " strong { (name) } " whose last error contains "
+                code { (filter) } " (the dead queue holds " (dead) " jobs)."
+            }
+            @if action == DeadAction::Purge { " Purged jobs cannot be brought back." }
+        }
+        form.job-actions method="post" action=(base) {
+            (csrf_field(shared))
+            input type="hidden" name="error" value=(filter);
+            input type="hidden" name="confirm" value="yes";
+            button.danger[action == DeadAction::Purge] name="do" value=(value) { (verb) " them" }
+            a href={(base) @if !filter.is_empty() { "?error=" (enc(filter)) }} { "Cancel" }
+        }
+    };
+    let crumbs = html! {
+        a href=(shared.home()) { "Topics" } " / " a href=(topic_link(shared, name)) { (name) } " / " span { "dead" }
+    };
+    Ok(layout(shared, "Confirm", false, crumbs, body))
 }
 
 /// `/topics/{topic}/jobs/{key}`: one job's state, times, attempts and payload.
@@ -656,7 +699,7 @@ async fn job_page(
             @if let Some(d) = job.died_ms { tr { th { "Died" } td { (when(d, now_ms)) } } }
         }
         @if rw && job.state == JobState::Dead {
-            form method="post" action=(dead_link(&shared, &name)) {
+            form.job-actions method="post" action=(dead_link(&shared, &name)) {
                 (csrf_field(&shared))
                 input type="hidden" name="back" value=(key);
                 button name="requeue" value=(key) { "Requeue" }
@@ -728,7 +771,8 @@ input[type=text]{padding:5px 8px;border:1px solid #c5ccd6;border-radius:4px;min-
 button{padding:4px 10px;border:1px solid #9fb0c4;border-radius:4px;background:#fff;cursor:pointer;font-size:13px}
 button:hover{background:#eef3fb}
 button.danger{border-color:#e0a39b;color:#a23325}
-.actions{white-space:nowrap}.actions form{display:flex;gap:6px}
+.actions{white-space:nowrap}.actions form{display:flex;gap:6px}.actions>button+button{margin-left:6px}
+form.job-actions{display:flex;gap:6px;margin:12px 0}
 .bulk{display:flex;gap:8px;align-items:center;margin:10px 0}.sep{width:16px}
 .notice{background:#e6f5ec;border:1px solid #a7dcb9;padding:6px 12px;border-radius:4px;display:inline-block}
 .error{color:#a23325}

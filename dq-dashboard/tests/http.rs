@@ -191,13 +191,32 @@ async fn requeue_and_purge_one_a_selection_and_all_matching() {
     assert_eq!(r.headers()["location"], "/topics/pay/dead?done=purged&n=2");
     assert!(tc.job("b1").await.unwrap().is_none() && tc.job("p1").await.unwrap().is_none());
 
-    // All matching a filter: p2, p3 only.
+    // All matching a filter: first a page that asks, changing nothing…
     let r = post(
         &dead_url,
         &[
             ("csrf", &token),
             ("do", "requeue-matching"),
             ("error", "partner"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let confirm = r.text().await.unwrap();
+    assert!(
+        confirm.contains("name=\"confirm\" value=\"yes\""),
+        "{confirm}"
+    );
+    assert!(confirm.contains("<code>partner</code>"));
+    assert_eq!(tc.stats().await.unwrap().dead, 3);
+    // … then, confirmed, p2 and p3 only.
+    let r = post(
+        &dead_url,
+        &[
+            ("csrf", &token),
+            ("do", "requeue-matching"),
+            ("error", "partner"),
+            ("confirm", "yes"),
         ],
     )
     .await;
