@@ -293,7 +293,7 @@ fn parse_state(s: &str) -> Option<JobState> {
 fn parse_cursor(after: Option<&str>) -> Result<Option<Cursor>, PageError> {
     after
         .filter(|a| !a.is_empty())
-        .map(|a| a.parse::<Cursor>())
+        .map(str::parse::<Cursor>)
         .transpose()
         .map_err(PageError::from)
 }
@@ -602,7 +602,7 @@ async fn dead_action(
             dead::apply_to_matching_dead(&tc, &filter, action).await?
         } else {
             // Every job matching a filter is one click from gone: ask once more.
-            return Ok(confirm_page(&shared, &name, &tc, action, &filter).await?);
+            return confirm_page(&shared, &name, &tc, action, &filter).await;
         };
         (action, n)
     };
@@ -687,10 +687,11 @@ async fn job_page(
         ),
     };
     let rw = !shared.opts.read_only;
+    let partition = job.key.partition(meta.partitions);
     let body = html! {
         h1 { "Job " code { (key) } }
         table.kv #job {
-            tr { th { "Topic" } td { a href=(topic_link(&shared, &name)) { (name) } " (partition " (dq_core::JobKey::new(&key).map(|k| k.partition(meta.partitions)).unwrap_or(0)) ")" } }
+            tr { th { "Topic" } td { a href=(topic_link(&shared, &name)) { (name) } " (partition " (partition) ")" } }
             tr { th { "State" } td data-field="state" { span class={"state " (job.state.as_str())} { (job.state.as_str()) } } }
             tr { th { (if job.state == JobState::Retry { "Next attempt" } else { "Due" }) } td { (when(job.due_ms, now_ms)) } }
             tr { th { "Enqueued" } td { (when(job.created_ms, now_ms)) } }

@@ -327,7 +327,7 @@ async fn traffic(client: dq_core::Client, topic: &'static str) {
             continue;
         };
         for (n, d) in reply.jobs.iter().enumerate() {
-            if (round + n as u64) % 4 == 0 {
+            if (round + n as u64).is_multiple_of(4) {
                 let action = FailAction::Retry(Duration::from_secs(3600));
                 let limits = dq_core::DeadLimits::default();
                 let _ = client
