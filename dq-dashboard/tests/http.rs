@@ -279,8 +279,12 @@ async fn read_only_renders_no_buttons_and_refuses_every_post() {
     assert!(!job.contains("name=\"requeue\""));
 
     // A POST is refused whatever it carries; the job stays dead.
+    // (No page of a read-only dashboard holds the CSRF token: the refusal must say why.)
     let r = post(&dead_url, &[("csrf", "anything"), ("requeue", "x")]).await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert!(r.text().await.unwrap().contains("read-only"));
+    let r = post(&format!("{}/", served.url), &[("requeue", "x")]).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "any POST, on any path");
     let tc = client.topic("ro").unwrap();
     assert_eq!(tc.job("x").await.unwrap().unwrap().state, JobState::Dead);
 }
