@@ -153,8 +153,8 @@ fn rate(r: Option<f64>) -> String {
 }
 
 /// The live-workers part of the overview. Workers do not report themselves yet; this is
-/// where their list goes once they do.
-fn live_workers(_shared: &Shared) -> Markup {
+/// where their list goes once they do (async, so it can read them from the store).
+async fn live_workers(_shared: &Shared) -> Markup {
     html! {
         section #workers {
             h2 { "Live workers" }
@@ -196,6 +196,7 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
             (rates, history.rates(None)),
         )
     };
+    let workers = live_workers(&shared).await;
     let body = html! {
         h1 { "Topics" }
         @if rows.is_empty() {
@@ -229,7 +230,7 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
             }
         }
         (charts)
-        (live_workers(&shared))
+        (workers)
     };
     Ok(layout(
         &shared,
@@ -466,11 +467,14 @@ async fn dead_page(
                             td.err { a href={(base) "?error=" (enc(msg))} { @if msg.is_empty() { em { "(no error recorded)" } } @else { (msg) } } }
                             @if rw {
                                 td.actions {
-                                    form method="post" action=(base) {
-                                        (csrf_field(&shared))
-                                        input type="hidden" name="error" value=(msg);
-                                        button name="do" value="requeue-matching" { "Requeue all" }
-                                        button.danger name="do" value="purge-matching" { "Purge all" }
+                                    // An empty filter would match every dead job, not this group.
+                                    @if !msg.is_empty() {
+                                        form method="post" action=(base) {
+                                            (csrf_field(&shared))
+                                            input type="hidden" name="error" value=(msg);
+                                            button name="do" value="requeue-matching" { "Requeue all" }
+                                            button.danger name="do" value="purge-matching" { "Purge all" }
+                                        }
                                     }
                                 }
                             }
@@ -612,7 +616,10 @@ async fn dead_action(
     };
     tracing::info!(topic = %name, action = done, jobs = n, "dq dashboard: dead jobs changed");
     let back = match field("back") {
-        Some(key) if !key.is_empty() => job_link(&shared, &name, key),
+        // Back to the job's page, unless it is gone.
+        Some(key) if !key.is_empty() && action == DeadAction::Requeue => {
+            job_link(&shared, &name, key)
+        }
         _ => {
             let filter_q = if filter.is_empty() {
                 String::new()

@@ -232,6 +232,22 @@ async fn requeue_and_purge_one_a_selection_and_all_matching() {
     let (_, page) = get(&format!("{dead_url}?done=requeued&n=2")).await;
     assert!(page.contains("Requeued 2 jobs."));
     assert_eq!(tc.stats().await.unwrap().dead, 1);
+
+    // From a job's page: back to it after a requeue, to the dead queue after a purge.
+    make_dead(&client, "pay", "z", "partner API down").await;
+    let r = post(
+        &dead_url,
+        &[("csrf", &token), ("requeue", "z"), ("back", "z")],
+    )
+    .await;
+    assert_eq!(r.headers()["location"], "/topics/pay/jobs/z");
+    let r = post(
+        &dead_url,
+        &[("csrf", &token), ("purge", "b2"), ("back", "b2")],
+    )
+    .await;
+    assert_eq!(r.headers()["location"], "/topics/pay/dead?done=purged&n=1");
+    assert_eq!(tc.stats().await.unwrap().dead, 0);
 }
 
 #[tokio::test]
@@ -441,4 +457,42 @@ async fn mounts_under_a_path_in_another_app() {
     assert!(page.contains("action=\"/ops/dq/topics/ne/dead\""));
     server.abort();
     let _ = Duration::ZERO;
+}
+
+#[tokio::test]
+async fn the_topic_page_pages_through_scheduled_jobs_by_due_time() {
+    let client = common::client("dash-paging").await;
+    let tc = client.topic("many").unwrap();
+    // Due times in reverse key order, so due-time order is not key order.
+    for i in 0..120u64 {
+        tc.enqueue(common::payload(serde_json::json!(i)))
+            .key(format!("k{i:03}"))
+            .delay(Duration::from_secs(3600 + 10 * (120 - i)))
+            .await
+            .unwrap();
+    }
+    let served = serve(client, opts()).await;
+    let mut url = format!("{}/topics/many", served.url);
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let (status, page) = get(&url).await;
+        assert_eq!(status, StatusCode::OK);
+        let listing = &page[page.find("id=\"listing\"").unwrap()..];
+        let listing = &listing[..listing.find("</table>").unwrap()];
+        let keys: Vec<String> = listing
+            .split("<code>")
+            .skip(1)
+            .map(|s| s[..s.find('<').unwrap()].to_owned())
+            .collect();
+        assert!(keys.len() <= 50);
+        seen.extend(keys);
+        let Some(at) = page.find("href=\"/topics/many?state=scheduled&amp;after=") else {
+            break;
+        };
+        let href = &page[at + 6..];
+        let href = href[..href.find('"').unwrap()].replace("&amp;", "&");
+        url = format!("{}{href}", served.url);
+    }
+    let want: Vec<String> = (0..120u64).rev().map(|i| format!("k{i:03}")).collect();
+    assert_eq!(seen, want, "every job once, soonest due first");
 }

@@ -59,7 +59,7 @@ pub fn payload(json: serde_json::Value) -> Vec<u8> {
 }
 
 /// Enqueues `key` due now, leases it and buries it with `error`: a dead job with one
-/// attempt in its history. The topic must have one partition.
+/// attempt in its history (other ready jobs stay ready). The topic must have one partition.
 pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
     let tc = client.topic(topic).unwrap();
     assert_eq!(
@@ -73,14 +73,19 @@ pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
         .unwrap();
     let queue = Queue::new(Topic::new(topic).unwrap(), 0);
     let store = client.store();
-    let reply = store.fetch(&queue, &fetch_one()).await.unwrap();
-    assert_eq!(
-        reply.jobs.len(),
-        1,
-        "the job just enqueued is the only ready one"
-    );
-    let d = &reply.jobs[0];
-    assert_eq!(d.key, JobKey::new(key).unwrap());
+    // Lease every ready job (the new one is among them), bury it, hand the others back
+    // untouched (a release charges no attempt).
+    let request = FetchRequest {
+        max_jobs: 10_000,
+        ..fetch_one()
+    };
+    let reply = store.fetch(&queue, &request).await.unwrap();
+    let key = JobKey::new(key).unwrap();
+    let d = reply
+        .jobs
+        .iter()
+        .find(|d| d.key == key)
+        .expect("the job just enqueued is ready");
     store
         .fail(
             &queue,
@@ -92,6 +97,15 @@ pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
         )
         .await
         .unwrap();
+    let others: Vec<(JobKey, u64)> = reply
+        .jobs
+        .iter()
+        .filter(|d| d.key != key)
+        .map(|d| (d.key.clone(), d.token))
+        .collect();
+    if !others.is_empty() {
+        store.release(&queue, &others).await.unwrap();
+    }
 }
 
 /// A fetch of one job with a minute's lease.
