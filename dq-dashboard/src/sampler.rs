@@ -144,3 +144,49 @@ async fn sample(shared: &Shared) -> dq_core::Result<Sample> {
         topics,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(at: Instant, succeeded: u64, retried: u64) -> Sample {
+        let stats = TopicStats {
+            succeeded,
+            retried,
+            ..TopicStats::default()
+        };
+        Sample {
+            at,
+            topics: BTreeMap::from([("t".to_owned(), stats)]),
+        }
+    }
+
+    #[test]
+    fn keeps_an_hour_of_samples() {
+        let mut h = History::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        for i in 0..1000 {
+            h.push(sample(t0 + Duration::from_secs(10 * i), i, 0));
+        }
+        assert_eq!(h.samples.len(), 361);
+        assert_eq!(h.samples.back().unwrap().of(Some("t")).succeeded, 999);
+    }
+
+    #[test]
+    fn rates_are_per_minute_over_the_last_minute() {
+        let mut h = History::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(h.rates(None), None);
+        h.push(sample(t0, 0, 0));
+        assert_eq!(h.rates(None), None, "one sample has no rate");
+        // 2 jobs/s for two minutes; failures only in the last minute.
+        for i in 1..=12 {
+            let failed = if i > 6 { (i - 6) * 5 } else { 0 };
+            h.push(sample(t0 + Duration::from_secs(10 * i), 20 * i, failed));
+        }
+        let (ok, failed) = h.rates(Some("t")).unwrap();
+        assert!((ok - 120.0).abs() < 1e-9, "{ok}");
+        assert!((failed - 30.0).abs() < 1e-9, "{failed}");
+        assert_eq!(h.rates(Some("other")), Some((0.0, 0.0)));
+    }
+}
