@@ -20,6 +20,9 @@ pub mod topic;
 #[allow(deprecated)]
 pub use client::BulkJob;
 pub use client::{
+    DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress,
+}; // dead queue by filter (issue 13)
+pub use client::{
     Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
 };
 pub use connect::ClientBuilder;
