@@ -37,19 +37,27 @@ Examples:
     max_term_width = 100
 )]
 pub struct Cli {
-    /// Redis to connect to: redis://[user:pass@]host:port/db, rediss://… (TLS builds), or a
-    /// cluster by seed nodes, redis+cluster://host:port,host:port.
+    /// Redis to connect to: redis://host:port/db (redis://user:password@host:port/db with
+    /// ACLs; rediss://… in TLS builds), or a cluster by seed nodes,
+    /// redis+cluster://host:port,host:port.
     #[arg(
         long,
         env = "REDIS_URL",
         global = true,
         default_value = "redis://127.0.0.1:6379/",
-        hide_env_values = true
+        hide_env_values = true,
+        help_heading = "Connection"
     )]
     pub url: String,
 
     /// Key prefix the applications use (their ClientBuilder::namespace).
-    #[arg(long, env = "DQ_NAMESPACE", global = true, default_value = "dq")]
+    #[arg(
+        long,
+        env = "DQ_NAMESPACE",
+        global = true,
+        default_value = "dq",
+        help_heading = "Connection"
+    )]
     pub namespace: String,
 
     /// What to do.

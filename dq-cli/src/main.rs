@@ -168,7 +168,11 @@ impl Ctx {
             .map(|(name, p)| self.topic_with(name, *p))
             .collect::<Outcome<Vec<_>>>()?;
         let clear = a.watch && !a.json && std::io::stdout().is_terminal();
-        let rounds = if a.watch { a.count.unwrap_or(u64::MAX) } else { 1 };
+        let rounds = if a.watch {
+            a.count.unwrap_or(u64::MAX)
+        } else {
+            1
+        };
         for round in 0..rounds {
             if round > 0 {
                 tokio::select! {
@@ -364,6 +368,16 @@ impl Ctx {
         }
         filter.check()?;
         let dead = t.stats().await?.dead;
+        if dead == 0 {
+            return if a.json {
+                print_json(&serde_json::json!({
+                    "action": verb, "scanned": 0, "matched": 0, "done": 0,
+                }))
+            } else {
+                println!("no dead jobs in topic {:?}", a.topic);
+                Ok(())
+            };
+        }
         if !a.yes {
             confirm(&format!(
                 "{verb} {} of the {dead} dead jobs of topic {:?}?",
@@ -466,9 +480,8 @@ impl Ctx {
                 "--partitions must be at least 1",
             ));
         }
-        let value: serde_json::Value = serde_json::from_str(&a.payload).map_err(|e| {
-            Failure::new(Exit::BadInput, format!("--json is not valid JSON: {e}"))
-        })?;
+        let value: serde_json::Value = serde_json::from_str(&a.payload)
+            .map_err(|e| Failure::new(Exit::BadInput, format!("--json is not valid JSON: {e}")))?;
         let t = self.topic_with(&a.topic, partitions)?;
         let bytes = dq_core::payload::encode(&value, self.client.config().max_payload)?;
         let mut call = t.enqueue(bytes);

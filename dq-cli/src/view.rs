@@ -134,12 +134,7 @@ impl StatsView {
 
 /// The text table of several topics' stats.
 pub fn stats_table(rows: &[StatsView]) -> String {
-    let width = rows
-        .iter()
-        .map(|r| r.topic.len())
-        .max()
-        .unwrap_or(0)
-        .max(5);
+    let width = rows.iter().map(|r| r.topic.len()).max().unwrap_or(0).max(5);
     let mut out = format!(
         "{:width$}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>14}  {:>9}\n",
         "TOPIC",
@@ -306,11 +301,7 @@ pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
     } else {
         out.push_str("errors\n");
         for a in &j.history {
-            let _ = writeln!(
-                out,
-                "  #{} {} {}: {}",
-                a.attempt, a.at, a.outcome, a.error
-            );
+            let _ = writeln!(out, "  #{} {} {}: {}", a.attempt, a.at, a.outcome, a.error);
         }
     }
     match (&j.payload, &j.payload_error) {

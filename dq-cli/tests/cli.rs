@@ -72,10 +72,8 @@ impl World {
                 .await
                 .unwrap();
         }
-        let mut left: std::collections::HashMap<&str, &str> = jobs
-            .iter()
-            .map(|(k, e)| (k.as_str(), e.as_str()))
-            .collect();
+        let mut left: std::collections::HashMap<&str, &str> =
+            jobs.iter().map(|(k, e)| (k.as_str(), e.as_str())).collect();
         let store = self.client.store();
         for p in 0..t.partitions() {
             let q = Queue::new(Topic::new(topic).unwrap(), p);
@@ -227,7 +225,10 @@ fn help_reads_well() {
     }
     let dead = run(&["dead", "--help"]);
     for word in ["list", "requeue", "purge"] {
-        assert!(dead.contains(word), "dq dead --help lacks {word:?}:\n{dead}");
+        assert!(
+            dead.contains(word),
+            "dq dead --help lacks {word:?}:\n{dead}"
+        );
     }
     let purge = run(&["dead", "purge", "--help"]);
     for word in ["--all", "--older-than", "--error-contains", "--yes"] {
@@ -235,7 +236,10 @@ fn help_reads_well() {
     }
     let reschedule = run(&["reschedule", "--help"]);
     for word in ["--at", "--in", "--now", "RFC 3339"] {
-        assert!(reschedule.contains(word), "dq reschedule --help lacks {word:?}");
+        assert!(
+            reschedule.contains(word),
+            "dq reschedule --help lacks {word:?}"
+        );
     }
 }
 
@@ -243,10 +247,7 @@ fn help_reads_well() {
 async fn topics_lists_the_registry() {
     let w = World::new().await;
     w.dq(&["topics"]).ok();
-    w.topic("orders.close")
-        .enqueue(vec![0x01])
-        .await
-        .unwrap();
+    w.topic("orders.close").enqueue(vec![0x01]).await.unwrap();
     w.topic("multi").enqueue(vec![0x02]).await.unwrap();
     let run = w.dq(&["topics", "--json"]).ok();
     let rows = run.json();
@@ -266,7 +267,10 @@ async fn topics_lists_the_registry() {
         [("multi".to_owned(), 3), ("orders.close".to_owned(), 1)]
     );
     let text = w.dq(&["topics"]).ok().stdout;
-    assert!(text.contains("orders.close") && text.contains("multi"), "{text}");
+    assert!(
+        text.contains("orders.close") && text.contains("multi"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -304,7 +308,14 @@ async fn stats_shows_depths_and_counters() {
     // --watch refreshes: two JSON documents, one per line.
     let watch = w
         .dq(&[
-            "stats", "multi", "--watch", "--count", "2", "--interval", "50ms", "--json",
+            "stats",
+            "multi",
+            "--watch",
+            "--count",
+            "2",
+            "--interval",
+            "50ms",
+            "--json",
         ])
         .ok();
     assert_eq!(watch.stdout.lines().count(), 2, "{}", watch.stdout);
@@ -341,8 +352,11 @@ async fn job_shows_state_errors_and_payload_as_json() {
     let in_secs = due.as_second() - jiff::Timestamp::now().as_second();
     assert!((3000..=3700).contains(&in_secs), "due in {in_secs}s");
 
-    w.bury("orders", &[("o-8".into(), "partner API: 503\nretry later".into())])
-        .await;
+    w.bury(
+        "orders",
+        &[("o-8".into(), "partner API: 503\nretry later".into())],
+    )
+    .await;
     let j = w.dq(&["job", "orders", "o-8", "--json"]).ok().json();
     assert_eq!(j["state"], "dead");
     assert_eq!(j["history"][0]["outcome"], "buried");
@@ -354,13 +368,21 @@ async fn job_shows_state_errors_and_payload_as_json() {
     assert!(text.contains("\"k\": \"o-8\""), "{text}");
 
     // A payload that is not MessagePack is shown as such, not an error.
-    w.topic("orders").enqueue(vec![0xc1]).key("raw").await.unwrap();
+    w.topic("orders")
+        .enqueue(vec![0xc1])
+        .key("raw")
+        .await
+        .unwrap();
     let j = w.dq(&["job", "orders", "raw", "--json"]).ok().json();
-    assert!(j["payload"].is_null() && j["payload_error"].is_string(), "{j}");
+    assert!(
+        j["payload"].is_null() && j["payload_error"].is_string(),
+        "{j}"
+    );
 
     w.dq(&["job", "orders", "missing"]).code(NOT_FOUND);
     w.dq(&["job", "nowhere", "o-7"]).code(NOT_FOUND);
-    w.dq(&["job", "orders", "bad key with spaces\n"]).code(BAD_INPUT);
+    w.dq(&["job", "orders", "bad key with spaces\n"])
+        .code(BAD_INPUT);
 }
 
 #[tokio::test]
@@ -394,10 +416,19 @@ async fn reschedule_by_time_delay_and_now() {
 
     w.dq(&["reschedule", "multi", "r1", "--in", "2h"]).ok();
     let due = t.job("r1").await.unwrap().unwrap().due_ms;
-    assert!(due >= before + 7_200_000 && due < before + 7_300_000, "{due}");
+    assert!(
+        due >= before + 7_200_000 && due < before + 7_300_000,
+        "{due}"
+    );
 
-    w.dq(&["reschedule", "multi", "r1", "--at", "2030-01-02T03:04:05+01:00"])
-        .ok();
+    w.dq(&[
+        "reschedule",
+        "multi",
+        "r1",
+        "--at",
+        "2030-01-02T03:04:05+01:00",
+    ])
+    .ok();
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_893_549_845);
     assert_eq!(
         t.job("r1").await.unwrap().unwrap().due_ms,
@@ -427,7 +458,9 @@ async fn dead_list_filters_and_pages() {
     jobs.extend(named("x", 4, "bad data"));
     w.bury("multi", &jobs).await;
 
-    let all = w.dq(&["dead", "list", "multi", "--json", "--limit", "100"]).ok();
+    let all = w
+        .dq(&["dead", "list", "multi", "--json", "--limit", "100"])
+        .ok();
     let all = all.json();
     assert_eq!(all["jobs"].as_array().unwrap().len(), 9);
     assert!(all["next"].is_null());
@@ -468,9 +501,13 @@ async fn dead_list_filters_and_pages() {
     assert_eq!(seen, ["p000", "p001", "p002", "p003", "p004"]);
 
     let text = w.dq(&["dead", "list", "multi"]).ok().stdout;
-    assert!(text.contains("LAST ERROR") && text.contains("bad data (#0)"), "{text}");
+    assert!(
+        text.contains("LAST ERROR") && text.contains("bad data (#0)"),
+        "{text}"
+    );
 
-    w.dq(&["dead", "list", "multi", "--limit", "0"]).code(BAD_INPUT);
+    w.dq(&["dead", "list", "multi", "--limit", "0"])
+        .code(BAD_INPUT);
     w.dq(&["dead", "list", "multi", "--after", "garbage"])
         .code(BAD_INPUT);
     w.dq(&["dead", "list", "multi", "--error-contains", ""])
@@ -488,7 +525,9 @@ async fn dead_requeue_by_key_and_by_filter() {
     let run = w.dq(&["dead", "requeue", "multi", "p000", "p001"]).ok();
     assert!(run.stdout.contains("requeued p000"), "{}", run.stdout);
     assert_eq!(t.job("p000").await.unwrap().unwrap().state, JobState::Ready);
-    let run = w.dq(&["dead", "requeue", "multi", "p001", "nope"]).code(NOT_FOUND);
+    let run = w
+        .dq(&["dead", "requeue", "multi", "p001", "nope"])
+        .code(NOT_FOUND);
     assert!(run.stderr.contains("nope"), "{}", run.stderr);
 
     // A bulk operation without --yes, stdin not a terminal: refused, nothing moved.
@@ -512,7 +551,10 @@ async fn dead_requeue_by_key_and_by_filter() {
         ])
         .ok()
         .json();
-    assert_eq!((j["scanned"].as_u64(), j["done"].as_u64()), (Some(7), Some(4)));
+    assert_eq!(
+        (j["scanned"].as_u64(), j["done"].as_u64()),
+        (Some(7), Some(4))
+    );
     let left = w.dead_keys("multi").await;
     let want: HashSet<String> = ["x000", "x001", "x002"].map(String::from).into();
     assert_eq!(left, want);
@@ -544,7 +586,15 @@ async fn dead_purge_by_key_age_and_all() {
 
     // Nothing is a week old.
     let j = w
-        .dq(&["dead", "purge", "multi", "--older-than", "7d", "--yes", "--json"])
+        .dq(&[
+            "dead",
+            "purge",
+            "multi",
+            "--older-than",
+            "7d",
+            "--yes",
+            "--json",
+        ])
         .ok()
         .json();
     assert_eq!(j["done"], 0);
@@ -553,9 +603,11 @@ async fn dead_purge_by_key_age_and_all() {
     // Jobs buried 5 s after the first ones; --older-than 2500ms takes the first ones and
     // not these as long as dq starts within 2.5 s (a generous margin on a loaded machine).
     let cut = store_time(&w.client).await;
-    dq_testkit::eventually("the store clock moves 5s", Duration::from_secs(30), || async {
-        store_time(&w.client).await > cut + 5000
-    })
+    dq_testkit::eventually(
+        "the store clock moves 5s",
+        Duration::from_secs(30),
+        || async { store_time(&w.client).await > cut + 5000 },
+    )
     .await;
     w.bury("multi", &named("b", 2, "boom")).await;
     w.dq(&["dead", "purge", "multi", "--older-than", "2500ms"])
@@ -579,13 +631,29 @@ async fn enqueue_from_json() {
     w.dq(&["enqueue", "fresh", "--key", "k", "--json", "{}"])
         .code(NOT_FOUND);
     assert!(w.client.topics().await.unwrap().is_empty());
-    w.dq(&["enqueue", "fresh", "--key", "k", "--json", "{not json", "--partitions", "2"])
-        .code(BAD_INPUT);
+    w.dq(&[
+        "enqueue",
+        "fresh",
+        "--key",
+        "k",
+        "--json",
+        "{not json",
+        "--partitions",
+        "2",
+    ])
+    .code(BAD_INPUT);
     assert!(w.client.topics().await.unwrap().is_empty());
 
     let run = w
         .dq(&[
-            "enqueue", "fresh", "--key", "k", "--json", r#"{"n":1}"#, "--partitions", "2",
+            "enqueue",
+            "fresh",
+            "--key",
+            "k",
+            "--json",
+            r#"{"n":1}"#,
+            "--partitions",
+            "2",
         ])
         .ok();
     assert!(run.stdout.contains("enqueued k"), "{}", run.stdout);
@@ -601,7 +669,15 @@ async fn enqueue_from_json() {
     w.dq(&["enqueue", "fresh", "--key", "k", "--json", r#"{"n":2}"#])
         .code(FAILED);
     w.dq(&[
-        "enqueue", "fresh", "--key", "k", "--json", r#"{"n":2}"#, "--replace", "--in", "5m",
+        "enqueue",
+        "fresh",
+        "--key",
+        "k",
+        "--json",
+        r#"{"n":2}"#,
+        "--replace",
+        "--in",
+        "5m",
     ])
     .ok();
     let info = t.job("k").await.unwrap().unwrap();
@@ -610,11 +686,27 @@ async fn enqueue_from_json() {
     assert_eq!(v, serde_json::json!({"n": 2}));
 
     // A partition count that differs from the record: bad input, nothing written.
-    w.dq(&["enqueue", "fresh", "--key", "k2", "--json", "1", "--partitions", "5"])
-        .code(BAD_INPUT);
+    w.dq(&[
+        "enqueue",
+        "fresh",
+        "--key",
+        "k2",
+        "--json",
+        "1",
+        "--partitions",
+        "5",
+    ])
+    .code(BAD_INPUT);
     assert!(t.job("k2").await.unwrap().is_none());
-    w.dq(&["enqueue", "fresh", "--json", "1", "--at", "2040-01-01T00:00:00Z"])
-        .ok();
+    w.dq(&[
+        "enqueue",
+        "fresh",
+        "--json",
+        "1",
+        "--at",
+        "2040-01-01T00:00:00Z",
+    ])
+    .ok();
     assert_eq!(t.stats().await.unwrap().scheduled, 2);
 }
 
@@ -656,18 +748,34 @@ async fn cluster_topics_stats_job_and_dead_queue() {
     let topics = w.dq(&["topics", "--json"]).ok().json();
     assert_eq!(topics[0]["partitions"], 3);
     let s = w.dq(&["stats", "multi", "--json"]).ok().json();
-    assert_eq!((s["dead"].as_u64(), s["scheduled"].as_u64()), (Some(30), Some(1)));
+    assert_eq!(
+        (s["dead"].as_u64(), s["scheduled"].as_u64()),
+        (Some(30), Some(1))
+    );
     let j = w.dq(&["job", "multi", "c007", "--json"]).ok().json();
     assert_eq!(j["state"], "dead");
-    let page = w.dq(&["dead", "list", "multi", "--limit", "100", "--json"]).ok().json();
+    let page = w
+        .dq(&["dead", "list", "multi", "--limit", "100", "--json"])
+        .ok()
+        .json();
     assert_eq!(page["jobs"].as_array().unwrap().len(), 30);
     w.dq(&["reschedule", "multi", "later", "--in", "1h"]).ok();
     w.dq(&["cancel", "multi", "later"]).ok();
     let j = w
-        .dq(&["dead", "requeue", "multi", "--all", "--error-contains", "503", "--yes", "--json"])
+        .dq(&[
+            "dead",
+            "requeue",
+            "multi",
+            "--all",
+            "--error-contains",
+            "503",
+            "--yes",
+            "--json",
+        ])
         .ok()
         .json();
     assert_eq!(j["done"], 30);
-    w.dq(&["enqueue", "multi", "--key", "m", "--json", "[1,2]"]).ok();
+    w.dq(&["enqueue", "multi", "--key", "m", "--json", "[1,2]"])
+        .ok();
     assert!(w.dead_keys("multi").await.is_empty());
 }

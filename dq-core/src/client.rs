@@ -32,9 +32,7 @@ use crate::store::Store;
 use crate::topic::TopicMeta;
 
 mod sweep;
-pub use sweep::{
-    DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress,
-};
+pub use sweep::{DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
 
 /// Largest number of jobs sent in one enqueue script call by bulk enqueue: small enough that
 /// one call stays in the low milliseconds, so Redis never stalls its other clients.

@@ -20,11 +20,11 @@ pub mod topic;
 #[allow(deprecated)]
 pub use client::BulkJob;
 pub use client::{
-    DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress,
-}; // dead queue by filter (issue 13)
-pub use client::{
     Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
 };
+pub use client::{
+    DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress,
+}; // dead queue by filter (issue 13)
 pub use connect::ClientBuilder;
 pub use error::{BulkStored, Error, Result};
 pub use handler::{

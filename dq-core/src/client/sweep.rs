@@ -77,9 +77,7 @@ impl DeadFilter {
         if let Some(age) = self.older_than
             && u64::try_from(age.as_millis()).is_err()
         {
-            return Err(Error::InvalidConfig(format!(
-                "age {age:?} is out of range"
-            )));
+            return Err(Error::InvalidConfig(format!("age {age:?} is out of range")));
         }
         Ok(())
     }

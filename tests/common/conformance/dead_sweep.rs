@@ -79,16 +79,25 @@ pub async fn sweep_requeues_and_purges_by_filter<H: Harness>(h: &H) {
     let mut last = sweep.progress();
     while !sweep.is_finished() {
         let p = sweep.step().await.unwrap();
-        assert!(p.scanned - last.scanned <= 3, "a step read {p:?} after {last:?}");
+        assert!(
+            p.scanned - last.scanned <= 3,
+            "a step read {p:?} after {last:?}"
+        );
         last = p;
         steps += 1;
         assert!(steps <= 20, "the sweep did not finish");
     }
-    assert!(steps >= 4, "12 jobs in chunks of 3 take at least 4 steps, took {steps}");
+    assert!(
+        steps >= 4,
+        "12 jobs in chunks of 3 take at least 4 steps, took {steps}"
+    );
     assert_eq!((last.scanned, last.matched, last.done), (12, 7, 7));
     for (k, _) in &partner {
         let i = info(&t, k).await;
-        assert_eq!((i.state, i.attempts, i.history.len()), (JobState::Ready, 0, 1));
+        assert_eq!(
+            (i.state, i.attempts, i.history.len()),
+            (JobState::Ready, 0, 1)
+        );
     }
     let dead = dead_keys(&t).await;
     let want: HashSet<String> = data.iter().map(|(k, _)| k.clone()).collect();
@@ -162,7 +171,9 @@ pub async fn sweep_does_not_revisit_jobs_that_die_again<H: Harness>(h: &H) {
         let q = Queue::new(Topic::new(TOPIC).unwrap(), p);
         let got = fetch(h, &q, &req_max(100)).await.jobs;
         for d in got {
-            fail(h, &d, FailAction::Bury, "timeout again").await.unwrap();
+            fail(h, &d, FailAction::Bury, "timeout again")
+                .await
+                .unwrap();
             again.push(d.key.to_string());
         }
     }
@@ -226,10 +237,16 @@ pub async fn list_dead_pages_by_filter<H: Harness>(h: &H) {
         .iter()
         .map(|j| (j.died_ms.unwrap(), j.key.to_string()))
         .collect();
-    assert!(died.windows(2).all(|w| w[0] <= w[1]), "oldest death first: {died:?}");
+    assert!(
+        died.windows(2).all(|w| w[0] <= w[1]),
+        "oldest death first: {died:?}"
+    );
 
     // No filter: the plain dead listing.
-    let every = t.list_dead(&DeadFilter::all(), Page::first(1000)).await.unwrap();
+    let every = t
+        .list_dead(&DeadFilter::all(), Page::first(1000))
+        .await
+        .unwrap();
     assert_eq!((every.jobs.len(), every.next.is_none()), (17, true));
     t.purge_all_dead().await.unwrap();
 }
