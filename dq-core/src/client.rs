@@ -32,7 +32,8 @@ use crate::store::Store;
 use crate::topic::TopicMeta;
 
 mod sweep;
-pub use sweep::{DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
+pub use crate::inspect::DeadAction;
+pub use sweep::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
 
 /// Largest number of jobs sent in one enqueue script call by bulk enqueue: small enough that
 /// one call stays in the low milliseconds, so Redis never stalls its other clients.

@@ -7,12 +7,14 @@
 //! chunk — so a sweep of a million dead jobs is thousands of short script calls, never one
 //! long one: Redis keeps serving the workers in between.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::TopicClient;
 use crate::error::{Error, Result};
-use crate::inspect::{Cursor, JobPage, MAX_PAGE, Page};
-use crate::job::{JobInfo, JobState, MAX_ERROR_LEN};
+use crate::inspect::{Cursor, DeadAction, JobPage, MAX_PAGE, Page};
+use crate::job::{JobInfo, JobState, MAX_ERROR_LEN, Queue};
+use crate::names::JobKey;
 
 /// Most dead jobs one step of a [`DeadSweep`] reads and acts on (its default chunk): one
 /// `list` and at most one requeue or purge call per partition, each over at most this many
@@ -107,16 +109,6 @@ impl DeadFilter {
     }
 }
 
-/// What a [`DeadSweep`] does to the dead jobs its filter takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeadAction {
-    /// Back to `ready` with attempts reset, history kept
-    /// ([`TopicClient::requeue_dead`]).
-    Requeue,
-    /// Deleted ([`TopicClient::purge_dead`]).
-    Purge,
-}
-
 /// How far a [`DeadSweep`] has got.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SweepProgress {
@@ -136,8 +128,10 @@ pub struct SweepProgress {
 /// first and stops at the first job that died after that, so jobs requeued by the sweep
 /// that fail again are not swept twice, and it always ends. Each step reads one page of the
 /// dead queue (one read-only call per partition), then requeues or deletes the matches of
-/// that page (one call per partition): the filter is checked on the page as read, and a job
-/// that moved out of the dead queue in between is left alone. Stopping between steps (an
+/// that page (one [`Store::act_on_dead`](crate::store::Store::act_on_dead) call per
+/// partition): the filter is checked on the page as read, and each job is acted on only if
+/// it is still dead with the time of death listed — one that was requeued (and perhaps died
+/// again, with another error) in between is left alone. Stopping between steps (an
 /// error, Ctrl-C) leaves every job either done or untouched; starting a new sweep finishes
 /// the work.
 #[derive(Debug)]
@@ -192,7 +186,7 @@ impl DeadSweep {
             None => Page::first(self.chunk),
         };
         let JobPage { jobs, next } = self.topic.list(JobState::Dead, page).await?;
-        let mut taken: Vec<&str> = Vec::new();
+        let mut taken: Vec<(JobKey, u64)> = Vec::new();
         let mut past_start = false;
         for job in &jobs {
             if job.died_ms.is_some_and(|d| d > self.started_ms) {
@@ -202,16 +196,31 @@ impl DeadSweep {
                 break;
             }
             self.progress.scanned += 1;
-            if self.filter.matches(job, self.started_ms) {
-                taken.push(job.key.as_str());
+            if let Some(died) = job.died_ms
+                && self.filter.matches(job, self.started_ms)
+            {
+                taken.push((job.key.clone(), died));
             }
         }
         self.progress.matched += taken.len() as u64;
-        if !taken.is_empty() {
-            self.progress.done += match self.action {
-                DeadAction::Requeue => self.topic.requeue_dead(&taken).await?,
-                DeadAction::Purge => self.topic.purge_dead(&taken).await?,
-            };
+        // One call per partition, each acting only on jobs still dead as listed.
+        let mut by_partition: BTreeMap<u16, Vec<(JobKey, u64)>> = BTreeMap::new();
+        for (key, died) in taken {
+            let queue = self.topic.queue_of(&key);
+            by_partition
+                .entry(queue.partition)
+                .or_default()
+                .push((key, died));
+        }
+        for (partition, seen) in by_partition {
+            let queue = Queue::new(self.topic.topic.clone(), partition);
+            let done = self
+                .topic
+                .client
+                .store
+                .act_on_dead(&queue, self.action, &seen)
+                .await?;
+            self.progress.done += done.into_iter().filter(|d| *d).count() as u64;
         }
         match next {
             Some(c) if !past_start => self.cursor = Some(c),

@@ -3,6 +3,11 @@
 
 use dq::{DeadAction, DeadFilter, MAX_SWEEP_CHUNK, Page};
 
+/// The partition of `t` that holds `key`.
+fn queue_of(t: &TopicClient, key: &JobKey) -> Queue {
+    Queue::new(Topic::new(TOPIC).unwrap(), key.partition(t.partitions()))
+}
+
 use super::*;
 
 const TOPIC: &str = "dead.sweep";
@@ -289,4 +294,79 @@ pub async fn bad_dead_filters_are_refused<H: Harness>(h: &H) {
         .map(|_| ())));
     assert_eq!(dead_keys(&t).await.len(), 2, "nothing was written");
     t.purge_all_dead().await.unwrap();
+}
+
+/// `act_on_dead` acts on a dead job only while it is dead with the time of death listed: a
+/// job requeued and buried again since (another error, a later death) is left alone, as is
+/// one gone or named twice; with the current time of death it acts.
+pub async fn act_on_dead_only_as_listed<H: Harness>(h: &H) {
+    let (_c, t) = client3(h).await;
+    bury(h, &t, &named("k", 3, "first error")).await;
+    let listed = t.list(JobState::Dead, Page::first(10)).await.unwrap().jobs;
+    let seen: Vec<(JobKey, u64)> = listed
+        .iter()
+        .map(|j| (j.key.clone(), j.died_ms.unwrap()))
+        .collect();
+    let k0 = seen[0].clone();
+    let q0 = queue_of(&t, &k0.0);
+
+    // k00 is requeued and dies again, later, with another error.
+    assert_eq!(t.requeue_dead(&[k0.0.as_str()]).await.unwrap(), 1);
+    until_store_time(h, k0.1 + 1).await;
+    let d = fetch_one(h, &q0, &req()).await;
+    assert_eq!(d.key, k0.0);
+    fail(h, &d, FailAction::Bury, "second error").await.unwrap();
+    let again = info(&t, k0.0.as_str()).await;
+    assert!(again.died_ms.unwrap() > k0.1);
+
+    for action in [DeadAction::Purge, DeadAction::Requeue] {
+        let out = h
+            .store()
+            .act_on_dead(&q0, action, std::slice::from_ref(&k0))
+            .await
+            .unwrap();
+        assert_eq!(out, [false], "{action:?} of a job that died again since");
+    }
+    let now_dead = info(&t, k0.0.as_str()).await;
+    assert_eq!(
+        (
+            now_dead.state,
+            now_dead.history.last().unwrap().error.as_str()
+        ),
+        (JobState::Dead, "second error")
+    );
+    assert_eq!(
+        h.store()
+            .act_on_dead(&q0, DeadAction::Purge, &[(jk("missing"), k0.1)])
+            .await
+            .unwrap(),
+        [false]
+    );
+
+    // As listed now: acted on, once even if named twice.
+    let current = (k0.0.clone(), again.died_ms.unwrap());
+    let out = h
+        .store()
+        .act_on_dead(&q0, DeadAction::Requeue, &[current.clone(), current])
+        .await
+        .unwrap();
+    assert_eq!(out, [true, false]);
+    let i = info(&t, k0.0.as_str()).await;
+    assert_eq!(
+        (i.state, i.attempts, i.history.len()),
+        (JobState::Ready, 0, 2)
+    );
+
+    // The others, each in its own partition, purged as listed.
+    for (key, died) in &seen[1..] {
+        let q = queue_of(&t, key);
+        let out = h
+            .store()
+            .act_on_dead(&q, DeadAction::Purge, &[(key.clone(), *died)])
+            .await
+            .unwrap();
+        assert_eq!(out, [true]);
+        assert!(t.job(key.as_str()).await.unwrap().is_none());
+    }
+    drain_all(h, &t).await;
 }

@@ -80,6 +80,7 @@ macro_rules! conformance_suite {
             dead_sweep::sweep_does_not_revisit_jobs_that_die_again,
             dead_sweep::list_dead_pages_by_filter,
             dead_sweep::bad_dead_filters_are_refused,
+            dead_sweep::act_on_dead_only_as_listed,
             bad_input::invalid_topics_and_keys_write_nothing,
             bad_input::oversized_payloads_are_refused,
             bad_input::bulk_with_one_bad_item_writes_nothing,
