@@ -779,3 +779,52 @@ async fn cluster_topics_stats_job_and_dead_queue() {
         .ok();
     assert!(w.dead_keys("multi").await.is_empty());
 }
+
+/// Runs `dq ARGS` on a pseudo-terminal (util-linux `script`, in every Debian), typing
+/// `answer` at it: the path an operator takes, prompt and progress bar included.
+fn dq_on_terminal(w: &World, args: &[&str], answer: &str) -> Run {
+    use std::io::Write as _;
+    let mut line = format!(
+        "{} --url {} --namespace {}",
+        env!("CARGO_BIN_EXE_dq"),
+        w.url,
+        w.ns
+    );
+    for a in args {
+        line.push(' ');
+        line.push_str(a);
+    }
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("REDIS_URL")
+        .spawn()
+        .expect("run script(1)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(answer.as_bytes())
+        .unwrap();
+    Run::from(child.wait_with_output().unwrap(), args)
+}
+
+#[tokio::test]
+async fn bulk_operations_ask_on_a_terminal() {
+    let w = World::new().await;
+    w.bury("multi", &named("t", 3, "boom")).await;
+
+    let run = dq_on_terminal(&w, &["dead", "purge", "multi", "--all"], "n\n").code(5);
+    assert!(run.stdout.contains("[y/N]"), "{}", run.stdout);
+    assert_eq!(
+        w.dead_keys("multi").await.len(),
+        3,
+        "declined: nothing purged"
+    );
+
+    let run = dq_on_terminal(&w, &["dead", "purge", "multi", "--all"], "y\n").ok();
+    assert!(run.stdout.contains("purged 3"), "{}", run.stdout);
+    assert!(w.dead_keys("multi").await.is_empty());
+}
