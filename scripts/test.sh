@@ -44,7 +44,7 @@ verify=target/package-verify
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/dq-{syntax,macros,core,worker}-[0-9]* \
   "$verify"/debug/.fingerprint/dq* "$verify"/debug/deps/*dq*
 CARGO_TARGET_DIR="$verify" cargo package --quiet --allow-dirty \
-  -p dq-syntax -p dq-macros -p dq-core -p dq-worker -p dq
+  -p dq-syntax -p dq-macros -p dq-core -p dq-worker -p dq -p dq-cli
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"

@@ -24,6 +24,11 @@ pub use dq_core::{
     TopicClient,
 };
 
+// Operating on the dead queue by filter.
+pub use dq_core::{
+    DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress,
+};
+
 // Inspecting jobs.
 pub use dq_core::{
     AttemptOutcome, AttemptRecord, AttemptView, Cursor, JobInfo, JobPage, JobState, JobView,

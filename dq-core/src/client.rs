@@ -31,6 +31,10 @@ use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
 use crate::store::Store;
 use crate::topic::TopicMeta;
 
+mod sweep;
+pub use crate::inspect::DeadAction;
+pub use sweep::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
+
 /// Largest number of jobs sent in one enqueue script call by bulk enqueue: small enough that
 /// one call stays in the low milliseconds, so Redis never stalls its other clients.
 pub const DEFAULT_BULK_CHUNK: usize = 250;

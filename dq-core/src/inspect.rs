@@ -273,6 +273,16 @@ pub enum ListFrom {
     Index(u64),
 }
 
+/// What to do to dead jobs in bulk ([`Store::act_on_dead`](crate::store::Store::act_on_dead),
+/// [`DeadSweep`](crate::client::DeadSweep)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadAction {
+    /// Back to `ready` with attempts reset, history kept (as `requeue_dead`).
+    Requeue,
+    /// Deleted, record and history (as `purge_dead`).
+    Purge,
+}
+
 /// One partition's part of a listing.
 #[derive(Clone, Debug, Default)]
 pub struct ListChunk {

@@ -22,6 +22,7 @@ pub use client::BulkJob;
 pub use client::{
     Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
 };
+pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)
 pub use connect::ClientBuilder;
 pub use error::{BulkStored, Error, Result};
 pub use handler::{
@@ -29,7 +30,7 @@ pub use handler::{
     LeaseDeadline, SharedData, registered_jobs,
 };
 pub use inspect::{
-    AttemptView, Cursor, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
+    AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
 };
 pub use job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,

@@ -154,6 +154,14 @@ impl Store for NoExtend {
     async fn purge_dead(&self, q: &Queue, keys: &[JobKey], limit: usize) -> dq::Result<u64> {
         self.0.purge_dead(q, keys, limit).await
     }
+    async fn act_on_dead(
+        &self,
+        q: &Queue,
+        action: dq::DeadAction,
+        seen: &[(JobKey, u64)],
+    ) -> dq::Result<Vec<bool>> {
+        self.0.act_on_dead(q, action, seen).await
+    }
     async fn register_topic(&self, topic: &Topic, partitions: u16) -> dq::Result<TopicMeta> {
         self.0.register_topic(topic, partitions).await
     }

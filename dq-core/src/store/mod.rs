@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::inspect::{ListChunk, ListFrom};
+use crate::inspect::{DeadAction, ListChunk, ListFrom};
 use crate::job::{
     AckOutcome, CancelOutcome, DeadLimits, Delivery, EnqueueCall, EnqueueOutcome, FailAction,
     FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
@@ -121,6 +121,18 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes the named dead jobs, or (with `keys` empty) the oldest `limit`; returns how many.
     async fn purge_dead(&self, queue: &Queue, keys: &[JobKey], limit: usize) -> Result<u64>;
 
+    /// Requeues or deletes dead jobs, each only if it is still dead with the time of death
+    /// given — as a listing of `dead` reported it ([`JobInfo::died_ms`]); `true` for each one
+    /// acted on, in order (a key named twice is acted on once). A sweep by filter acts
+    /// through this, so a job that was requeued and died again since it was listed, whose
+    /// error or age the filter has not seen, is left alone. At most 1000 jobs per call.
+    async fn act_on_dead(
+        &self,
+        queue: &Queue,
+        action: DeadAction,
+        seen: &[(JobKey, u64)],
+    ) -> Result<Vec<bool>>;
+
     /// Records `partitions` as `topic`'s partition count if the topic has no metadata yet —
     /// the first caller wins, atomically — and returns the metadata stored (the first
     /// caller's). The client compares it with its own configuration
@@ -150,6 +162,20 @@ pub trait WakeListener: Send {
     /// Waits up to `max_wait` for a token; `true` if one arrived. Cancel-safe only in the sense
     /// that a dropped wait may swallow one token — callers keep one wait in flight instead.
     async fn wait(&mut self, max_wait: Duration) -> Result<bool>;
+}
+
+/// Most jobs one [`Store::act_on_dead`] call takes.
+pub const MAX_DEAD_ACT: usize = 1000;
+
+/// Refuses an [`Store::act_on_dead`] call of more than [`MAX_DEAD_ACT`] jobs.
+pub(crate) fn check_act_len(seen: &[(JobKey, u64)]) -> Result<()> {
+    if seen.len() > MAX_DEAD_ACT {
+        return Err(crate::error::Error::InvalidConfig(format!(
+            "{} dead jobs in one call; at most {MAX_DEAD_ACT}",
+            seen.len()
+        )));
+    }
+    Ok(())
 }
 
 /// A delivery's handle for the calls that must present its token.

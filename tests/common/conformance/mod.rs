@@ -31,6 +31,7 @@ use super::Harness;
 pub mod bad_input;
 pub mod cancel_reschedule;
 pub mod dead_queue;
+pub mod dead_sweep;
 pub mod due;
 pub mod enqueue;
 pub mod fetch;
@@ -75,6 +76,11 @@ macro_rules! conformance_suite {
             dead_queue::dead_queue_list_requeue_purge,
             dead_queue::dead_queue_cap_trims_oldest,
             dead_queue::dead_queue_retention_trims_old,
+            dead_sweep::sweep_requeues_and_purges_by_filter,
+            dead_sweep::sweep_does_not_revisit_jobs_that_die_again,
+            dead_sweep::list_dead_pages_by_filter,
+            dead_sweep::bad_dead_filters_are_refused,
+            dead_sweep::act_on_dead_only_as_listed,
             bad_input::invalid_topics_and_keys_write_nothing,
             bad_input::oversized_payloads_are_refused,
             bad_input::bulk_with_one_bad_item_writes_nothing,

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 
 use super::{Store, WakeListener};
 use crate::error::{Error, Result};
-use crate::inspect::{ListChunk, ListFrom, ListPos};
+use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
     ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchCall,
@@ -1216,6 +1216,40 @@ impl Partition {
         out
     }
 
+    /// Mirrors `dead_act.lua`: each job only if it is still dead with the listed time of
+    /// death; requeued as `requeue_dead`, deleted as `purge_dead`.
+    fn act_on_dead(&mut self, action: DeadAction, seen: &[(JobKey, u64)], now: u64) -> Vec<bool> {
+        let mut out = Vec::with_capacity(seen.len());
+        let mut moved = false;
+        for (key, died) in seen {
+            let Some(rec) = self.jobs.get_mut(key) else {
+                out.push(false);
+                continue;
+            };
+            if rec.place != Place::Dead(*died) {
+                out.push(false);
+                continue;
+            }
+            self.sets.unlink(key, rec.place, rec.due_ms);
+            match action {
+                DeadAction::Requeue => {
+                    rec.attempts = 0;
+                    rec.due_ms = now;
+                    rec.place = self.sets.push_ready_back(key);
+                    moved = true;
+                }
+                DeadAction::Purge => {
+                    self.jobs.remove(key);
+                }
+            }
+            out.push(true);
+        }
+        if moved {
+            self.wake();
+        }
+        out
+    }
+
     /// Mirrors `purge_dead.lua`: the named dead jobs (a name repeated still takes a slot of
     /// `limit`, but is deleted and counted once), or the oldest `limit`.
     fn purge_dead(&mut self, keys: &[JobKey], limit: usize) -> u64 {
@@ -1376,6 +1410,19 @@ impl Store for MemoryStore {
             return Ok(0);
         }
         Ok(self.write(queue, |p, _| p.purge_dead(keys, limit)))
+    }
+
+    async fn act_on_dead(
+        &self,
+        queue: &Queue,
+        action: DeadAction,
+        seen: &[(JobKey, u64)],
+    ) -> Result<Vec<bool>> {
+        if seen.is_empty() {
+            return Ok(Vec::new());
+        }
+        crate::store::check_act_len(seen)?;
+        Ok(self.write(queue, |p, now| p.act_on_dead(action, seen, now)))
     }
 
     async fn register_topic(&self, topic: &Topic, partitions: u16) -> Result<TopicMeta> {

@@ -40,13 +40,14 @@ use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unex
 use self::url::{NodeUrl, Target};
 use super::{Store, WakeListener};
 use crate::error::{Error, Result, from_redis};
-use crate::inspect::{ListChunk, ListFrom, ListPos};
+use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{
     AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall, EnqueueOutcome, FailAction,
     FailOutcome, FetchCall, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};
+use crate::store::check_act_len;
 use crate::topic::TopicMeta;
 
 /// How dq connects to Redis and what it accepts of the server.
@@ -876,6 +877,35 @@ impl Store for RedisStore {
         as_int(&reply)
             .map(|n| n.max(0) as u64)
             .ok_or_else(|| unexpected(s.name, "count", &reply))
+    }
+
+    async fn act_on_dead(
+        &self,
+        queue: &Queue,
+        action: DeadAction,
+        seen: &[(JobKey, u64)],
+    ) -> Result<Vec<bool>> {
+        if seen.is_empty() {
+            return Ok(Vec::new());
+        }
+        check_act_len(seen)?;
+        let k = self.keys(queue);
+        let s = &SCRIPTS.dead_act;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(match action {
+                    DeadAction::Requeue => "R",
+                    DeadAction::Purge => "P",
+                });
+                for (key, died) in seen {
+                    inv.arg(key.as_str()).arg(*died);
+                }
+            })
+            .await?;
+        Ok(codes(s.name, reply, seen.len())?
+            .into_iter()
+            .map(|c| c == b'1')
+            .collect())
     }
 
     async fn register_topic(&self, topic: &Topic, partitions: u16) -> Result<TopicMeta> {

@@ -42,6 +42,7 @@ pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
     ("reschedule", &[Scheduled, Retry, Ready, Jobs, Wake]),
     ("requeue_dead", &[Dead, Ready, Jobs, Wake]),
     ("purge_dead", &[Dead, Jobs, Hist]),
+    ("dead_act", &[Dead, Ready, Jobs, Hist, Wake]),
     (
         "stats",
         &[Scheduled, Retry, Ready, Active, Dead, Jobs, Stats],

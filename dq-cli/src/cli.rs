@@ -1,0 +1,263 @@
+//! The command line's grammar (clap derive): global connection options, every command and
+//! its flags, and the help text an operator reads.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Printed after `dq --help`: what each exit code means, for scripts.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  done
+  1  failed or refused (e.g. the job is running, a job with the key exists)
+  2  bad input (a usage error, bad JSON, a bad time or key, a bulk operation without --yes
+     when standard input is not a terminal); nothing was written
+  3  not found (no such job, or no such topic in the namespace)
+  4  cannot reach Redis (connection refused or lost, timeout)
+  5  aborted at the confirmation prompt; nothing was written
+
+Examples:
+  dq topics
+  dq stats orders.close --watch
+  dq job orders.close order-7
+  dq dead list orders.close --error-contains 503 --limit 50
+  dq dead requeue orders.close --all --error-contains 'partner API'
+  dq dead purge orders.close --older-than 7d --yes
+  dq enqueue orders.close --key order-7 --json '{\"order\":7}' --in 5m";
+
+/// `dq`: operate dq job queues on Redis — inspect topics, stats and jobs; cancel and
+/// reschedule jobs; list, requeue and purge the dead queue; enqueue a job by hand.
+#[derive(Debug, Parser)]
+#[command(
+    name = "dq",
+    version,
+    about = "Operate dq job queues on Redis: inspect topics, stats and jobs; cancel, \
+             reschedule and enqueue jobs; list, requeue and purge the dead queue.",
+    after_help = EXIT_CODES,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// Redis to connect to: redis://host:port/db (redis://user:password@host:port/db with
+    /// ACLs; rediss://… in TLS builds), or a cluster by seed nodes,
+    /// redis+cluster://host:port,host:port.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        global = true,
+        default_value = "redis://127.0.0.1:6379/",
+        hide_env_values = true,
+        help_heading = "Connection"
+    )]
+    pub url: String,
+
+    /// Key prefix the applications use (their ClientBuilder::namespace).
+    #[arg(
+        long,
+        env = "DQ_NAMESPACE",
+        global = true,
+        default_value = "dq",
+        help_heading = "Connection"
+    )]
+    pub namespace: String,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the topics recorded in the namespace, with their partition counts.
+    Topics(JsonOut),
+
+    /// Depths, counters and lateness of one topic, or of every topic.
+    Stats(StatsArgs),
+
+    /// Show one job: state, due time, attempts, every error, and its payload as JSON.
+    Job(JobArgs),
+
+    /// Cancel a job that has not started (scheduled, ready or waiting for a retry).
+    Cancel(JobArgs),
+
+    /// Give a waiting job a new due time.
+    Reschedule(RescheduleArgs),
+
+    /// The dead queue: list, requeue, purge.
+    #[command(subcommand)]
+    Dead(DeadCommand),
+
+    /// Enqueue a job by hand, its payload given as JSON (stored as MessagePack).
+    Enqueue(EnqueueArgs),
+}
+
+/// `--json` alone.
+#[derive(Debug, Args)]
+pub struct JsonOut {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The topic (default: every topic in the namespace).
+    pub topic: Option<String>,
+
+    /// Refresh until interrupted (Ctrl-C).
+    #[arg(long)]
+    pub watch: bool,
+
+    /// Time between refreshes with --watch (e.g. 2s, 500ms).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub interval: Duration,
+
+    /// With --watch: stop after this many refreshes.
+    #[arg(long, requires = "watch")]
+    pub count: Option<u64>,
+
+    /// Print JSON instead of text (one document per refresh with --watch).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A command on one job.
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// The job's topic.
+    pub topic: String,
+    /// The job's key.
+    pub key: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq reschedule`.
+#[derive(Debug, Args)]
+pub struct RescheduleArgs {
+    /// The job's topic.
+    pub topic: String,
+    /// The job's key.
+    pub key: String,
+    /// The new due time.
+    #[command(flatten)]
+    pub when: When,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Exactly one new due time.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct When {
+    /// At this time, RFC 3339 (2026-11-24T08:00:00Z, 2026-11-24T09:00:00+01:00).
+    #[arg(long, value_parser = parse_time)]
+    pub at: Option<jiff::Timestamp>,
+    /// This long from now (90s, 10m, 2h, 1d).
+    #[arg(long = "in", value_parser = parse_duration)]
+    pub after: Option<Duration>,
+    /// Due now.
+    #[arg(long)]
+    pub now: bool,
+}
+
+/// `dq dead …`.
+#[derive(Debug, Subcommand)]
+pub enum DeadCommand {
+    /// List dead jobs, oldest death first, with their last error.
+    List(DeadListArgs),
+    /// Move dead jobs back to ready, attempts reset (history kept): named ones, or --all
+    /// (optionally only those matching --error-contains / --older-than).
+    Requeue(DeadBulkArgs),
+    /// Delete dead jobs: named ones, or --all, or those matching --older-than /
+    /// --error-contains.
+    Purge(DeadBulkArgs),
+}
+
+/// `dq dead list`.
+#[derive(Debug, Args)]
+pub struct DeadListArgs {
+    /// The topic.
+    pub topic: String,
+    /// Only jobs whose last error contains this text (case-sensitive).
+    #[arg(long, value_name = "TEXT")]
+    pub error_contains: Option<String>,
+    /// Only jobs that died more than this long ago (e.g. 7d, 12h).
+    #[arg(long, value_name = "AGE", value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Most jobs to list (1 to 1000).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Continue after this cursor (printed at the end of a listing that has more).
+    #[arg(long, value_name = "CURSOR")]
+    pub after: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq dead requeue` and `dq dead purge`.
+#[derive(Debug, Args)]
+pub struct DeadBulkArgs {
+    /// The topic.
+    pub topic: String,
+    /// Keys of the dead jobs (or use --all / a filter).
+    #[arg(conflicts_with_all = ["all", "error_contains", "older_than"])]
+    pub keys: Vec<String>,
+    /// Every dead job of the topic (narrowed by --error-contains / --older-than if given).
+    #[arg(long)]
+    pub all: bool,
+    /// Only jobs whose last error contains this text (case-sensitive).
+    #[arg(long, value_name = "TEXT")]
+    pub error_contains: Option<String>,
+    /// Only jobs that died more than this long ago (e.g. 7d, 12h).
+    #[arg(long, value_name = "AGE", value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Do not ask for confirmation (needed when standard input is not a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// The topic.
+    pub topic: String,
+    /// The job's key (default: a generated one). A job with this key that exists is left
+    /// alone unless --replace.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// The payload, as JSON.
+    #[arg(long = "json", value_name = "JSON")]
+    pub payload: String,
+    /// Due this long from now (e.g. 5m); default: now.
+    #[arg(long = "in", value_parser = parse_duration, conflicts_with = "at")]
+    pub after: Option<Duration>,
+    /// Due at this time, RFC 3339.
+    #[arg(long, value_parser = parse_time)]
+    pub at: Option<jiff::Timestamp>,
+    /// Replace a waiting or dead job with the same key.
+    #[arg(long)]
+    pub replace: bool,
+    /// Partition count to record for a topic the namespace has no record of yet (refused
+    /// for such a topic without it, so that a typo does not create a topic).
+    #[arg(long)]
+    pub partitions: Option<u16>,
+}
+
+/// A duration as people write it: 90s, 10m, 2h30m, 7d.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 90s, 10m, 2h, 7d)"))
+}
+
+/// An RFC 3339 time with an offset or Z.
+fn parse_time(s: &str) -> Result<jiff::Timestamp, String> {
+    s.parse::<jiff::Timestamp>()
+        .map_err(|e| format!("{e} (write RFC 3339, e.g. 2026-11-24T08:00:00Z)"))
+}

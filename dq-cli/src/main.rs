@@ -1,0 +1,561 @@
+//! `dq`, the command line for operating dq: connects to the Redis the applications use, reads
+//! the topic registry for each topic's partition count, and runs one command — inspection,
+//! cancel and reschedule, the dead queue, a manual enqueue. Exit codes are in `fail.rs` and
+//! `dq --help`.
+
+mod cli;
+mod fail;
+mod view;
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::Parser;
+use dq_core::{
+    CancelOutcome, Client, ClientConfig, Cursor, DeadAction, DeadFilter, EnqueueOutcome, JobPage,
+    NewDue, Page, RescheduleOutcome, Topic, TopicClient, TopicMeta,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use cli::{
+    Cli, Command, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, JobArgs, RescheduleArgs,
+    StatsArgs,
+};
+use fail::{Exit, Failure, Outcome};
+use view::{JobOut, StatsView, TopicRow};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dq: cannot start: {e}");
+            return ExitCode::from(Exit::Failed as u8);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("dq: {f}");
+            f.code()
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Outcome {
+    let ctx = Ctx::connect(&cli.url, &cli.namespace).await?;
+    match cli.command {
+        Command::Topics(a) => ctx.topics(a.json),
+        Command::Stats(a) => ctx.stats(a).await,
+        Command::Job(a) => ctx.job(a).await,
+        Command::Cancel(a) => ctx.cancel(a).await,
+        Command::Reschedule(a) => ctx.reschedule(a).await,
+        Command::Dead(DeadCommand::List(a)) => ctx.dead_list(a).await,
+        Command::Dead(DeadCommand::Requeue(a)) => ctx.dead_bulk(a, DeadAction::Requeue).await,
+        Command::Dead(DeadCommand::Purge(a)) => ctx.dead_bulk(a, DeadAction::Purge).await,
+        Command::Enqueue(a) => ctx.enqueue(a).await,
+    }
+}
+
+/// A connection, and the namespace's topics as recorded.
+struct Ctx {
+    client: Client,
+    namespace: String,
+    topics: Vec<TopicMeta>,
+}
+
+/// Prints `value` as one line of JSON.
+fn print_json<T: Serialize>(value: &T) -> Outcome {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+impl Ctx {
+    /// Connects and reads the topic registry. The server checks an application makes on
+    /// connect (eviction policy, persistence) are skipped: an operator must be able to look
+    /// at a badly configured server too.
+    async fn connect(url: &str, namespace: &str) -> Outcome<Ctx> {
+        let client = Client::builder()
+            .namespace(namespace)
+            .skip_server_checks()
+            .connect(url)
+            .await?;
+        let topics = client.topics().await?;
+        Ok(Ctx {
+            client,
+            namespace: namespace.to_owned(),
+            topics,
+        })
+    }
+
+    /// The recorded metadata of topic `name`.
+    fn meta(&self, name: &str) -> Outcome<Option<&TopicMeta>> {
+        Topic::new(name)?;
+        Ok(self.topics.iter().find(|m| m.topic.as_str() == name))
+    }
+
+    /// A client of topic `name` with `partitions` partitions, on the same connection.
+    fn topic_with(&self, name: &str, partitions: u16) -> Outcome<TopicClient> {
+        let config = ClientConfig {
+            partitions: HashMap::from([(name.to_owned(), partitions)]),
+            ..ClientConfig::default()
+        };
+        Ok(Client::from_store(self.client.store().clone(), config).topic(name)?)
+    }
+
+    /// A client of recorded topic `name`; not found if the namespace has no record of it.
+    fn topic(&self, name: &str) -> Outcome<TopicClient> {
+        match self.meta(name)? {
+            Some(m) => self.topic_with(name, m.partitions),
+            None => Err(self.no_topic(name)),
+        }
+    }
+
+    fn no_topic(&self, name: &str) -> Failure {
+        Failure::new(
+            Exit::NotFound,
+            format!(
+                "no topic {name:?} in namespace {:?} (`dq topics` lists them)",
+                self.namespace
+            ),
+        )
+    }
+
+    async fn now_ms(&self) -> Outcome<u64> {
+        Ok(self.client.store().now_ms().await?)
+    }
+
+    fn topics(&self, json: bool) -> Outcome {
+        let rows: Vec<TopicRow> = self.topics.iter().map(TopicRow::from).collect();
+        if json {
+            return print_json(&rows);
+        }
+        if rows.is_empty() {
+            eprintln!("no topics in namespace {:?}", self.namespace);
+            return Ok(());
+        }
+        let width = rows.iter().map(|r| r.topic.len()).max().unwrap_or(0).max(5);
+        println!("{:width$}  {:>10}  CREATED", "TOPIC", "PARTITIONS");
+        for r in rows {
+            println!("{:width$}  {:>10}  {}", r.topic, r.partitions, r.created);
+        }
+        Ok(())
+    }
+
+    /// The stats of one topic or all, once or (with --watch) every interval.
+    async fn stats(&self, a: StatsArgs) -> Outcome {
+        let topics: Vec<(String, u16)> = match &a.topic {
+            Some(name) => {
+                let t = self.topic(name)?;
+                vec![(name.clone(), t.partitions())]
+            }
+            None => self
+                .topics
+                .iter()
+                .map(|m| (m.topic.to_string(), m.partitions))
+                .collect(),
+        };
+        let clients = topics
+            .iter()
+            .map(|(name, p)| self.topic_with(name, *p))
+            .collect::<Outcome<Vec<_>>>()?;
+        let clear = a.watch && !a.json && std::io::stdout().is_terminal();
+        let rounds = if a.watch {
+            a.count.unwrap_or(u64::MAX)
+        } else {
+            1
+        };
+        for round in 0..rounds {
+            if round > 0 {
+                tokio::select! {
+                    () = tokio::time::sleep(a.interval) => {}
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                }
+            }
+            let mut rows = Vec::with_capacity(clients.len());
+            for t in &clients {
+                let s = t.stats().await?;
+                // `workers` stays None until the client can list live workers.
+                rows.push(StatsView::new(t.topic().as_str(), t.partitions(), &s));
+            }
+            if a.json {
+                if a.topic.is_some() {
+                    print_json(&rows[0])?;
+                } else {
+                    print_json(&rows)?;
+                }
+                continue;
+            }
+            let mut text = String::new();
+            if clear {
+                // Clear the screen and home the cursor, as `watch` does.
+                text.push_str("\x1b[2J\x1b[H");
+            }
+            if a.watch {
+                text.push_str(&format!(
+                    "{}  (every {})\n\n",
+                    view::rfc3339(self.now_ms().await?),
+                    humantime::format_duration(a.interval)
+                ));
+            }
+            match (&a.topic, rows.as_slice()) {
+                (Some(_), [one]) => text.push_str(&view::stats_detail(one)),
+                (None, []) => {
+                    text.push_str(&format!("no topics in namespace {:?}\n", self.namespace));
+                }
+                _ => text.push_str(&view::stats_table(&rows)),
+            }
+            print!("{text}");
+            std::io::stdout().flush()?;
+        }
+        Ok(())
+    }
+
+    async fn job(&self, a: JobArgs) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let Some(info) = t.job(&a.key).await? else {
+            return Err(Failure::new(
+                Exit::NotFound,
+                format!("no job {:?} in topic {:?}", a.key, a.topic),
+            ));
+        };
+        let out = JobOut::new(&a.topic, &info);
+        if a.json {
+            return print_json(&out);
+        }
+        print!("{}", view::job_detail(&out, &info, self.now_ms().await?));
+        Ok(())
+    }
+
+    async fn cancel(&self, a: JobArgs) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let outcome = t.cancel(&a.key).await?;
+        let (word, failure) = match outcome {
+            CancelOutcome::Cancelled => ("cancelled", None),
+            CancelOutcome::Gone => ("gone", None),
+            CancelOutcome::NotFound => ("not_found", Some(Exit::NotFound)),
+            CancelOutcome::Running => ("running", Some(Exit::Failed)),
+            CancelOutcome::Dead => ("dead", Some(Exit::Failed)),
+        };
+        if a.json {
+            print_json(&serde_json::json!({"key": a.key, "outcome": word}))?;
+        }
+        let message = match outcome {
+            CancelOutcome::Cancelled => format!("cancelled {}", a.key),
+            CancelOutcome::Gone => format!("{} is gone (it will not run)", a.key),
+            CancelOutcome::NotFound => format!("no job {:?} in topic {:?}", a.key, a.topic),
+            CancelOutcome::Running => format!("{} is running; not cancelled", a.key),
+            CancelOutcome::Dead => {
+                format!("{} is in the dead queue; not cancelled (purge it)", a.key)
+            }
+        };
+        match failure {
+            None => {
+                if !a.json {
+                    println!("{message}");
+                }
+                Ok(())
+            }
+            Some(exit) => Err(Failure::new(exit, message)),
+        }
+    }
+
+    async fn reschedule(&self, a: RescheduleArgs) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let due = match (a.when.at, a.when.after, a.when.now) {
+            (Some(at), _, _) => NewDue::At(SystemTime::from(at)),
+            (_, Some(after), _) => NewDue::After(after),
+            _ => NewDue::After(Duration::ZERO),
+        };
+        match t.reschedule(&a.key, due).await? {
+            RescheduleOutcome::Rescheduled { due_ms } => {
+                if a.json {
+                    print_json(&serde_json::json!({
+                        "key": a.key, "outcome": "rescheduled", "due": view::rfc3339(due_ms),
+                    }))
+                } else {
+                    let now = self.now_ms().await?;
+                    println!(
+                        "{} due at {} ({})",
+                        a.key,
+                        view::rfc3339(due_ms),
+                        view::relative(due_ms, now)
+                    );
+                    Ok(())
+                }
+            }
+            RescheduleOutcome::NotFound => Err(Failure::new(
+                Exit::NotFound,
+                format!("no job {:?} in topic {:?}", a.key, a.topic),
+            )),
+            RescheduleOutcome::Running => Err(Failure::new(
+                Exit::Failed,
+                format!("{} is running; not rescheduled", a.key),
+            )),
+            RescheduleOutcome::Dead => Err(Failure::new(
+                Exit::Failed,
+                format!(
+                    "{} is in the dead queue; not rescheduled (requeue it)",
+                    a.key
+                ),
+            )),
+        }
+    }
+
+    async fn dead_list(&self, a: DeadListArgs) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let filter = DeadFilter {
+            error_contains: a.error_contains,
+            older_than: a.older_than,
+        };
+        let page = match &a.after {
+            Some(c) => Page::after(c.parse::<Cursor>()?, a.limit),
+            None => Page::first(a.limit),
+        };
+        let JobPage { jobs, next } = t.list_dead(&filter, page).await?;
+        let outs: Vec<JobOut> = jobs.iter().map(|j| JobOut::new(&a.topic, j)).collect();
+        let next = next.map(|c| c.to_string());
+        if a.json {
+            return print_json(&serde_json::json!({"jobs": outs, "next": next}));
+        }
+        let now = self.now_ms().await?;
+        if outs.is_empty() {
+            eprintln!("no dead jobs on this page");
+        } else {
+            println!("KEY\tDIED\tATTEMPTS\tLAST ERROR");
+        }
+        for (out, info) in outs.iter().zip(&jobs) {
+            println!("{}", view::dead_line(out, info, now));
+        }
+        if let Some(c) = next {
+            eprintln!("more: dq dead list {} --after '{c}'", a.topic);
+        }
+        Ok(())
+    }
+
+    async fn dead_bulk(&self, a: DeadBulkArgs, action: DeadAction) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let verb = match action {
+            DeadAction::Requeue => "requeue",
+            DeadAction::Purge => "purge",
+        };
+        let past = match action {
+            DeadAction::Requeue => "requeued",
+            DeadAction::Purge => "purged",
+        };
+        if !a.keys.is_empty() {
+            return self.dead_keys(&t, &a, action, past).await;
+        }
+        let filter = DeadFilter {
+            error_contains: a.error_contains.clone(),
+            older_than: a.older_than,
+        };
+        if !a.all && filter == DeadFilter::all() {
+            return Err(Failure::new(
+                Exit::BadInput,
+                format!(
+                    "name the dead jobs to {verb} (KEY…), or use --all, --error-contains or --older-than"
+                ),
+            ));
+        }
+        filter.check()?;
+        let dead = t.stats().await?.dead;
+        if dead == 0 {
+            return if a.json {
+                print_json(&serde_json::json!({
+                    "action": verb, "scanned": 0, "matched": 0, "done": 0,
+                }))
+            } else {
+                println!("no dead jobs in topic {:?}", a.topic);
+                Ok(())
+            };
+        }
+        if !a.yes {
+            confirm(&format!(
+                "{verb} {} of the {dead} dead jobs of topic {:?}?",
+                describe(&filter),
+                a.topic
+            ))?;
+        }
+        let mut sweep = t.sweep_dead(action, filter).await?;
+        let bar = if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new(dead);
+            if let Ok(style) = ProgressStyle::with_template(
+                "{spinner} {msg} [{bar:30}] {pos}/{len} read ({eta} left)",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        while !sweep.is_finished() {
+            let p = sweep.step().await?;
+            // The dead queue may grow while we sweep: keep the bar's end ahead of it.
+            if p.scanned > bar.length().unwrap_or(0) {
+                bar.set_length(p.scanned);
+            }
+            bar.set_position(p.scanned);
+            bar.set_message(format!("{} {past}", p.done));
+        }
+        bar.finish_and_clear();
+        let p = sweep.progress();
+        if a.json {
+            print_json(&serde_json::json!({
+                "action": verb, "scanned": p.scanned, "matched": p.matched, "done": p.done,
+            }))
+        } else {
+            println!(
+                "{past} {} dead jobs ({} matched of {} read)",
+                p.done, p.matched, p.scanned
+            );
+            Ok(())
+        }
+    }
+
+    /// Requeues or purges named dead jobs, one call per key, so each key's fate is known.
+    async fn dead_keys(
+        &self,
+        t: &TopicClient,
+        a: &DeadBulkArgs,
+        action: DeadAction,
+        past: &str,
+    ) -> Outcome {
+        let mut done = Vec::new();
+        let mut missing = Vec::new();
+        for key in &a.keys {
+            let n = match action {
+                DeadAction::Requeue => t.requeue_dead(&[key.as_str()]).await?,
+                DeadAction::Purge => t.purge_dead(&[key.as_str()]).await?,
+            };
+            if n > 0 {
+                done.push(key.as_str());
+            } else {
+                missing.push(key.as_str());
+            }
+        }
+        if a.json {
+            print_json(&serde_json::json!({ past: done, "not_dead": missing }))?;
+        } else {
+            for k in &done {
+                println!("{past} {k}");
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(Failure::new(
+                Exit::NotFound,
+                format!("not in the dead queue: {}", missing.join(", ")),
+            ))
+        }
+    }
+
+    async fn enqueue(&self, a: EnqueueArgs) -> Outcome {
+        let partitions = match (self.meta(&a.topic)?, a.partitions) {
+            (Some(m), None) => m.partitions,
+            (_, Some(p)) => p,
+            (None, None) => {
+                return Err(Failure::new(
+                    Exit::NotFound,
+                    format!(
+                        "no topic {:?} in namespace {:?}; to create it, pass --partitions N \
+                         (the count its workers are configured with)",
+                        a.topic, self.namespace
+                    ),
+                ));
+            }
+        };
+        if partitions == 0 {
+            return Err(Failure::new(
+                Exit::BadInput,
+                "--partitions must be at least 1",
+            ));
+        }
+        let value: serde_json::Value = serde_json::from_str(&a.payload)
+            .map_err(|e| Failure::new(Exit::BadInput, format!("--json is not valid JSON: {e}")))?;
+        let t = self.topic_with(&a.topic, partitions)?;
+        let bytes = dq_core::payload::encode(&value, self.client.config().max_payload)?;
+        let mut call = t.enqueue(bytes);
+        if let Some(key) = &a.key {
+            call = call.key(key.clone());
+        }
+        if let Some(after) = a.after {
+            call = call.delay(after);
+        }
+        if let Some(at) = a.at {
+            call = call.at(SystemTime::from(at));
+        }
+        if a.replace {
+            call = call.replace();
+        }
+        let done = call.await?;
+        let key = done.key.to_string();
+        match done.outcome {
+            EnqueueOutcome::Created => println!("enqueued {key}"),
+            EnqueueOutcome::Replaced => println!("replaced {key}"),
+            EnqueueOutcome::Ended => println!("enqueued {key} (it has run already)"),
+            EnqueueOutcome::Exists(state) => {
+                return Err(Failure::new(
+                    Exit::Failed,
+                    format!(
+                        "a job with key {key:?} exists ({state}); nothing written{}",
+                        if a.replace {
+                            ""
+                        } else {
+                            " (--replace replaces a waiting or dead one)"
+                        }
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The filter in words, for the confirmation prompt.
+fn describe(filter: &DeadFilter) -> String {
+    let mut parts = Vec::new();
+    if let Some(text) = &filter.error_contains {
+        parts.push(format!("whose last error contains {text:?}"));
+    }
+    if let Some(age) = filter.older_than {
+        parts.push(format!(
+            "that died more than {} ago",
+            humantime::format_duration(age)
+        ));
+    }
+    if parts.is_empty() {
+        "all".into()
+    } else {
+        format!("those {}", parts.join(" and "))
+    }
+}
+
+/// Asks on the terminal; refuses (bad input) when standard input is not one, so that a
+/// script never waits on a prompt nobody sees.
+fn confirm(question: &str) -> Outcome {
+    if !std::io::stdin().is_terminal() {
+        return Err(Failure::new(
+            Exit::BadInput,
+            format!("{question} — standard input is not a terminal: pass --yes to go ahead"),
+        ));
+    }
+    eprint!("{question} [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        Ok(())
+    } else {
+        Err(Failure::new(Exit::Aborted, "aborted; nothing done"))
+    }
+}

@@ -1,0 +1,333 @@
+//! What the commands print: the JSON shapes of `--json` (serde structs, stable field names)
+//! and their text rendering, with times as RFC 3339 and "in 5m" / "3m ago".
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use dq_core::{JobInfo, TopicMeta, TopicStats};
+use serde::Serialize;
+
+/// A store time (Unix ms) as RFC 3339, to the millisecond.
+pub fn rfc3339(ms: u64) -> String {
+    let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => format!("{t:.3}"),
+        Err(_) => format!("{ms} ms"),
+    }
+}
+
+/// A time relative to `now_ms`: "in 5m", "3m 20s ago", "now".
+pub fn relative(ms: u64, now_ms: u64) -> String {
+    // Whole seconds: milliseconds are noise at an operator's scale.
+    let span = |d: u64| humantime::format_duration(Duration::from_secs(d / 1000)).to_string();
+    if ms >= now_ms + 1000 {
+        format!("in {}", span(ms - now_ms))
+    } else if now_ms >= ms + 1000 {
+        format!("{} ago", span(now_ms - ms))
+    } else {
+        "now".into()
+    }
+}
+
+/// A duration in ms, for lateness.
+pub fn millis(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        humantime::format_duration(Duration::from_secs(ms / 1000)).to_string()
+    }
+}
+
+/// One topic of `dq topics`.
+#[derive(Serialize)]
+pub struct TopicRow {
+    /// Its name.
+    pub topic: String,
+    /// Its recorded partition count.
+    pub partitions: u16,
+    /// When it was first recorded, RFC 3339.
+    pub created: String,
+}
+
+impl From<&TopicMeta> for TopicRow {
+    fn from(m: &TopicMeta) -> TopicRow {
+        TopicRow {
+            topic: m.topic.to_string(),
+            partitions: m.partitions,
+            created: rfc3339(m.created_ms),
+        }
+    }
+}
+
+/// One topic's stats, as `dq stats` prints them.
+#[derive(Serialize)]
+pub struct StatsView {
+    /// The topic.
+    pub topic: String,
+    /// Its partition count.
+    pub partitions: u16,
+    /// Jobs waiting for their due time.
+    pub scheduled: u64,
+    /// Due and waiting for a worker.
+    pub ready: u64,
+    /// Running.
+    pub active: u64,
+    /// Waiting for a retry.
+    pub retry: u64,
+    /// In the dead queue.
+    pub dead: u64,
+    /// Due but not yet moved to ready.
+    pub overdue: u64,
+    /// How long the most overdue job has waited, ms.
+    pub oldest_overdue_ms: u64,
+    /// Counters since the topic began.
+    pub counters: Counters,
+    /// Live workers of the topic, once the client can list them (`null` until then).
+    pub workers: Option<u64>,
+}
+
+/// A topic's counters.
+#[derive(Serialize)]
+pub struct Counters {
+    /// Jobs enqueued (created or replaced).
+    pub enqueued: u64,
+    /// Jobs that succeeded.
+    pub succeeded: u64,
+    /// Failed attempts scheduled for retry.
+    pub retried: u64,
+    /// Jobs moved to the dead queue.
+    pub buried: u64,
+    /// Leases that expired.
+    pub expired: u64,
+    /// Jobs cancelled.
+    pub cancelled: u64,
+    /// Dead jobs trimmed by cap or retention.
+    pub trimmed: u64,
+}
+
+impl StatsView {
+    /// The view of `s` for `topic`.
+    pub fn new(topic: &str, partitions: u16, s: &TopicStats) -> StatsView {
+        StatsView {
+            topic: topic.to_owned(),
+            partitions,
+            scheduled: s.scheduled,
+            ready: s.ready,
+            active: s.active,
+            retry: s.retry,
+            dead: s.dead,
+            overdue: s.overdue,
+            oldest_overdue_ms: s.oldest_overdue_ms,
+            counters: Counters {
+                enqueued: s.enqueued,
+                succeeded: s.succeeded,
+                retried: s.retried,
+                buried: s.buried,
+                expired: s.expired,
+                cancelled: s.cancelled,
+                trimmed: s.trimmed,
+            },
+            workers: None,
+        }
+    }
+}
+
+/// The text table of several topics' stats.
+pub fn stats_table(rows: &[StatsView]) -> String {
+    let width = rows.iter().map(|r| r.topic.len()).max().unwrap_or(0).max(5);
+    let mut out = format!(
+        "{:width$}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>14}  {:>9}\n",
+        "TOPIC",
+        "SCHEDULED",
+        "READY",
+        "ACTIVE",
+        "RETRY",
+        "DEAD",
+        "OVERDUE",
+        "OLDEST OVERDUE",
+        "WORKERS"
+    );
+    for r in rows {
+        let workers = r.workers.map_or_else(|| "-".to_owned(), |w| w.to_string());
+        let _ = writeln!(
+            out,
+            "{:width$}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>14}  {:>9}",
+            r.topic,
+            r.scheduled,
+            r.ready,
+            r.active,
+            r.retry,
+            r.dead,
+            r.overdue,
+            millis(r.oldest_overdue_ms),
+            workers
+        );
+    }
+    out
+}
+
+/// One topic's stats in full, as text.
+pub fn stats_detail(r: &StatsView) -> String {
+    let c = &r.counters;
+    let workers = r.workers.map_or_else(|| "-".to_owned(), |w| w.to_string());
+    format!(
+        "topic           {}  ({} partitions)\n\
+         scheduled       {}\nready           {}\nactive          {}\nretry           {}\n\
+         dead            {}\noverdue         {}\noldest overdue  {}\nlive workers    {}\n\
+         counters        enqueued {}, succeeded {}, retried {}, buried {}, expired {}, \
+         cancelled {}, trimmed {}\n",
+        r.topic,
+        r.partitions,
+        r.scheduled,
+        r.ready,
+        r.active,
+        r.retry,
+        r.dead,
+        r.overdue,
+        millis(r.oldest_overdue_ms),
+        workers,
+        c.enqueued,
+        c.succeeded,
+        c.retried,
+        c.buried,
+        c.expired,
+        c.cancelled,
+        c.trimmed
+    )
+}
+
+/// A job, as `dq job` and `dq dead list` print it.
+#[derive(Serialize)]
+pub struct JobOut {
+    /// Its topic.
+    pub topic: String,
+    /// Its key.
+    pub key: String,
+    /// Its state.
+    pub state: String,
+    /// When it is (was) due; for retry, the next attempt.
+    pub due: String,
+    /// When it was enqueued.
+    pub created: String,
+    /// Attempts started.
+    pub attempts: u32,
+    /// For a running job, when its lease runs out.
+    pub lease_deadline: Option<String>,
+    /// For a dead job, when it died.
+    pub died: Option<String>,
+    /// Its failed or deferred attempts, oldest first.
+    pub history: Vec<AttemptOut>,
+    /// The payload decoded from MessagePack, or `null` if it does not decode.
+    pub payload: Option<serde_json::Value>,
+    /// Why the payload does not decode, if it does not.
+    pub payload_error: Option<String>,
+    /// The payload's size in bytes.
+    pub payload_bytes: usize,
+}
+
+/// One attempt of a job's history.
+#[derive(Serialize)]
+pub struct AttemptOut {
+    /// Which attempt.
+    pub attempt: u32,
+    /// When it ended.
+    pub at: String,
+    /// failed, lease_expired, deferred or buried.
+    pub outcome: String,
+    /// The error text.
+    pub error: String,
+}
+
+impl JobOut {
+    /// The view of `info`, its payload decoded from MessagePack to JSON.
+    pub fn new(topic: &str, info: &JobInfo) -> JobOut {
+        let (payload, payload_error) =
+            match rmp_serde::from_slice::<serde_json::Value>(&info.payload) {
+                Ok(v) => (Some(v), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+        JobOut {
+            topic: topic.to_owned(),
+            key: info.key.to_string(),
+            state: info.state.to_string(),
+            due: rfc3339(info.due_ms),
+            created: rfc3339(info.created_ms),
+            attempts: info.attempts,
+            lease_deadline: info.lease_deadline_ms.map(rfc3339),
+            died: info.died_ms.map(rfc3339),
+            history: info
+                .history
+                .iter()
+                .map(|a| AttemptOut {
+                    attempt: a.attempt,
+                    at: rfc3339(a.at_ms),
+                    outcome: match a.outcome {
+                        dq_core::AttemptOutcome::Failed => "failed",
+                        dq_core::AttemptOutcome::LeaseExpired => "lease_expired",
+                        dq_core::AttemptOutcome::Deferred => "deferred",
+                        dq_core::AttemptOutcome::Buried => "buried",
+                    }
+                    .to_owned(),
+                    error: a.error.clone(),
+                })
+                .collect(),
+            payload,
+            payload_error,
+            payload_bytes: info.payload.len(),
+        }
+    }
+}
+
+/// One job in full, as text.
+pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
+    let mut out = format!(
+        "topic     {}\nkey       {}\nstate     {}\ndue       {} ({})\ncreated   {}\nattempts  {}\n",
+        j.topic,
+        j.key,
+        j.state,
+        j.due,
+        relative(info.due_ms, now_ms),
+        j.created,
+        j.attempts
+    );
+    if let (Some(d), Some(ms)) = (&j.lease_deadline, info.lease_deadline_ms) {
+        let _ = writeln!(out, "lease     until {d} ({})", relative(ms, now_ms));
+    }
+    if let (Some(d), Some(ms)) = (&j.died, info.died_ms) {
+        let _ = writeln!(out, "died      {d} ({})", relative(ms, now_ms));
+    }
+    if j.history.is_empty() {
+        out.push_str("errors    none\n");
+    } else {
+        out.push_str("errors\n");
+        for a in &j.history {
+            let _ = writeln!(out, "  #{} {} {}: {}", a.attempt, a.at, a.outcome, a.error);
+        }
+    }
+    match (&j.payload, &j.payload_error) {
+        (Some(v), _) => {
+            let pretty = serde_json::to_string_pretty(v).unwrap_or_default();
+            let _ = writeln!(out, "payload   {pretty}");
+        }
+        (None, e) => {
+            let _ = writeln!(
+                out,
+                "payload   {} bytes, not MessagePack that maps to JSON ({})",
+                j.payload_bytes,
+                e.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    out
+}
+
+/// One line per dead job: key, when it died, attempts, last error.
+pub fn dead_line(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
+    let died = info
+        .died_ms
+        .map_or_else(String::new, |ms| relative(ms, now_ms));
+    let last = j.history.last().map_or("", |a| a.error.as_str());
+    // One line per job: errors are cut at the first line break.
+    let last = last.lines().next().unwrap_or("");
+    format!("{}\t{}\t{}\t{}", j.key, died, j.attempts, last)
+}
