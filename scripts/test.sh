@@ -41,10 +41,10 @@ cargo deny --log-level error check licenses bans sources
 # run. So the verification builds in a target dir of its own, whose dq crates are cleared, and
 # the sources extracted from earlier packages are removed.
 verify=target/package-verify
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/dq-{syntax,macros,core,worker}-[0-9]* \
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/dq-{syntax,macros,core,worker,dashboard,cli}-[0-9]* \
   "$verify"/debug/.fingerprint/dq* "$verify"/debug/deps/*dq*
 CARGO_TARGET_DIR="$verify" cargo package --quiet --allow-dirty \
-  -p dq-syntax -p dq-macros -p dq-core -p dq-worker -p dq -p dq-cli
+  -p dq-syntax -p dq-macros -p dq-core -p dq-worker -p dq -p dq-dashboard -p dq-cli
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"

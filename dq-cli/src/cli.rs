@@ -23,7 +23,8 @@ Examples:
   dq dead list orders.close --error-contains 503 --limit 50
   dq dead requeue orders.close --all --error-contains 'partner API'
   dq dead purge orders.close --older-than 7d --yes
-  dq enqueue orders.close --key order-7 --json '{\"order\":7}' --in 5m";
+  dq enqueue orders.close --key order-7 --json '{\"order\":7}' --in 5m
+  dq dashboard --listen 127.0.0.1:8080 --read-only";
 
 /// `dq`: operate dq job queues on Redis — inspect topics, stats and jobs; cancel and
 /// reschedule jobs; list, requeue and purge the dead queue; enqueue a job by hand.
@@ -89,6 +90,27 @@ pub enum Command {
 
     /// Enqueue a job by hand, its payload given as JSON (stored as MessagePack).
     Enqueue(EnqueueArgs),
+
+    /// Serve the web dashboard (topics, jobs, the dead queue) until Ctrl-C.
+    Dashboard(DashboardArgs),
+}
+
+/// `dq dashboard`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Authentication comes from the environment, never from the command line:
+  DQ_DASHBOARD_TOKEN      require `Authorization: Bearer <token>`
+  DQ_DASHBOARD_PASSWORD   else require basic auth with this password
+  DQ_DASHBOARD_USER       the basic-auth user (default: dq)")]
+pub struct DashboardArgs {
+    /// Address to listen on. The default is loopback only; listening on another address
+    /// without DQ_DASHBOARD_TOKEN or DQ_DASHBOARD_PASSWORD is logged as a warning.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+
+    /// Show, never change: no buttons, and every POST is refused (403).
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 /// `--json` alone.

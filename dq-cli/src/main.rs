@@ -21,8 +21,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use cli::{
-    Cli, Command, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, JobArgs, RescheduleArgs,
-    StatsArgs,
+    Cli, Command, DashboardArgs, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, JobArgs,
+    RescheduleArgs, StatsArgs,
 };
 use fail::{Exit, Failure, Outcome};
 use view::{JobOut, StatsView, TopicRow};
@@ -60,6 +60,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Dead(DeadCommand::Requeue(a)) => ctx.dead_bulk(a, DeadAction::Requeue).await,
         Command::Dead(DeadCommand::Purge(a)) => ctx.dead_bulk(a, DeadAction::Purge).await,
         Command::Enqueue(a) => ctx.enqueue(a).await,
+        Command::Dashboard(a) => ctx.dashboard(a).await,
     }
 }
 
@@ -457,6 +458,40 @@ impl Ctx {
                 format!("not in the dead queue: {}", missing.join(", ")),
             ))
         }
+    }
+
+    /// Serves the dashboard on `a.listen` until Ctrl-C, with the authentication the
+    /// environment asks for.
+    async fn dashboard(self, a: DashboardArgs) -> Outcome {
+        let auth = dq_dashboard::Auth::from_env();
+        if !a.listen.ip().is_loopback() && matches!(auth, dq_dashboard::Auth::None) {
+            eprintln!(
+                "dq: warning: the dashboard listens on {} with no authentication; set \
+                 DQ_DASHBOARD_TOKEN or DQ_DASHBOARD_PASSWORD",
+                a.listen
+            );
+        }
+        let opts = dq_dashboard::DashboardOptions::default()
+            .read_only(a.read_only)
+            .auth(auth);
+        let listener = tokio::net::TcpListener::bind(a.listen).await.map_err(|e| {
+            Failure::new(
+                Exit::BadInput,
+                format!("cannot listen on {}: {e}", a.listen),
+            )
+        })?;
+        eprintln!(
+            "dq: dashboard on http://{}/{}",
+            listener.local_addr()?,
+            if a.read_only { " (read-only)" } else { "" }
+        );
+        dq_dashboard::serve_on(listener, self.client, opts, async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+        .await?;
+        Ok(())
     }
 
     async fn enqueue(&self, a: EnqueueArgs) -> Outcome {

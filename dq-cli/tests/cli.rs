@@ -828,3 +828,93 @@ async fn bulk_operations_ask_on_a_terminal() {
     assert!(run.stdout.contains("purged 3"), "{}", run.stdout);
     assert!(w.dead_keys("multi").await.is_empty());
 }
+
+/// Kills the `dq dashboard` child it holds when the test ends, also on panic.
+struct Serving(std::process::Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.0 request to `addr`; returns the status code and the body.
+fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the dashboard");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).expect("read the reply");
+    let status = reply
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {reply:?}"));
+    (status, reply)
+}
+
+#[tokio::test]
+async fn dashboard_serves_the_topics_and_read_only_refuses_changes() {
+    use std::io::BufRead;
+    let w = World::new().await;
+    w.topic("shown")
+        .enqueue(vec![0x90])
+        .key("a")
+        .await
+        .expect("enqueue");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(["--url", &w.url, "--namespace", &w.ns])
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--read-only"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env_remove("DQ_DASHBOARD_TOKEN")
+        .env_remove("DQ_DASHBOARD_PASSWORD")
+        .spawn()
+        .expect("start dq dashboard");
+    let stderr = child.stderr.take().unwrap();
+    let serving = Serving(child);
+    // The first line names the address the dashboard bound (port 0 → a free port); a line
+    // read blocks at most until the child exits, which the guard's kill guarantees.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("dq dashboard printed where it listens");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    assert!(line.contains("read-only"), "{line}");
+    let (status, page) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || http(&addr, "GET", "/")
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("shown"),
+        "the overview lists the topic: {page}"
+    );
+    let (status, reply) = tokio::task::spawn_blocking(move || http(&addr, "POST", "/"))
+        .await
+        .unwrap();
+    assert_eq!(status, 403, "{reply}");
+    drop(serving);
+}
