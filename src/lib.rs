@@ -27,7 +27,7 @@ pub use dq_core::{
 // Inspecting jobs.
 pub use dq_core::{
     AttemptOutcome, AttemptRecord, AttemptView, Cursor, JobInfo, JobPage, JobState, JobView,
-    MAX_PAGE, Page, TopicMeta, TopicStats,
+    MAX_PAGE, Page, TopicMeta, TopicStats, WorkerInfo,
 };
 
 // Writing handlers.

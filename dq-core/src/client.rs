@@ -215,6 +215,15 @@ impl Client {
         Ok(f(meta))
     }
 
+    /// The live workers of the store (for Redis: of this client's namespace), by id: each
+    /// running worker beats every few seconds (see `WorkerBuilder::heartbeat` in dq-worker),
+    /// and one that stops beating — crashed, frozen, cut off from Redis — is left out once
+    /// its heartbeat expires (three beats). One store round trip; what tools show as
+    /// "processes". An empty list while jobs are due means nothing runs them.
+    pub async fn workers(&self) -> Result<Vec<crate::workers::WorkerInfo>> {
+        self.store.workers().await
+    }
+
     /// Every topic recorded in the store (for Redis: in this client's namespace), by name,
     /// with its metadata: the topics some producer or worker has used.
     pub async fn topics(&self) -> Result<Vec<TopicMeta>> {

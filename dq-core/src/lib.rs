@@ -16,6 +16,7 @@ pub mod retry;
 pub use dq_syntax as retry_syntax;
 pub mod store;
 pub mod topic;
+pub mod workers;
 
 #[allow(deprecated)]
 pub use client::BulkJob;
@@ -43,6 +44,7 @@ pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{Store, WakeListener};
 pub use topic::TopicMeta;
+pub use workers::WorkerInfo;
 
 #[doc(hidden)]
 pub use inventory;

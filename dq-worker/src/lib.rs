@@ -14,6 +14,7 @@
 //! | `in_flight` | the running jobs, shared by runner, completer and lease keeper |
 //! | `dead` | dead letters: the one place a job buried by this worker is logged and handed to `on_dead` |
 //! | `health` | what a running worker says about itself (`WorkerHandle::health`) |
+//! | `heartbeat` | this worker's entry in the store's live workers (`Client::workers`) |
 //! | `error` | why a worker could not start |
 
 mod completer;
@@ -21,6 +22,7 @@ mod dead;
 mod error;
 mod fetcher;
 mod health;
+mod heartbeat;
 mod in_flight;
 mod lease_keeper;
 mod registry;

@@ -28,7 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{Client, JobDescriptor, JobKey, SharedData, Store, TopicMeta};
+use dq_core::{Client, JobDescriptor, JobKey, SharedData, Store, TopicMeta, WorkerInfo};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -38,6 +38,7 @@ use crate::dead::{DeadJob, DeadLetters, OnDead};
 use crate::error::WorkerError;
 use crate::fetcher::{FetchSettings, Fetcher};
 use crate::health::{FetcherHealth, MissingDataLog, WorkerHealth};
+use crate::heartbeat::{BeatHealth, Heartbeat};
 use crate::in_flight::InFlight;
 use crate::lease_keeper::LeaseKeeper;
 use crate::registry::{self, Selection, TopicRuntime};
@@ -58,6 +59,7 @@ pub struct WorkerBuilder {
     on_dead: Option<OnDead>,
     extra: Vec<&'static JobDescriptor>,
     registered: bool,
+    heartbeat: Duration,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -154,6 +156,16 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the worker writes its heartbeat to the store (default 5 s; at least 50 ms).
+    /// The heartbeat lists it in [`Client::workers`](dq_core::Client::workers) and lasts
+    /// three beats: a worker that stops beating (crashed, frozen, cut off) drops out of the
+    /// list within three beats. Each beat also tells [`WorkerHandle::health`] whether the
+    /// worker reaches the store.
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.heartbeat = every;
+        self
+    }
+
     /// Calls `hook` each time this worker moves a job to the dead queue — the place to alert
     /// someone. Runs on its own task; a slow hook delays nothing else.
     pub fn on_dead<F, Fut>(mut self, hook: F) -> Self
@@ -197,6 +209,11 @@ impl WorkerBuilder {
                 "idle_wait must be at least 10 ms".into(),
             ));
         }
+        if self.heartbeat < Duration::from_millis(50) {
+            return Err(WorkerError::InvalidSetting(
+                "heartbeat must be at least 50 ms".into(),
+            ));
+        }
         if self.missing_data_delay < Duration::from_millis(100) {
             return Err(WorkerError::InvalidSetting(
                 "missing_data_delay must be at least 100 ms".into(),
@@ -231,6 +248,7 @@ impl WorkerBuilder {
             shutdown_timeout: self.shutdown_timeout,
             missing_data_delay: self.missing_data_delay,
             on_dead: self.on_dead,
+            heartbeat: self.heartbeat,
         })
     }
 }
@@ -255,6 +273,7 @@ pub struct Worker {
     shutdown_timeout: Duration,
     missing_data_delay: Duration,
     on_dead: Option<OnDead>,
+    heartbeat: Duration,
 }
 
 impl std::fmt::Debug for Worker {
@@ -283,6 +302,7 @@ impl Worker {
             on_dead: None,
             extra: Vec::new(),
             registered: true,
+            heartbeat: Duration::from_secs(5),
         }
     }
 
@@ -386,7 +406,27 @@ impl Worker {
                 fetchers.push(tokio::spawn(fetcher.run()));
             }
         }
+        let info = WorkerInfo::new(
+            self.topics.iter().map(|t| t.topic.to_string()).collect(),
+            self.topics.iter().map(|t| t.concurrency).sum(),
+            dq_core::job::unix_ms(std::time::SystemTime::now()),
+        );
+        let beat_stop = CancellationToken::new();
+        let beat_health = Arc::new(std::sync::Mutex::new(BeatHealth::default()));
+        let worker_id = info.id.clone();
+        let beat = tokio::spawn(
+            Heartbeat {
+                store: self.store.clone(),
+                info,
+                in_flight: in_flight.clone(),
+                every: self.heartbeat,
+                stop: beat_stop.clone(),
+                health: beat_health.clone(),
+            }
+            .run(),
+        );
         tracing::info!(
+            id = %worker_id,
             topics = self.topics.len(),
             fetchers = fetchers.len(),
             "worker started"
@@ -406,6 +446,10 @@ impl Worker {
             health,
             missing_data,
             dead,
+            worker_id,
+            beat,
+            beat_stop,
+            beat_health,
         }
     }
 }
@@ -443,6 +487,10 @@ pub struct WorkerHandle {
     health: Vec<Arc<std::sync::Mutex<FetcherHealth>>>,
     missing_data: MissingDataLog,
     dead: DeadLetters,
+    worker_id: String,
+    beat: JoinHandle<()>,
+    beat_stop: CancellationToken,
+    beat_health: Arc<std::sync::Mutex<BeatHealth>>,
 }
 
 impl std::fmt::Debug for WorkerHandle {
@@ -455,6 +503,11 @@ impl std::fmt::Debug for WorkerHandle {
 }
 
 impl WorkerHandle {
+    /// This worker's id, as [`Client::workers`](dq_core::Client::workers) lists it.
+    pub fn id(&self) -> &str {
+        &self.worker_id
+    }
+
     /// How many jobs are running now.
     pub fn running(&self) -> usize {
         self.in_flight.len()
@@ -475,7 +528,16 @@ impl WorkerHandle {
     /// [`FetcherHealth::last_error_permanent`]) needs an operator, and so does any entry in
     /// [`WorkerHealth::missing_data`] (a misdeployed worker: its jobs are deferred, not run).
     pub fn health(&self) -> WorkerHealth {
+        let beat = self
+            .beat_health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         WorkerHealth {
+            worker_id: self.worker_id.clone(),
+            reaches_store: beat.last_ok,
+            last_heartbeat_at: beat.last_ok_at,
+            heartbeat_error: beat.last_error,
             fetchers: self
                 .health
                 .iter()
@@ -540,6 +602,9 @@ impl WorkerHandle {
         self.dead.finish().await;
         self.keeper_stop.cancel();
         let _ = (&mut self.keeper).await;
+        // Last: the worker is listed as live while it drains.
+        self.beat_stop.cancel();
+        let _ = (&mut self.beat).await;
         tracing::info!(drained, released, "worker stopped");
         ShutdownReport { released, drained }
     }

@@ -19,6 +19,7 @@ mod record;
 mod scripts;
 mod topics;
 mod url;
+mod workers;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -48,6 +49,7 @@ use crate::job::{
 };
 use crate::names::{JobKey, Topic};
 use crate::topic::TopicMeta;
+use crate::workers::WorkerInfo;
 
 /// How dq connects to Redis and what it accepts of the server.
 #[derive(Clone, Debug)]
@@ -888,6 +890,18 @@ impl Store for RedisStore {
 
     async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>> {
         self.reset_topic_record(topic).await
+    }
+
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()> {
+        self.beat_worker_record(worker, ttl).await
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.live_workers().await
+    }
+
+    async fn remove_worker(&self, id: &str) -> Result<bool> {
+        self.remove_worker_record(id).await
     }
 
     async fn now_ms(&self) -> Result<u64> {

@@ -75,6 +75,8 @@ pub(crate) struct Scripts {
     pub list: LuaScript,
     /// Namespace-wide: the topic registry (see `layout::topics_key`).
     pub topic: LuaScript,
+    /// Namespace-wide: the live workers' heartbeats (see `layout::workers_key`).
+    pub workers: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -95,6 +97,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     // No flags: an existing topic is only read, which works at `maxmemory`; recording a new
     // one there fails with OOM like an enqueue (its jobs could not be stored either).
     topic: script!("topic"),
+    // A heartbeat replaces a value of the same size: it must go on at `maxmemory`, or every
+    // worker would look dead exactly when the server is full.
+    workers: script!("workers", ALLOW_OOM),
 });
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
@@ -225,6 +230,7 @@ mod tests {
             &s.dead_page,
             &s.list,
             &s.topic,
+            &s.workers,
         ];
         assert_eq!(
             all.len(),
