@@ -42,6 +42,12 @@ pub use dq_worker::{
     WorkerHandle, WorkerHealth,
 };
 
+/// dq's metrics (the `metrics` crate's facade): their names, [`metrics::describe`] and the
+/// optional queue-depth collector [`metrics::spawn_stats_collector`].
+pub mod metrics {
+    pub use dq_core::metrics::*;
+}
+
 /// Payload encoding: MessagePack (`rmp-serde`), with a size limit. For producers and tools that
 /// use the untyped [`TopicClient`] and handle payload bytes themselves.
 pub mod payload {

@@ -127,6 +127,16 @@ impl Client {
         &self.config
     }
 
+    /// The untyped API of `topic` with a given partition count (the store's, for tools that
+    /// read every registered topic whatever this client is configured with).
+    pub(crate) fn topic_with(&self, topic: Topic, partitions: u16) -> TopicClient {
+        TopicClient {
+            client: self.clone(),
+            topic,
+            partitions,
+        }
+    }
+
     /// The untyped API of one topic: raw MessagePack payloads, any topic name.
     pub fn topic(&self, name: &str) -> Result<TopicClient> {
         let topic = Topic::new(name)?;
@@ -751,6 +761,13 @@ impl TopicClient {
         .retry(retrying())
         .when(|e| e.is_retryable() && started.elapsed() < ENQUEUE_RETRY_WINDOW)
         .await
+        .inspect(|outcomes| {
+            let stored = outcomes
+                .iter()
+                .filter(|o| matches!(o, EnqueueOutcome::Created | EnqueueOutcome::Replaced))
+                .count();
+            crate::metrics::enqueued(self.topic.as_str(), stored as u64);
+        })
     }
 
     /// Cancels a job that has not started.
@@ -765,6 +782,9 @@ impl TopicClient {
         self.ensure().await?;
         let (queue, store) = (&self.queue_of(&key), &self.client.store);
         let (outcome, ambiguous) = retry_harmless(|| store.cancel(queue, &key), true).await?;
+        if outcome == CancelOutcome::Cancelled {
+            crate::metrics::cancelled(self.topic.as_str());
+        }
         Ok(match outcome {
             CancelOutcome::NotFound if ambiguous => CancelOutcome::Gone,
             other => other,

@@ -9,6 +9,7 @@ pub mod error;
 pub mod handler;
 pub mod inspect;
 pub mod job;
+pub mod metrics;
 pub mod names;
 pub mod payload;
 pub mod retry;

@@ -305,13 +305,16 @@ impl RedisStore {
             .arg(keys.len())
             .arg(&keys[..]);
         args(&mut evalsha);
-        self.conn
+        let sent = std::time::Instant::now();
+        let result = self
+            .conn
             .call(async |conn| {
                 conn.eval(&script.script, &script.source, &evalsha, first)
                     .await
             })
-            .await
-            .map_err(|e| script_error(script, e))
+            .await;
+        crate::metrics::store_call(script.name, sent.elapsed(), result.is_ok());
+        result.map_err(|e| script_error(script, e))
     }
 }
 
