@@ -142,13 +142,26 @@ pub fn spawn_stats_collector(client: Client, every: Duration) -> tokio::task::Jo
     })
 }
 
-/// One round of the stats collector: sets the queue gauges of every registered topic.
+/// One round of the stats collector: sets the queue gauges of every registered topic. A
+/// topic whose stats cannot be read is logged at WARN and skipped (its gauges keep their
+/// last values); only a failure to list the topics is an error.
 pub async fn collect_once(client: &Client) -> crate::Result<()> {
     for meta in client.topics().await? {
-        let stats = client
+        let stats = match client
             .topic_with(meta.topic.clone(), meta.partitions)
             .stats()
-            .await?;
+            .await
+        {
+            Ok(stats) => stats,
+            Err(e) => {
+                tracing::warn!(
+                    topic = %meta.topic,
+                    error = %e,
+                    "stats collector: could not read the topic"
+                );
+                continue;
+            }
+        };
         let topic = meta.topic.to_string();
         for (state, n) in QUEUE_STATES.into_iter().zip([
             stats.scheduled,

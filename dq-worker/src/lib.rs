@@ -34,4 +34,4 @@ pub mod worker;
 pub use dead::DeadJob;
 pub use error::WorkerError;
 pub use health::{FetcherHealth, MissingDataReport, WorkerHealth};
-pub use worker::{ShutdownReport, Worker, WorkerBuilder, WorkerHandle};
+pub use worker::{HealthProbe, ShutdownReport, Worker, WorkerBuilder, WorkerHandle};

@@ -412,6 +412,7 @@ impl Worker {
             dq_core::job::unix_ms(std::time::SystemTime::now()),
         );
         let beat_stop = CancellationToken::new();
+        let in_flight_probe = in_flight.clone();
         let beat_health = Arc::new(std::sync::Mutex::new(BeatHealth::default()));
         let worker_id = info.id.clone();
         let beat = tokio::spawn(
@@ -443,13 +444,16 @@ impl Worker {
             keeper,
             keeper_stop,
             shutdown_timeout: self.shutdown_timeout,
-            health,
-            missing_data,
+            probe: HealthProbe {
+                fetchers: Arc::new(health),
+                in_flight: in_flight_probe,
+                missing_data,
+                worker_id: worker_id.into(),
+                beat: beat_health,
+            },
             dead,
-            worker_id,
             beat,
             beat_stop,
-            beat_health,
         }
     }
 }
@@ -484,13 +488,58 @@ pub struct WorkerHandle {
     keeper: JoinHandle<()>,
     keeper_stop: CancellationToken,
     shutdown_timeout: Duration,
-    health: Vec<Arc<std::sync::Mutex<FetcherHealth>>>,
-    missing_data: MissingDataLog,
+    probe: HealthProbe,
     dead: DeadLetters,
-    worker_id: String,
     beat: JoinHandle<()>,
     beat_stop: CancellationToken,
-    beat_health: Arc<std::sync::Mutex<BeatHealth>>,
+}
+
+/// A cheap, cloneable reader of a running worker's health, for a probe endpoint that lives
+/// apart from the [`WorkerHandle`] (which shutdown consumes): see
+/// [`WorkerHandle::health_probe`]. After shutdown it reports the worker's last state.
+#[derive(Clone)]
+pub struct HealthProbe {
+    fetchers: Arc<Vec<Arc<std::sync::Mutex<FetcherHealth>>>>,
+    in_flight: InFlight,
+    missing_data: MissingDataLog,
+    worker_id: Arc<str>,
+    beat: Arc<std::sync::Mutex<BeatHealth>>,
+}
+
+impl std::fmt::Debug for HealthProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthProbe")
+            .field("worker_id", &self.worker_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HealthProbe {
+    /// The worker's health now: see [`WorkerHandle::health`].
+    pub fn health(&self) -> WorkerHealth {
+        let beat = self
+            .beat
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        WorkerHealth {
+            worker_id: self.worker_id.to_string(),
+            reaches_store: beat.last_ok,
+            last_heartbeat_at: beat.last_ok_at,
+            heartbeat_error: beat.last_error,
+            fetchers: self
+                .fetchers
+                .iter()
+                .map(|h| {
+                    h.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone()
+                })
+                .collect(),
+            running: self.in_flight.len(),
+            missing_data: self.missing_data.snapshot(),
+        }
+    }
 }
 
 impl std::fmt::Debug for WorkerHandle {
@@ -505,7 +554,7 @@ impl std::fmt::Debug for WorkerHandle {
 impl WorkerHandle {
     /// This worker's id, as [`Client::workers`](dq_core::Client::workers) lists it.
     pub fn id(&self) -> &str {
-        &self.worker_id
+        &self.probe.worker_id
     }
 
     /// How many jobs are running now.
@@ -527,29 +576,18 @@ impl WorkerHandle {
     /// runs no job of its partition; one failing with an error retrying cannot fix (see
     /// [`FetcherHealth::last_error_permanent`]) needs an operator, and so does any entry in
     /// [`WorkerHealth::missing_data`] (a misdeployed worker: its jobs are deferred, not run).
+    ///
+    /// For a Kubernetes probe: [`WorkerHealth::reaches_store`] (the last heartbeat got
+    /// through) for liveness, [`WorkerHealth::is_healthy`] for readiness, and each fetcher's
+    /// [`FetcherHealth::last_call_at`] to tell a stuck fetcher. No store call.
     pub fn health(&self) -> WorkerHealth {
-        let beat = self
-            .beat_health
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        WorkerHealth {
-            worker_id: self.worker_id.clone(),
-            reaches_store: beat.last_ok,
-            last_heartbeat_at: beat.last_ok_at,
-            heartbeat_error: beat.last_error,
-            fetchers: self
-                .health
-                .iter()
-                .map(|h| {
-                    h.lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone()
-                })
-                .collect(),
-            running: self.in_flight.len(),
-            missing_data: self.missing_data.snapshot(),
-        }
+        self.probe.health()
+    }
+
+    /// A cloneable reader of this worker's health, for an HTTP probe route that must not own
+    /// the handle.
+    pub fn health_probe(&self) -> HealthProbe {
+        self.probe.clone()
     }
 
     /// Stops the worker: quiet, drain until the shutdown timeout, release the rest.
