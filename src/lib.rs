@@ -48,6 +48,12 @@ pub mod metrics {
     pub use dq_core::metrics::*;
 }
 
+/// Trace context carried with a job from producer to handler (written with the `otel`
+/// feature; read by every decoder).
+pub mod trace {
+    pub use dq_core::trace::*;
+}
+
 /// Payload encoding: MessagePack (`rmp-serde`), with a size limit. For producers and tools that
 /// use the untyped [`TopicClient`] and handle payload bytes themselves.
 pub mod payload {

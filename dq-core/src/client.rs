@@ -723,6 +723,16 @@ impl TopicClient {
     /// Validates one job and finds its partition.
     fn new_job(&self, job: JobSpec<Vec<u8>>) -> Result<(Queue, NewJob)> {
         payload::check_size(&job.payload, self.client.config.max_payload)?;
+        // The producer's trace context travels in front of the payload (not counted in its
+        // limit): see `crate::trace`.
+        #[cfg(feature = "otel")]
+        let job = match crate::trace::current_traceparent() {
+            Some(tp) => JobSpec {
+                payload: crate::trace::wrap(&tp, job.payload),
+                ..job
+            },
+            None => job,
+        };
         job.due.check()?;
         let key = match job.key {
             Some(k) => JobKey::new(k)?,

@@ -17,6 +17,7 @@ pub mod retry;
 pub use dq_syntax as retry_syntax;
 pub mod store;
 pub mod topic;
+pub mod trace;
 pub mod workers;
 
 #[allow(deprecated)]

@@ -81,6 +81,16 @@ pub(crate) async fn run(
         attempt = delivery.attempt,
         token = delivery.token,
     );
+    // Continue the producer's trace, if it stored one with the job (see `dq_core::trace`).
+    #[cfg(feature = "otel")]
+    if let Some(cx) = dq_core::trace::split(&delivery.payload)
+        .0
+        .and_then(dq_core::trace::context_of)
+    {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        // No OpenTelemetry layer installed: nothing to continue.
+        let _ = span.set_parent(cx);
+    }
     let outcome = async {
         // A delivery whose lease surely ran out before it could start (the process was paused
         // between the fetch and here, say) may already belong to another worker: never start
