@@ -306,11 +306,24 @@ async fn a_mixed_workload_is_counted_exactly() {
     );
     assert!(histogram_count(&m, "dq_store_call_seconds", &[("op", "fetch")]) > 0);
     assert!(histogram_count(&m, "dq_store_call_seconds", &[("op", "ack")]) > 0);
+    // Each operation's error counter exists from its first call (so alerts see a series),
+    // and stays at zero.
     let errors: Vec<_> = m
-        .keys()
-        .filter(|(_, name, _)| name == "dq_store_errors_total")
+        .iter()
+        .filter(|((_, name, _), v)| {
+            name == "dq_store_errors_total" && **v != DebugValue::Counter(0)
+        })
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        get(
+            &m,
+            MetricKind::Counter,
+            "dq_store_errors_total",
+            &[("op", "enqueue")]
+        ),
+        Some(&DebugValue::Counter(0))
+    );
 
     // Collector: depths by state; the dead job is the only job left.
     for topic in TOPICS {

@@ -114,12 +114,35 @@ pub(crate) fn cancelled(topic: &str) {
     metrics::counter!(JOBS_CANCELLED, "topic" => topic.to_owned()).increment(1);
 }
 
-/// Records one store call: its latency, and an error if it failed. `op` is a fixed name
-/// (the script's).
-pub(crate) fn store_call(op: &'static str, elapsed: Duration, ok: bool) {
-    metrics::histogram!(STORE_CALL, "op" => op).record(elapsed.as_secs_f64());
-    if !ok {
-        metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
+/// One store operation's metric handles (`op` = a fixed name), registered with the
+/// recorder on the operation's first call and kept: a call then costs two atomic operations.
+#[derive(Debug)]
+pub(crate) struct StoreOpMetrics {
+    op: &'static str,
+    handles: std::sync::OnceLock<(metrics::Histogram, metrics::Counter)>,
+}
+
+impl StoreOpMetrics {
+    /// Handles of operation `op`, registered on first use.
+    pub(crate) const fn new(op: &'static str) -> Self {
+        StoreOpMetrics {
+            op,
+            handles: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Records one call: its latency, and an error if it failed.
+    pub(crate) fn record(&self, elapsed: Duration, ok: bool) {
+        let (seconds, errors) = self.handles.get_or_init(|| {
+            (
+                metrics::histogram!(STORE_CALL, "op" => self.op),
+                metrics::counter!(STORE_ERRORS, "op" => self.op),
+            )
+        });
+        seconds.record(elapsed.as_secs_f64());
+        if !ok {
+            errors.increment(1);
+        }
     }
 }
 

@@ -313,7 +313,7 @@ impl RedisStore {
                     .await
             })
             .await;
-        crate::metrics::store_call(script.name, sent.elapsed(), result.is_ok());
+        script.metrics.record(sent.elapsed(), result.is_ok());
         result.map_err(|e| script_error(script, e))
     }
 }

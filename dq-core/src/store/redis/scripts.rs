@@ -21,6 +21,8 @@ pub(crate) struct LuaScript {
     pub script: Script,
     /// The full text sent by `SCRIPT LOAD` (on a cluster, to the node that lacks it).
     pub source: String,
+    /// Its metric handles (`op` = its name), registered on its first call.
+    pub metrics: crate::metrics::StoreOpMetrics,
     #[cfg(test)]
     pub body: &'static str,
 }
@@ -40,6 +42,7 @@ macro_rules! script {
             keys: script_keys($name).expect(concat!("the layout lists the KEYS of ", $name)),
             script: Script::new(&source),
             source,
+            metrics: crate::metrics::StoreOpMetrics::new($name),
             #[cfg(test)]
             body: include_str!(concat!("lua/", $name, ".lua")),
         }
