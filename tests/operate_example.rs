@@ -12,7 +12,7 @@ use dq_testkit::{RedisServer, eventually, eventually_some};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-const FAMILIES: [&str; 12] = [
+const FAMILIES: [&str; 13] = [
     "dq_jobs_enqueued_total",
     "dq_jobs_started_total",
     "dq_jobs_succeeded_total",
@@ -25,6 +25,7 @@ const FAMILIES: [&str; 12] = [
     "dq_jobs_running",
     "dq_queue_jobs",
     "dq_queue_oldest_overdue_seconds",
+    "dq_workers_live",
 ];
 
 /// The value of the sample `line_start` (a metric name with its labels, as rendered).
@@ -141,6 +142,7 @@ async fn the_example_serves_every_metric_family_and_health() {
         sample(&scrape, r#"dq_store_errors_total{op="enqueue"}"#),
         Some(1.0)
     );
+    assert_eq!(sample(&scrape, "dq_workers_live "), Some(1.0));
     // Histograms come with buckets, for quantiles across workers.
     assert_eq!(
         sample(&scrape, &format!("dq_job_lateness_seconds_count{t}")),

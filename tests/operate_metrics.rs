@@ -342,6 +342,9 @@ async fn a_mixed_workload_is_counted_exactly() {
         assert_eq!(gauge(&m, "dq_queue_oldest_overdue_seconds", &t(topic)), 0.0);
     }
 
+    // The worker stopped: no live worker left.
+    assert_eq!(gauge(&m, "dq_workers_live", &[]), 0.0);
+
     // Labels stay bounded: topics and fixed names, never a job key.
     for (_, name, labels) in m.keys() {
         for (k, v) in labels {

@@ -21,6 +21,7 @@
 //! | `dq_jobs_running` | gauge | topic | handlers running now, per worker process |
 //! | `dq_queue_jobs` | gauge | topic, state | jobs per state (collector) |
 //! | `dq_queue_oldest_overdue_seconds` | gauge | topic | how long the most overdue job has waited (collector) |
+//! | `dq_workers_live` | gauge | — | workers whose heartbeat is live (collector; `Client::workers`) |
 //!
 //! Recorders are looked up when a metric is first recorded: install yours before the first
 //! job runs (a worker's per-topic handles are registered on its topic's first job).
@@ -55,6 +56,9 @@ pub const QUEUE_JOBS: &str = "dq_queue_jobs";
 /// Gauge: seconds the most overdue job (due, not started) has waited, from the stats
 /// collector (`topic`).
 pub const QUEUE_OLDEST_OVERDUE: &str = "dq_queue_oldest_overdue_seconds";
+
+/// Gauge: workers whose heartbeat is live, from the stats collector (no labels).
+pub const WORKERS_LIVE: &str = "dq_workers_live";
 
 /// The `outcome` label values of [`JOBS_FAILED`]. Each failed run counts once, by what
 /// matters most to an operator: `dead` if the job was buried (whatever the cause), else
@@ -95,6 +99,7 @@ pub fn describe() {
     );
     describe_gauge!(JOBS_RUNNING, "Handlers running now in this process.");
     describe_gauge!(QUEUE_JOBS, "Jobs per state (stats collector).");
+    describe_gauge!(WORKERS_LIVE, "Workers whose heartbeat is live (stats collector).");
     describe_gauge!(
         QUEUE_OLDEST_OVERDUE,
         Unit::Seconds,
@@ -148,7 +153,8 @@ impl StoreOpMetrics {
 
 /// Starts the optional queue-depth collector on the current tokio runtime: every `every`, it
 /// reads the stats of every topic registered in the store (one `stats` call per partition)
-/// and sets `dq_queue_jobs{topic,state}` and `dq_queue_oldest_overdue_seconds{topic}`. One
+/// and sets `dq_queue_jobs{topic,state}` and `dq_queue_oldest_overdue_seconds{topic}`, and
+/// counts the live workers (`dq_workers_live`). One
 /// per deployment is enough (the figures are the store's, not the process's); abort the
 /// returned handle to stop it. A failed read is logged at WARN and tried again next time.
 pub fn spawn_stats_collector(client: Client, every: Duration) -> tokio::task::JoinHandle<()> {
@@ -169,6 +175,7 @@ pub fn spawn_stats_collector(client: Client, every: Duration) -> tokio::task::Jo
 /// topic whose stats cannot be read is logged at WARN and skipped (its gauges keep their
 /// last values); only a failure to list the topics is an error.
 pub async fn collect_once(client: &Client) -> crate::Result<()> {
+    metrics::gauge!(WORKERS_LIVE).set(client.workers().await?.len() as f64);
     for meta in client.topics().await? {
         let stats = match client
             .topic_with(meta.topic.clone(), meta.partitions)
