@@ -37,7 +37,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 #[dq::delayed_job(topic = "metrics.demo", retry = "fixed(200ms, 2)")]
 pub async fn demo(n: u32, ctx: JobContext) -> Result<(), JobError> {
     tokio::time::sleep(Duration::from_millis(5 * u64::from(n % 7))).await;
-    if n == 13 || (n % 3 == 0 && ctx.attempt == 1) {
+    if n == 13 || (n.is_multiple_of(3) && ctx.attempt == 1) {
         return Err(JobError::retry(format!("job {n} failed")));
     }
     Ok(())

@@ -99,7 +99,10 @@ pub fn describe() {
     );
     describe_gauge!(JOBS_RUNNING, "Handlers running now in this process.");
     describe_gauge!(QUEUE_JOBS, "Jobs per state (stats collector).");
-    describe_gauge!(WORKERS_LIVE, "Workers whose heartbeat is live (stats collector).");
+    describe_gauge!(
+        WORKERS_LIVE,
+        "Workers whose heartbeat is live (stats collector)."
+    );
     describe_gauge!(
         QUEUE_OLDEST_OVERDUE,
         Unit::Seconds,
