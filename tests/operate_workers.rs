@@ -94,3 +94,15 @@ async fn an_embedded_heartbeat_expires() {
     ));
     assert!(client.workers().await.unwrap().is_empty());
 }
+
+/// On a Redis Cluster the live workers are one hash-tag-free key, written and read by calls
+/// of their own: a worker lists itself there too, and removes itself on shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_lists_itself_on_a_cluster() {
+    let client = Client::builder()
+        .namespace(dq_testkit::namespace("operate-cluster"))
+        .connect(&dq_testkit::shared_cluster().url())
+        .await
+        .unwrap();
+    check(client).await;
+}
