@@ -9,8 +9,8 @@
 //! It installs `metrics-exporter-prometheus` as the recorder (dq only records through the
 //! `metrics` facade; the application picks the exporter), starts a worker and the stats
 //! collector, enqueues a few jobs (some fail and retry, one dies), then scrapes its own
-//! `GET /metrics` and prints dq's figures. Routes (axum, on `METRICS_ADDR`, default
-//! `127.0.0.1:9898`):
+//! `GET /metrics` and prints dq's figures. Routes (axum, on `METRICS_ADDR`; by default
+//! `127.0.0.1:9898` with `--serve`, a free port without):
 //!
 //! - `GET /metrics` — Prometheus text format;
 //! - `GET /health` — the worker's health as JSON, `200` when it reaches the store and every
@@ -174,7 +174,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One collector per deployment: queue depths by state, the oldest overdue job.
     let collector = dq::metrics::spawn_stats_collector(client.clone(), Duration::from_secs(1));
 
-    let addr = std::env::var("METRICS_ADDR").unwrap_or_else(|_| "127.0.0.1:9898".into());
+    // A fixed port to curl when serving; any free one for a run that only shows its scrape.
+    let serve_on = std::env::args().any(|a| a == "--serve");
+    let addr = std::env::var("METRICS_ADDR").unwrap_or_else(|_| {
+        if serve_on {
+            "127.0.0.1:9898"
+        } else {
+            "127.0.0.1:0"
+        }
+        .into()
+    });
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     let addr = listener.local_addr()?;
     let server = serve(
@@ -214,7 +223,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (status, body) = http_get(addr, "/workers").await?;
     println!("GET /workers -> {status}: {body}");
 
-    if std::env::args().any(|a| a == "--serve") {
+    if serve_on {
         println!("serving until Ctrl-C");
         tokio::signal::ctrl_c().await?;
     }
