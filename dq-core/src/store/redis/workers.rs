@@ -22,10 +22,13 @@ impl RedisStore {
         for a in args {
             invocation.arg(*a);
         }
-        self.conn
+        let sent = std::time::Instant::now();
+        let result = self
+            .conn
             .call(async |conn| invocation.invoke_async(conn).await)
-            .await
-            .map_err(|e| script_error(s, e))
+            .await;
+        s.metrics.record(sent.elapsed(), result.is_ok());
+        result.map_err(|e| script_error(s, e))
     }
 
     /// See [`Store::beat_worker`](crate::store::Store::beat_worker).
