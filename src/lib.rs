@@ -32,7 +32,7 @@ pub use dq_core::{
 // Inspecting jobs.
 pub use dq_core::{
     AttemptOutcome, AttemptRecord, AttemptView, Cursor, JobInfo, JobPage, JobState, JobView,
-    MAX_PAGE, Page, TopicMeta, TopicStats,
+    MAX_PAGE, Page, TopicMeta, TopicStats, WorkerInfo,
 };
 
 // Writing handlers.
@@ -43,9 +43,21 @@ pub use dq_core::{BulkStored, Error, JobKey, Result, Topic};
 
 // Running the worker.
 pub use dq_worker::{
-    DeadJob, FetcherHealth, MissingDataReport, ShutdownReport, Worker, WorkerBuilder, WorkerError,
-    WorkerHandle, WorkerHealth,
+    DeadJob, FetcherHealth, HealthProbe, MissingDataReport, ShutdownReport, Worker, WorkerBuilder,
+    WorkerError, WorkerHandle, WorkerHealth,
 };
+
+/// dq's metrics (the `metrics` crate's facade): their names, [`metrics::describe`] and the
+/// optional queue-depth collector [`metrics::spawn_stats_collector`].
+pub mod metrics {
+    pub use dq_core::metrics::*;
+}
+
+/// Trace context carried with a job from producer to handler (written with the `otel`
+/// feature; read by every decoder).
+pub mod trace {
+    pub use dq_core::trace::*;
+}
 
 /// Payload encoding: MessagePack (`rmp-serde`), with a size limit. For producers and tools that
 /// use the untyped [`TopicClient`] and handle payload bytes themselves.

@@ -70,7 +70,9 @@ impl TestQueue {
     ) -> Result<TestQueue, WorkerError> {
         let builder = Worker::builder(client.clone())
             .lease(Duration::from_secs(300))
-            .idle_wait(Duration::from_secs(3600));
+            .idle_wait(Duration::from_secs(3600))
+            // Rare: "400 days" of virtual time must not take millions of beats.
+            .heartbeat(Duration::from_secs(3600));
         let worker = configure(builder).build()?;
         let topics = worker.topics().map(str::to_owned).collect();
         Ok(TestQueue {

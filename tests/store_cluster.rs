@@ -108,7 +108,7 @@ async fn bad_cluster_urls_fail_at_connect() {
             .unwrap()
             .port()
     );
-    match Client::connect(&unreachable).await {
+    match Client::builder().fail_fast().connect(&unreachable).await {
         Err(e) => assert!(matches!(e, Error::Redis(_)), "{e:?}"),
         Ok(_) => panic!("connected to nothing"),
     }

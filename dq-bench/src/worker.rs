@@ -42,6 +42,10 @@ pub struct WorkerArgs {
     /// Extra: most jobs one fetch leases (dq's default when not given).
     #[arg(long)]
     pub max_fetch_batch: Option<usize>,
+    /// Extra: install a metrics recorder (Prometheus, nothing scraped) before the worker
+    /// starts, so dq's metrics are recorded for real (`all --only s3r-metrics` compares).
+    #[arg(long)]
+    pub metrics: bool,
     /// Extra: the tokio runtime (`multi`, the default, or `current`: one thread).
     #[arg(long, value_enum, default_value = "multi")]
     pub runtime: crate::Flavor,
@@ -56,6 +60,13 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
         return Err(format!("no worker runs {}", args.scenario.name()).into());
     }
     let topic = args.scenario.topic();
+    let prometheus = if args.metrics {
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        dq::metrics::describe();
+        Some(handle)
+    } else {
+        None
+    };
     let client = crate::connect(dq::DEFAULT_BULK_CHUNK).await?;
     crate::emit(&json!({"ready": true}));
     // The clock starts here, just before the worker is created.
@@ -77,7 +88,19 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(args.linger_ms)).await;
     }
     let report = handle.shutdown().await;
-    crate::emit(&result(&args, &recorder, timed_out, report.drained));
+    // What a scrape would see: proof the recorder recorded (the line reports it).
+    let recorded = prometheus.map(|p| {
+        p.render()
+            .lines()
+            .filter(|l| l.starts_with("dq_jobs_succeeded_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    });
+    let mut line = result(&args, &recorder, timed_out, report.drained);
+    if let (Some(n), serde_json::Value::Object(m)) = (recorded, &mut line) {
+        m.insert("metrics_succeeded".into(), json!(n));
+    }
+    crate::emit(&line);
     Ok(())
 }
 

@@ -131,6 +131,16 @@ impl Client {
         &self.config
     }
 
+    /// The untyped API of `topic` with a given partition count (the store's, for tools that
+    /// read every registered topic whatever this client is configured with).
+    pub(crate) fn topic_with(&self, topic: Topic, partitions: u16) -> TopicClient {
+        TopicClient {
+            client: self.clone(),
+            topic,
+            partitions,
+        }
+    }
+
     /// The untyped API of one topic: raw MessagePack payloads, any topic name.
     pub fn topic(&self, name: &str) -> Result<TopicClient> {
         let topic = Topic::new(name)?;
@@ -217,6 +227,15 @@ impl Client {
             });
         }
         Ok(f(meta))
+    }
+
+    /// The live workers of the store (for Redis: of this client's namespace), by id: each
+    /// running worker beats every few seconds (see `WorkerBuilder::heartbeat` in dq-worker),
+    /// and one that stops beating — crashed, frozen, cut off from Redis — is left out once
+    /// its heartbeat expires (three beats). One store round trip; what tools show as
+    /// "processes". An empty list while jobs are due means nothing runs them.
+    pub async fn workers(&self) -> Result<Vec<crate::workers::WorkerInfo>> {
+        self.store.workers().await
     }
 
     /// Every topic recorded in the store (for Redis: in this client's namespace), by name,
@@ -708,6 +727,16 @@ impl TopicClient {
     /// Validates one job and finds its partition.
     fn new_job(&self, job: JobSpec<Vec<u8>>) -> Result<(Queue, NewJob)> {
         payload::check_size(&job.payload, self.client.config.max_payload)?;
+        // The producer's trace context travels in front of the payload (not counted in its
+        // limit): see `crate::trace`.
+        #[cfg(feature = "otel")]
+        let job = match crate::trace::current_traceparent() {
+            Some(tp) => JobSpec {
+                payload: crate::trace::wrap(&tp, job.payload),
+                ..job
+            },
+            None => job,
+        };
         job.due.check()?;
         let key = match job.key {
             Some(k) => JobKey::new(k)?,
@@ -746,6 +775,13 @@ impl TopicClient {
         .retry(retrying())
         .when(|e| e.is_retryable() && started.elapsed() < ENQUEUE_RETRY_WINDOW)
         .await
+        .inspect(|outcomes| {
+            let stored = outcomes
+                .iter()
+                .filter(|o| matches!(o, EnqueueOutcome::Created | EnqueueOutcome::Replaced))
+                .count();
+            crate::metrics::enqueued(self.topic.as_str(), stored as u64);
+        })
     }
 
     /// Cancels a job that has not started.
@@ -760,6 +796,9 @@ impl TopicClient {
         self.ensure().await?;
         let (queue, store) = (&self.queue_of(&key), &self.client.store);
         let (outcome, ambiguous) = retry_harmless(|| store.cancel(queue, &key), true).await?;
+        if outcome == CancelOutcome::Cancelled {
+            crate::metrics::cancelled(self.topic.as_str());
+        }
         Ok(match outcome {
             CancelOutcome::NotFound if ambiguous => CancelOutcome::Gone,
             other => other,

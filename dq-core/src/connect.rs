@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
+
 use crate::client::{Client, ClientConfig};
 use crate::error::{Error, Result};
 use crate::job::DeadLimits;
@@ -16,10 +18,25 @@ use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 
 /// Builds a [`Client`] with non-default settings.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ClientBuilder {
     redis: RedisOptions,
     config: ClientConfig,
+    /// How long [`ClientBuilder::connect`] keeps retrying while Redis cannot be reached.
+    connect_timeout: Duration,
+}
+
+/// How long [`Client::connect`] waits for an unreachable Redis by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            redis: RedisOptions::default(),
+            config: ClientConfig::default(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
 }
 
 impl ClientBuilder {
@@ -76,6 +93,22 @@ impl ClientBuilder {
         self
     }
 
+    /// How long [`ClientBuilder::connect`] waits and retries, with backoff, while Redis cannot
+    /// be reached (connection refused, a timeout, a server still loading its data) before it
+    /// gives up with the last error (default 30 s, [`DEFAULT_CONNECT_TIMEOUT`]). Each failed
+    /// try is logged at WARN. A service started before its Redis, as deployments do, then
+    /// starts when Redis does. `Duration::ZERO` is [`ClientBuilder::fail_fast`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Fails [`ClientBuilder::connect`] at the first unreachable try instead of waiting for
+    /// Redis (for tools and tests that want an answer now).
+    pub fn fail_fast(self) -> Self {
+        self.connect_timeout(Duration::ZERO)
+    }
+
     /// Skip the server checks on connect (version, eviction policy, persistence).
     pub fn skip_server_checks(mut self) -> Self {
         self.redis.check_server = false;
@@ -116,9 +149,45 @@ impl ClientBuilder {
     /// feature), or a Redis Cluster by seed nodes,
     /// `redis+cluster://[user:password@]host:port[,host:port…]` (`rediss+cluster://` with
     /// `tls`): any reachable seed finds the rest, and every master is checked.
+    ///
+    /// While Redis cannot be reached, it retries with backoff for up to the
+    /// [`connect_timeout`](ClientBuilder::connect_timeout) (30 s by default), logging each
+    /// failed try at WARN; then it returns the last error. What retrying cannot fix — a
+    /// malformed URL, bad settings, wrong credentials, an unfit server — fails at once with
+    /// its typed error.
     pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
-        let store = RedisStore::connect(url, self.redis).await?;
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let mut pauses = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(2))
+            .without_max_times()
+            .with_jitter()
+            .build();
+        let mut tries: u32 = 0;
+        let store = loop {
+            tries += 1;
+            let e = match RedisStore::connect(url, self.redis.clone()).await {
+                Ok(store) => break store,
+                Err(e) => e,
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !e.is_retryable() || left.is_zero() {
+                return Err(e);
+            }
+            let pause = pauses.next().unwrap_or(Duration::from_secs(2)).min(left);
+            tracing::warn!(
+                error = %e,
+                tries,
+                retry_in = ?pause,
+                gives_up_in = ?left,
+                "redis unreachable; retrying"
+            );
+            tokio::time::sleep(pause).await;
+        };
+        if tries > 1 {
+            tracing::info!(tries, "connected to redis");
+        }
         Ok(Client::from_store(Arc::new(store), self.config))
     }
 

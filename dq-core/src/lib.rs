@@ -9,6 +9,7 @@ pub mod error;
 pub mod handler;
 pub mod inspect;
 pub mod job;
+pub mod metrics;
 pub mod names;
 pub mod payload;
 pub mod retry;
@@ -16,6 +17,8 @@ pub mod retry;
 pub use dq_syntax as retry_syntax;
 pub mod store;
 pub mod topic;
+pub mod trace;
+pub mod workers;
 
 #[allow(deprecated)]
 pub use client::BulkJob;
@@ -44,6 +47,7 @@ pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{Store, WakeListener};
 pub use topic::TopicMeta;
+pub use workers::WorkerInfo;
 
 #[doc(hidden)]
 pub use inventory;

@@ -25,8 +25,10 @@ pub fn check_size(bytes: &[u8], limit: usize) -> Result<()> {
     Ok(())
 }
 
-/// Decodes a MessagePack payload into the handler's type.
+/// Decodes a MessagePack payload into the handler's type (past the trace context a producer
+/// with the `otel` feature may have stored in front of it: see [`crate::trace`]).
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let (_, bytes) = crate::trace::split(bytes);
     rmp_serde::from_slice(bytes).map_err(|e| Error::Decode(e.to_string()))
 }
 

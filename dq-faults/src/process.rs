@@ -38,6 +38,8 @@ pub struct WorkerSpec {
     pub idle_wait: Option<Duration>,
     /// `--connect-timeout-ms`: how long the binary keeps retrying its first connection.
     pub connect_timeout: Option<Duration>,
+    /// `--heartbeat-ms`: the worker's heartbeat period.
+    pub heartbeat: Option<Duration>,
     /// The binary's log filter (`FW_LOG`, tracing's `EnvFilter` syntax).
     pub log: String,
     /// Run the worker under `nice -n N` (lower priority), so that on a small machine Redis
@@ -60,6 +62,7 @@ impl WorkerSpec {
             shutdown_timeout: None,
             idle_wait: None,
             connect_timeout: None,
+            heartbeat: None,
             log: "warn".into(),
             nice: None,
         }
@@ -92,6 +95,7 @@ impl WorkerSpec {
         opt("--shutdown-timeout-ms", self.shutdown_timeout);
         opt("--idle-wait-ms", self.idle_wait);
         opt("--connect-timeout-ms", self.connect_timeout);
+        opt("--heartbeat-ms", self.heartbeat);
         if !self.abort_on.is_empty() {
             a.push("--abort-on".into());
             a.push(

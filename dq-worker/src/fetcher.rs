@@ -380,6 +380,8 @@ impl Fetcher {
         }
         drop(held);
         for key in reply.buried {
+            // Its last attempt's lease expired: the run failed, and the job is dead.
+            self.topic.metrics.failed(crate::metrics::Failure::Dead);
             self.report_buried(key);
         }
         if busy || got > 0 {

@@ -11,6 +11,16 @@ use std::time::Instant;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct WorkerHealth {
+    /// This worker's id in [`Client::workers`](dq_core::Client::workers).
+    pub worker_id: String,
+    /// Whether the worker's last heartbeat reached the store (false until the first one
+    /// completes, which is at start). The probe a liveness check wants: a worker that cannot
+    /// reach Redis runs nothing.
+    pub reaches_store: bool,
+    /// When the last heartbeat was written (`None` before the first).
+    pub last_heartbeat_at: Option<Instant>,
+    /// Why the last heartbeat failed, if it did.
+    pub heartbeat_error: Option<String>,
     /// One entry per fetcher (topic partition), in start order.
     pub fetchers: Vec<FetcherHealth>,
     /// Jobs running now (handlers, and outcomes not yet written).
@@ -22,10 +32,11 @@ pub struct WorkerHealth {
 }
 
 impl WorkerHealth {
-    /// Whether every fetcher's last store call succeeded (false for a fetcher that has not
-    /// completed a call yet).
+    /// Whether the worker reaches the store and every fetcher's last store call succeeded
+    /// (false for a fetcher that has not completed a call yet, and before the first
+    /// heartbeat).
     pub fn is_healthy(&self) -> bool {
-        self.fetchers.iter().all(|f| f.last_call_ok)
+        self.reaches_store && self.fetchers.iter().all(|f| f.last_call_ok)
     }
 
     /// The fetchers whose last call failed with an error retrying cannot fix (a missing

@@ -14,6 +14,8 @@
 //! | `in_flight` | the running jobs, shared by runner, completer and lease keeper |
 //! | `dead` | dead letters: the one place a job buried by this worker is logged and handed to `on_dead` |
 //! | `health` | what a running worker says about itself (`WorkerHandle::health`) |
+//! | `metrics` | the worker's metrics, per topic (names in `dq_core::metrics`) |
+//! | `heartbeat` | this worker's entry in the store's live workers (`Client::workers`) |
 //! | `error` | why a worker could not start |
 
 mod completer;
@@ -21,8 +23,10 @@ mod dead;
 mod error;
 mod fetcher;
 mod health;
+mod heartbeat;
 mod in_flight;
 mod lease_keeper;
+mod metrics;
 mod registry;
 mod runner;
 pub mod worker;
@@ -30,4 +34,4 @@ pub mod worker;
 pub use dead::DeadJob;
 pub use error::WorkerError;
 pub use health::{FetcherHealth, MissingDataReport, WorkerHealth};
-pub use worker::{ShutdownReport, Worker, WorkerBuilder, WorkerHandle};
+pub use worker::{HealthProbe, ShutdownReport, Worker, WorkerBuilder, WorkerHandle};

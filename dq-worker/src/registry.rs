@@ -27,6 +27,8 @@ pub(crate) struct TopicRuntime {
     pub dead_limits: DeadLimits,
     /// The pool: one permit per job that may run at once.
     pub permits: Arc<Semaphore>,
+    /// The topic's metric handles.
+    pub metrics: crate::metrics::TopicMetrics,
 }
 
 pub(crate) struct Selection<'a> {
@@ -121,6 +123,7 @@ pub(crate) fn resolve(
                 partitions,
                 dead_limits: config.partition_dead_limits(d.topic),
                 permits: Arc::new(Semaphore::new(concurrency)),
+                metrics: crate::metrics::TopicMetrics::new(d.topic),
                 topic,
             }))
         })

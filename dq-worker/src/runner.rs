@@ -29,6 +29,7 @@ use tracing::Instrument;
 use crate::completer::{Completion, CompletionSender, Outcome};
 use crate::health::MissingDataLog;
 use crate::in_flight::{InFlight, Lease};
+use crate::metrics::Failure;
 use crate::registry::TopicRuntime;
 
 /// How long a handler whose lease was lost may take to notice and return before it is
@@ -80,6 +81,16 @@ pub(crate) async fn run(
         attempt = delivery.attempt,
         token = delivery.token,
     );
+    // Continue the producer's trace, if it stored one with the job (see `dq_core::trace`).
+    #[cfg(feature = "otel")]
+    if let Some(cx) = dq_core::trace::split(&delivery.payload)
+        .0
+        .and_then(dq_core::trace::context_of)
+    {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        // No OpenTelemetry layer installed: nothing to continue.
+        let _ = span.set_parent(cx);
+    }
     let outcome = async {
         // A delivery whose lease surely ran out before it could start (the process was paused
         // between the fetch and here, say) may already belong to another worker: never start
@@ -90,6 +101,8 @@ pub(crate) async fn run(
             return None;
         }
         tracing::debug!(late_ms = late.as_millis() as u64, "started");
+        // Counts the run as started and running; records its run time however it ends.
+        let _running = topic.metrics.started(late);
         let ctx = JobContext::new(
             topic.descriptor.topic,
             delivery.key.clone(),
@@ -107,6 +120,7 @@ pub(crate) async fn run(
         let handler = match (topic.descriptor.run)(&delivery.payload, ctx) {
             Ok(f) => f,
             Err(e) => {
+                topic.metrics.failed(Failure::Dead);
                 return Some(Outcome::Failed {
                     action: FailAction::Bury,
                     error: format!("undecodable payload: {e}"),
@@ -127,6 +141,8 @@ pub(crate) async fn run(
                 () = deadline.passed() => {}
             }
         };
+        // Why the run failed, when the handler itself could not say (for the metrics).
+        let mut cause = None;
         // Biased, stop first: after a pause every timer is overdue at once, and a result that
         // is ready together with the stop must not be trusted over it.
         let result = tokio::select! {
@@ -152,14 +168,18 @@ pub(crate) async fn run(
             }
             joined = &mut task => match joined {
                 Ok(result) => result,
-                Err(e) if e.is_panic() => Err(JobError::retry(format!(
-                    "handler panicked: {}",
-                    panic_message(e.into_panic())
-                ))),
+                Err(e) if e.is_panic() => {
+                    cause = Some(Failure::Panic);
+                    Err(JobError::retry(format!(
+                        "handler panicked: {}",
+                        panic_message(e.into_panic())
+                    )))
+                }
                 Err(e) => Err(JobError::retry(format!("handler task failed: {e}"))),
             },
             () = timeout => {
                 task.abort();
+                cause = Some(Failure::Timeout);
                 Err(JobError::retry(format!(
                     "timed out after {:?}",
                     topic.timeout.unwrap_or_default()
@@ -174,7 +194,10 @@ pub(crate) async fn run(
             return discard(&shared, &lease);
         }
         Some(match result {
-            Ok(()) => Outcome::Succeeded,
+            Ok(()) => {
+                topic.metrics.succeeded();
+                Outcome::Succeeded
+            }
             Err(e) => {
                 // The note on the context wins: the handler may have turned the missing-data
                 // error into another one, or panicked on it.
@@ -190,6 +213,12 @@ pub(crate) async fn run(
                     kind,
                     shared.missing_data_delay,
                 );
+                topic.metrics.failed(match (&action, cause) {
+                    (FailAction::Bury, _) => Failure::Dead,
+                    (_, Some(cause)) => cause,
+                    (FailAction::Defer(_), None) => Failure::Deferred,
+                    _ => Failure::Retry,
+                });
                 Outcome::Failed {
                     action,
                     error: describe(&e),

@@ -28,7 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{Client, JobDescriptor, JobKey, SharedData, Store, TopicMeta};
+use dq_core::{Client, JobDescriptor, JobKey, SharedData, Store, TopicMeta, WorkerInfo};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -38,6 +38,7 @@ use crate::dead::{DeadJob, DeadLetters, OnDead};
 use crate::error::WorkerError;
 use crate::fetcher::{FetchSettings, Fetcher};
 use crate::health::{FetcherHealth, MissingDataLog, WorkerHealth};
+use crate::heartbeat::{BeatHealth, Heartbeat};
 use crate::in_flight::InFlight;
 use crate::lease_keeper::LeaseKeeper;
 use crate::registry::{self, Selection, TopicRuntime};
@@ -58,6 +59,7 @@ pub struct WorkerBuilder {
     on_dead: Option<OnDead>,
     extra: Vec<&'static JobDescriptor>,
     registered: bool,
+    heartbeat: Duration,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -154,6 +156,16 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the worker writes its heartbeat to the store (default 5 s; at least 50 ms).
+    /// The heartbeat lists it in [`Client::workers`](dq_core::Client::workers) and lasts
+    /// three beats: a worker that stops beating (crashed, frozen, cut off) drops out of the
+    /// list within three beats. Each beat also tells [`WorkerHandle::health`] whether the
+    /// worker reaches the store.
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.heartbeat = every;
+        self
+    }
+
     /// Calls `hook` each time this worker moves a job to the dead queue — the place to alert
     /// someone. Runs on its own task; a slow hook delays nothing else.
     pub fn on_dead<F, Fut>(mut self, hook: F) -> Self
@@ -197,6 +209,11 @@ impl WorkerBuilder {
                 "idle_wait must be at least 10 ms".into(),
             ));
         }
+        if self.heartbeat < Duration::from_millis(50) {
+            return Err(WorkerError::InvalidSetting(
+                "heartbeat must be at least 50 ms".into(),
+            ));
+        }
         if self.missing_data_delay < Duration::from_millis(100) {
             return Err(WorkerError::InvalidSetting(
                 "missing_data_delay must be at least 100 ms".into(),
@@ -231,6 +248,7 @@ impl WorkerBuilder {
             shutdown_timeout: self.shutdown_timeout,
             missing_data_delay: self.missing_data_delay,
             on_dead: self.on_dead,
+            heartbeat: self.heartbeat,
         })
     }
 }
@@ -255,6 +273,7 @@ pub struct Worker {
     shutdown_timeout: Duration,
     missing_data_delay: Duration,
     on_dead: Option<OnDead>,
+    heartbeat: Duration,
 }
 
 impl std::fmt::Debug for Worker {
@@ -283,6 +302,7 @@ impl Worker {
             on_dead: None,
             extra: Vec::new(),
             registered: true,
+            heartbeat: Duration::from_secs(5),
         }
     }
 
@@ -386,7 +406,28 @@ impl Worker {
                 fetchers.push(tokio::spawn(fetcher.run()));
             }
         }
+        let info = WorkerInfo::new(
+            self.topics.iter().map(|t| t.topic.to_string()).collect(),
+            self.topics.iter().map(|t| t.concurrency).sum(),
+            dq_core::job::unix_ms(std::time::SystemTime::now()),
+        );
+        let beat_stop = CancellationToken::new();
+        let in_flight_probe = in_flight.clone();
+        let beat_health = Arc::new(std::sync::Mutex::new(BeatHealth::default()));
+        let worker_id = info.id.clone();
+        let beat = tokio::spawn(
+            Heartbeat {
+                store: self.store.clone(),
+                info,
+                in_flight: in_flight.clone(),
+                every: self.heartbeat,
+                stop: beat_stop.clone(),
+                health: beat_health.clone(),
+            }
+            .run(),
+        );
         tracing::info!(
+            id = %worker_id,
             topics = self.topics.len(),
             fetchers = fetchers.len(),
             "worker started"
@@ -403,9 +444,16 @@ impl Worker {
             keeper,
             keeper_stop,
             shutdown_timeout: self.shutdown_timeout,
-            health,
-            missing_data,
+            probe: HealthProbe {
+                fetchers: Arc::new(health),
+                in_flight: in_flight_probe,
+                missing_data,
+                worker_id: worker_id.into(),
+                beat: beat_health,
+            },
             dead,
+            beat,
+            beat_stop,
         }
     }
 }
@@ -440,9 +488,58 @@ pub struct WorkerHandle {
     keeper: JoinHandle<()>,
     keeper_stop: CancellationToken,
     shutdown_timeout: Duration,
-    health: Vec<Arc<std::sync::Mutex<FetcherHealth>>>,
-    missing_data: MissingDataLog,
+    probe: HealthProbe,
     dead: DeadLetters,
+    beat: JoinHandle<()>,
+    beat_stop: CancellationToken,
+}
+
+/// A cheap, cloneable reader of a running worker's health, for a probe endpoint that lives
+/// apart from the [`WorkerHandle`] (which shutdown consumes): see
+/// [`WorkerHandle::health_probe`]. After shutdown it reports the worker's last state.
+#[derive(Clone)]
+pub struct HealthProbe {
+    fetchers: Arc<Vec<Arc<std::sync::Mutex<FetcherHealth>>>>,
+    in_flight: InFlight,
+    missing_data: MissingDataLog,
+    worker_id: Arc<str>,
+    beat: Arc<std::sync::Mutex<BeatHealth>>,
+}
+
+impl std::fmt::Debug for HealthProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthProbe")
+            .field("worker_id", &self.worker_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HealthProbe {
+    /// The worker's health now: see [`WorkerHandle::health`].
+    pub fn health(&self) -> WorkerHealth {
+        let beat = self
+            .beat
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        WorkerHealth {
+            worker_id: self.worker_id.to_string(),
+            reaches_store: beat.last_ok,
+            last_heartbeat_at: beat.last_ok_at,
+            heartbeat_error: beat.last_error,
+            fetchers: self
+                .fetchers
+                .iter()
+                .map(|h| {
+                    h.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone()
+                })
+                .collect(),
+            running: self.in_flight.len(),
+            missing_data: self.missing_data.snapshot(),
+        }
+    }
 }
 
 impl std::fmt::Debug for WorkerHandle {
@@ -455,6 +552,11 @@ impl std::fmt::Debug for WorkerHandle {
 }
 
 impl WorkerHandle {
+    /// This worker's id, as [`Client::workers`](dq_core::Client::workers) lists it.
+    pub fn id(&self) -> &str {
+        &self.probe.worker_id
+    }
+
     /// How many jobs are running now.
     pub fn running(&self) -> usize {
         self.in_flight.len()
@@ -474,20 +576,18 @@ impl WorkerHandle {
     /// runs no job of its partition; one failing with an error retrying cannot fix (see
     /// [`FetcherHealth::last_error_permanent`]) needs an operator, and so does any entry in
     /// [`WorkerHealth::missing_data`] (a misdeployed worker: its jobs are deferred, not run).
+    ///
+    /// For a Kubernetes probe: [`WorkerHealth::reaches_store`] (the last heartbeat got
+    /// through) for liveness, [`WorkerHealth::is_healthy`] for readiness, and each fetcher's
+    /// [`FetcherHealth::last_call_at`] to tell a stuck fetcher. No store call.
     pub fn health(&self) -> WorkerHealth {
-        WorkerHealth {
-            fetchers: self
-                .health
-                .iter()
-                .map(|h| {
-                    h.lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone()
-                })
-                .collect(),
-            running: self.in_flight.len(),
-            missing_data: self.missing_data.snapshot(),
-        }
+        self.probe.health()
+    }
+
+    /// A cloneable reader of this worker's health, for an HTTP probe route that must not own
+    /// the handle.
+    pub fn health_probe(&self) -> HealthProbe {
+        self.probe.clone()
     }
 
     /// Stops the worker: quiet, drain until the shutdown timeout, release the rest.
@@ -540,6 +640,9 @@ impl WorkerHandle {
         self.dead.finish().await;
         self.keeper_stop.cancel();
         let _ = (&mut self.keeper).await;
+        // Last: the worker is listed as live while it drains.
+        self.beat_stop.cancel();
+        let _ = (&mut self.beat).await;
         tracing::info!(drained, released, "worker stopped");
         ShutdownReport { released, drained }
     }

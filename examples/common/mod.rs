@@ -46,11 +46,14 @@ impl Timeline {
     }
 }
 
-/// Shows the worker's logs when `RUST_LOG` is set (e.g. `RUST_LOG=dq=debug`).
+/// Installs a tracing subscriber, as every application using dq should: without one, dq's
+/// warnings (Redis unreachable and retried, persistence off, a job failed) go nowhere.
+/// Warnings and errors by default; `RUST_LOG` chooses more (e.g. `RUST_LOG=dq=debug`).
 pub fn init_logs() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .try_init();
-    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

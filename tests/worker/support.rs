@@ -171,6 +171,15 @@ impl Store for NoExtend {
     async fn reset_topic(&self, topic: &Topic) -> dq::Result<Option<TopicMeta>> {
         self.0.reset_topic(topic).await
     }
+    async fn beat_worker(&self, w: &dq::WorkerInfo, ttl: Duration) -> dq::Result<()> {
+        self.0.beat_worker(w, ttl).await
+    }
+    async fn workers(&self) -> dq::Result<Vec<dq::WorkerInfo>> {
+        self.0.workers().await
+    }
+    async fn remove_worker(&self, id: &str) -> dq::Result<bool> {
+        self.0.remove_worker(id).await
+    }
     async fn now_ms(&self) -> dq::Result<u64> {
         self.0.now_ms().await
     }

@@ -173,6 +173,24 @@ impl Orchestrator {
                 Some(("≥ 50,000", MedianAtLeast(50_000.0))),
             ),
             d(
+                "s3r_plain_rate",
+                format!("S3R without a metrics recorder (N={})", p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_metrics_rate",
+                format!("S3R with a metrics recorder (N={})", p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_metrics_ratio",
+                "S3R with / without a metrics recorder (same run)".into(),
+                "×",
+                Some(("≥ 0.95", MedianAtLeast(0.95))),
+            ),
+            d(
                 "s3r_not_once",
                 "S3R jobs not run exactly once".into(),
                 "jobs",

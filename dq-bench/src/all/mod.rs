@@ -63,8 +63,8 @@ pub struct AllArgs {
     /// Repetitions per scenario (default 3; 1 with --quick).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Only these sections, comma-separated: s1, s3, s3c1, s3r, profile, s4, s5, idle, scale,
-    /// mass, ceilings (default: all).
+    /// Only these sections, comma-separated: s1, s3, s3c1, s3r, s3r-metrics, profile, s4, s5,
+    /// idle, scale, mass, ceilings (default: all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory of the JSON result (default: bench-results/ at the workspace root).
@@ -177,6 +177,8 @@ struct Orchestrator {
     errors: usize,
     /// `git describe --always --dirty` of the measured tree, taken at the start.
     git: Option<String>,
+    /// Extra arguments of the next workers started (`--metrics`).
+    worker_extra: Vec<String>,
 }
 
 /// Runs `dq-bench all`.
@@ -200,6 +202,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         ceilings: Value::Null,
         errors: 0,
         git: git_describe(),
+        worker_extra: Vec::new(),
     };
     o.declare_figures();
     eprintln!(
@@ -211,11 +214,12 @@ pub fn run(args: AllArgs) -> Result<()> {
     );
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 11] = [
+    let sections: [(&str, Section); 12] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
         ("s3r", |o| o.drains("s3r")),
+        ("s3r-metrics", Orchestrator::s3r_metrics),
         ("profile", Orchestrator::profile),
         ("s4", Orchestrator::s4),
         ("s5", Orchestrator::s5),
@@ -360,6 +364,7 @@ impl Orchestrator {
             s("--linger-ms"),
             s(self.plan.linger_ms),
         ];
+        let args = [args, self.worker_extra.clone()].concat();
         let mut proc = Proc::spawn(&self.exe, &self.url(), &args)?;
         let sampler = Sampler::start(
             self.server.pid(),
@@ -472,6 +477,12 @@ fn summary(section: &str, v: &Value) -> String {
             f("/cpu/redis_pct"),
             f("/cpu/worker_pct"),
             f("/redis/evalsha_usec_per_call")
+        ),
+        "s3r-metrics" => format!(
+            "without {} jobs/s, with a recorder {} jobs/s, ratio {}",
+            f("/plain_rate"),
+            f("/metrics_rate"),
+            f("/ratio")
         ),
         "s4" => format!(
             "lateness p50 {} p90 {} p99 {} max {} ms",

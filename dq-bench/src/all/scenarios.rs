@@ -105,6 +105,41 @@ impl Orchestrator {
         })
     }
 
+    /// S3R with and without a metrics recorder installed in the worker, in the same run:
+    /// each repetition drains twice, in alternating order, so drift in the machine's load
+    /// hits both alike. The figure is the ratio of the two rates (target: within 5 %).
+    pub(super) fn s3r_metrics(&mut self) -> Result<()> {
+        let (n, conc) = (self.plan.s3_n, self.plan.conc);
+        let reps = self.plan.reps;
+        self.reps("s3r-metrics", reps, |o, rep| {
+            let mut rates = [0.0; 2];
+            let mut runs = Vec::new();
+            for with in [rep % 2 == 1, rep % 2 == 0] {
+                o.worker_extra = if with {
+                    vec![s("--metrics")]
+                } else {
+                    Vec::new()
+                };
+                let v = o.drain(Scenario::S3R, n, conc, false);
+                o.worker_extra.clear();
+                let v = v?;
+                if with && num(&v, "/worker/metrics_succeeded")? < n as f64 {
+                    return Err("the recorder did not record every success".into());
+                }
+                rates[usize::from(with)] = num(&v, "/worker/jobs_per_s")?;
+                runs.push(json!({"metrics": with, "run": v}));
+            }
+            let [plain, metered] = rates;
+            o.push("s3r_plain_rate", plain);
+            o.push("s3r_metrics_rate", metered);
+            o.push("s3r_metrics_ratio", metered / plain);
+            Ok(
+                json!({"plain_rate": plain, "metrics_rate": metered, "ratio": metered / plain,
+                      "runs": runs}),
+            )
+        })
+    }
+
     /// One drain: enqueue N (bulk), wait until due + 1 s (S3), start one worker, time it.
     /// With `profile`, every command is logged (SLOWLOG) and the scripts' costs are grouped.
     pub(super) fn drain(

@@ -18,6 +18,7 @@ use crate::job::{
 };
 use crate::names::{JobKey, Topic};
 use crate::topic::TopicMeta;
+use crate::workers::WorkerInfo;
 
 pub mod memory;
 pub mod redis;
@@ -148,6 +149,18 @@ pub trait Store: Send + Sync + 'static {
     /// deleted, or `None` if there was none. Not atomic with the clients using the topic:
     /// stop its producers and workers first.
     async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>>;
+
+    /// Records or renews a live worker's heartbeat (`worker.id` names it): it lasts `ttl`
+    /// from now (the store's clock) unless renewed. Namespace-wide.
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()>;
+
+    /// The workers whose heartbeat has not expired, by id, with the store's beat and expiry
+    /// times; expired heartbeats are removed on the way.
+    async fn workers(&self) -> Result<Vec<WorkerInfo>>;
+
+    /// Removes a worker's heartbeat at once (a worker that stopped cleanly); `true` if there
+    /// was one.
+    async fn remove_worker(&self, id: &str) -> Result<bool>;
 
     /// The store's clock, in ms (Redis `TIME` for Redis).
     async fn now_ms(&self) -> Result<u64>;

@@ -23,23 +23,23 @@
 //! | `--shutdown-timeout-ms` (`FW_SHUTDOWN_TIMEOUT_MS`) | graceful shutdown's drain time | 5000 |
 //! | `--idle-wait-ms` (`FW_IDLE_WAIT_MS`) | longest idle wait between fetches | dq's (5 s) |
 //! | `--connect-timeout-ms` (`FW_CONNECT_TIMEOUT_MS`) | how long to keep retrying the first connection | 120000 |
+//! | `--heartbeat-ms` (`FW_HEARTBEAT_MS`) | the worker's heartbeat period (`Client::workers`) | dq's (5 s) |
 //! | `--exit-on-stdin-eof` (`FW_EXIT_ON_STDIN_EOF=1`) | exit at once when stdin closes (tie the process to its parent's life) | off |
 //!
 //! The log (tracing, to stderr) is filtered by `FW_LOG` (default `warn`).
 //!
 //! # Connecting when Redis is not up yet
 //!
-//! `dq::Client::connect` fails at once when Redis cannot be reached, and a worker cannot start
-//! without a client. A service that may start before its Redis therefore retries the connect
-//! with capped exponential backoff, as `connect_with_retry` below does (50 ms doubling to
-//! 1 s, until `--connect-timeout-ms`); only errors that are not retryable (a bad URL, an
-//! unsuitable server) end it at once. Once connected, dq rides out Redis outages by itself.
+//! `dq::Client::connect` waits for a Redis that cannot be reached yet, retrying with backoff
+//! until its connect timeout (here `--connect-timeout-ms`); only errors that are not
+//! retryable (a bad URL, an unsuitable server) end it at once. Once connected, dq rides out
+//! Redis outages by itself.
 
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dq::{Client, JobContext, JobError, Worker};
 use dq_faults::FaultPayload;
@@ -117,6 +117,7 @@ struct Options {
     shutdown_timeout: Duration,
     idle_wait: Option<Duration>,
     connect_timeout: Duration,
+    heartbeat: Option<Duration>,
     exit_on_stdin_eof: bool,
 }
 
@@ -151,7 +152,7 @@ impl Options {
                 .or_else(|| std::env::var(env).ok())
         };
         for (name, _) in &cli {
-            const KNOWN: [&str; 12] = [
+            const KNOWN: [&str; 13] = [
                 "redis-url",
                 "namespace",
                 "topics",
@@ -164,6 +165,7 @@ impl Options {
                 "shutdown-timeout-ms",
                 "idle-wait-ms",
                 "connect-timeout-ms",
+                "heartbeat-ms",
             ];
             if !KNOWN.contains(&name.as_str()) {
                 usage(&format!("unknown option --{name}"));
@@ -206,6 +208,7 @@ impl Options {
             idle_wait: ms("idle-wait-ms", "FW_IDLE_WAIT_MS"),
             connect_timeout: ms("connect-timeout-ms", "FW_CONNECT_TIMEOUT_MS")
                 .unwrap_or(Duration::from_secs(120)),
+            heartbeat: ms("heartbeat-ms", "FW_HEARTBEAT_MS"),
             exit_on_stdin_eof: flags.contains("exit-on-stdin-eof")
                 || std::env::var("FW_EXIT_ON_STDIN_EOF").is_ok_and(|v| v == "1"),
         }
@@ -218,27 +221,15 @@ async fn connect_with_retry(o: &Options) -> Client {
     if let Some(t) = o.response_timeout {
         builder = builder.response_timeout(t);
     }
-    let deadline = Instant::now() + o.connect_timeout;
-    let mut pause = Duration::from_millis(50);
-    let mut tries = 0u32;
-    loop {
-        tries += 1;
-        match builder.clone().connect(&o.redis_url).await {
-            Ok(client) => {
-                if tries > 1 {
-                    tracing::warn!(tries, "connected to redis after retrying");
-                }
-                return client;
-            }
-            Err(e) if e.is_retryable() && Instant::now() + pause < deadline => {
-                tracing::warn!(error = %e, retry_in = ?pause, "redis unreachable; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => {
-                eprintln!("fault-worker: cannot connect to redis after {tries} tries: {e}");
-                std::process::exit(2);
-            }
+    match builder
+        .connect_timeout(o.connect_timeout)
+        .connect(&o.redis_url)
+        .await
+    {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("fault-worker: cannot connect to redis: {e}");
+            std::process::exit(2);
         }
     }
 }
@@ -291,6 +282,9 @@ async fn main() {
     }
     if let Some(w) = o.idle_wait {
         builder = builder.idle_wait(w);
+    }
+    if let Some(h) = o.heartbeat {
+        builder = builder.heartbeat(h);
     }
     let worker = builder.build().unwrap_or_else(|e| {
         eprintln!("fault-worker: {e}");

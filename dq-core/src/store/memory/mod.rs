@@ -38,6 +38,7 @@ use crate::job::{
 };
 use crate::names::{JobKey, Topic};
 use crate::topic::TopicMeta;
+use crate::workers::WorkerInfo;
 
 /// The latest due time the Redis record can hold (48 bits of ms); kept here so both stores
 /// clamp alike.
@@ -56,6 +57,8 @@ pub struct MemoryStore {
     state: Mutex<HashMap<Queue, Partition>>,
     /// The topic registry (Redis: `<ns>:topics`), per store instance.
     topics: Mutex<BTreeMap<Topic, TopicMeta>>,
+    /// Live workers' heartbeats (Redis: `<ns>:workers`), by id; each expires by the clock.
+    workers: Mutex<BTreeMap<String, WorkerInfo>>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -80,6 +83,7 @@ impl MemoryStore {
             clock: Clock::new(),
             state: Mutex::new(HashMap::new()),
             topics: Mutex::new(BTreeMap::new()),
+            workers: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -152,6 +156,12 @@ impl MemoryStore {
 
     fn lock_topics(&self) -> MutexGuard<'_, BTreeMap<Topic, TopicMeta>> {
         self.topics
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_workers(&self) -> MutexGuard<'_, BTreeMap<String, WorkerInfo>> {
+        self.workers
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -1461,6 +1471,27 @@ impl Store for MemoryStore {
             });
         }
         Ok(topics.remove(topic))
+    }
+
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()> {
+        worker.validate(ttl)?;
+        let now = self.clock.now_ms();
+        let mut info = worker.clone();
+        info.beat_ms = now;
+        info.expires_ms = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        self.lock_workers().insert(info.id.clone(), info);
+        Ok(())
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let now = self.clock.now_ms();
+        let mut workers = self.lock_workers();
+        workers.retain(|_, w| w.expires_ms > now);
+        Ok(workers.values().cloned().collect())
+    }
+
+    async fn remove_worker(&self, id: &str) -> Result<bool> {
+        Ok(self.lock_workers().remove(id).is_some())
     }
 
     async fn now_ms(&self) -> Result<u64> {

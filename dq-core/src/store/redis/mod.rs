@@ -19,6 +19,7 @@ mod record;
 mod scripts;
 mod topics;
 mod url;
+mod workers;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -49,6 +50,7 @@ use crate::job::{
 use crate::names::{JobKey, Topic};
 use crate::store::check_act_len;
 use crate::topic::TopicMeta;
+use crate::workers::WorkerInfo;
 
 /// How dq connects to Redis and what it accepts of the server.
 #[derive(Clone, Debug)]
@@ -304,13 +306,16 @@ impl RedisStore {
             .arg(keys.len())
             .arg(&keys[..]);
         args(&mut evalsha);
-        self.conn
+        let sent = std::time::Instant::now();
+        let result = self
+            .conn
             .call(async |conn| {
                 conn.eval(&script.script, &script.source, &evalsha, first)
                     .await
             })
-            .await
-            .map_err(|e| script_error(script, e))
+            .await;
+        script.metrics.record(sent.elapsed(), result.is_ok());
+        result.map_err(|e| script_error(script, e))
     }
 }
 
@@ -918,6 +923,18 @@ impl Store for RedisStore {
 
     async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>> {
         self.reset_topic_record(topic).await
+    }
+
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()> {
+        self.beat_worker_record(worker, ttl).await
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.live_workers().await
+    }
+
+    async fn remove_worker(&self, id: &str) -> Result<bool> {
+        self.remove_worker_record(id).await
     }
 
     async fn now_ms(&self) -> Result<u64> {

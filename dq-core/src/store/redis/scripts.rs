@@ -21,6 +21,8 @@ pub(crate) struct LuaScript {
     pub script: Script,
     /// The full text sent by `SCRIPT LOAD` (on a cluster, to the node that lacks it).
     pub source: String,
+    /// Its metric handles (`op` = its name), registered on its first call.
+    pub metrics: crate::metrics::StoreOpMetrics,
     #[cfg(test)]
     pub body: &'static str,
 }
@@ -40,6 +42,7 @@ macro_rules! script {
             keys: script_keys($name).expect(concat!("the layout lists the KEYS of ", $name)),
             script: Script::new(&source),
             source,
+            metrics: crate::metrics::StoreOpMetrics::new($name),
             #[cfg(test)]
             body: include_str!(concat!("lua/", $name, ".lua")),
         }
@@ -76,6 +79,8 @@ pub(crate) struct Scripts {
     pub list: LuaScript,
     /// Namespace-wide: the topic registry (see `layout::topics_key`).
     pub topic: LuaScript,
+    /// Namespace-wide: the live workers' heartbeats (see `layout::workers_key`).
+    pub workers: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -97,6 +102,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     // No flags: an existing topic is only read, which works at `maxmemory`; recording a new
     // one there fails with OOM like an enqueue (its jobs could not be stored either).
     topic: script!("topic"),
+    // A heartbeat replaces a value of the same size: it must go on at `maxmemory`, or every
+    // worker would look dead exactly when the server is full.
+    workers: script!("workers", ALLOW_OOM),
 });
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
@@ -228,6 +236,7 @@ mod tests {
             &s.dead_page,
             &s.list,
             &s.topic,
+            &s.workers,
         ];
         assert_eq!(
             all.len(),

@@ -28,11 +28,13 @@ impl RedisStore {
         let key = self.topics_key();
         let mut invocation = s.script.prepare_invoke();
         invocation.key(&key).arg(topic.as_str()).arg(partitions);
+        let sent = std::time::Instant::now();
         let reply = self
             .conn
             .call(async |conn| invocation.invoke_async(conn).await)
-            .await
-            .map_err(|e| script_error(s, e))?;
+            .await;
+        s.metrics.record(sent.elapsed(), reply.is_ok());
+        let reply = reply.map_err(|e| script_error(s, e))?;
         let text = match &reply {
             Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
             Value::SimpleString(t) => t.clone(),

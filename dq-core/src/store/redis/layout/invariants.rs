@@ -24,7 +24,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{KeyName, PartitionKeys, RecordHeader, TopicRecord, parse_key, topics_key};
+use super::{
+    KeyName, PartitionKeys, RecordHeader, TopicRecord, parse_key, topics_key, workers_key,
+};
 use crate::error::{Result, from_redis};
 use crate::job::{ENQUEUE_RECEIPT_LIFE, FETCH_RECEIPT_LIFE, JobState, Queue};
 use crate::names::{JobKey, Topic};
@@ -403,6 +405,17 @@ impl Snapshot {
                 say(format!(
                     "expires in {} ms: the registry must not",
                     seen.ttl_ms
+                ));
+            }
+            return;
+        }
+        if *key == workers_key(&self.namespace) {
+            // Live workers' heartbeats: a hash that expires when no worker beats.
+            let ty = seen.redis_type.as_str();
+            if ty != KeyName::Workers.redis_type() && ty != "none" {
+                say(format!(
+                    "is a {ty}, expected a {}",
+                    KeyName::Workers.redis_type()
                 ));
             }
             return;

@@ -41,6 +41,10 @@ pub enum KeyName {
     /// HASH topic → metadata record (see [`TopicRecord`](super::TopicRecord)): the registry
     /// of the namespace's topics, `<ns>:topics`, one per namespace (not a partition key).
     Topics,
+    /// HASH worker id → heartbeat (`<expires_ms>|<beat_ms>|<record>`): the namespace's live
+    /// workers, `<ns>:workers` (not a partition key; see `workers.lua`). Expires when no
+    /// worker beats.
+    Workers,
 }
 
 impl KeyName {
@@ -75,6 +79,7 @@ impl KeyName {
             KeyName::Calls => "calls",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
+            KeyName::Workers => "workers",
         }
     }
 
@@ -87,7 +92,9 @@ impl KeyName {
             | KeyName::Dead
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
-            KeyName::Jobs | KeyName::Hist | KeyName::Stats | KeyName::Topics => "hash",
+            KeyName::Jobs | KeyName::Hist | KeyName::Stats | KeyName::Topics | KeyName::Workers => {
+                "hash"
+            }
             KeyName::FetchReceipt => "string",
         }
     }
@@ -174,7 +181,7 @@ impl PartitionKeys {
             KeyName::Stats => &self.stats,
             KeyName::Wake => &self.wake,
             KeyName::Calls => &self.calls,
-            KeyName::FetchReceipt | KeyName::Topics => return None,
+            KeyName::FetchReceipt | KeyName::Topics | KeyName::Workers => return None,
         })
     }
 
@@ -190,6 +197,12 @@ impl PartitionKeys {
 /// partition's hash tag), so it is written by a call of its own (`topic.lua`).
 pub fn topics_key(namespace: &str) -> String {
     format!("{namespace}:{}", KeyName::Topics)
+}
+
+/// HASH, the namespace's live workers: worker id → heartbeat. Namespace-wide (no
+/// partition's hash tag), so it is written by calls of its own (`workers.lua`).
+pub fn workers_key(namespace: &str) -> String {
+    format!("{namespace}:{}", KeyName::Workers)
 }
 
 /// A key of the store read back by [`parse_key`].

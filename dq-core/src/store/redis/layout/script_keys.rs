@@ -52,6 +52,7 @@ pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
     ("list", &[Scheduled, Retry, Ready, Active, Dead, Jobs, Hist]),
     // Namespace-wide, never with a partition's keys (another slot on a cluster).
     ("topic", &[Topics]),
+    ("workers", &[Workers]),
 ];
 
 /// The KEYS of script `name`, in order, or `None` for a name that is not a script.
