@@ -181,11 +181,16 @@ impl Ctx {
                     _ = tokio::signal::ctrl_c() => return Ok(()),
                 }
             }
+            let live = self.client.workers().await?;
             let mut rows = Vec::with_capacity(clients.len());
             for t in &clients {
                 let s = t.stats().await?;
-                // `workers` stays None until the client can list live workers.
-                rows.push(StatsView::new(t.topic().as_str(), t.partitions(), &s));
+                let mut row = StatsView::new(t.topic().as_str(), t.partitions(), &s);
+                let serving = live
+                    .iter()
+                    .filter(|w| w.topics.iter().any(|n| n == t.topic().as_str()));
+                row.workers = Some(serving.count() as u64);
+                rows.push(row);
             }
             if a.json {
                 if a.topic.is_some() {

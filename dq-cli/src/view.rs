@@ -82,7 +82,7 @@ pub struct StatsView {
     pub oldest_overdue_ms: u64,
     /// Counters since the topic began.
     pub counters: Counters,
-    /// Live workers of the topic, once the client can list them (`null` until then).
+    /// Live workers serving the topic (heartbeats not yet expired).
     pub workers: Option<u64>,
 }
 
@@ -241,11 +241,12 @@ pub struct AttemptOut {
 impl JobOut {
     /// The view of `info`, its payload decoded from MessagePack to JSON.
     pub fn new(topic: &str, info: &JobInfo) -> JobOut {
-        let (payload, payload_error) =
-            match rmp_serde::from_slice::<serde_json::Value>(&info.payload) {
-                Ok(v) => (Some(v), None),
-                Err(e) => (None, Some(e.to_string())),
-            };
+        let (payload, payload_error) = match rmp_serde::from_slice::<serde_json::Value>(
+            dq_core::trace::split(&info.payload).1,
+        ) {
+            Ok(v) => (Some(v), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
         JobOut {
             topic: topic.to_owned(),
             key: info.key.to_string(),

@@ -296,7 +296,18 @@ async fn stats_shows_depths_and_counters() {
     assert_eq!(s["dead"], 2);
     assert_eq!(s["counters"]["enqueued"], 7);
     assert_eq!(s["counters"]["buried"], 2);
-    assert!(s["workers"].is_null());
+    assert_eq!(s["workers"], 0, "no live worker yet");
+    // Two live workers serve the topic, a third serves another one.
+    for topics in [vec!["multi"], vec!["multi", "other"], vec!["other"]] {
+        let info = dq_core::WorkerInfo::new(topics.iter().map(|t| t.to_string()).collect(), 4, 1);
+        w.client
+            .store()
+            .beat_worker(&info, Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    let s = w.dq(&["stats", "multi", "--json"]).ok().json();
+    assert_eq!(s["workers"], 2);
 
     let all = w.dq(&["stats", "--json"]).ok().json();
     assert_eq!(all.as_array().unwrap().len(), 1);

@@ -154,11 +154,49 @@ fn rate(r: Option<f64>) -> String {
 
 /// The live-workers part of the overview. Workers do not report themselves yet; this is
 /// where their list goes once they do (async, so it can read them from the store).
-async fn live_workers(_shared: &Shared) -> Markup {
+async fn live_workers(shared: &Shared) -> Markup {
+    let workers = match shared.client.workers().await {
+        Ok(w) => w,
+        Err(e) => {
+            return html! {
+                section #workers {
+                    h2 { "Live workers" }
+                    p.error { "Cannot list the live workers: " (e) }
+                }
+            };
+        }
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     html! {
         section #workers {
-            h2 { "Live workers" }
-            p.muted { "Workers do not report themselves to the store yet; their list will appear here." }
+            h2 { "Live workers " span.muted { (workers.len()) } }
+            @if workers.is_empty() {
+                p.muted { "No live worker: no worker has sent a heartbeat that has not expired." }
+            } @else {
+                table.stats {
+                    thead { tr {
+                        th { "Worker" } th { "Host" } th.n { "Pid" } th { "Topics" }
+                        th.n { "Running" } th.n { "Concurrency" } th.n { "Up" } th.n { "Last beat" } th { "Version" }
+                    } }
+                    tbody {
+                        @for w in &workers {
+                            tr data-worker=(w.id) {
+                                td { code { (w.id) } }
+                                td { (w.host) }
+                                td.n { (w.pid) }
+                                td { (w.topics.join(", ")) }
+                                td.n { (w.running) }
+                                td.n { (w.concurrency) }
+                                td.n { (short(now_ms.saturating_sub(w.started_ms))) }
+                                td.n { (when(w.beat_ms, now_ms)) }
+                                td { (w.version) }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -682,17 +720,18 @@ async fn job_page(
         .await?
         .ok_or_else(|| not_found(format!("no job {key:?} in topic {name:?}")))?;
     let now_ms = shared.client.store().now_ms().await?;
-    let payload = match rmp_serde::from_slice::<serde_json::Value>(&job.payload) {
-        Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
-        Err(e) => format!(
-            "(not decodable as MessagePack: {e})\n{}",
-            job.payload
-                .iter()
-                .take(512)
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        ),
-    };
+    let payload =
+        match rmp_serde::from_slice::<serde_json::Value>(dq_core::trace::split(&job.payload).1) {
+            Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+            Err(e) => format!(
+                "(not decodable as MessagePack: {e})\n{}",
+                job.payload
+                    .iter()
+                    .take(512)
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ),
+        };
     let rw = !shared.opts.read_only;
     let partition = job.key.partition(meta.partitions);
     let body = html! {

@@ -44,6 +44,12 @@ async fn pages_show_the_numbers_of_stats() {
     make_scheduled(&client, "sms", "s-", 1).await;
     let stats = client.topic("mail").unwrap().stats().await.unwrap();
     assert_eq!((stats.scheduled, stats.ready, stats.dead), (3, 2, 3));
+    let worker = dq_core::WorkerInfo::new(vec!["mail".to_owned()], 8, 1);
+    client
+        .store()
+        .beat_worker(&worker, Duration::from_secs(600))
+        .await
+        .unwrap();
     let served = serve(client.clone(), opts()).await;
 
     let (status, page) = get(&served.url).await;
@@ -67,6 +73,10 @@ async fn pages_show_the_numbers_of_stats() {
     assert!(
         page.contains("id=\"workers\""),
         "the live-workers slot is there"
+    );
+    assert!(
+        page.contains(&format!("data-worker=\"{}\"", worker.id)),
+        "the live worker is listed"
     );
 
     // Topic page: the scheduled jobs, by key; the search finds a job or says it is missing.
