@@ -32,6 +32,7 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p dq --features otel --all-targets -- -D warnings
 cargo check -p dq-core --features tls
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo deny --log-level error check licenses bans sources
@@ -48,6 +49,8 @@ CARGO_TARGET_DIR="$verify" cargo package --quiet --allow-dirty \
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"
+# The otel feature's trace test (compiled only with the feature).
+cargo test -p dq --features otel --test otel_trace 2>&1 | tee -a "$log"
 for example in $(ls examples/*.rs 2>/dev/null | xargs -r -n1 basename | sed 's/\.rs$//'); do
   echo "== example: $example"
   cargo run --quiet --example "$example"
