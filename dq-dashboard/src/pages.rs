@@ -152,8 +152,8 @@ fn rate(r: Option<f64>) -> String {
     r.map_or_else(|| "–".to_owned(), |r| format!("{r:.1}"))
 }
 
-/// The live-workers part of the overview. Workers do not report themselves yet; this is
-/// where their list goes once they do (async, so it can read them from the store).
+/// The live-workers part of the overview: every worker whose heartbeat has not expired
+/// (`Client::workers`), with what it serves and when it last beat.
 async fn live_workers(shared: &Shared) -> Markup {
     let workers = match shared.client.workers().await {
         Ok(w) => w,
@@ -243,8 +243,8 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
             table.stats #topics {
                 thead { tr {
                     th { "Topic" } th.n { "Partitions" } th.n { "Scheduled" } th.n { "Ready" }
-                    th.n { "Active" } th.n { "Retry" } th.n { "Dead" } th.n { "Overdue" }
-                    th.n { "Oldest overdue" } th.n { "Succeeded / min" } th.n { "Failed / min" }
+                    th.n { "Active" } th.n { "Retry" } th.n { "Dead" } th.n title="Due but still in scheduled or retry: a worker moves them to ready on its next fetch" { "Due, not moved" }
+                    th.n title="How long the most overdue job (due, not started) has waited" { "Oldest overdue" } th.n { "Succeeded / min" } th.n { "Failed / min" }
                 } }
                 tbody {
                     @for ((meta, s), r) in rows.iter().zip(&rates.0) {

@@ -144,6 +144,19 @@ async fn the_dashboard_in_a_real_browser() {
     make_scheduled(&client, "invoices", "inv-1", 12).await;
     make_ready(&client, "webhooks", "hook-", 3).await;
     let emails = client.topic("emails").unwrap();
+    // A live worker serving two of the topics, as a running worker's heartbeat records it.
+    let mut worker = dq_core::WorkerInfo::new(vec!["emails".into(), "invoices".into()], 8, 1);
+    worker.started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 3_600_000;
+    worker.running = 2;
+    client
+        .store()
+        .beat_worker(&worker, Duration::from_secs(600))
+        .await
+        .unwrap();
 
     let served = serve(
         client.clone(),
@@ -157,7 +170,8 @@ async fn the_dashboard_in_a_real_browser() {
     let browser = open_browser(&driver, profile.path()).await;
     let outcome = tokio::spawn({
         let (browser, url, client) = (browser.clone(), served.url.clone(), client.clone());
-        async move { run(&browser, &url, &client, &emails).await }
+        let worker_id = worker.id.clone();
+        async move { run(&browser, &url, &client, &emails, &worker_id).await }
     })
     .await;
     if outcome.is_err() {
@@ -192,6 +206,7 @@ async fn run(
     base: &str,
     client: &dq_core::Client,
     emails: &dq_core::TopicClient,
+    worker_id: &str,
 ) -> Shots {
     // The overview shows what stats says.
     browser.goto(base).await.unwrap();
@@ -210,6 +225,10 @@ async fn run(
         let css = format!("tr[data-topic=\"emails\"] td[data-stat=\"{stat}\"]");
         assert_eq!(text_of(browser, &css).await, want.to_string(), "{stat}");
     }
+    // The live worker is listed with what it serves.
+    let row = format!("tr[data-worker=\"{worker_id}\"]");
+    let listed = text_of(browser, &row).await;
+    assert!(listed.contains("emails, invoices"), "{listed}");
     let invoices = client.topic("invoices").unwrap().stats().await.unwrap();
     assert_eq!(
         text_of(
