@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::Harness;
 use common::conformance::raw;
 use common::redis::RedisHarness;
 use dq::{Client, Error, JobError, Worker};
@@ -70,7 +71,7 @@ async fn bad_sentinel_urls_fail_at_connect_with_a_typed_error() {
 async fn the_client_writes_to_the_master_the_sentinels_name() {
     let set = dq_testkit::shared_sentinel();
     let h = RedisHarness::new_sentinel().await;
-    let c = common::Harness::client(&h).await;
+    let c = h.client().await;
     c.topic("where").unwrap().enqueue(raw(1)).key("k").await.unwrap();
     let master = set.master().expect("a master");
     let jobs = h.partition_keys("where", 0).jobs;
@@ -162,4 +163,55 @@ async fn a_client_follows_a_failover() {
     let stats = client.stats::<failover_job>().await.unwrap();
     assert_eq!((stats.ready, stats.active), (0, 0));
     handle.shutdown().await;
+}
+
+/// Durable enqueue answers Ok once the replicas confirmed the write (single and bulk, through
+/// Sentinel with 2 replicas); on a node without replicas it answers the typed
+/// `NotReplicated { acked: 0, wanted: 1 }`, and the job is stored all the same (a retry by
+/// key finds it). Out-of-range settings are refused before connecting.
+#[tokio::test]
+async fn durable_enqueue_waits_for_replicas_or_says_it_did_not() {
+    let h = RedisHarness::new_sentinel().await;
+    let c = h
+        .client_with(|b| b.durable_enqueue(2, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let t = c.topic("durable").unwrap();
+    t.enqueue(raw(1)).key("one").await.unwrap();
+    let bulk = (2..40u64)
+        .map(|n| dq::JobSpec::new(raw(n)).key(format!("b{n}")))
+        .collect::<Vec<_>>();
+    assert_eq!(t.enqueue_bulk(bulk).await.unwrap().len(), 38);
+    for r in dq_testkit::shared_sentinel().replicas() {
+        let jobs = h.partition_keys("durable", 0).jobs;
+        // Confirmed by WAIT: already on every replica, no waiting needed.
+        assert_eq!(r.cmd::<i64>(&["HLEN", jobs.as_str()]), 39);
+    }
+
+    let single = dq_testkit::shared();
+    let c = Client::builder()
+        .namespace(dq_testkit::namespace("durable"))
+        .durable_enqueue(1, Duration::from_millis(50))
+        .connect(&single.url())
+        .await
+        .unwrap();
+    let t = c.topic("durable").unwrap();
+    match t.enqueue(raw(1)).key("lonely").await {
+        Err(Error::NotReplicated { acked, wanted }) => assert_eq!((acked, wanted), (0, 1)),
+        other => panic!("{:?}", other.map(|e| e.outcome)),
+    }
+    assert!(t.job("lonely").await.unwrap().is_some(), "stored all the same");
+
+    for b in [
+        Client::builder().durable_enqueue(0, Duration::from_secs(1)),
+        Client::builder().durable_enqueue(1, Duration::ZERO),
+        Client::builder()
+            .response_timeout(Duration::from_secs(1))
+            .durable_enqueue(1, Duration::from_secs(1)),
+    ] {
+        match b.connect(&single.url()).await {
+            Err(Error::InvalidConfig(msg)) => assert!(msg.contains("durable_enqueue"), "{msg}"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
 }
