@@ -72,15 +72,24 @@ async fn the_client_writes_to_the_master_the_sentinels_name() {
     let set = dq_testkit::shared_sentinel();
     let h = RedisHarness::new_sentinel().await;
     let c = h.client().await;
-    c.topic("where").unwrap().enqueue(raw(1)).key("k").await.unwrap();
+    c.topic("where")
+        .unwrap()
+        .enqueue(raw(1))
+        .key("k")
+        .await
+        .unwrap();
     let master = set.master().expect("a master");
     let jobs = h.partition_keys("where", 0).jobs;
     assert_eq!(master.cmd::<i64>(&["HEXISTS", jobs.as_str(), "k"]), 1);
     for r in set.replicas() {
-        eventually("the write reached a replica", Duration::from_secs(10), || async {
-            r.try_cmd::<i64>(&["HEXISTS", jobs.as_str(), "k"])
-                .is_ok_and(|n| n == 1)
-        })
+        eventually(
+            "the write reached a replica",
+            Duration::from_secs(10),
+            || async {
+                r.try_cmd::<i64>(&["HEXISTS", jobs.as_str(), "k"])
+                    .is_ok_and(|n| n == 1)
+            },
+        )
         .await;
     }
 }
@@ -93,7 +102,10 @@ fn ran() -> HashSet<u64> {
 
 #[dq::delayed_job(topic = "failover", retry = "none")]
 async fn failover_job(n: u64) -> Result<(), JobError> {
-    RAN.lock().unwrap().get_or_insert_with(HashSet::new).insert(n);
+    RAN.lock()
+        .unwrap()
+        .get_or_insert_with(HashSet::new)
+        .insert(n);
     Ok(())
 }
 
@@ -104,11 +116,7 @@ async fn enqueue_until_ok(client: &Client, n: u64, within: Duration) {
     let mut tries = 0u32;
     loop {
         tries += 1;
-        match client
-            .enqueue::<failover_job>(n)
-            .key(format!("j{n}"))
-            .await
-        {
+        match client.enqueue::<failover_job>(n).key(format!("j{n}")).await {
             Ok(_) => return,
             Err(e) if e.is_retryable() && Instant::now() < deadline && tries < 10_000 => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -200,7 +208,10 @@ async fn durable_enqueue_waits_for_replicas_or_says_it_did_not() {
         Err(Error::NotReplicated { acked, wanted }) => assert_eq!((acked, wanted), (0, 1)),
         other => panic!("{:?}", other.map(|e| e.outcome)),
     }
-    assert!(t.job("lonely").await.unwrap().is_some(), "stored all the same");
+    assert!(
+        t.job("lonely").await.unwrap().is_some(),
+        "stored all the same"
+    );
 
     for b in [
         Client::builder().durable_enqueue(0, Duration::from_secs(1)),

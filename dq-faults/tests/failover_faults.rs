@@ -125,9 +125,11 @@ async fn scenario(durable: bool) -> Outcome {
         .collect();
     let attempts = || seen.lock().unwrap().attempts();
     let oks = || seen.lock().unwrap().ok.len();
-    eventually("100 enqueues answered Ok", Duration::from_secs(20), || async {
-        oks() >= 100
-    })
+    eventually(
+        "100 enqueues answered Ok",
+        Duration::from_secs(20),
+        || async { oks() >= 100 },
+    )
     .await;
 
     // Make the replicas lag: they may no longer sync, and their links are cut.
@@ -216,7 +218,11 @@ async fn without_durable_enqueue_a_failover_loses_what_the_replicas_lacked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_durable_enqueue_no_acknowledged_enqueue_is_lost() {
     let o = scenario(true).await;
-    assert_eq!(o.lost, 0, "{} of {} acknowledged enqueues lost", o.lost, o.ok);
+    assert_eq!(
+        o.lost, 0,
+        "{} of {} acknowledged enqueues lost",
+        o.lost, o.ok
+    );
     assert!(
         o.not_replicated > 0,
         "the lagging replicas made some enqueues answer NotReplicated"

@@ -430,9 +430,7 @@ impl SentinelProcess {
             let _ = lifeline.write_all(b"keep\n");
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        if !wait_until(deadline, || {
-            !matches!(self.wrapper.try_wait(), Ok(None))
-        }) {
+        if !wait_until(deadline, || !matches!(self.wrapper.try_wait(), Ok(None))) {
             let _ = self.wrapper.kill();
         }
         let _ = self.wrapper.wait();

@@ -188,7 +188,11 @@ impl Conn {
         pipe.add_command(evalsha.clone())
             .cmd("WAIT")
             .arg(replicas)
-            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1));
+            .arg(
+                u64::try_from(timeout.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            );
         let mut tries = 0;
         loop {
             tries += 1;
@@ -223,8 +227,7 @@ impl Conn {
                 }
                 continue;
             }
-            if matches!(self, Conn::Cluster(_)) && refused_by_cluster(&e) && tries < REFUSED_TRIES
-            {
+            if matches!(self, Conn::Cluster(_)) && refused_by_cluster(&e) && tries < REFUSED_TRIES {
                 tokio::time::sleep(backoff(tries)).await;
                 continue;
             }
@@ -630,10 +633,9 @@ impl SharedConnection {
         if current.number != generation {
             return;
         }
-        let moved = current
-            .node
-            .as_ref()
-            .is_none_or(|old| old.get_connection_info().addr() != client.get_connection_info().addr());
+        let moved = current.node.as_ref().is_none_or(|old| {
+            old.get_connection_info().addr() != client.get_connection_info().addr()
+        });
         if moved {
             tracing::warn!(
                 master = %target.master,

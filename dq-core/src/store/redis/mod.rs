@@ -432,23 +432,29 @@ impl Store for RedisStore {
         let s = &SCRIPTS.enqueue;
         let durable = self.options.durable_enqueue;
         let (reply, acked) = self
-            .run_waiting(s, &k, &[], |inv| {
-                inv.arg(jobs.len())
-                    .arg(call.id)
-                    .arg(if call.retry { "1" } else { "0" });
-                for job in jobs {
-                    let (mode, value) = match job.due {
-                        Due::Now => ("n", 0),
-                        Due::After(d) => ("d", ms(d)),
-                        Due::At(t) => ("a", unix_ms(t)),
-                    };
-                    inv.arg(job.key.as_str())
-                        .arg(mode)
-                        .arg(value)
-                        .arg(if job.replace { "1" } else { "0" })
-                        .arg(&job.payload[..]);
-                }
-            }, durable)
+            .run_waiting(
+                s,
+                &k,
+                &[],
+                |inv| {
+                    inv.arg(jobs.len())
+                        .arg(call.id)
+                        .arg(if call.retry { "1" } else { "0" });
+                    for job in jobs {
+                        let (mode, value) = match job.due {
+                            Due::Now => ("n", 0),
+                            Due::After(d) => ("d", ms(d)),
+                            Due::At(t) => ("a", unix_ms(t)),
+                        };
+                        inv.arg(job.key.as_str())
+                            .arg(mode)
+                            .arg(value)
+                            .arg(if job.replace { "1" } else { "0" })
+                            .arg(&job.payload[..]);
+                    }
+                },
+                durable,
+            )
             .await?;
         if let (Some((wanted, _)), Some(acked)) = (durable, acked)
             && usize::try_from(acked).unwrap_or(0) < wanted

@@ -158,7 +158,9 @@ fn parse_sentinel(rest: &str, scheme: &'static str) -> Result<Target> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
     {
-        return Err(invalid("a master name is letters, digits, `.`, `_` and `-`"));
+        return Err(invalid(
+            "a master name is letters, digits, `.`, `_` and `-`",
+        ));
     }
     let db = match parts.next() {
         None | Some("") => String::new(),
@@ -286,13 +288,20 @@ mod tests {
 
         let (sentinels, master, nodes) =
             sentinel("rediss+sentinel://me:p%40ss@[::1]:26379/orders.main/3?x=1");
-        assert_eq!(sentinels, ["redis://[::1]:26379/"], "no credentials to sentinels");
+        assert_eq!(
+            sentinels,
+            ["redis://[::1]:26379/"],
+            "no credentials to sentinels"
+        );
         assert_eq!(master, "orders.main");
         assert_eq!(nodes.url("h", 1), "rediss://me:p%40ss@h:1/3?x=1");
         assert!(!format!("{nodes:?}").contains("p%40ss"));
 
         let (_, master, nodes) = sentinel("redis+sentinel://h:1/m/");
-        assert_eq!((master.as_str(), nodes.url("h", 2).as_str()), ("m", "redis://h:2/"));
+        assert_eq!(
+            (master.as_str(), nodes.url("h", 2).as_str()),
+            ("m", "redis://h:2/")
+        );
     }
 
     #[test]
