@@ -226,3 +226,78 @@ async fn durable_enqueue_waits_for_replicas_or_says_it_did_not() {
         }
     }
 }
+
+/// A switchover (`SENTINEL FAILOVER`): the old master keeps running as a replica (the
+/// sentinels close its client connections; reconnected there, writes answer `READONLY`). The
+/// client and the worker's wake-up listener move to the new master; jobs enqueued after it
+/// run, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_follows_a_switchover_where_the_old_master_answers_readonly() {
+    let set = RedisSentinelSet::start();
+    let client = Client::builder()
+        .namespace(dq_testkit::namespace("switch"))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let handle = Worker::builder(client.clone())
+        .topics(["switch"])
+        .idle_wait(Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .start();
+    for n in 0..10 {
+        enqueue_switch_until_ok(&client, n).await;
+    }
+    eventually("the first 10 jobs ran", Duration::from_secs(20), || async {
+        switched().len() == 10
+    })
+    .await;
+    let old = set.switch_over();
+    let new = set.wait_for_failover(old, Duration::from_secs(30));
+    let demoted = set.servers().iter().find(|s| s.port() == old).unwrap();
+    assert!(demoted.is_running(), "the old master still runs");
+    for n in 10..30 {
+        enqueue_switch_until_ok(&client, n).await;
+    }
+    eventually(
+        "the 20 jobs enqueued after the switchover ran",
+        Duration::from_secs(30),
+        || async { switched().len() == 30 },
+    )
+    .await;
+    assert_eq!(switched(), (0..30).collect::<HashSet<u64>>());
+    assert_eq!(SWITCH_RUNS.load(std::sync::atomic::Ordering::SeqCst), 30);
+    assert_eq!(set.master_port(), Some(new));
+    handle.shutdown().await;
+}
+
+static SWITCHED: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+static SWITCH_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn switched() -> HashSet<u64> {
+    SWITCHED.lock().unwrap().clone().unwrap_or_default()
+}
+
+#[dq::delayed_job(topic = "switch", retry = "none")]
+async fn switch_job(n: u64) -> Result<(), JobError> {
+    SWITCH_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    SWITCHED
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashSet::new)
+        .insert(n);
+    Ok(())
+}
+
+async fn enqueue_switch_until_ok(client: &Client, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    for tries in 1..=10_000u32 {
+        match client.enqueue::<switch_job>(n).key(format!("s{n}")).await {
+            Ok(_) => return,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("enqueue s{n} failed after {tries} tries: {e}"),
+        }
+    }
+}

@@ -166,6 +166,30 @@ impl RedisSentinelSet {
         master.port()
     }
 
+    /// Asks a sentinel for a failover now (`SENTINEL FAILOVER`): a replica is promoted and the
+    /// old master, still running, is turned into its replica (it then answers writes with
+    /// `READONLY`). Returns the old master's port; wait with
+    /// [`wait_for_failover`](Self::wait_for_failover). Panics if no sentinel accepts.
+    pub fn switch_over(&self) -> u16 {
+        let old = self
+            .master_port()
+            .unwrap_or_else(|| panic!("dq-testkit: no sentinel names a master"));
+        let accepted = self.sentinels.iter().any(|s| {
+            s.admin().is_ok_and(|mut conn| {
+                redis::cmd("SENTINEL")
+                    .arg("FAILOVER")
+                    .arg(SENTINEL_MASTER_NAME)
+                    .query::<()>(&mut conn)
+                    .is_ok()
+            })
+        });
+        assert!(
+            accepted,
+            "dq-testkit: no sentinel accepted SENTINEL FAILOVER"
+        );
+        old
+    }
+
     /// Waits until every sentinel names a master other than the one on `old_port`, and that
     /// server answers `ROLE` as a master; returns its port. Panics (with the sentinels' logs)
     /// after `timeout`.
