@@ -755,6 +755,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn what_a_sentinel_connection_follows_and_what_it_resends() {
+        let server = |kind, code: &str| {
+            redis::RedisError::from((ErrorKind::Server(kind), "err", code.to_owned()))
+        };
+        let readonly = server(ServerErrorKind::ReadOnly, "READONLY");
+        assert!(failover_sign(&readonly) && surely_not_run(&readonly));
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(failover_sign(&refused) && surely_not_run(&refused));
+        // A lost reply may have been applied: follow the master, but never resend blindly.
+        for kind in [
+            std::io::ErrorKind::TimedOut,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::UnexpectedEof,
+        ] {
+            let e = redis::RedisError::from(std::io::Error::from(kind));
+            assert!(failover_sign(&e) && !surely_not_run(&e), "{kind:?}");
+        }
+        // An answer of the master itself is no sign of a failover.
+        let wrong = redis::RedisError::from((ErrorKind::UnexpectedReturnType, "WRONGTYPE"));
+        assert!(!failover_sign(&wrong) && !surely_not_run(&wrong));
+    }
+
     /// A call on a frozen socket times out; the next call goes to a new socket and succeeds.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_timeout_replaces_the_connection() {
