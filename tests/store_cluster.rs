@@ -330,3 +330,27 @@ async fn follow_job(_n: u64) -> Result<(), JobError> {
     FOLLOWED.fetch_add(1, Ordering::SeqCst);
     Ok(())
 }
+
+/// Durable enqueue on a cluster: the `WAIT` goes, in the script's pipeline, to the master that
+/// stored the jobs, and each master's replica confirms (jobs on 6 partitions over 3 masters,
+/// single and bulk).
+#[tokio::test]
+async fn durable_enqueue_waits_on_the_master_that_stored_the_job() {
+    let h = RedisHarness::new_cluster().await;
+    let c = h
+        .client_with(|b| {
+            b.partitions("durable", 6)
+                .durable_enqueue(1, Duration::from_secs(2))
+        })
+        .await
+        .unwrap();
+    let t = c.topic("durable").unwrap();
+    for i in 0..12u64 {
+        t.enqueue(raw(i)).key(format!("k{i}")).await.unwrap();
+    }
+    let bulk = (12..60u64)
+        .map(|n| dq::JobSpec::new(raw(n)).key(format!("k{n}")))
+        .collect::<Vec<_>>();
+    assert_eq!(t.enqueue_bulk(bulk).await.unwrap().len(), 48);
+    assert_eq!(t.stats().await.unwrap().ready, 60);
+}

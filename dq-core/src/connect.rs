@@ -109,6 +109,24 @@ impl ClientBuilder {
         self.connect_timeout(Duration::ZERO)
     }
 
+    /// Durable enqueue, off by default: every enqueue (single and each chunk of a bulk) also
+    /// sends `WAIT replicas timeout` in the same pipeline, on the same connection as its
+    /// script (on a cluster: to the master that stored it), and answers Ok only when at least
+    /// `replicas` replicas confirmed the write. Otherwise it fails with
+    /// [`Error::NotReplicated`]: the job **may** be stored all the same, so retry the same
+    /// enqueue with the same key (enqueue is idempotent by key).
+    ///
+    /// Replication is asynchronous: without this, a failover (Sentinel or Cluster) can lose
+    /// enqueues the old master answered Ok but had not yet sent to the replica that was
+    /// promoted. With it, an enqueue answered Ok is on `replicas` replicas. Cost: one replica
+    /// round trip per enqueue call, and a lagging replica holds the connection (`WAIT` blocks
+    /// it, other calls on it queue behind) for up to `timeout`. `timeout` must be shorter
+    /// than the [`response_timeout`](ClientBuilder::response_timeout); `replicas` at least 1.
+    pub fn durable_enqueue(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.redis.durable_enqueue = Some((replicas, timeout));
+        self
+    }
+
     /// Skip the server checks on connect (version, eviction policy, persistence).
     pub fn skip_server_checks(mut self) -> Self {
         self.redis.check_server = false;
@@ -129,6 +147,20 @@ impl ClientBuilder {
                 "default_partitions must be at least 1".into(),
             ));
         }
+        if let Some((replicas, timeout)) = self.redis.durable_enqueue {
+            if replicas == 0 {
+                return Err(Error::InvalidConfig(
+                    "durable_enqueue needs at least 1 replica".into(),
+                ));
+            }
+            if timeout.is_zero() || timeout >= self.redis.response_timeout {
+                return Err(Error::InvalidConfig(format!(
+                    "durable_enqueue timeout {timeout:?} must be above zero and shorter than \
+                     the response_timeout ({:?})",
+                    self.redis.response_timeout
+                )));
+            }
+        }
         if self.config.bulk_chunk == 0 {
             return Err(Error::InvalidConfig("bulk_chunk must be at least 1".into()));
         }
@@ -148,7 +180,13 @@ impl ClientBuilder {
     /// `url` is one node, `redis://[user:password@]host:port/db` (`rediss://` with the `tls`
     /// feature), or a Redis Cluster by seed nodes,
     /// `redis+cluster://[user:password@]host:port[,host:port…]` (`rediss+cluster://` with
-    /// `tls`): any reachable seed finds the rest, and every master is checked.
+    /// `tls`): any reachable seed finds the rest, and every master is checked; or a master
+    /// watched by Redis Sentinel,
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]` (the hosts
+    /// are sentinels, asked without credentials; the credentials and database are the
+    /// master's; `rediss+sentinel://` with `tls`): after a failover the client follows the
+    /// master the sentinels name, without a restart. A URL of none of these forms (no master
+    /// name, no hosts, a bad port) fails with [`Error::InvalidConfig`] before anything is sent.
     ///
     /// While Redis cannot be reached, it retries with backoff for up to the
     /// [`connect_timeout`](ClientBuilder::connect_timeout) (30 s by default), logging each
@@ -201,7 +239,8 @@ impl ClientBuilder {
 impl Client {
     /// Connects to Redis at `url` with default settings (namespace `dq`, one partition per
     /// topic), checking that the server is fit to hold jobs. `url` is one node
-    /// (`redis://host:port/`) or a Redis Cluster (`redis+cluster://host:port,host:port`):
+    /// (`redis://host:port/`), a Redis Cluster (`redis+cluster://host:port,host:port`) or a
+    /// master watched by Redis Sentinel (`redis+sentinel://host:port,host:port/mymaster`):
     /// see [`ClientBuilder::connect`].
     pub async fn connect(url: &str) -> Result<Client> {
         Client::builder().connect(url).await

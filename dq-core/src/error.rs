@@ -149,6 +149,18 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A durable enqueue ([`ClientBuilder::durable_enqueue`](crate::connect::ClientBuilder::durable_enqueue))
+    /// was stored on the master, but fewer replicas than wanted confirmed it within the
+    /// timeout. The job **may still be stored** (and may also be lost if the master fails
+    /// now): enqueue is idempotent by key, so retry the same enqueue (same key) until it
+    /// answers Ok — a retry that finds the job answers `Exists`/`Created` and waits again.
+    #[error("the enqueue reached {acked} of {wanted} replica(s) in time; retry it (same key)")]
+    NotReplicated {
+        /// Replicas that confirmed the write.
+        acked: usize,
+        /// Replicas asked for.
+        wanted: usize,
+    },
     /// A Redis connection or command error.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),

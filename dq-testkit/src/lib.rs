@@ -12,6 +12,11 @@
 //! [`RedisServer`]) joined by `redis-cli --cluster create`, and [`shared_cluster`] one per test
 //! binary; [`RedisCluster::url`] is the `redis+cluster://…` seed URL dq connects with.
 //!
+//! [`RedisSentinelSet::start`] starts a master, two replicas and three sentinels
+//! (`redis-server <conf> --sentinel`) with a small `down-after-milliseconds`;
+//! [`RedisSentinelSet::url`] is the `redis+sentinel://…/dqmaster` URL dq connects with, and
+//! [`RedisSentinelSet::kill_master`] / [`RedisSentinelSet::wait_for_failover`] drive a failover.
+//!
 //! # Why `redis-server` runs under a `bash` wrapper
 //!
 //! A server must die with the test process that started it, *however* that process ends:
@@ -46,6 +51,7 @@ mod log;
 mod namespace;
 mod process;
 pub mod proxy;
+mod sentinel;
 mod server;
 mod wait;
 
@@ -58,5 +64,6 @@ pub use namespace::{keys_in_namespace, namespace};
 pub use proxy::FaultProxy;
 /// The `redis` crate this kit is built on, for the reply types of [`RedisServer::cmd`].
 pub use redis;
+pub use sentinel::{RedisSentinelSet, SENTINEL_MASTER_NAME, SentinelOptions, shared_sentinel};
 pub use server::{Persistence, RedisServer, ServerOptions, shared};
 pub use wait::{POLL_INTERVAL, eventually, eventually_blocking, eventually_some};

@@ -42,7 +42,7 @@ const REDIS_LOG: &str = "redis.log";
 /// It prints the server's pid, then waits for a line or end-of-file on stdin (a pipe held by
 /// the test process). Then it kills and reaps the server, and removes the directory unless the
 /// line was `keep`.
-const WRAPPER: &str = r#"
+pub(crate) const WRAPPER: &str = r#"
 d=$1; shift
 "$@" </dev/null >&2 &
 p=$!
@@ -589,7 +589,7 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 }
 
 /// A port that was free a moment ago: bind port 0 on 127.0.0.1, note the port, release it.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map_or_else(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use dq::store::redis::layout::{self, PartitionKeys};
 use dq::store::{Queue, RedisOptions, RedisStore, Store};
 use dq::{Client, ClientBuilder, JobKey, Topic};
-use dq_testkit::{RedisCluster, RedisServer, keys_in_namespace};
+use dq_testkit::{RedisCluster, RedisSentinelSet, RedisServer, keys_in_namespace};
 
 use super::Harness;
 
@@ -21,6 +21,8 @@ enum Backend {
     Single(&'static RedisServer),
     /// The binary's shared 3-master cluster.
     Cluster(&'static RedisCluster),
+    /// The binary's shared Sentinel set (a master, 2 replicas, 3 sentinels).
+    Sentinel(&'static RedisSentinelSet),
 }
 
 impl Backend {
@@ -28,6 +30,7 @@ impl Backend {
         match self {
             Backend::Single(s) => s.url(),
             Backend::Cluster(c) => c.url(),
+            Backend::Sentinel(s) => s.url(),
         }
     }
 
@@ -35,6 +38,7 @@ impl Backend {
         match self {
             Backend::Single(s) => s.cmd(args),
             Backend::Cluster(c) => c.cmd(args),
+            Backend::Sentinel(s) => s.master().expect("the sentinels name a master").cmd(args),
         }
     }
 }
@@ -57,6 +61,12 @@ impl RedisHarness {
     /// A harness with its own namespace on [`dq_testkit::shared_cluster`].
     pub async fn new_cluster() -> Self {
         Self::on(Backend::Cluster(dq_testkit::shared_cluster())).await
+    }
+
+    /// A harness with its own namespace on [`dq_testkit::shared_sentinel`], connected by its
+    /// `redis+sentinel://` URL.
+    pub async fn new_sentinel() -> Self {
+        Self::on(Backend::Sentinel(dq_testkit::shared_sentinel())).await
     }
 
     async fn on(backend: Backend) -> Self {
@@ -93,6 +103,7 @@ impl RedisHarness {
         match self.backend {
             Backend::Single(s) => s,
             Backend::Cluster(_) => panic!("a cluster harness has no single server"),
+            Backend::Sentinel(s) => s.master().expect("the sentinels name a master"),
         }
     }
 
@@ -101,6 +112,9 @@ impl RedisHarness {
         match self.backend {
             Backend::Single(s) => keys_in_namespace(s, &self.ns),
             Backend::Cluster(c) => c.keys_in_namespace(&self.ns),
+            Backend::Sentinel(s) => {
+                keys_in_namespace(s.master().expect("the sentinels name a master"), &self.ns)
+            }
         }
     }
 

@@ -25,6 +25,16 @@
 //! `MASTERDOWN`, `LOADING`, `READONLY` — is safe to resend, and [`Conn::eval`] does so a few
 //! times with a short back-off (a `MOVED` also makes redis-rs refresh its slot map); errors
 //! that outlast those tries reach the caller as retryable.
+//!
+//! **Through Redis Sentinel** the connection is a manager to the master the sentinels name.
+//! When a call on it fails in a way a failover causes — the connection refused, dropped or
+//! timed out (the master died), or `READONLY` (the old master came back as a replica) — the
+//! sentinels are asked again ([`SharedConnection::follow_master`]); if they name a master
+//! that answers as one, a fresh manager to it replaces the old one, as after a timeout. The
+//! call itself is sent again only if the server surely did not run it: refused (`READONLY`,
+//! `MASTERDOWN`, `LOADING`, …) or the connection refused before anything was sent; a call
+//! whose connection dropped or timed out may have been applied and goes back to the caller
+//! as retryable, as on one node.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -33,7 +43,12 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, ErrorKind, RedisFuture, RedisResult, Script, ServerErrorKind, Value};
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::{
+    Cmd, ConnectionAddr, ErrorKind, RedisFuture, RedisResult, Script, ServerErrorKind, Value,
+};
+
+use super::url::NodeUrl;
 
 /// How many times [`Conn::eval`] sends a script call the cluster refused without running it.
 const REFUSED_TRIES: u32 = 8;
@@ -157,6 +172,69 @@ impl Conn {
         }
     }
 
+    /// Like [`Conn::eval`], then `WAIT replicas timeout_ms` in the same pipeline, on the
+    /// same connection (on a cluster: to the master of `key`'s slot, where the script ran).
+    /// Returns the script's reply and how many replicas confirmed its write.
+    pub async fn eval_and_wait(
+        &mut self,
+        script: &Script,
+        source: &str,
+        evalsha: &Cmd,
+        key: &str,
+        replicas: usize,
+        timeout: Duration,
+    ) -> RedisResult<(Value, i64)> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(evalsha.clone())
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(
+                u64::try_from(timeout.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            );
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let e = match pipe.query_async::<(Value, i64)>(self).await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            // The script did not run (NOSCRIPT, or refused): sending the pipeline again runs
+            // it once. The WAIT of the failed pipeline waited for nothing of ours.
+            if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && tries < REFUSED_TRIES {
+                match self {
+                    Conn::Single(c) => {
+                        script.load_async(c).await?;
+                    }
+                    Conn::Cluster(c) => {
+                        let mut load = redis::cmd("SCRIPT");
+                        load.arg("LOAD").arg(source);
+                        let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+                        let loaded = c
+                            .route_command(
+                                load,
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                            )
+                            .await;
+                        if let Err(e) = loaded {
+                            if !refused_by_cluster(&e) {
+                                return Err(e);
+                            }
+                            tokio::time::sleep(backoff(tries)).await;
+                        }
+                    }
+                }
+                continue;
+            }
+            if matches!(self, Conn::Cluster(_)) && refused_by_cluster(&e) && tries < REFUSED_TRIES {
+                tokio::time::sleep(backoff(tries)).await;
+                continue;
+            }
+            return Err(e);
+        }
+    }
+
     /// On a cluster: every master's address (`host`, `port`), from `CLUSTER SLOTS` of any
     /// node. On one node: empty.
     pub async fn masters(&mut self) -> RedisResult<Vec<(String, u16)>> {
@@ -263,34 +341,151 @@ pub(crate) enum Connector {
         /// Timeouts.
         config: ClusterConfig,
     },
+    /// The master the sentinels name.
+    Sentinel(Arc<SentinelTarget>),
+}
+
+/// How to find the master through Redis Sentinel, and how to connect to it.
+pub(crate) struct SentinelTarget {
+    /// The sentinels (redis-rs keeps a connection to each it has asked).
+    sentinels: tokio::sync::Mutex<Sentinel>,
+    /// The master's name.
+    master: String,
+    /// Credentials, TLS and database for the master, for the sentinel client's `ROLE` check.
+    info: SentinelNodeConnectionInfo,
+    /// The master's URL from its address.
+    nodes: NodeUrl,
+    /// Timeouts and reconnection of the manager to the master.
+    config: ConnectionManagerConfig,
+    /// Longest lookup (sentinels asked, then the master's role checked).
+    lookup_timeout: Duration,
+}
+
+impl SentinelTarget {
+    /// A target for master `master` watched by `sentinels` (`redis://host:port/` URLs).
+    pub fn new(
+        sentinels: &[String],
+        master: String,
+        nodes: NodeUrl,
+        config: ConnectionManagerConfig,
+        lookup_timeout: Duration,
+    ) -> RedisResult<Self> {
+        // The master's credentials, database and TLS, read by redis-rs from its URL form.
+        let probe = redis::IntoConnectionInfo::into_connection_info(nodes.url("localhost", 1))?;
+        let mut info = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(probe.redis_settings().clone());
+        if let ConnectionAddr::TcpTls { insecure, .. } = probe.addr() {
+            info = info.set_tls_mode(if *insecure {
+                redis::TlsMode::Insecure
+            } else {
+                redis::TlsMode::Secure
+            });
+        }
+        Ok(SentinelTarget {
+            sentinels: tokio::sync::Mutex::new(Sentinel::build(sentinels.to_vec())?),
+            master,
+            info,
+            nodes,
+            config,
+            lookup_timeout,
+        })
+    }
+
+    /// Asks the sentinels for the master, checks that it answers as a master, and returns a
+    /// client for it (with dq's TCP settings).
+    async fn resolve(&self) -> RedisResult<redis::Client> {
+        let lookup = async {
+            let mut sentinels = self.sentinels.lock().await;
+            sentinels
+                .async_master_for(&self.master, Some(&self.info))
+                .await
+        };
+        let found = tokio::time::timeout(self.lookup_timeout, lookup)
+            .await
+            .map_err(|_| {
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the sentinels did not name a master in time",
+                ))
+            })??;
+        let (host, port) = match found.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                (host.clone(), *port)
+            }
+            _ => {
+                return Err(redis::RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "the sentinels named a master that is not a TCP address",
+                )));
+            }
+        };
+        super::node_client(&self.nodes.url(&host, port))
+    }
 }
 
 impl Connector {
-    /// Connects now.
-    async fn connect(&self) -> RedisResult<Conn> {
+    /// Connects now; also returns the node's client, when there is one node.
+    async fn connect(&self) -> RedisResult<(Conn, Option<redis::Client>)> {
         match self {
-            Connector::Single { client, config } => Ok(Conn::Single(
-                ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
+            Connector::Single { client, config } => Ok((
+                Conn::Single(
+                    ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
+                ),
+                Some(client.clone()),
             )),
-            Connector::Cluster { client, config } => Ok(Conn::Cluster(
-                client
-                    .get_async_connection_with_config(config.clone())
-                    .await?,
+            Connector::Cluster { client, config } => Ok((
+                Conn::Cluster(
+                    client
+                        .get_async_connection_with_config(config.clone())
+                        .await?,
+                ),
+                None,
             )),
+            Connector::Sentinel(target) => {
+                let client = target.resolve().await?;
+                let conn =
+                    ConnectionManager::new_with_config(client.clone(), target.config.clone())
+                        .await?;
+                Ok((Conn::Single(conn), Some(client)))
+            }
         }
     }
 
-    /// A connection that connects on its first call.
-    fn connect_lazy(&self) -> RedisResult<Conn> {
-        match self {
-            Connector::Single { client, config } => Ok(Conn::Single(
+    /// A connection that connects on its first call (to the same node or cluster; a
+    /// sentinel connection keeps its master: [`SharedConnection::follow_master`] changes it).
+    fn connect_lazy(&self, node: Option<&redis::Client>) -> RedisResult<Conn> {
+        match (self, node) {
+            (Connector::Single { client, config }, _) => Ok(Conn::Single(
                 ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?,
             )),
-            Connector::Cluster { client, config } => Ok(Conn::Cluster(
+            (Connector::Cluster { client, config }, _) => Ok(Conn::Cluster(
                 client.get_pending_async_connection_with_config(config.clone()),
             )),
+            (Connector::Sentinel(target), Some(client)) => Ok(Conn::Single(
+                ConnectionManager::new_lazy_with_config(client.clone(), target.config.clone())?,
+            )),
+            (Connector::Sentinel(_), None) => Err(redis::RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "a sentinel connection without a master",
+            ))),
         }
     }
+}
+
+/// Whether `e` is what a failover looks like from a client of the old master: the
+/// connection refused, dropped or timed out, or the node refusing to act as a master.
+fn failover_sign(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || refused_by_cluster(e)
+}
+
+/// Whether a call that failed with `e` surely did not run, so that it may be sent again as it
+/// is: the server refused it, or no connection could be made to send it.
+fn surely_not_run(e: &redis::RedisError) -> bool {
+    refused_by_cluster(e) || e.is_connection_refusal()
 }
 
 /// A [`Conn`] that is replaced when a call on it times out. Cheap to clone.
@@ -302,12 +497,16 @@ pub(crate) struct SharedConnection {
 struct Inner {
     connector: Connector,
     current: RwLock<Generation>,
+    /// Held while the sentinels are asked for the master, so a burst of failed calls asks once.
+    following: tokio::sync::Mutex<()>,
 }
 
 #[derive(Clone)]
 struct Generation {
     number: u64,
     conn: Conn,
+    /// The node this generation talks to (one node, or the master the sentinels named).
+    node: Option<redis::Client>,
 }
 
 /// The connection a call uses, and the generation it belongs to (for [`SharedConnection::observe`]).
@@ -320,13 +519,30 @@ pub(crate) struct Lease {
 impl SharedConnection {
     /// Connects now (the first connection is not lazy: a wrong address fails `connect`).
     pub async fn connect(connector: Connector) -> RedisResult<Self> {
-        let conn = connector.connect().await?;
+        let (conn, node) = connector.connect().await?;
         Ok(SharedConnection {
             inner: Arc::new(Inner {
                 connector,
-                current: RwLock::new(Generation { number: 0, conn }),
+                current: RwLock::new(Generation {
+                    number: 0,
+                    conn,
+                    node,
+                }),
+                following: tokio::sync::Mutex::new(()),
             }),
         })
+    }
+
+    /// Whether this connection finds its master through Redis Sentinel.
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self.inner.connector, Connector::Sentinel(_))
+    }
+
+    /// On one node or through Sentinel: the node the current generation talks to, and that
+    /// generation (for [`SharedConnection::after_failure`]).
+    pub fn node(&self) -> Option<(u64, redis::Client)> {
+        let g = self.read();
+        g.node.map(|n| (g.number, n))
     }
 
     /// Whether this is a cluster connection.
@@ -344,15 +560,93 @@ impl SharedConnection {
     }
 
     /// Runs `call` on the current connection and replaces that connection if the call timed
-    /// out.
+    /// out. Through Sentinel, a failure that looks like a failover also asks the sentinels
+    /// for the master, and a call that surely did not run is sent again (a few times, with a
+    /// short back-off) on the connection to the master they name.
     pub async fn call<T, F>(&self, call: F) -> RedisResult<T>
     where
-        F: AsyncFnOnce(&mut Conn) -> RedisResult<T>,
+        F: AsyncFnOnce(&mut Conn) -> RedisResult<T> + Clone,
     {
-        let mut lease = self.get();
-        let result = call(&mut lease.conn).await;
-        self.observe(lease.generation, &result);
-        result
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut lease = self.get();
+            let result = call.clone()(&mut lease.conn).await;
+            if let Err(e) = &result
+                && self.is_sentinel()
+            {
+                self.after_failure(lease.generation, e).await;
+                if surely_not_run(e) && tries < REFUSED_TRIES {
+                    tokio::time::sleep(backoff(tries)).await;
+                    continue;
+                }
+                return result;
+            }
+            self.observe(lease.generation, &result);
+            return result;
+        }
+    }
+
+    /// After a call of `generation` failed with `e`: through Sentinel, follows the master if
+    /// `e` looks like a failover; otherwise replaces the connection after a timeout.
+    pub async fn after_failure(&self, generation: u64, e: &redis::RedisError) {
+        if self.is_sentinel() {
+            if failover_sign(e) {
+                self.follow_master(generation).await;
+            }
+        } else if e.is_timeout() {
+            self.replace(generation);
+        }
+    }
+
+    /// Through Sentinel: asks the sentinels for the master and, if one answers as a master,
+    /// replaces generation `generation` by a connection to it (unless another call already
+    /// replaced it). While the sentinels name no usable master (a failover in progress), the
+    /// old connection stays, and the next failed call asks again.
+    pub async fn follow_master(&self, generation: u64) {
+        let Connector::Sentinel(target) = &self.inner.connector else {
+            return;
+        };
+        let _one_at_a_time = self.inner.following.lock().await;
+        if self.read().number != generation {
+            return; // followed already, after an earlier failure of the same generation
+        }
+        let client = match target.resolve().await {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::debug!(error = %e, "the sentinels name no usable master yet");
+                return;
+            }
+        };
+        let conn = match self.inner.connector.connect_lazy(Some(&client)) {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot connect to the master the sentinels named");
+                return;
+            }
+        };
+        let mut current = self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.number != generation {
+            return;
+        }
+        let moved = current.node.as_ref().is_none_or(|old| {
+            old.get_connection_info().addr() != client.get_connection_info().addr()
+        });
+        if moved {
+            tracing::warn!(
+                master = %target.master,
+                "the sentinels name a new master; following it"
+            );
+        }
+        *current = Generation {
+            number: generation + 1,
+            conn,
+            node: Some(client),
+        };
     }
 
     /// Replaces the connection of `generation` if `result` is a timeout and that generation is
@@ -382,7 +676,7 @@ impl SharedConnection {
         if current.number != generation {
             return; // replaced already by an earlier timeout of the same generation
         }
-        match self.inner.connector.connect_lazy() {
+        match self.inner.connector.connect_lazy(current.node.as_ref()) {
             Ok(conn) => {
                 tracing::warn!(
                     generation,
@@ -391,6 +685,7 @@ impl SharedConnection {
                 *current = Generation {
                     number: generation + 1,
                     conn,
+                    node: current.node.clone(),
                 };
             }
             // Only a configuration the first connect accepted can get here; keep the old one.
@@ -458,6 +753,30 @@ mod tests {
             !refused_by_cluster(&timeout),
             "a timeout may have been applied"
         );
+    }
+
+    #[test]
+    fn what_a_sentinel_connection_follows_and_what_it_resends() {
+        let server = |kind, code: &str| {
+            redis::RedisError::from((ErrorKind::Server(kind), "err", code.to_owned()))
+        };
+        let readonly = server(ServerErrorKind::ReadOnly, "READONLY");
+        assert!(failover_sign(&readonly) && surely_not_run(&readonly));
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(failover_sign(&refused) && surely_not_run(&refused));
+        // A lost reply may have been applied: follow the master, but never resend blindly.
+        for kind in [
+            std::io::ErrorKind::TimedOut,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::UnexpectedEof,
+        ] {
+            let e = redis::RedisError::from(std::io::Error::from(kind));
+            assert!(failover_sign(&e) && !surely_not_run(&e), "{kind:?}");
+        }
+        // An answer of the master itself is no sign of a failover.
+        let wrong = redis::RedisError::from((ErrorKind::UnexpectedReturnType, "WRONGTYPE"));
+        assert!(!failover_sign(&wrong) && !surely_not_run(&wrong));
     }
 
     /// A call on a frozen socket times out; the next call goes to a new socket and succeeds.

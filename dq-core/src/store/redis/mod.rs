@@ -34,7 +34,7 @@ use redis::{AsyncConnectionConfig, Value};
 
 pub use checks::ServerReport;
 
-use self::conn::{Connector, SharedConnection, refused_by_cluster};
+use self::conn::{Connector, SentinelTarget, SharedConnection, refused_by_cluster};
 use self::layout::{KeyName, PartitionKeys};
 use self::record::{Record, decode_history};
 use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unexpected};
@@ -72,6 +72,11 @@ pub struct RedisOptions {
     pub allow_eviction: bool,
     /// Run the server checks on connect (default `true`).
     pub check_server: bool,
+    /// Durable enqueue (default `None`: off): `Some((replicas, timeout))` makes every enqueue
+    /// script call wait, in the same pipeline, for `WAIT replicas timeout` before it answers,
+    /// and fail with [`Error::NotReplicated`] when fewer replicas confirmed the write. See
+    /// [`ClientBuilder::durable_enqueue`](crate::connect::ClientBuilder::durable_enqueue).
+    pub durable_enqueue: Option<(usize, Duration)>,
 }
 
 impl Default for RedisOptions {
@@ -82,6 +87,7 @@ impl Default for RedisOptions {
             connection_timeout: Duration::from_secs(5),
             allow_eviction: false,
             check_server: true,
+            durable_enqueue: None,
         }
     }
 }
@@ -106,6 +112,8 @@ pub struct RedisStore {
 enum WakeSource {
     Single(redis::Client),
     Cluster(NodeUrl),
+    /// The master the store's sentinel connection talks to now.
+    Sentinel,
 }
 
 /// Most receipts one fetch deletes; more wait for the next fetch, or expire.
@@ -127,7 +135,10 @@ impl RedisStore {
     /// One node: `redis://[user:password@]host:port/db`, or `rediss://` with the `tls`
     /// feature. A Redis Cluster: `redis+cluster://[user:password@]host:port[,host:port…]`
     /// (seed nodes: any reachable one finds the rest; `rediss+cluster://` with `tls`); every
-    /// master is checked.
+    /// master is checked. A master watched by Redis Sentinel:
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]` (the
+    /// hosts are sentinels; `rediss+sentinel://` with `tls`): the store asks the sentinels
+    /// for the master, and follows the master they name after a failover.
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
         crate::names::Topic::new(&options.namespace).map_err(|_| {
             Error::InvalidConfig(format!(
@@ -175,6 +186,22 @@ impl RedisStore {
                     Connector::Cluster { client, config },
                 )
             }
+            Target::Sentinel {
+                sentinels,
+                master,
+                nodes,
+            } => {
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(options.response_timeout))
+                    .set_connection_timeout(Some(options.connection_timeout))
+                    .set_number_of_retries(3)
+                    .set_max_delay(Duration::from_secs(2));
+                // Sentinels asked, then the master's role checked: two connections at most.
+                let lookup = 2 * options.connection_timeout + options.response_timeout;
+                let target = SentinelTarget::new(&sentinels, master, nodes, config, lookup)
+                    .map_err(invalid)?;
+                (WakeSource::Sentinel, Connector::Sentinel(Arc::new(target)))
+            }
         };
         let conn = SharedConnection::connect(connector)
             .await
@@ -212,6 +239,11 @@ impl RedisStore {
     /// Whether this store is on a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.conn.is_cluster()
+    }
+
+    /// Whether this store finds its master through Redis Sentinel.
+    pub fn is_sentinel(&self) -> bool {
+        self.conn.is_sentinel()
     }
 
     fn keys(&self, queue: &Queue) -> Arc<PartitionKeys> {
@@ -281,6 +313,19 @@ impl RedisStore {
         receipts: &[String],
         args: impl FnOnce(&mut redis::Cmd),
     ) -> Result<Value> {
+        Ok(self.run_waiting(script, k, receipts, args, None).await?.0)
+    }
+
+    /// [`RedisStore::run`], and with `wait` = `Some((replicas, timeout))` a `WAIT` after the
+    /// script in the same pipeline: returns the reply and how many replicas confirmed.
+    async fn run_waiting(
+        &self,
+        script: &LuaScript,
+        k: &PartitionKeys,
+        receipts: &[String],
+        args: impl FnOnce(&mut redis::Cmd),
+        wait: Option<(usize, Duration)>,
+    ) -> Result<(Value, Option<i64>)> {
         debug_assert!(
             receipts.is_empty() || script.keys.contains(&KeyName::FetchReceipt),
             "script {} takes no receipts",
@@ -307,13 +352,31 @@ impl RedisStore {
             .arg(&keys[..]);
         args(&mut evalsha);
         let sent = std::time::Instant::now();
-        let result = self
-            .conn
-            .call(async |conn| {
-                conn.eval(&script.script, &script.source, &evalsha, first)
+        let result = match wait {
+            None => self
+                .conn
+                .call(async |conn| {
+                    conn.eval(&script.script, &script.source, &evalsha, first)
+                        .await
+                })
+                .await
+                .map(|v| (v, None)),
+            Some((replicas, timeout)) => self
+                .conn
+                .call(async |conn| {
+                    conn.eval_and_wait(
+                        &script.script,
+                        &script.source,
+                        &evalsha,
+                        first,
+                        replicas,
+                        timeout,
+                    )
                     .await
-            })
-            .await;
+                })
+                .await
+                .map(|(v, acked)| (v, Some(acked))),
+        };
         script.metrics.record(sent.elapsed(), result.is_ok());
         result.map_err(|e| script_error(script, e))
     }
@@ -367,25 +430,40 @@ impl Store for RedisStore {
         }
         let k = self.keys(queue);
         let s = &SCRIPTS.enqueue;
-        let reply = self
-            .run(s, &k, &[], |inv| {
-                inv.arg(jobs.len())
-                    .arg(call.id)
-                    .arg(if call.retry { "1" } else { "0" });
-                for job in jobs {
-                    let (mode, value) = match job.due {
-                        Due::Now => ("n", 0),
-                        Due::After(d) => ("d", ms(d)),
-                        Due::At(t) => ("a", unix_ms(t)),
-                    };
-                    inv.arg(job.key.as_str())
-                        .arg(mode)
-                        .arg(value)
-                        .arg(if job.replace { "1" } else { "0" })
-                        .arg(&job.payload[..]);
-                }
-            })
+        let durable = self.options.durable_enqueue;
+        let (reply, acked) = self
+            .run_waiting(
+                s,
+                &k,
+                &[],
+                |inv| {
+                    inv.arg(jobs.len())
+                        .arg(call.id)
+                        .arg(if call.retry { "1" } else { "0" });
+                    for job in jobs {
+                        let (mode, value) = match job.due {
+                            Due::Now => ("n", 0),
+                            Due::After(d) => ("d", ms(d)),
+                            Due::At(t) => ("a", unix_ms(t)),
+                        };
+                        inv.arg(job.key.as_str())
+                            .arg(mode)
+                            .arg(value)
+                            .arg(if job.replace { "1" } else { "0" })
+                            .arg(&job.payload[..]);
+                    }
+                },
+                durable,
+            )
             .await?;
+        if let (Some((wanted, _)), Some(acked)) = (durable, acked)
+            && usize::try_from(acked).unwrap_or(0) < wanted
+        {
+            return Err(Error::NotReplicated {
+                acked: usize::try_from(acked).unwrap_or(0),
+                wanted,
+            });
+        }
         let Value::Array(items) = reply else {
             return Err(unexpected(s.name, "outcomes", &reply));
         };
@@ -947,13 +1025,16 @@ impl Store for RedisStore {
     }
 
     async fn wake_listener(&self, queue: &Queue) -> Result<Box<dyn WakeListener>> {
-        let (client, follow) = match &self.wake {
-            WakeSource::Single(client) => (Some(client.clone()), None),
-            WakeSource::Cluster(nodes) => (None, Some((self.conn.clone(), nodes.clone()))),
+        let (client, follow, master) = match &self.wake {
+            WakeSource::Single(client) => (Some(client.clone()), None, None),
+            WakeSource::Cluster(nodes) => (None, Some((self.conn.clone(), nodes.clone())), None),
+            WakeSource::Sentinel => (None, None, Some(self.conn.clone())),
         };
         Ok(Box::new(RedisWakeListener {
             client,
             follow,
+            master,
+            generation: 0,
             key: self.keys(queue).wake.clone(),
             conn: None,
             connection_timeout: self.options.connection_timeout,
@@ -972,6 +1053,10 @@ struct RedisWakeListener {
     client: Option<redis::Client>,
     /// On a cluster: the store's connection, to look the node up, and how to address it.
     follow: Option<(SharedConnection, NodeUrl)>,
+    /// Through Sentinel: the store's connection, whose current master the listener blocks on.
+    master: Option<SharedConnection>,
+    /// Through Sentinel: the generation of the store's connection `client` came from.
+    generation: u64,
     key: String,
     conn: Option<(redis::aio::MultiplexedConnection, Duration)>,
     connection_timeout: Duration,
@@ -987,14 +1072,22 @@ impl WakeListener for RedisWakeListener {
             .as_ref()
             .is_none_or(|(_, t)| *t < response_timeout)
         {
-            let client = match (&self.client, &self.follow) {
-                (Some(client), _) => client.clone(),
-                (None, Some((shared, nodes))) => {
+            let client = match (&self.client, &self.follow, &self.master) {
+                (Some(client), _, _) => client.clone(),
+                (None, Some((shared, nodes)), _) => {
                     let client = self.find_node(shared, nodes).await?;
                     self.client = Some(client.clone());
                     client
                 }
-                (None, None) => unreachable!("a listener has a node or a way to find one"),
+                (None, None, Some(shared)) => {
+                    let Some((generation, client)) = shared.node() else {
+                        unreachable!("a sentinel connection has a master")
+                    };
+                    self.generation = generation;
+                    self.client = Some(client.clone());
+                    client
+                }
+                (None, None, None) => unreachable!("a listener has a node or a way to find one"),
             };
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(self.connection_timeout))
@@ -1005,6 +1098,7 @@ impl WakeListener for RedisWakeListener {
             {
                 Ok(conn) => conn,
                 Err(e) => {
+                    self.follow_master(&e).await;
                     self.forget_node();
                     return Err(from_redis(e));
                 }
@@ -1028,6 +1122,7 @@ impl WakeListener for RedisWakeListener {
                     tracing::debug!(key = %self.key, "wake-up listener follows its slot");
                 }
                 self.conn = None;
+                self.follow_master(&e).await;
                 self.forget_node();
                 Err(from_redis(e))
             }
@@ -1055,10 +1150,18 @@ impl RedisWakeListener {
         })
     }
 
-    /// On a cluster, drops the node so the next wait looks it up again.
+    /// On a cluster or through Sentinel, drops the node so the next wait looks it up again.
     fn forget_node(&mut self) {
-        if self.follow.is_some() {
+        if self.follow.is_some() || self.master.is_some() {
             self.client = None;
+        }
+    }
+
+    /// Through Sentinel, after `e` on the master's connection: lets the store's connection
+    /// ask the sentinels for the master (the next wait blocks on the one they name).
+    async fn follow_master(&self, e: &redis::RedisError) {
+        if let Some(shared) = &self.master {
+            shared.after_failure(self.generation, e).await;
         }
     }
 }

@@ -3,6 +3,12 @@
 //! `rediss+cluster://…` with the `tls` feature), a form redis-rs does not read: it is split
 //! here into one node URL per seed, with the credentials and TLS of the whole.
 //!
+//! A master watched by Redis Sentinel:
+//! `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]`
+//! (`rediss+sentinel://…` with the `tls` feature): the hosts are sentinels, asked without
+//! credentials; the credentials, TLS and database are those of the master (and of whichever
+//! replica is promoted in its place).
+//!
 //! Errors never quote the URL: it may hold a password.
 
 use crate::error::{Error, Result};
@@ -20,6 +26,16 @@ pub(crate) enum Target {
         /// Builds the URL of a node found later (the owner of a slot).
         nodes: NodeUrl,
     },
+    /// A master found through Redis Sentinel.
+    Sentinel {
+        /// A `redis://host:port/` URL per sentinel (no credentials, no TLS).
+        sentinels: Vec<String>,
+        /// The name the sentinels know the master by.
+        master: String,
+        /// The URL of the master's address as the sentinels give it: credentials, TLS and
+        /// database of the whole URL.
+        nodes: NodeUrl,
+    },
 }
 
 /// Builds a node URL with the credentials, TLS and options of the cluster URL.
@@ -30,6 +46,8 @@ pub(crate) struct NodeUrl {
     userinfo: String,
     /// `?…` as given, or empty.
     query: String,
+    /// `db` of the path (sentinel URLs), or empty.
+    db: String,
 }
 
 impl std::fmt::Debug for NodeUrl {
@@ -50,8 +68,8 @@ impl NodeUrl {
             host.to_owned()
         };
         format!(
-            "{}://{}{host}:{port}/{}",
-            self.scheme, self.userinfo, self.query
+            "{}://{}{host}:{port}/{}{}",
+            self.scheme, self.userinfo, self.db, self.query
         )
     }
 }
@@ -61,8 +79,20 @@ const CLUSTER_SCHEMES: [(&str, &str); 2] = [
     ("rediss+cluster://", "rediss"),
 ];
 
-/// Reads `url`: a cluster URL is split into its seeds; any other URL is left to redis-rs.
+const SENTINEL_SCHEMES: [(&str, &str); 2] = [
+    ("redis+sentinel://", "redis"),
+    ("rediss+sentinel://", "rediss"),
+];
+
+/// Reads `url`: a cluster URL is split into its seeds, a sentinel URL into its sentinels and
+/// master name; any other URL is left to redis-rs.
 pub(crate) fn parse(url: &str) -> Result<Target> {
+    if let Some((rest, scheme)) = SENTINEL_SCHEMES
+        .iter()
+        .find_map(|(prefix, scheme)| Some((url.strip_prefix(prefix)?, *scheme)))
+    {
+        return parse_sentinel(rest, scheme);
+    }
     let Some((rest, scheme)) = CLUSTER_SCHEMES
         .iter()
         .find_map(|(prefix, scheme)| Some((url.strip_prefix(prefix)?, *scheme)))
@@ -91,6 +121,7 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
         scheme,
         userinfo: userinfo.to_owned(),
         query: query.to_owned(),
+        db: String::new(),
     };
     let mut seeds = Vec::new();
     for seed in hosts.split(',') {
@@ -99,6 +130,75 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
         seeds.push(nodes.url(host, port));
     }
     Ok(Target::Cluster { seeds, nodes })
+}
+
+/// The part of a sentinel URL after its scheme:
+/// `[user:password@]host:port[,host:port…]/<master-name>[/db][?…]`.
+fn parse_sentinel(rest: &str, scheme: &'static str) -> Result<Target> {
+    let invalid = |what: &str| {
+        Error::InvalidConfig(format!(
+            "invalid Redis Sentinel URL: {what} (the form is \
+             redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db])"
+        ))
+    };
+    let (rest, query) = match rest.find('?') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let mut parts = path.split('/');
+    let master = parts.next().unwrap_or_default();
+    if master.is_empty() {
+        return Err(invalid("no master name after the sentinels"));
+    }
+    if !master
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    {
+        return Err(invalid(
+            "a master name is letters, digits, `.`, `_` and `-`",
+        ));
+    }
+    let db = match parts.next() {
+        None | Some("") => String::new(),
+        Some(db) => {
+            db.parse::<u32>()
+                .map_err(|_| invalid("the database after the master name must be a number"))?;
+            db.to_owned()
+        }
+    };
+    if parts.next().is_some_and(|p| !p.is_empty()) {
+        return Err(invalid("nothing may follow the database"));
+    }
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(i) => (&authority[..=i], &authority[i + 1..]),
+        None => ("", authority),
+    };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',') {
+        let (host, port) = split_host_port(host)
+            .ok_or_else(|| invalid("each sentinel must be host:port, separated by commas"))?;
+        let plain = NodeUrl {
+            scheme: "redis",
+            userinfo: String::new(),
+            query: String::new(),
+            db: String::new(),
+        };
+        sentinels.push(plain.url(host, port));
+    }
+    Ok(Target::Sentinel {
+        sentinels,
+        master: master.to_owned(),
+        nodes: NodeUrl {
+            scheme,
+            userinfo: userinfo.to_owned(),
+            query: query.to_owned(),
+            db,
+        },
+    })
 }
 
 /// `host:port` or `[v6]:port`; `None` if either part is missing or the port is not a number.
@@ -162,6 +262,69 @@ mod tests {
 
         let (seeds, _) = cluster("redis+cluster://:secret@h:1/");
         assert_eq!(seeds, ["redis://:secret@h:1/"]);
+    }
+
+    fn sentinel(url: &str) -> (Vec<String>, String, NodeUrl) {
+        match parse(url).unwrap() {
+            Target::Sentinel {
+                sentinels,
+                master,
+                nodes,
+            } => (sentinels, master, nodes),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sentinel_urls_split_into_sentinels_and_master() {
+        let (sentinels, master, nodes) =
+            sentinel("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster");
+        assert_eq!(
+            sentinels,
+            ["redis://127.0.0.1:26379/", "redis://127.0.0.1:26380/"]
+        );
+        assert_eq!(master, "mymaster");
+        assert_eq!(nodes.url("10.0.0.2", 6380), "redis://10.0.0.2:6380/");
+
+        let (sentinels, master, nodes) =
+            sentinel("rediss+sentinel://me:p%40ss@[::1]:26379/orders.main/3?x=1");
+        assert_eq!(
+            sentinels,
+            ["redis://[::1]:26379/"],
+            "no credentials to sentinels"
+        );
+        assert_eq!(master, "orders.main");
+        assert_eq!(nodes.url("h", 1), "rediss://me:p%40ss@h:1/3?x=1");
+        assert!(!format!("{nodes:?}").contains("p%40ss"));
+
+        let (_, master, nodes) = sentinel("redis+sentinel://h:1/m/");
+        assert_eq!(
+            (master.as_str(), nodes.url("h", 2).as_str()),
+            ("m", "redis://h:2/")
+        );
+    }
+
+    #[test]
+    fn bad_sentinel_urls_are_refused_without_quoting_them() {
+        for url in [
+            "redis+sentinel://",
+            "redis+sentinel://h:1",
+            "redis+sentinel://h:1/",
+            "redis+sentinel:///m",
+            "redis+sentinel://h/m",
+            "redis+sentinel://h:x/m",
+            "redis+sentinel://h:0/m",
+            "redis+sentinel://h:70000/m",
+            "redis+sentinel://h:1,/m",
+            "redis+sentinel://u:secret@h:1/m/x",
+            "redis+sentinel://u:secret@h:1/m/1/2",
+            "redis+sentinel://u:secret@h:1/m%20x",
+        ] {
+            match parse(url) {
+                Err(Error::InvalidConfig(msg)) => assert!(!msg.contains("secret"), "{msg}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
     }
 
     #[test]
