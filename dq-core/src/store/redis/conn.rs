@@ -22,21 +22,29 @@
 //! caller's own new job, a second `Shift` would shift twice, a second `fetch` would orphan the
 //! first one's leases). dq's own retries mark a retry as one (ARCHITECTURE.md §6.1, §6.2). What
 //! the server refused without running it — `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
-//! `MASTERDOWN`, `LOADING`, `READONLY` — is safe to resend, and [`Conn::eval`] does so a few
-//! times with a short back-off (a `MOVED` also makes redis-rs refresh its slot map); errors
-//! that outlast those tries reach the caller as retryable.
+//! `MASTERDOWN`, `LOADING`, `READONLY` — is safe to resend, and [`Conn::eval`] does so with a
+//! bounded back-off for up to the response timeout (a `MOVED` also makes redis-rs refresh its
+//! slot map): a slot migrating (`TRYAGAIN` while its keys are split between two nodes, `ASK`
+//! once they have all moved, then `MOVED`) or a master failing over (`CLUSTERDOWN`, then
+//! `MOVED`) within that time costs the call a wait. `ASK` is not followed to the importing
+//! node: a dq script declares keys that do not exist yet (receipts, history), which the
+//! importing node refuses with `TRYAGAIN` until every key has arrived, so the call waits at
+//! the source until the slot is reassigned. Errors that outlast the patience reach the caller
+//! as retryable (they did nothing).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisFuture, RedisResult, Script, ServerErrorKind, Value};
 
-/// How many times [`Conn::eval`] sends a script call the cluster refused without running it.
-const REFUSED_TRIES: u32 = 8;
+/// Most tries after the first of a script call the cluster refused without running it (the
+/// pauses between them are bounded by the caller's patience first).
+const REFUSED_TRIES: usize = 200;
 /// Longest pause between two of those tries.
 const REFUSED_BACKOFF_CAP: Duration = Duration::from_millis(250);
 
@@ -100,13 +108,16 @@ impl Conn {
     /// (whose text is `source`), and `key` its first key. After `NOSCRIPT` the script is loaded
     /// on the node that answered — on a cluster, the master of `key`'s slot — and the call
     /// sent again. On a cluster, a call refused without being run ([`refused_by_cluster`]) is
-    /// sent again after a short pause, at most [`REFUSED_TRIES`] times in all.
+    /// sent again with a bounded exponential back-off ([`refused_backoff`]) for up to
+    /// `patience` of pauses in all: a slot that migrates or fails over within that time costs
+    /// the caller a wait, not an error.
     pub async fn eval(
         &mut self,
         script: &Script,
         source: &str,
         evalsha: &Cmd,
         key: &str,
+        patience: Duration,
     ) -> RedisResult<Value> {
         match self {
             Conn::Single(c) => match evalsha.query_async(c).await {
@@ -117,42 +128,14 @@ impl Conn {
                 other => other,
             },
             Conn::Cluster(c) => {
-                let mut tries = 0;
-                loop {
-                    tries += 1;
-                    let e = match evalsha.query_async(c).await {
-                        Ok(v) => return Ok(v),
-                        Err(e) => e,
-                    };
-                    if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
-                        // Load it where it is missing only: a node down elsewhere in the
-                        // cluster must not fail this partition's calls.
-                        let mut load = redis::cmd("SCRIPT");
-                        load.arg("LOAD").arg(source);
-                        let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-                        match c
-                            .route_command(
-                                load,
-                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                            )
-                            .await
-                        {
-                            Ok(_) => {}
-                            Err(e) if refused_by_cluster(&e) && tries < REFUSED_TRIES => {
-                                tokio::time::sleep(backoff(tries)).await;
-                            }
-                            Err(e) => return Err(e),
-                        }
-                        if tries >= REFUSED_TRIES {
-                            return Err(e);
-                        }
-                        continue;
-                    }
-                    if !refused_by_cluster(&e) || tries >= REFUSED_TRIES {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(backoff(tries)).await;
-                }
+                // Each try on its own handle of the same connection (a clone shares it).
+                (|| eval_on_cluster(c.clone(), source, evalsha, key))
+                    .retry(refused_backoff(patience))
+                    .when(|e| {
+                        refused_by_cluster(e)
+                            || e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+                    })
+                    .await
             }
         }
     }
@@ -211,8 +194,42 @@ impl Conn {
     }
 }
 
-fn backoff(tries: u32) -> Duration {
-    (Duration::from_millis(10) * 2u32.saturating_pow(tries.min(8))).min(REFUSED_BACKOFF_CAP)
+/// One try of a script call on a cluster: `EVALSHA`, and after `NOSCRIPT` a `SCRIPT LOAD` on
+/// the master of `key`'s slot and `EVALSHA` again.
+async fn eval_on_cluster(
+    mut c: ClusterConnection,
+    source: &str,
+    evalsha: &Cmd,
+    key: &str,
+) -> RedisResult<Value> {
+    match evalsha.query_async(&mut c).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            // Load it where it is missing only: a node down elsewhere in the cluster must not
+            // fail this partition's calls.
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+            c.route_command(
+                load,
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+            )
+            .await?;
+            evalsha.query_async(&mut c).await
+        }
+        other => other,
+    }
+}
+
+/// How [`Conn::eval`] spaces the tries of a call the cluster refused without running it:
+/// from 10 ms, doubling, at most [`REFUSED_BACKOFF_CAP`] apart, with jitter, until the pauses
+/// add up to `patience` (at most [`REFUSED_TRIES`] tries).
+fn refused_backoff(patience: Duration) -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(10))
+        .with_max_delay(REFUSED_BACKOFF_CAP)
+        .with_max_times(REFUSED_TRIES)
+        .with_total_delay(Some(patience))
+        .with_jitter()
 }
 
 /// The slot ranges of a `CLUSTER SLOTS` reply: (first slot, last slot, master address).
@@ -402,6 +419,7 @@ impl SharedConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use backon::BackoffBuilder;
     use dq_testkit::FaultProxy;
 
     async fn ping(conn: &mut Conn) -> redis::RedisResult<String> {
@@ -440,10 +458,24 @@ mod tests {
 
     #[test]
     fn refused_calls_back_off_briefly() {
-        assert_eq!(backoff(1), Duration::from_millis(20));
-        assert!((1..=REFUSED_TRIES).all(|t| backoff(t) <= REFUSED_BACKOFF_CAP));
-        let total: Duration = (1..REFUSED_TRIES).map(backoff).sum();
-        assert!(total < Duration::from_secs(2), "{total:?}");
+        // The pauses stay short (jitter adds at most as much again) and add up to the
+        // patience at most, however many tries that takes.
+        for patience in [
+            Duration::ZERO,
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        ] {
+            let pauses: Vec<Duration> = refused_backoff(patience).build().collect();
+            assert!(
+                pauses.iter().all(|p| *p <= 2 * REFUSED_BACKOFF_CAP),
+                "{pauses:?}"
+            );
+            let total: Duration = pauses.iter().sum();
+            assert!(total <= patience, "{total:?} > {patience:?}");
+            assert!(pauses.len() <= REFUSED_TRIES);
+            // It waits out most of the patience: a migration of a few seconds is ridden out.
+            assert!(total + 2 * REFUSED_BACKOFF_CAP >= patience, "{total:?}");
+        }
         let moved = redis::RedisError::from((
             ErrorKind::Server(ServerErrorKind::Moved),
             "MOVED",
