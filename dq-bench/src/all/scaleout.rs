@@ -209,7 +209,7 @@ fn measure(exe: &Path, plan: &Plan, tck: f64, place: &Place<'_>) -> Result<Value
 
 /// Sum and largest of the masters' CPU in a `measure` result's `redis` list.
 fn master_cpu(v: &Value) -> (f64, f64) {
-    let Some(Value::Array(nodes)) = Some(v).filter(|v| v.is_array()) else {
+    let Value::Array(nodes) = v else {
         return (f64::NAN, f64::NAN);
     };
     let masters: Vec<f64> = nodes
