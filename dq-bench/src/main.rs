@@ -12,7 +12,9 @@
 //!
 //! Every command prints exactly one JSON line on stdout (workers print `{"ready":true}` first).
 //! Both connect to `REDIS_URL` (default `redis://127.0.0.1:6379/`) with the key namespace
-//! `bench`.
+//! `bench`. `REDIS_URL` may name a Redis Cluster (`redis+cluster://host:port,host:port`);
+//! `DQ_BENCH_PARTITIONS` (default 1) sets the partitions of every topic, for producer and
+//! worker alike (on a cluster, use more partitions than masters to spread a topic).
 //!
 //! `dq-bench all [--quick] [--big]` is the orchestrator: it starts its own `redis-server`,
 //! runs every scenario three times through the commands above (as child processes), and
@@ -139,11 +141,26 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned())
 }
 
+/// The environment variable with every topic's partition count (default 1).
+pub const PARTITIONS_ENV: &str = "DQ_BENCH_PARTITIONS";
+
+/// `DQ_BENCH_PARTITIONS`, or 1.
+pub fn partitions() -> Result<u16> {
+    match std::env::var(PARTITIONS_ENV) {
+        Ok(v) => match v.parse::<u16>() {
+            Ok(p) if p >= 1 => Ok(p),
+            _ => Err(format!("{PARTITIONS_ENV}={v:?} is not a partition count (1-65535)").into()),
+        },
+        Err(_) => Ok(1),
+    }
+}
+
 /// A client for the benchmark: namespace `bench`, for producer and worker alike.
 pub async fn connect(bulk_chunk: usize) -> Result<dq::Client> {
     let url = redis_url();
     let client = dq::Client::builder()
         .namespace(NAMESPACE)
+        .default_partitions(partitions()?)
         .bulk_chunk(bulk_chunk.max(1))
         .connect(&url)
         .await

@@ -40,6 +40,8 @@ pub struct WorkerSpec {
     pub connect_timeout: Option<Duration>,
     /// `--heartbeat-ms`: the worker's heartbeat period.
     pub heartbeat: Option<Duration>,
+    /// `--partitions`: partitions of every topic (must match what the producers recorded).
+    pub partitions: Option<u16>,
     /// The binary's log filter (`FW_LOG`, tracing's `EnvFilter` syntax).
     pub log: String,
     /// Run the worker under `nice -n N` (lower priority), so that on a small machine Redis
@@ -63,6 +65,7 @@ impl WorkerSpec {
             idle_wait: None,
             connect_timeout: None,
             heartbeat: None,
+            partitions: None,
             log: "warn".into(),
             nice: None,
         }
@@ -96,6 +99,10 @@ impl WorkerSpec {
         opt("--idle-wait-ms", self.idle_wait);
         opt("--connect-timeout-ms", self.connect_timeout);
         opt("--heartbeat-ms", self.heartbeat);
+        if let Some(p) = self.partitions {
+            a.push("--partitions".into());
+            a.push(p.to_string());
+        }
         if !self.abort_on.is_empty() {
             a.push("--abort-on".into());
             a.push(

@@ -41,6 +41,7 @@ mod ceiling;
 mod figures;
 mod process;
 mod report;
+mod scaleout;
 mod scenarios;
 
 use self::figures::Figure;
@@ -64,7 +65,7 @@ pub struct AllArgs {
     #[arg(long)]
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1, s3, s3c1, s3r, s3r-metrics, profile, s4, s5,
-    /// idle, scale, mass, ceilings (default: all).
+    /// idle, scale, mass, scaleout, ceilings (default: all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory of the JSON result (default: bench-results/ at the workspace root).
@@ -214,7 +215,7 @@ pub fn run(args: AllArgs) -> Result<()> {
     );
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 12] = [
+    let sections: [(&str, Section); 13] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
@@ -226,6 +227,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("idle", Orchestrator::idle),
         ("scale", Orchestrator::scale),
         ("mass", Orchestrator::mass),
+        ("scaleout", Orchestrator::scaleout),
         ("ceilings", Orchestrator::ceilings),
     ];
     for (name, section) in sections {
@@ -497,6 +499,7 @@ fn summary(section: &str, v: &Value) -> String {
             f("/worker/jobs_not_exactly_expected")
         ),
         "idle" => format!("{} cmd/s per fetcher", f("/cmds_per_s_per_fetcher")),
+        "scaleout" => scaleout::summary(v),
         "mass" => format!(
             "last start {} ms after due, longest script {} µs",
             f("/worker/lateness_ms/max"),

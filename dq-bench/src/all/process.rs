@@ -12,10 +12,21 @@ pub(super) struct Proc {
 
 impl Proc {
     pub(super) fn spawn(exe: &Path, url: &str, args: &[String]) -> Result<Proc> {
+        Self::spawn_with_env(exe, url, args, &[])
+    }
+
+    /// [`Proc::spawn`] with further environment variables (`DQ_BENCH_PARTITIONS`).
+    pub(super) fn spawn_with_env(
+        exe: &Path,
+        url: &str,
+        args: &[String],
+        env: &[(&str, String)],
+    ) -> Result<Proc> {
         let label = args.join(" ");
         let mut child = Command::new(exe)
             .args(args)
             .env("REDIS_URL", url)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

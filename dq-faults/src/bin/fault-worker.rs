@@ -24,6 +24,7 @@
 //! | `--idle-wait-ms` (`FW_IDLE_WAIT_MS`) | longest idle wait between fetches | dq's (5 s) |
 //! | `--connect-timeout-ms` (`FW_CONNECT_TIMEOUT_MS`) | how long to keep retrying the first connection | 120000 |
 //! | `--heartbeat-ms` (`FW_HEARTBEAT_MS`) | the worker's heartbeat period (`Client::workers`) | dq's (5 s) |
+//! | `--partitions` (`FW_PARTITIONS`) | partitions of every topic (must match the producers') | dq's (1) |
 //! | `--exit-on-stdin-eof` (`FW_EXIT_ON_STDIN_EOF=1`) | exit at once when stdin closes (tie the process to its parent's life) | off |
 //!
 //! The log (tracing, to stderr) is filtered by `FW_LOG` (default `warn`).
@@ -118,6 +119,7 @@ struct Options {
     idle_wait: Option<Duration>,
     connect_timeout: Duration,
     heartbeat: Option<Duration>,
+    partitions: Option<u16>,
     exit_on_stdin_eof: bool,
 }
 
@@ -152,7 +154,7 @@ impl Options {
                 .or_else(|| std::env::var(env).ok())
         };
         for (name, _) in &cli {
-            const KNOWN: [&str; 13] = [
+            const KNOWN: [&str; 14] = [
                 "redis-url",
                 "namespace",
                 "topics",
@@ -166,6 +168,7 @@ impl Options {
                 "idle-wait-ms",
                 "connect-timeout-ms",
                 "heartbeat-ms",
+                "partitions",
             ];
             if !KNOWN.contains(&name.as_str()) {
                 usage(&format!("unknown option --{name}"));
@@ -209,6 +212,9 @@ impl Options {
             connect_timeout: ms("connect-timeout-ms", "FW_CONNECT_TIMEOUT_MS")
                 .unwrap_or(Duration::from_secs(120)),
             heartbeat: ms("heartbeat-ms", "FW_HEARTBEAT_MS"),
+            partitions: num("partitions", "FW_PARTITIONS").map(|p| {
+                u16::try_from(p).unwrap_or_else(|_| usage(&format!("--partitions {p} is too big")))
+            }),
             exit_on_stdin_eof: flags.contains("exit-on-stdin-eof")
                 || std::env::var("FW_EXIT_ON_STDIN_EOF").is_ok_and(|v| v == "1"),
         }
@@ -220,6 +226,9 @@ async fn connect_with_retry(o: &Options) -> Client {
     let mut builder = Client::builder().namespace(&o.namespace);
     if let Some(t) = o.response_timeout {
         builder = builder.response_timeout(t);
+    }
+    if let Some(p) = o.partitions {
+        builder = builder.default_partitions(p);
     }
     match builder
         .connect_timeout(o.connect_timeout)

@@ -22,9 +22,15 @@
 //! caller's own new job, a second `Shift` would shift twice, a second `fetch` would orphan the
 //! first one's leases). dq's own retries mark a retry as one (ARCHITECTURE.md §6.1, §6.2). What
 //! the server refused without running it — `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
-//! `MASTERDOWN`, `LOADING`, `READONLY` — is safe to resend, and [`Conn::eval`] does so a few
-//! times with a short back-off (a `MOVED` also makes redis-rs refresh its slot map); errors
-//! that outlast those tries reach the caller as retryable.
+//! `MASTERDOWN`, `LOADING`, `READONLY` — is safe to resend, and [`Conn::eval`] does so with a
+//! bounded back-off for up to the response timeout (a `MOVED` also makes redis-rs refresh its
+//! slot map): a slot migrating (`TRYAGAIN` while its keys are split between two nodes, `ASK`
+//! once they have all moved, then `MOVED`) or a master failing over (`CLUSTERDOWN`, then
+//! `MOVED`) within that time costs the call a wait. `ASK` is not followed to the importing
+//! node: a dq script declares keys that do not exist yet (receipts, history), which the
+//! importing node refuses with `TRYAGAIN` until every key has arrived, so the call waits at
+//! the source until the slot is reassigned. Errors that outlast the patience reach the caller
+//! as retryable (they did nothing).
 //!
 //! **Through Redis Sentinel** the connection is a manager to the master the sentinels name.
 //! When a call on it fails in a way a failover causes — the connection refused, dropped or
@@ -39,6 +45,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
@@ -50,10 +57,14 @@ use redis::{
 
 use super::url::NodeUrl;
 
-/// How many times [`Conn::eval`] sends a script call the cluster refused without running it.
-const REFUSED_TRIES: u32 = 8;
+/// Most tries after the first of a script call the cluster refused without running it (the
+/// pauses between them are bounded by the caller's patience first).
+const REFUSED_TRIES: usize = 200;
 /// Longest pause between two of those tries.
 const REFUSED_BACKOFF_CAP: Duration = Duration::from_millis(250);
+/// How many times a call through Sentinel that surely did not run is sent in all, on the
+/// master the sentinels name after the failure.
+const SENTINEL_TRIES: u32 = 8;
 
 /// A connection to one Redis node or to a cluster. Cheap to clone; commands sent through
 /// [`ConnectionLike`] are routed by their first key on a cluster.
@@ -115,13 +126,16 @@ impl Conn {
     /// (whose text is `source`), and `key` its first key. After `NOSCRIPT` the script is loaded
     /// on the node that answered — on a cluster, the master of `key`'s slot — and the call
     /// sent again. On a cluster, a call refused without being run ([`refused_by_cluster`]) is
-    /// sent again after a short pause, at most [`REFUSED_TRIES`] times in all.
+    /// sent again with a bounded exponential back-off ([`refused_backoff`]) for up to
+    /// `patience` of pauses in all: a slot that migrates or fails over within that time costs
+    /// the caller a wait, not an error.
     pub async fn eval(
         &mut self,
         script: &Script,
         source: &str,
         evalsha: &Cmd,
         key: &str,
+        patience: Duration,
     ) -> RedisResult<Value> {
         match self {
             Conn::Single(c) => match evalsha.query_async(c).await {
@@ -132,42 +146,14 @@ impl Conn {
                 other => other,
             },
             Conn::Cluster(c) => {
-                let mut tries = 0;
-                loop {
-                    tries += 1;
-                    let e = match evalsha.query_async(c).await {
-                        Ok(v) => return Ok(v),
-                        Err(e) => e,
-                    };
-                    if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
-                        // Load it where it is missing only: a node down elsewhere in the
-                        // cluster must not fail this partition's calls.
-                        let mut load = redis::cmd("SCRIPT");
-                        load.arg("LOAD").arg(source);
-                        let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-                        match c
-                            .route_command(
-                                load,
-                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                            )
-                            .await
-                        {
-                            Ok(_) => {}
-                            Err(e) if refused_by_cluster(&e) && tries < REFUSED_TRIES => {
-                                tokio::time::sleep(backoff(tries)).await;
-                            }
-                            Err(e) => return Err(e),
-                        }
-                        if tries >= REFUSED_TRIES {
-                            return Err(e);
-                        }
-                        continue;
-                    }
-                    if !refused_by_cluster(&e) || tries >= REFUSED_TRIES {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(backoff(tries)).await;
-                }
+                // Each try on its own handle of the same connection (a clone shares it).
+                (|| eval_on_cluster(c.clone(), source, evalsha, key))
+                    .retry(refused_backoff(patience))
+                    .when(|e| {
+                        refused_by_cluster(e)
+                            || e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+                    })
+                    .await
             }
         }
     }
@@ -181,8 +167,8 @@ impl Conn {
         source: &str,
         evalsha: &Cmd,
         key: &str,
-        replicas: usize,
-        timeout: Duration,
+        (replicas, timeout): (usize, Duration),
+        patience: Duration,
     ) -> RedisResult<(Value, i64)> {
         let mut pipe = redis::pipe();
         pipe.add_command(evalsha.clone())
@@ -193,45 +179,25 @@ impl Conn {
                     .unwrap_or(u64::MAX)
                     .max(1),
             );
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let e = match pipe.query_async::<(Value, i64)>(self).await {
-                Ok(v) => return Ok(v),
-                Err(e) => e,
-            };
-            // The script did not run (NOSCRIPT, or refused): sending the pipeline again runs
-            // it once. The WAIT of the failed pipeline waited for nothing of ours.
-            if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && tries < REFUSED_TRIES {
-                match self {
-                    Conn::Single(c) => {
-                        script.load_async(c).await?;
-                    }
-                    Conn::Cluster(c) => {
-                        let mut load = redis::cmd("SCRIPT");
-                        load.arg("LOAD").arg(source);
-                        let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-                        let loaded = c
-                            .route_command(
-                                load,
-                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                            )
-                            .await;
-                        if let Err(e) = loaded {
-                            if !refused_by_cluster(&e) {
-                                return Err(e);
-                            }
-                            tokio::time::sleep(backoff(tries)).await;
-                        }
-                    }
+        // A pipeline whose script did not run (NOSCRIPT, or refused) is sent again: it runs
+        // the script once, and the failed pipeline's WAIT waited for nothing of ours.
+        match self {
+            Conn::Single(c) => match pipe.query_async::<(Value, i64)>(c).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.load_async(c).await?;
+                    pipe.query_async(c).await
                 }
-                continue;
+                other => other,
+            },
+            Conn::Cluster(c) => {
+                (|| wait_on_cluster(c.clone(), source, &pipe, key))
+                    .retry(refused_backoff(patience))
+                    .when(|e| {
+                        refused_by_cluster(e)
+                            || e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+                    })
+                    .await
             }
-            if matches!(self, Conn::Cluster(_)) && refused_by_cluster(&e) && tries < REFUSED_TRIES {
-                tokio::time::sleep(backoff(tries)).await;
-                continue;
-            }
-            return Err(e);
         }
     }
 
@@ -289,8 +255,72 @@ impl Conn {
     }
 }
 
+/// One try of a script call on a cluster: `EVALSHA`, and after `NOSCRIPT` a `SCRIPT LOAD` on
+/// the master of `key`'s slot and `EVALSHA` again.
+async fn eval_on_cluster(
+    mut c: ClusterConnection,
+    source: &str,
+    evalsha: &Cmd,
+    key: &str,
+) -> RedisResult<Value> {
+    match evalsha.query_async(&mut c).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            // Load it where it is missing only: a node down elsewhere in the cluster must not
+            // fail this partition's calls.
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+            c.route_command(
+                load,
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+            )
+            .await?;
+            evalsha.query_async(&mut c).await
+        }
+        other => other,
+    }
+}
+
+/// One try of a script-and-`WAIT` pipeline on a cluster (routed by the script's key): after
+/// `NOSCRIPT` a `SCRIPT LOAD` on the master of `key`'s slot and the pipeline again.
+async fn wait_on_cluster(
+    mut c: ClusterConnection,
+    source: &str,
+    pipe: &redis::Pipeline,
+    key: &str,
+) -> RedisResult<(Value, i64)> {
+    match pipe.query_async::<(Value, i64)>(&mut c).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+            c.route_command(
+                load,
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+            )
+            .await?;
+            pipe.query_async(&mut c).await
+        }
+        other => other,
+    }
+}
+
+/// The pause before try `tries + 1` of a call through Sentinel that surely did not run: from
+/// 20 ms, doubling, at most [`REFUSED_BACKOFF_CAP`].
 fn backoff(tries: u32) -> Duration {
     (Duration::from_millis(10) * 2u32.saturating_pow(tries.min(8))).min(REFUSED_BACKOFF_CAP)
+}
+
+/// How [`Conn::eval`] spaces the tries of a call the cluster refused without running it:
+/// from 10 ms, doubling, at most [`REFUSED_BACKOFF_CAP`] apart, with jitter, until the pauses
+/// add up to `patience` (at most [`REFUSED_TRIES`] tries).
+fn refused_backoff(patience: Duration) -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(10))
+        .with_max_delay(REFUSED_BACKOFF_CAP)
+        .with_max_times(REFUSED_TRIES)
+        .with_total_delay(Some(patience))
+        .with_jitter()
 }
 
 /// The slot ranges of a `CLUSTER SLOTS` reply: (first slot, last slot, master address).
@@ -576,7 +606,7 @@ impl SharedConnection {
                 && self.is_sentinel()
             {
                 self.after_failure(lease.generation, e).await;
-                if surely_not_run(e) && tries < REFUSED_TRIES {
+                if surely_not_run(e) && tries < SENTINEL_TRIES {
                     tokio::time::sleep(backoff(tries)).await;
                     continue;
                 }
@@ -697,6 +727,7 @@ impl SharedConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use backon::BackoffBuilder;
     use dq_testkit::FaultProxy;
 
     async fn ping(conn: &mut Conn) -> redis::RedisResult<String> {
@@ -735,10 +766,24 @@ mod tests {
 
     #[test]
     fn refused_calls_back_off_briefly() {
-        assert_eq!(backoff(1), Duration::from_millis(20));
-        assert!((1..=REFUSED_TRIES).all(|t| backoff(t) <= REFUSED_BACKOFF_CAP));
-        let total: Duration = (1..REFUSED_TRIES).map(backoff).sum();
-        assert!(total < Duration::from_secs(2), "{total:?}");
+        // The pauses stay short (jitter adds at most as much again) and add up to the
+        // patience at most, however many tries that takes.
+        for patience in [
+            Duration::ZERO,
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        ] {
+            let pauses: Vec<Duration> = refused_backoff(patience).build().collect();
+            assert!(
+                pauses.iter().all(|p| *p <= 2 * REFUSED_BACKOFF_CAP),
+                "{pauses:?}"
+            );
+            let total: Duration = pauses.iter().sum();
+            assert!(total <= patience, "{total:?} > {patience:?}");
+            assert!(pauses.len() <= REFUSED_TRIES);
+            // It waits out most of the patience: a migration of a few seconds is ridden out.
+            assert!(total + 2 * REFUSED_BACKOFF_CAP >= patience, "{total:?}");
+        }
         let moved = redis::RedisError::from((
             ErrorKind::Server(ServerErrorKind::Moved),
             "MOVED",

@@ -64,6 +64,10 @@ pub struct RedisOptions {
     /// (open, but nothing arrives) costs one timeout, not every call from then on. The wake
     /// listener's own connection is replaced the same way. Connections also send TCP
     /// keepalive probes, so an idle dead one is noticed by the operating system.
+    ///
+    /// On a cluster it is also how long a call the cluster refuses without running it (a slot
+    /// migrating, a master failing over: `TRYAGAIN`, `ASK`, `MOVED`, `CLUSTERDOWN`) is sent
+    /// again, with a bounded back-off, before the retryable error reaches the caller.
     pub response_timeout: Duration,
     /// Longest wait to establish a connection (default 5 s).
     pub connection_timeout: Duration,
@@ -352,11 +356,13 @@ impl RedisStore {
             .arg(&keys[..]);
         args(&mut evalsha);
         let sent = std::time::Instant::now();
+        // What the cluster refuses without running it is resent for up to a reply's timeout.
+        let patience = self.options.response_timeout;
         let result = match wait {
             None => self
                 .conn
                 .call(async |conn| {
-                    conn.eval(&script.script, &script.source, &evalsha, first)
+                    conn.eval(&script.script, &script.source, &evalsha, first, patience)
                         .await
                 })
                 .await
@@ -369,8 +375,8 @@ impl RedisStore {
                         &script.source,
                         &evalsha,
                         first,
-                        replicas,
-                        timeout,
+                        (replicas, timeout),
+                        patience,
                     )
                     .await
                 })
