@@ -248,7 +248,7 @@ impl Ctx {
             CancelOutcome::Cancelled => ("cancelled", None),
             CancelOutcome::Gone => ("gone", None),
             CancelOutcome::NotFound => ("not_found", Some(Exit::NotFound)),
-            CancelOutcome::Running => ("running", Some(Exit::Failed)),
+            CancelOutcome::CancelRequested => ("cancel_requested", None),
             CancelOutcome::Dead => ("dead", Some(Exit::Failed)),
         };
         if a.json {
@@ -258,7 +258,10 @@ impl Ctx {
             CancelOutcome::Cancelled => format!("cancelled {}", a.key),
             CancelOutcome::Gone => format!("{} is gone (it will not run)", a.key),
             CancelOutcome::NotFound => format!("no job {:?} in topic {:?}", a.key, a.topic),
-            CancelOutcome::Running => format!("{} is running; not cancelled", a.key),
+            CancelOutcome::CancelRequested => format!(
+                "{} is running: asked its worker to stop it (it ends as cancelled)",
+                a.key
+            ),
             CancelOutcome::Dead => {
                 format!("{} is in the dead queue; not cancelled (purge it)", a.key)
             }

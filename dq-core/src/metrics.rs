@@ -63,8 +63,19 @@ pub const WORKERS_LIVE: &str = "dq_workers_live";
 /// The `outcome` label values of [`JOBS_FAILED`]. Each failed run counts once, by what
 /// matters most to an operator: `dead` if the job was buried (whatever the cause), else
 /// `timeout` or `panic` if the handler timed out or panicked (the job is retried), else
-/// `deferred` (the handler asked for it) or `retry`.
-pub const FAILED_OUTCOMES: [&str; 5] = ["retry", "dead", "deferred", "timeout", "panic"];
+/// `deferred` (the handler asked for it) or `retry`; `cancelled` for a run stopped because a
+/// client cancelled its job while it ran (it is not retried), `throttled` for a run whose
+/// handler reported a partner's rate limit (`JobError::rate_limited`: the job runs again
+/// later, its attempt given back, and the topic slows down).
+pub const FAILED_OUTCOMES: [&str; 7] = [
+    "retry",
+    "dead",
+    "deferred",
+    "timeout",
+    "panic",
+    "cancelled",
+    "throttled",
+];
 
 /// The `state` label values of [`QUEUE_JOBS`].
 pub const QUEUE_STATES: [&str; 5] = ["scheduled", "ready", "active", "retry", "dead"];

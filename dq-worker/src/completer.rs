@@ -183,6 +183,9 @@ async fn fail(
     match result {
         Ok(FailOutcome::Retrying { at_ms }) => match action {
             FailAction::Defer(_) => tracing::info!(at_ms, "deferred"),
+            FailAction::Throttle(_) => {
+                tracing::info!(at_ms, "rate-limited by a partner: topic throttled until then")
+            }
             _ => tracing::warn!(error = %error, retry_at_ms = at_ms, "failed; will retry"),
         },
         Ok(FailOutcome::Buried { trimmed }) => {
@@ -200,6 +203,7 @@ async fn fail(
             });
         }
         Ok(FailOutcome::Gone) => tracing::debug!("job already gone; failure not recorded"),
+        Ok(FailOutcome::Cancelled) => tracing::info!("cancelled while running; not retried"),
         Err(Error::StaleToken { .. }) => {
             tracing::warn!(error = %error, "failed, but the lease was lost first: not recorded");
         }
