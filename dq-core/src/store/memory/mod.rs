@@ -946,7 +946,8 @@ impl Partition {
             if limit_wait == -2
                 && let Some((t, tau, tat)) = gcra
             {
-                limit_wait = ((tat - tau + t - now as f64).ceil() as i64).max(1);
+                let k = (tau / t / 2.0).floor().max(1.0);
+                limit_wait = ((tat - tau + (k - 1.0) * t - now as f64).ceil() as i64).max(1);
             }
             let head = self
                 .sets

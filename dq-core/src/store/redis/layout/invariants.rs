@@ -34,7 +34,7 @@ use crate::store::redis::RedisStore;
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 11] = [
+pub const STATS_FIELDS: [&str; 12] = [
     "enqueued",
     "succeeded",
     "retried",
@@ -42,6 +42,7 @@ pub const STATS_FIELDS: [&str; 11] = [
     "expired",
     "cancelled",
     "trimmed",
+    "throttles",
     "token",
     "repaired",
     "audit_cursor",

@@ -410,7 +410,9 @@ if limited and (ready_left or promote_more) then
   -- a limit holds due work back: no chained wake-up; come back when it may allow more, or
   -- when the earliest lease expires (to recover it)
   if limit_wait == -2 then
-    limit_wait = math.max(1, math.ceil(rate_tat - rate_tau + rate_t - now))
+    -- until half the burst (at least one job) is allowed again: batches, not a poll per job
+    local k = math.max(1, math.floor(rate_tau / rate_t / 2))
+    limit_wait = math.max(1, math.ceil(rate_tat - rate_tau + (k - 1) * rate_t - now))
   end
   next_ms = limit_wait
   local head = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
