@@ -76,9 +76,8 @@ pub mod store {
     pub use dq_core::store::{Store, WakeListener, lease_of};
     pub use dq_core::{
         AckOutcome, ControlChange, ControlState, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall,
-        Extended, FETCH_RECEIPT_LIFE, FailAction,
-        FailOutcome, FetchCall, FetchReply, FetchRequest, ListChunk, ListFrom, ListPos, NewJob,
-        Queue,
+        Extended, FETCH_RECEIPT_LIFE, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest,
+        ListChunk, ListFrom, ListPos, NewJob, Queue,
     };
     pub use dq_core::{MemoryStore, RedisOptions, RedisStore, ServerReport};
 

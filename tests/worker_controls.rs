@@ -136,10 +136,7 @@ async fn global_concurrency_cap_holds_across_workers() {
     let client = client().await;
     let log = Log::default();
     let gauge = Gauge::default();
-    client
-        .set_concurrency::<capped_job>(Some(2))
-        .await
-        .unwrap();
+    client.set_concurrency::<capped_job>(Some(2)).await.unwrap();
     let handles: Vec<_> = (0..2)
         .map(|_| {
             worker(&client, &log, "ctl.capped")
@@ -192,7 +189,10 @@ async fn rate_limit_spaces_starts_across_workers() {
     let times = leased.0.lock().unwrap().clone();
     assert_eq!(times.len(), 10);
     let span = times.iter().max().unwrap() - times.iter().min().unwrap();
-    assert!(span >= 9 * 50 - 1, "10 leases within {span} ms at 20/s: {times:?}");
+    assert!(
+        span >= 9 * 50 - 1,
+        "10 leases within {span} ms at 20/s: {times:?}"
+    );
     for h in handles {
         h.shutdown().await;
     }
@@ -237,11 +237,7 @@ async fn cancel_stops_a_running_job_without_retry() {
     let client = client().await;
     let log = Log::default();
     let handle = worker(&client, &log, "ctl.cancel").build().unwrap().start();
-    client
-        .enqueue::<cancellable>(1)
-        .key("long")
-        .await
-        .unwrap();
+    client.enqueue::<cancellable>(1).key("long").await.unwrap();
     eventually("the job started", WAIT, || async {
         log.count("started") == 1
     })

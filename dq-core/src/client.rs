@@ -928,7 +928,9 @@ impl TopicClient {
                 paused: change.paused,
                 rate: change.rate.map(|r| r.map(|r| r.share(self.partitions))),
                 concurrency: change.concurrency.map(|c| {
-                    c.map(|c| crate::control::concurrency_share(c, self.partitions, queue.partition))
+                    c.map(|c| {
+                        crate::control::concurrency_share(c, self.partitions, queue.partition)
+                    })
                 }),
             };
             let (state, _) = retry_harmless(|| store.control(&queue, &share), true).await?;

@@ -175,7 +175,16 @@ mod tests {
         assert_eq!((r.count, r.per), (5, Duration::from_millis(250)));
         assert_eq!(r.to_string(), "5/250ms");
         assert_eq!("100/s".parse::<Rate>().unwrap().to_string(), "100/s");
-        for bad in ["", "100", "0/s", "x/s", "10/parsec", "10/0ms", "2000000/s", "-1/s"] {
+        for bad in [
+            "",
+            "100",
+            "0/s",
+            "x/s",
+            "10/parsec",
+            "10/0ms",
+            "2000000/s",
+            "-1/s",
+        ] {
             assert!(
                 matches!(bad.parse::<Rate>(), Err(Error::InvalidConfig(_))),
                 "{bad:?}"

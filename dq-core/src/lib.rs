@@ -38,10 +38,10 @@ pub use inspect::{
     AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
 };
 pub use job::{
-    AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due, Extended,
-    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FETCH_RECEIPT_LIFE, FailAction, FailOutcome,
-    FetchCall, FetchReply, FetchRequest, Job, JobInfo, JobState, MAX_DUE_MS, NewDue, NewJob, Queue,
-    RescheduleOutcome, TopicStats,
+    AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, Extended, FETCH_RECEIPT_LIFE, FailAction,
+    FailOutcome, FetchCall, FetchReply, FetchRequest, Job, JobInfo, JobState, MAX_DUE_MS, NewDue,
+    NewJob, Queue, RescheduleOutcome, TopicStats,
 };
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};

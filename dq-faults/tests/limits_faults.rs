@@ -58,10 +58,7 @@ fn max_overlap(entries: &[Entry]) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_cap_holds_across_three_worker_processes() {
     let mut s = Scenario::start("limits-cap", BIN, ServerOptions::default()).await;
-    s.client
-        .set_concurrency::<WorkJob>(Some(3))
-        .await
-        .unwrap();
+    s.client.set_concurrency::<WorkJob>(Some(3)).await.unwrap();
     let mut spec = s.spec();
     spec.concurrency = 4;
     spec.lease = Duration::from_secs(2);
@@ -76,7 +73,10 @@ async fn global_cap_holds_across_three_worker_processes() {
     .await;
     let entries = ledger(&s);
     let max = max_overlap(&entries);
-    assert!((1..=3).contains(&max), "{max} handlers ran at once under a cap of 3");
+    assert!(
+        (1..=3).contains(&max),
+        "{max} handlers ran at once under a cap of 3"
+    );
     let finishes: BTreeMap<&str, usize> =
         entries
             .iter()
@@ -88,7 +88,10 @@ async fn global_cap_holds_across_three_worker_processes() {
     assert_eq!(finishes.len(), 60);
     assert!(finishes.values().all(|n| *n == 1), "{finishes:?}");
     let pids: std::collections::BTreeSet<u32> = entries.iter().map(|e| e.pid).collect();
-    assert!(pids.len() >= 2, "the jobs ran in one process only: {pids:?}");
+    assert!(
+        pids.len() >= 2,
+        "the jobs ran in one process only: {pids:?}"
+    );
 }
 
 /// A paused topic: no process leases, though a fetch has run since the jobs became due (it
@@ -135,10 +138,7 @@ async fn pause_stops_leasing_across_worker_processes() {
         client.stats::<WorkJob>().await.unwrap().succeeded == 20
     })
     .await;
-    let starts = ledger(&s)
-        .iter()
-        .filter(|e| e.kind == Kind::Start)
-        .count();
+    let starts = ledger(&s).iter().filter(|e| e.kind == Kind::Start).count();
     assert_eq!(starts, 20);
 }
 

@@ -184,7 +184,10 @@ async fn fail(
         Ok(FailOutcome::Retrying { at_ms }) => match action {
             FailAction::Defer(_) => tracing::info!(at_ms, "deferred"),
             FailAction::Throttle(_) => {
-                tracing::info!(at_ms, "rate-limited by a partner: topic throttled until then")
+                tracing::info!(
+                    at_ms,
+                    "rate-limited by a partner: topic throttled until then"
+                );
             }
             _ => tracing::warn!(error = %error, retry_at_ms = at_ms, "failed; will retry"),
         },

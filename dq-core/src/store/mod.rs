@@ -14,8 +14,7 @@ use crate::error::Result;
 use crate::inspect::{DeadAction, ListChunk, ListFrom};
 use crate::job::{
     AckOutcome, CancelOutcome, DeadLimits, Delivery, EnqueueCall, EnqueueOutcome, Extended,
-    FailAction,
-    FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
+    FailAction, FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats,
 };
 use crate::names::{JobKey, Topic};

@@ -57,7 +57,11 @@ pub async fn concurrency_cap_bounds_running_jobs<H: Harness>(h: &H) {
     // Two "workers" asking for 10 each get 2 in all.
     let first = fetch(h, &q, &req_max(10)).await;
     let second = fetch(h, &q, &req_max(10)).await;
-    assert_eq!(first.jobs.len() + second.jobs.len(), 2, "{first:?} {second:?}");
+    assert_eq!(
+        first.jobs.len() + second.jobs.len(),
+        2,
+        "{first:?} {second:?}"
+    );
     assert_ne!(second.next_in, Some(Duration::ZERO), "{second:?}");
     let st = t.stats().await.unwrap();
     assert_eq!((st.active, st.throttled), (2, true), "{st:?}");
@@ -154,7 +158,11 @@ pub async fn handler_throttle_slows_the_topic<H: Harness>(h: &H) {
         other => panic!("{other:?}"),
     };
     let job = info(&t, "a").await;
-    assert_eq!((job.state, job.attempts), (JobState::Scheduled, 0), "{job:?}");
+    assert_eq!(
+        (job.state, job.attempts),
+        (JobState::Scheduled, 0),
+        "{job:?}"
+    );
     // b is due, but the topic is throttled.
     let reply = fetch(h, &q, &req()).await;
     if now(h).await < at {
@@ -201,10 +209,7 @@ pub async fn cancel_of_a_running_job<H: Harness>(h: &H) {
         );
     }
     // Asked twice: the same request.
-    assert_eq!(
-        t.cancel("w").await.unwrap(),
-        CancelOutcome::CancelRequested
-    );
+    assert_eq!(t.cancel("w").await.unwrap(), CancelOutcome::CancelRequested);
     let leases: Vec<_> = jobs.iter().map(dq::store::lease_of).collect();
     assert_eq!(
         h.store().extend(&q, &leases, LONG_LEASE).await.unwrap(),
@@ -247,11 +252,20 @@ pub async fn cancel_of_a_running_job<H: Harness>(h: &H) {
     );
     until_store_time(h, ok.lease_deadline_ms + 5).await;
     let reply = fetch(h, &q, &req()).await;
-    assert!(reply.jobs.is_empty() && reply.buried.is_empty(), "{reply:?}");
+    assert!(
+        reply.jobs.is_empty() && reply.buried.is_empty(),
+        "{reply:?}"
+    );
     assert!(t.job("ok").await.unwrap().is_none());
     let st = t.stats().await.unwrap();
     assert_eq!(
-        (st.cancelled, st.retried, st.buried, st.succeeded, st.expired),
+        (
+            st.cancelled,
+            st.retried,
+            st.buried,
+            st.succeeded,
+            st.expired
+        ),
         (4, 0, 0, 1, 0),
         "{st:?}"
     );

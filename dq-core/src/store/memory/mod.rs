@@ -33,8 +33,8 @@ use crate::error::{Error, Result};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, Extended, FailAction, FailOutcome, FetchCall,
-    FetchReply, FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, Extended, FailAction, FailOutcome,
+    FetchCall, FetchReply, FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};

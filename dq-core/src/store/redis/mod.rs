@@ -45,9 +45,8 @@ use crate::error::{Error, Result, from_redis};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{
     AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall, EnqueueOutcome, Extended,
-    FailAction,
-    FailOutcome, FetchCall, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
-    RescheduleOutcome, TopicStats, unix_ms,
+    FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest, JobInfo, JobState, NewDue,
+    NewJob, Queue, RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};
 use crate::store::check_act_len;

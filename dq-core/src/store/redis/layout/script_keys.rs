@@ -38,7 +38,10 @@ pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
         ],
     ),
     ("extend", &[Active, Jobs, Control]),
-    ("release", &[Active, Ready, Jobs, Wake, Hist, Stats, Control]),
+    (
+        "release",
+        &[Active, Ready, Jobs, Wake, Hist, Stats, Control],
+    ),
     ("cancel", &[Scheduled, Retry, Jobs, Hist, Stats, Control]),
     ("reschedule", &[Scheduled, Retry, Ready, Jobs, Wake]),
     ("requeue_dead", &[Dead, Ready, Jobs, Wake]),
