@@ -270,3 +270,48 @@ pub async fn cancel_of_a_running_job<H: Harness>(h: &H) {
         "{st:?}"
     );
 }
+
+/// A topic of several partitions: a cap is split so the shares add up (a cap below the
+/// partition count is refused), the rate reads back as set, and a pause holds every
+/// partition.
+pub async fn limits_are_split_over_partitions<H: Harness>(h: &H) {
+    let c = h
+        .client_with(|b| b.partitions("limits.split", 3))
+        .await
+        .unwrap();
+    let t = c.topic("limits.split").unwrap();
+    assert!(matches!(
+        t.set_concurrency(Some(2)).await,
+        Err(Error::InvalidConfig(_))
+    ));
+    assert_eq!(t.control().await.unwrap().concurrency, None, "nothing written");
+    let ctl = t.set_concurrency(Some(7)).await.unwrap();
+    assert_eq!(ctl.concurrency, Some(7));
+    let ctl = t.set_rate(Some("90/s".parse().unwrap())).await.unwrap();
+    assert_eq!(ctl.rate, Some("90/s".parse().unwrap()));
+    let shares: Vec<_> = (0..3)
+        .map(|p| Queue::new(Topic::new("limits.split").unwrap(), p))
+        .collect();
+    let mut caps = Vec::new();
+    for q in &shares {
+        let st = h.store().control(q, &Default::default()).await.unwrap();
+        caps.push(st.concurrency.unwrap());
+        assert_eq!(st.rate.unwrap().per, Duration::from_secs(3), "{st:?}");
+    }
+    assert_eq!(caps, [3, 2, 2]);
+    t.pause().await.unwrap();
+    for i in 0..9 {
+        t.enqueue(raw(i)).key(format!("k{i}")).await.unwrap();
+    }
+    for q in &shares {
+        assert!(fetch(h, q, &req()).await.jobs.is_empty(), "{q:?} leased while paused");
+    }
+    t.resume().await.unwrap();
+    t.set_rate(None).await.unwrap();
+    t.set_concurrency(None).await.unwrap();
+    let mut n = 0;
+    for q in &shares {
+        n += drain_due(h, q).await.len();
+    }
+    assert_eq!(n, 9);
+}

@@ -98,6 +98,7 @@ macro_rules! conformance_suite {
             limits::rate_limit_caps_leases,
             limits::handler_throttle_slows_the_topic,
             limits::cancel_of_a_running_job,
+            limits::limits_are_split_over_partitions,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,
