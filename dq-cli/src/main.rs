@@ -22,8 +22,7 @@ use serde::Serialize;
 
 use cli::{
     Cli, Command, DashboardArgs, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, JobArgs,
-    LimitsArgs, TopicArgs,
-    RescheduleArgs, StatsArgs,
+    LimitsArgs, RescheduleArgs, StatsArgs, TopicArgs,
 };
 use fail::{Exit, Failure, Outcome};
 use view::{JobOut, StatsView, TopicRow};
@@ -283,7 +282,11 @@ impl Ctx {
 
     async fn pause(&self, a: TopicArgs, pause: bool) -> Outcome {
         let t = self.topic(&a.topic)?;
-        let ctl = if pause { t.pause().await? } else { t.resume().await? };
+        let ctl = if pause {
+            t.pause().await?
+        } else {
+            t.resume().await?
+        };
         self.print_control(&a.topic, &ctl, a.json)
     }
 
@@ -293,7 +296,10 @@ impl Ctx {
         if let Some(rate) = &a.rate {
             let rate = match rate.as_str() {
                 "none" => None,
-                text => Some(text.parse::<dq_core::Rate>().map_err(|e| bad(e.to_string()))?),
+                text => Some(
+                    text.parse::<dq_core::Rate>()
+                        .map_err(|e| bad(e.to_string()))?,
+                ),
             };
             t.set_rate(rate).await?;
         }

@@ -939,7 +939,11 @@ async fn pause_resume_and_limits_of_a_topic() {
     assert!(out.stdout.contains("paused       yes"), "{}", out.stdout);
     assert!(t.stats().await.unwrap().paused);
     let stats = w.dq(&["stats", "multi"]).ok();
-    assert!(stats.stdout.contains("leasing         paused"), "{}", stats.stdout);
+    assert!(
+        stats.stdout.contains("leasing         paused"),
+        "{}",
+        stats.stdout
+    );
     let all = w.dq(&["stats", "--json"]).ok();
     assert!(all.stdout.contains("\"paused\":true"), "{}", all.stdout);
     w.dq(&["resume", "multi"]).ok();
@@ -957,9 +961,14 @@ async fn pause_resume_and_limits_of_a_topic() {
         ])
         .ok()
         .json();
-    assert_eq!((v["rate"].as_str(), v["concurrency"].as_u64()), (Some("100/s"), Some(8)), "{v}");
+    assert_eq!(
+        (v["rate"].as_str(), v["concurrency"].as_u64()),
+        (Some("100/s"), Some(8)),
+        "{v}"
+    );
     // Three partitions: a cap below three is refused, and so is a bad rate.
-    w.dq(&["limits", "multi", "--concurrency", "2"]).code(BAD_INPUT);
+    w.dq(&["limits", "multi", "--concurrency", "2"])
+        .code(BAD_INPUT);
     w.dq(&["limits", "multi", "--rate", "fast"]).code(BAD_INPUT);
     w.dq(&["limits", "multi", "--rate", "none", "--concurrency", "none"])
         .ok();

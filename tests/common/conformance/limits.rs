@@ -284,7 +284,11 @@ pub async fn limits_are_split_over_partitions<H: Harness>(h: &H) {
         t.set_concurrency(Some(2)).await,
         Err(Error::InvalidConfig(_))
     ));
-    assert_eq!(t.control().await.unwrap().concurrency, None, "nothing written");
+    assert_eq!(
+        t.control().await.unwrap().concurrency,
+        None,
+        "nothing written"
+    );
     let ctl = t.set_concurrency(Some(7)).await.unwrap();
     assert_eq!(ctl.concurrency, Some(7));
     let ctl = t.set_rate(Some("90/s".parse().unwrap())).await.unwrap();
@@ -304,7 +308,10 @@ pub async fn limits_are_split_over_partitions<H: Harness>(h: &H) {
         t.enqueue(raw(i)).key(format!("k{i}")).await.unwrap();
     }
     for q in &shares {
-        assert!(fetch(h, q, &req()).await.jobs.is_empty(), "{q:?} leased while paused");
+        assert!(
+            fetch(h, q, &req()).await.jobs.is_empty(),
+            "{q:?} leased while paused"
+        );
     }
     t.resume().await.unwrap();
     t.set_rate(None).await.unwrap();

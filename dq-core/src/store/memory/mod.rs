@@ -602,6 +602,15 @@ impl Partition {
                 report(format!("{key:?} has a token never handed out"));
             }
         }
+        // A cancel request names a running job: every end of a delivery drops it.
+        for key in self.control.cancels.keys() {
+            let state = self.jobs.get(key).map(Record::state);
+            if state != Some(JobState::Active) {
+                report(format!(
+                    "a cancel request for {key:?}, which is not running ({state:?})"
+                ));
+            }
+        }
         let mut members = 0;
         let mut check = |key: &JobKey, want: JobState, what: &str| {
             members += 1;
