@@ -12,7 +12,7 @@
 //! | `dq_jobs_enqueued_total` | counter | topic | jobs stored by enqueue (created or replaced) |
 //! | `dq_jobs_started_total` | counter | topic | handler runs started |
 //! | `dq_jobs_succeeded_total` | counter | topic | handler runs that succeeded |
-//! | `dq_jobs_failed_total` | counter | topic, outcome | failed runs: `dead` (buried), `timeout`, `panic` (retried), `deferred`, `retry` |
+//! | `dq_jobs_failed_total` | counter | topic, outcome | failed runs: `dead` (buried), `timeout`, `panic` (retried), `deferred`, `retry`, `cancelled` (cancelled while running), `throttled` (`JobError::rate_limited`) |
 //! | `dq_jobs_cancelled_total` | counter | topic | jobs cancelled by a client before they started |
 //! | `dq_store_errors_total` | counter | op | failed store calls (Redis) |
 //! | `dq_job_lateness_seconds` | histogram | topic | start minus due, by Redis time |
@@ -93,7 +93,7 @@ pub fn describe() {
     describe_counter!(JOBS_SUCCEEDED, "Handler runs that succeeded.");
     describe_counter!(
         JOBS_FAILED,
-        "Failed handler runs by outcome: dead, timeout, panic, deferred, retry."
+        "Failed handler runs by outcome: dead, timeout, panic, deferred, retry, cancelled, throttled."
     );
     describe_counter!(JOBS_CANCELLED, "Jobs cancelled before they started.");
     describe_counter!(STORE_ERRORS, "Failed store calls by operation.");
