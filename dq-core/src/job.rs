@@ -421,7 +421,7 @@ pub enum FailAction {
     Cancel,
     /// The handler reported that a partner is rate-limiting it
     /// ([`JobError::rate_limited`](crate::JobError::rate_limited)): the job runs again after
-    /// this delay without spending its attempt, and the whole topic leases nothing before then.
+    /// this delay without spending its attempt, and its partition leases nothing before then.
     Throttle(Duration),
 }
 
