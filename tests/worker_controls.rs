@@ -58,6 +58,17 @@ async fn throttled_job(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
+/// On a topic of two partitions, the first run of `first` is told to slow down.
+#[dq::delayed_job(topic = "ctl.throttle2", retry = "none")]
+async fn throttled_two(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await?;
+    let log = ctx.data::<Log>()?;
+    if ctx.key.as_str() == "first" && log.of("first").len() == 1 {
+        return Err(JobError::rate_limited(Duration::from_secs(2)));
+    }
+    Ok(())
+}
+
 /// Works until cancelled (a minute at most), then gives up with an error.
 #[dq::delayed_job(topic = "ctl.cancel", retry = "fixed(0ms, 5)")]
 async fn cancellable(_n: u64, ctx: JobContext) -> Result<(), JobError> {
@@ -262,5 +273,52 @@ async fn cancel_stops_a_running_job_without_retry() {
         "{st:?}"
     );
     assert_eq!(log.count("started"), 1, "it ran again: {:?}", log.runs());
+    handle.shutdown().await;
+}
+
+/// A handler's throttle holds the whole topic: its worker carries it to the topic's other
+/// partition, whose next job does not start before the throttle ends.
+#[tokio::test]
+async fn a_handler_throttle_holds_every_partition_of_its_topic() {
+    const TOPIC: &str = "ctl.throttle2";
+    let client = Client::builder()
+        .namespace(dq_testkit::namespace("ctl"))
+        .partitions(TOPIC, 2)
+        .connect(&dq_testkit::shared().url())
+        .await
+        .expect("connect");
+    let log = Log::default();
+    let handle = worker(&client, &log, TOPIC).build().unwrap().start();
+    client
+        .enqueue::<throttled_two>(1)
+        .key("first")
+        .await
+        .unwrap();
+    let mine = dq::JobKey::new("first").unwrap().partition(2);
+    let other = dq::store::Queue::new(dq::Topic::new(TOPIC).unwrap(), 1 - mine);
+    let until = dq_testkit::eventually_some("the other partition is throttled", WAIT, || async {
+        client
+            .store()
+            .control(&other, &Default::default())
+            .await
+            .unwrap()
+            .throttled_until_ms
+    })
+    .await;
+    let key = (0..1000)
+        .map(|i| format!("o{i}"))
+        .find(|k| dq::JobKey::new(k.clone()).unwrap().partition(2) == other.partition)
+        .unwrap();
+    client.enqueue::<throttled_two>(2).key(&key).await.unwrap();
+    eventually("both succeeded", WAIT, || async {
+        client.stats::<throttled_two>().await.unwrap().succeeded == 2
+    })
+    .await;
+    let run = &log.of(&key)[0];
+    assert!(
+        run.started_ms >= until,
+        "{key} started at {} before the throttle ended at {until}",
+        run.started_ms
+    );
     handle.shutdown().await;
 }

@@ -932,6 +932,7 @@ impl TopicClient {
                         crate::control::concurrency_share(c, self.partitions, queue.partition)
                     })
                 }),
+                throttle: change.throttle,
             };
             let (state, _) = retry_harmless(|| store.control(&queue, &share), true).await?;
             out.paused |= state.paused;

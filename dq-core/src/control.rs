@@ -131,6 +131,10 @@ pub struct ControlChange {
     pub rate: Option<Option<Rate>>,
     /// Set (this partition's share) or remove the concurrency cap.
     pub concurrency: Option<Option<u32>>,
+    /// Lease nothing for this long from now (the store's clock) — a handler's
+    /// [`JobError::rate_limited`](crate::JobError::rate_limited), carried by its worker to the
+    /// topic's other partitions. Never shortens a throttle already in place.
+    pub throttle: Option<Duration>,
 }
 
 /// One partition's control settings as stored, read by [`Store::control`](crate::store::Store::control).

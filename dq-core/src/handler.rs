@@ -34,8 +34,9 @@ pub enum ErrorKind {
     /// spending an attempt (so it is never buried for it) and reports the type in its health.
     MissingData(&'static str),
     /// A partner is rate-limiting the handler ([`JobError::rate_limited`]): the job runs again
-    /// after this delay without spending an attempt, and its partition (the whole topic, with
-    /// one partition) leases nothing before then, on every worker.
+    /// after this delay without spending an attempt, and the whole topic leases nothing
+    /// before then, on every worker (the job's partition at once, the others as soon as its
+    /// worker has told them).
     RateLimited(Duration),
 }
 
@@ -81,8 +82,7 @@ impl JobError {
 
     /// "The partner is rate-limiting us" (BullMQ's `RateLimitError`): the job goes back
     /// without spending an attempt and runs again after `delay`, and the topic is slowed
-    /// down: no worker leases another job of its partition before then (with one partition,
-    /// the default: of the topic).
+    /// down: no worker leases another of its jobs before then.
     pub fn rate_limited(delay: Duration) -> Self {
         JobError {
             kind: ErrorKind::RateLimited(delay),

@@ -1295,6 +1295,12 @@ impl Partition {
             c.conc = conc;
             changed = true;
         }
+        if let Some(d) = change.throttle {
+            let at = now.saturating_add(ms(d));
+            if c.until.is_none_or(|u| at > u) {
+                c.until = Some(at);
+            }
+        }
         if c.until.is_some_and(|u| u <= now) {
             c.until = None;
         }

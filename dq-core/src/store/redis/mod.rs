@@ -689,9 +689,13 @@ impl Store for RedisStore {
             Some(None) => "-".into(),
             Some(Some(n)) => n.to_string(),
         };
+        let throttle = change
+            .throttle
+            .map(|d| ms(d).to_string())
+            .unwrap_or_default();
         let reply = self
             .run(s, &k, &[], |inv| {
-                inv.arg(paused).arg(&rate).arg(&conc);
+                inv.arg(paused).arg(&rate).arg(&conc).arg(&throttle);
             })
             .await?;
         let mut r = Reply::new(s.name, reply)?;

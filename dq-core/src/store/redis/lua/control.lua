@@ -6,6 +6,7 @@
 -- ARGV[1] paused:      '' unchanged, '1' pause, '0' resume
 -- ARGV[2] rate:        '' unchanged, '-' remove, '<n>/<ms>' this partition's share (n jobs per ms)
 -- ARGV[3] concurrency: '' unchanged, '-' remove, '<n>' this partition's share (n > 0)
+-- ARGV[4] throttle:    '' none, '<ms>' lease nothing before now + ms (never shortens `until`)
 --
 -- Returns {paused 0|1, rate_n or '', rate_ms or '', conc or '', until ms or ''}
 -- A change wakes the partition's fetchers (a resume must not wait for their idle timer). A
@@ -14,7 +15,14 @@
 -- before any write).
 
 local control, wake_key = KEYS[1], KEYS[2]
-local paused, rate, conc = ARGV[1], ARGV[2], ARGV[3]
+local paused, rate, conc, throttle = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local throttle_ms = nil
+if throttle and throttle ~= '' then
+  throttle_ms = tonumber(throttle)
+  if not throttle_ms or throttle_ms < 0 then
+    return redis.error_reply('ERR dq bad arguments: throttle')
+  end
+end
 if not (paused == '' or paused == '0' or paused == '1') then
   return redis.error_reply('ERR dq bad arguments: paused')
 end
@@ -59,9 +67,15 @@ elseif cap then
   redis.call('HSET', control, 'conc', cap)
   changed = true
 end
+local now = now_ms()
+if throttle_ms then
+  local until_ms = tonumber(redis.call('HGET', control, 'until')) or 0
+  if now + throttle_ms > until_ms then
+    redis.call('HSET', control, 'until', string.format('%d', now + throttle_ms))
+  end
+end
 if changed then wake(wake_key) end
 
-local now = now_ms()
 local v = redis.call('HMGET', control, 'paused', 'rate_n', 'rate_ms', 'conc', 'until')
 local until_ms = tonumber(v[5])
 if until_ms and until_ms <= now then
