@@ -24,6 +24,9 @@ pub use dq_core::{
     TopicClient,
 };
 
+// Pause, rate and concurrency limits of a topic.
+pub use dq_core::{Rate, TopicControl};
+
 // Operating on the dead queue by filter.
 pub use dq_core::{
     DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress,
@@ -72,9 +75,9 @@ pub mod store {
     pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::store::{Store, WakeListener, lease_of};
     pub use dq_core::{
-        AckOutcome, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall, FETCH_RECEIPT_LIFE, FailAction,
-        FailOutcome, FetchCall, FetchReply, FetchRequest, ListChunk, ListFrom, ListPos, NewJob,
-        Queue,
+        AckOutcome, ControlChange, ControlState, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall,
+        Extended, FETCH_RECEIPT_LIFE, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest,
+        ListChunk, ListFrom, ListPos, NewJob, Queue,
     };
     pub use dq_core::{MemoryStore, RedisOptions, RedisStore, ServerReport};
 

@@ -290,9 +290,10 @@ async fn key_layout_is_one_hash_tag_per_partition() {
         4,
         "24 keys should reach all 4 partitions"
     );
-    // Every key of a partition but the wake-up list (consumed) and the receipts (no retried call).
+    // Every key of a partition but the wake-up list (consumed), the receipts (no retried call)
+    // and the control hash (only a topic paused, limited or throttled has one).
     for name in KeyName::PARTITION {
-        if !matches!(name, KeyName::Wake | KeyName::Calls) {
+        if !matches!(name, KeyName::Wake | KeyName::Calls | KeyName::Control) {
             assert!(
                 seen_names.contains(&name),
                 "no `{name}` key: {seen_names:?}"

@@ -79,8 +79,18 @@ pub enum Command {
     /// Show one job: state, due time, attempts, every error, and its payload as JSON.
     Job(JobArgs),
 
-    /// Cancel a job that has not started (scheduled, ready or waiting for a retry).
+    /// Cancel a job: one that has not started is removed; a running one is asked to stop
+    /// (its worker ends it as cancelled, without a retry).
     Cancel(JobArgs),
+
+    /// Pause a topic: no worker leases its jobs until `dq resume` (enqueue still works).
+    Pause(TopicArgs),
+
+    /// Resume a paused topic (its workers are woken at once).
+    Resume(TopicArgs),
+
+    /// Show or set a topic's limits across every worker: a rate, a concurrency cap.
+    Limits(LimitsArgs),
 
     /// Give a waiting job a new due time.
     Reschedule(RescheduleArgs),
@@ -117,6 +127,32 @@ pub struct DashboardArgs {
 /// `--json` alone.
 #[derive(Debug, Args)]
 pub struct JsonOut {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A topic alone (`dq pause`, `dq resume`).
+#[derive(Debug, Args)]
+pub struct TopicArgs {
+    /// The topic.
+    pub topic: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq limits`.
+#[derive(Debug, Args)]
+pub struct LimitsArgs {
+    /// The topic.
+    pub topic: String,
+    /// Set the rate limit (`100/s`, `6000/min`, `5/250ms`), or `none` to remove it.
+    #[arg(long)]
+    pub rate: Option<String>,
+    /// Set the cap on running jobs across every worker, or `none` to remove it.
+    #[arg(long)]
+    pub concurrency: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use cli::{
     Cli, Command, DashboardArgs, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, JobArgs,
-    RescheduleArgs, StatsArgs,
+    LimitsArgs, RescheduleArgs, StatsArgs, TopicArgs,
 };
 use fail::{Exit, Failure, Outcome};
 use view::{JobOut, StatsView, TopicRow};
@@ -55,6 +55,9 @@ async fn run(cli: Cli) -> Outcome {
         Command::Stats(a) => ctx.stats(a).await,
         Command::Job(a) => ctx.job(a).await,
         Command::Cancel(a) => ctx.cancel(a).await,
+        Command::Pause(a) => ctx.pause(a, true).await,
+        Command::Resume(a) => ctx.pause(a, false).await,
+        Command::Limits(a) => ctx.limits(a).await,
         Command::Reschedule(a) => ctx.reschedule(a).await,
         Command::Dead(DeadCommand::List(a)) => ctx.dead_list(a).await,
         Command::Dead(DeadCommand::Requeue(a)) => ctx.dead_bulk(a, DeadAction::Requeue).await,
@@ -248,7 +251,7 @@ impl Ctx {
             CancelOutcome::Cancelled => ("cancelled", None),
             CancelOutcome::Gone => ("gone", None),
             CancelOutcome::NotFound => ("not_found", Some(Exit::NotFound)),
-            CancelOutcome::Running => ("running", Some(Exit::Failed)),
+            CancelOutcome::CancelRequested => ("cancel_requested", None),
             CancelOutcome::Dead => ("dead", Some(Exit::Failed)),
         };
         if a.json {
@@ -258,7 +261,10 @@ impl Ctx {
             CancelOutcome::Cancelled => format!("cancelled {}", a.key),
             CancelOutcome::Gone => format!("{} is gone (it will not run)", a.key),
             CancelOutcome::NotFound => format!("no job {:?} in topic {:?}", a.key, a.topic),
-            CancelOutcome::Running => format!("{} is running; not cancelled", a.key),
+            CancelOutcome::CancelRequested => format!(
+                "{} is running: asked its worker to stop it (it ends as cancelled)",
+                a.key
+            ),
             CancelOutcome::Dead => {
                 format!("{} is in the dead queue; not cancelled (purge it)", a.key)
             }
@@ -272,6 +278,62 @@ impl Ctx {
             }
             Some(exit) => Err(Failure::new(exit, message)),
         }
+    }
+
+    async fn pause(&self, a: TopicArgs, pause: bool) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let ctl = if pause {
+            t.pause().await?
+        } else {
+            t.resume().await?
+        };
+        self.print_control(&a.topic, &ctl, a.json)
+    }
+
+    async fn limits(&self, a: LimitsArgs) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let bad = |what: String| Failure::new(Exit::BadInput, what);
+        if let Some(rate) = &a.rate {
+            let rate = match rate.as_str() {
+                "none" => None,
+                text => Some(
+                    text.parse::<dq_core::Rate>()
+                        .map_err(|e| bad(e.to_string()))?,
+                ),
+            };
+            t.set_rate(rate).await?;
+        }
+        if let Some(cap) = &a.concurrency {
+            let cap = match cap.as_str() {
+                "none" => None,
+                text => Some(text.parse::<u32>().map_err(|_| {
+                    bad(format!("--concurrency {text:?} is not a number or `none`"))
+                })?),
+            };
+            t.set_concurrency(cap).await?;
+        }
+        let ctl = t.control().await?;
+        self.print_control(&a.topic, &ctl, a.json)
+    }
+
+    fn print_control(&self, topic: &str, ctl: &dq_core::TopicControl, json: bool) -> Outcome {
+        let rate = ctl.rate.map(|r| r.to_string());
+        if json {
+            return print_json(&serde_json::json!({
+                "topic": topic,
+                "paused": ctl.paused,
+                "rate": rate,
+                "concurrency": ctl.concurrency,
+                "throttled_until_ms": ctl.throttled_until_ms,
+            }));
+        }
+        println!(
+            "topic        {topic}\npaused       {}\nrate         {}\nconcurrency  {}",
+            if ctl.paused { "yes" } else { "no" },
+            rate.as_deref().unwrap_or("none"),
+            ctl.concurrency.map_or("none".to_owned(), |c| c.to_string()),
+        );
+        Ok(())
     }
 
     async fn reschedule(&self, a: RescheduleArgs) -> Outcome {

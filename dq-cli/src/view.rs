@@ -84,6 +84,10 @@ pub struct StatsView {
     pub counters: Counters,
     /// Live workers serving the topic (heartbeats not yet expired).
     pub workers: Option<u64>,
+    /// Leasing is paused (`Client::pause`).
+    pub paused: bool,
+    /// A limit (rate, global concurrency, a handler's throttle) holds due work back now.
+    pub throttled: bool,
 }
 
 /// A topic's counters.
@@ -128,6 +132,8 @@ impl StatsView {
                 trimmed: s.trimmed,
             },
             workers: None,
+            paused: s.paused,
+            throttled: s.throttled,
         }
     }
 }
@@ -149,9 +155,14 @@ pub fn stats_table(rows: &[StatsView]) -> String {
     );
     for r in rows {
         let workers = r.workers.map_or_else(|| "-".to_owned(), |w| w.to_string());
+        let mark = match (r.paused, r.throttled) {
+            (true, _) => "  paused",
+            (false, true) => "  throttled",
+            (false, false) => "",
+        };
         let _ = writeln!(
             out,
-            "{:width$}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>14}  {:>9}",
+            "{:width$}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>14}  {:>9}{mark}",
             r.topic,
             r.scheduled,
             r.ready,
@@ -174,6 +185,7 @@ pub fn stats_detail(r: &StatsView) -> String {
         "topic           {}  ({} partitions)\n\
          scheduled       {}\nready           {}\nactive          {}\nretry           {}\n\
          dead            {}\noverdue         {}\noldest overdue  {}\nlive workers    {}\n\
+         leasing         {}\n\
          counters        enqueued {}, succeeded {}, retried {}, buried {}, expired {}, \
          cancelled {}, trimmed {}\n",
         r.topic,
@@ -186,6 +198,11 @@ pub fn stats_detail(r: &StatsView) -> String {
         r.overdue,
         millis(r.oldest_overdue_ms),
         workers,
+        match (r.paused, r.throttled) {
+            (true, _) => "paused",
+            (false, true) => "throttled (a limit holds due work back)",
+            (false, false) => "running",
+        },
         c.enqueued,
         c.succeeded,
         c.retried,

@@ -929,3 +929,49 @@ async fn dashboard_serves_the_topics_and_read_only_refuses_changes() {
     assert_eq!(status, 403, "{reply}");
     drop(serving);
 }
+
+#[tokio::test]
+async fn pause_resume_and_limits_of_a_topic() {
+    let w = World::new().await;
+    let t = w.topic("multi");
+    t.enqueue(vec![0x01]).key("p1").await.unwrap();
+    let out = w.dq(&["pause", "multi"]).ok();
+    assert!(out.stdout.contains("paused       yes"), "{}", out.stdout);
+    assert!(t.stats().await.unwrap().paused);
+    let stats = w.dq(&["stats", "multi"]).ok();
+    assert!(
+        stats.stdout.contains("leasing         paused"),
+        "{}",
+        stats.stdout
+    );
+    let all = w.dq(&["stats", "--json"]).ok();
+    assert!(all.stdout.contains("\"paused\":true"), "{}", all.stdout);
+    w.dq(&["resume", "multi"]).ok();
+    assert!(!t.stats().await.unwrap().paused);
+
+    let v = w
+        .dq(&[
+            "limits",
+            "multi",
+            "--rate",
+            "100/s",
+            "--concurrency",
+            "8",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        (v["rate"].as_str(), v["concurrency"].as_u64()),
+        (Some("100/s"), Some(8)),
+        "{v}"
+    );
+    // Three partitions: a cap below three is refused, and so is a bad rate.
+    w.dq(&["limits", "multi", "--concurrency", "2"])
+        .code(BAD_INPUT);
+    w.dq(&["limits", "multi", "--rate", "fast"]).code(BAD_INPUT);
+    w.dq(&["limits", "multi", "--rate", "none", "--concurrency", "none"])
+        .ok();
+    assert_eq!(t.control().await.unwrap(), dq_core::TopicControl::default());
+    w.dq(&["pause", "nosuch"]).code(NOT_FOUND);
+}

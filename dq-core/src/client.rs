@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
 
+use crate::control::{ControlChange, Rate, TopicControl};
 use crate::error::{BulkStored, Error, Result};
 use crate::inspect::{Cursor, JobPage, JobView, ListChunk, ListFrom, ListPos, Page};
 pub use crate::job::Enqueued;
@@ -400,6 +401,27 @@ impl Client {
     /// Depths and counters of `J`'s topic.
     pub async fn stats<J: Job>(&self) -> Result<TopicStats> {
         self.typed::<J>()?.stats().await
+    }
+
+    /// Pauses `J`'s topic: see [`TopicClient::pause`].
+    pub async fn pause<J: Job>(&self) -> Result<TopicControl> {
+        self.typed::<J>()?.pause().await
+    }
+
+    /// Resumes `J`'s topic: see [`TopicClient::resume`].
+    pub async fn resume<J: Job>(&self) -> Result<TopicControl> {
+        self.typed::<J>()?.resume().await
+    }
+
+    /// Sets or removes the rate limit of `J`'s topic: see [`TopicClient::set_rate`].
+    pub async fn set_rate<J: Job>(&self, rate: Option<Rate>) -> Result<TopicControl> {
+        self.typed::<J>()?.set_rate(rate).await
+    }
+
+    /// Sets or removes the global concurrency cap of `J`'s topic: see
+    /// [`TopicClient::set_concurrency`].
+    pub async fn set_concurrency<J: Job>(&self, cap: Option<u32>) -> Result<TopicControl> {
+        self.typed::<J>()?.set_concurrency(cap).await
     }
 }
 
@@ -784,7 +806,12 @@ impl TopicClient {
         })
     }
 
-    /// Cancels a job that has not started.
+    /// Cancels a job: one that has not started is removed ([`CancelOutcome::Cancelled`]);
+    /// for one running now, a cancel request is recorded ([`CancelOutcome::CancelRequested`]):
+    /// the worker holding it learns it on its next lease extension (every third of the
+    /// lease), its handler's `ctx.cancelled()` fires, and the job ends as cancelled without a
+    /// retry — unless the handler succeeds first. A worker that crashed, released the job at
+    /// shutdown or had its lease expire ends it as cancelled too.
     ///
     /// Retried inside through connection trouble (as enqueue is; for up to
     /// [`ENQUEUE_RETRY_WINDOW`]): cancelling is harmless to repeat. A retry after a try whose
@@ -833,6 +860,97 @@ impl TopicClient {
         self.client.store.job(&self.queue_of(&key), &key).await
     }
 
+    /// Pauses the topic: from the next wake-up of each fetcher (at once, for an idle one) no
+    /// worker leases another of its jobs, until [`TopicClient::resume`]. Running jobs go on;
+    /// waiting jobs keep their due times; enqueue, cancel and reschedule still work. Stored
+    /// in the store, so it holds for every worker, and across their restarts. Returns the
+    /// topic's settings as stored.
+    pub async fn pause(&self) -> Result<TopicControl> {
+        self.change(ControlChange {
+            paused: Some(true),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
+    /// Resumes a paused topic; its fetchers are woken at once.
+    pub async fn resume(&self) -> Result<TopicControl> {
+        self.change(ControlChange {
+            paused: Some(false),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
+    /// Sets (or with `None` removes) a rate limit across every worker of the topic: at most
+    /// `rate.count` jobs leased per `rate.per`, enforced by the store's fetch with Redis time.
+    /// Each partition holds an equal share (the count over `partitions × per`). Jobs held
+    /// back start late; that lateness is not an error.
+    pub async fn set_rate(&self, rate: Option<Rate>) -> Result<TopicControl> {
+        if let Some(rate) = &rate {
+            rate.check()?;
+        }
+        self.change(ControlChange {
+            rate: Some(rate),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
+    /// Sets (or with `None` removes) a cap on the jobs of this topic running at once across
+    /// every worker. Each partition enforces its own share (the shares add up to `cap`), so
+    /// `cap` must be at least the partition count; with jobs spread unevenly over partitions
+    /// fewer than `cap` may run at once, never more.
+    pub async fn set_concurrency(&self, cap: Option<u32>) -> Result<TopicControl> {
+        if let Some(cap) = cap {
+            crate::control::check_concurrency(cap, self.partitions)?;
+        }
+        self.change(ControlChange {
+            concurrency: Some(cap),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
+    /// The topic's pause, limits and throttle, as stored.
+    pub async fn control(&self) -> Result<TopicControl> {
+        self.change(ControlChange::default()).await
+    }
+
+    /// Applies `change` to every partition (each with its share of a limit), in order; each
+    /// call is harmless to repeat, so each is retried through connection trouble.
+    async fn change(&self, change: ControlChange) -> Result<TopicControl> {
+        self.ensure().await?;
+        let mut out = TopicControl::default();
+        let store = &self.client.store;
+        for queue in self.queues() {
+            let share = ControlChange {
+                paused: change.paused,
+                rate: change.rate.map(|r| r.map(|r| r.share(self.partitions))),
+                concurrency: change.concurrency.map(|c| {
+                    c.map(|c| {
+                        crate::control::concurrency_share(c, self.partitions, queue.partition)
+                    })
+                }),
+                throttle: change.throttle,
+            };
+            let (state, _) = retry_harmless(|| store.control(&queue, &share), true).await?;
+            out.paused |= state.paused;
+            if queue.partition == 0 {
+                out.rate = state.rate.map(|r| Rate {
+                    count: r.count,
+                    per: r.per / u32::from(self.partitions.max(1)),
+                });
+            }
+            out.concurrency = match (out.concurrency, state.concurrency) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+            out.throttled_until_ms = out.throttled_until_ms.max(state.throttled_until_ms);
+        }
+        Ok(out)
+    }
+
     /// Depths and counters, summed over the topic's partitions.
     pub async fn stats(&self) -> Result<TopicStats> {
         self.ensure().await?;
@@ -853,6 +971,9 @@ impl TopicClient {
             total.trimmed += s.trimmed;
             total.oldest_overdue_ms = total.oldest_overdue_ms.max(s.oldest_overdue_ms);
             total.overdue += s.overdue;
+            total.paused |= s.paused;
+            total.throttled |= s.throttled;
+            total.throttles += s.throttles;
         }
         Ok(total)
     }

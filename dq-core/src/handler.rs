@@ -33,6 +33,11 @@ pub enum ErrorKind {
     /// was not given any: a deployment error, not the job's. The worker defers the job without
     /// spending an attempt (so it is never buried for it) and reports the type in its health.
     MissingData(&'static str),
+    /// A partner is rate-limiting the handler ([`JobError::rate_limited`]): the job runs again
+    /// after this delay without spending an attempt, and the whole topic leases nothing
+    /// before then, on every worker (the job's partition at once, the others as soon as its
+    /// worker has told them).
+    RateLimited(Duration),
 }
 
 /// A handler's error: any error converts into it with `?` (and is retried on the policy);
@@ -72,6 +77,16 @@ impl JobError {
         JobError {
             kind: ErrorKind::Defer(delay),
             source: "deferred".into(),
+        }
+    }
+
+    /// "The partner is rate-limiting us" (BullMQ's `RateLimitError`): the job goes back
+    /// without spending an attempt and runs again after `delay`, and the topic is slowed
+    /// down: no worker leases another of its jobs before then.
+    pub fn rate_limited(delay: Duration) -> Self {
+        JobError {
+            kind: ErrorKind::RateLimited(delay),
+            source: "rate limited".into(),
         }
     }
 

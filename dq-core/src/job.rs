@@ -416,6 +416,13 @@ pub enum FailAction {
     Defer(Duration),
     /// No retry: to the dead queue now.
     Bury,
+    /// The job was cancelled while it ran ([`CancelOutcome::CancelRequested`]): deleted,
+    /// counted as cancelled, never retried.
+    Cancel,
+    /// The handler reported that a partner is rate-limiting it
+    /// ([`JobError::rate_limited`](crate::JobError::rate_limited)): the job runs again after
+    /// this delay without spending its attempt, and its partition leases nothing before then.
+    Throttle(Duration),
 }
 
 /// What `fail` did.
@@ -433,6 +440,21 @@ pub enum FailOutcome {
     },
     /// The job no longer exists (already acked and deleted, cancelled, purged): nothing done.
     Gone,
+    /// The job was cancelled: deleted and counted as cancelled, not retried (the action was
+    /// [`FailAction::Cancel`], or a cancel had been requested while it ran).
+    Cancelled,
+}
+
+/// What `extend` found for one lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Extended {
+    /// Still owned: extended.
+    Held,
+    /// Lost: the job is gone, or leased under another token; nothing done.
+    Lost,
+    /// Still owned and extended, but [`Client`](crate::Client)'s `cancel` asked for the
+    /// running job to stop: the worker cancels its handler and ends the job as cancelled.
+    CancelRequested,
 }
 
 /// What `ack` did for one job.
@@ -451,8 +473,10 @@ pub enum AckOutcome {
 pub enum CancelOutcome {
     /// The job was scheduled, ready or in retry, and is gone; it will never run.
     Cancelled,
-    /// The job is running now; it was not touched.
-    Running,
+    /// The job is running now: a cancel request was recorded. The worker holding it learns
+    /// it on its next lease extension, its handler's `ctx.cancelled()` fires, and the job ends
+    /// as cancelled, never retried (unless the handler finishes successfully first).
+    CancelRequested,
     /// No job has this key.
     NotFound,
     /// The job is in the dead queue; it was not touched (purge it instead).
@@ -623,6 +647,14 @@ pub struct TopicStats {
     /// Jobs whose due time has come but that are still in `scheduled` or `retry` (a worker
     /// moves them to `ready` on its next fetch); with `ready`, what is due and not running.
     pub overdue: u64,
+    /// Leasing is paused ([`TopicClient::pause`](crate::TopicClient::pause)).
+    pub paused: bool,
+    /// A limit holds due work back now: the rate limit's budget is spent, the global
+    /// concurrency cap is reached with work waiting, or a handler asked to slow the topic
+    /// down. Lateness this causes is not an error.
+    pub throttled: bool,
+    /// Times a handler asked to slow the topic down ([`FailAction::Throttle`]).
+    pub throttles: u64,
 }
 
 /// Milliseconds since the Unix epoch of a wall-clock time (0 before the epoch).

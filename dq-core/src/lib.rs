@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod connect;
+pub mod control;
 pub mod error;
 pub mod handler;
 pub mod inspect;
@@ -27,6 +28,7 @@ pub use client::{
 };
 pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)
 pub use connect::ClientBuilder;
+pub use control::{ControlChange, ControlState, Rate, TopicControl};
 pub use error::{BulkStored, Error, Result};
 pub use handler::{
     BoxError, DataNeed, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
@@ -37,9 +39,9 @@ pub use inspect::{
 };
 pub use job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FETCH_RECEIPT_LIFE, FailAction, FailOutcome,
-    FetchCall, FetchReply, FetchRequest, Job, JobInfo, JobState, MAX_DUE_MS, NewDue, NewJob, Queue,
-    RescheduleOutcome, TopicStats,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, Extended, FETCH_RECEIPT_LIFE, FailAction,
+    FailOutcome, FetchCall, FetchReply, FetchRequest, Job, JobInfo, JobState, MAX_DUE_MS, NewDue,
+    NewJob, Queue, RescheduleOutcome, TopicStats,
 };
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};

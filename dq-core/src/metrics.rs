@@ -12,7 +12,7 @@
 //! | `dq_jobs_enqueued_total` | counter | topic | jobs stored by enqueue (created or replaced) |
 //! | `dq_jobs_started_total` | counter | topic | handler runs started |
 //! | `dq_jobs_succeeded_total` | counter | topic | handler runs that succeeded |
-//! | `dq_jobs_failed_total` | counter | topic, outcome | failed runs: `dead` (buried), `timeout`, `panic` (retried), `deferred`, `retry` |
+//! | `dq_jobs_failed_total` | counter | topic, outcome | failed runs: `dead` (buried), `timeout`, `panic` (retried), `deferred`, `retry`, `cancelled` (cancelled while running), `throttled` (`JobError::rate_limited`) |
 //! | `dq_jobs_cancelled_total` | counter | topic | jobs cancelled by a client before they started |
 //! | `dq_store_errors_total` | counter | op | failed store calls (Redis) |
 //! | `dq_job_lateness_seconds` | histogram | topic | start minus due, by Redis time |
@@ -63,8 +63,19 @@ pub const WORKERS_LIVE: &str = "dq_workers_live";
 /// The `outcome` label values of [`JOBS_FAILED`]. Each failed run counts once, by what
 /// matters most to an operator: `dead` if the job was buried (whatever the cause), else
 /// `timeout` or `panic` if the handler timed out or panicked (the job is retried), else
-/// `deferred` (the handler asked for it) or `retry`.
-pub const FAILED_OUTCOMES: [&str; 5] = ["retry", "dead", "deferred", "timeout", "panic"];
+/// `deferred` (the handler asked for it) or `retry`; `cancelled` for a run stopped because a
+/// client cancelled its job while it ran (it is not retried), `throttled` for a run whose
+/// handler reported a partner's rate limit (`JobError::rate_limited`: the job runs again
+/// later, its attempt given back, and the topic slows down).
+pub const FAILED_OUTCOMES: [&str; 7] = [
+    "retry",
+    "dead",
+    "deferred",
+    "timeout",
+    "panic",
+    "cancelled",
+    "throttled",
+];
 
 /// The `state` label values of [`QUEUE_JOBS`].
 pub const QUEUE_STATES: [&str; 5] = ["scheduled", "ready", "active", "retry", "dead"];
@@ -82,7 +93,7 @@ pub fn describe() {
     describe_counter!(JOBS_SUCCEEDED, "Handler runs that succeeded.");
     describe_counter!(
         JOBS_FAILED,
-        "Failed handler runs by outcome: dead, timeout, panic, deferred, retry."
+        "Failed handler runs by outcome: dead, timeout, panic, deferred, retry, cancelled, throttled."
     );
     describe_counter!(JOBS_CANCELLED, "Jobs cancelled before they started.");
     describe_counter!(STORE_ERRORS, "Failed store calls by operation.");

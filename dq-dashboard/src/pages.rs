@@ -384,6 +384,8 @@ async fn topic_page(
     };
     let body = html! {
         h1 { (name) " " small.muted { (meta.partitions) " partition" @if meta.partitions != 1 { "s" } } }
+        @if stats.paused { p.error #leasing { "Paused: no worker leases this topic's jobs until it is resumed." } }
+        @else if stats.throttled { p.muted #leasing { "Throttled: a rate or concurrency limit holds due jobs back (lateness, not an error)." } }
         form.search method="get" action=(base) {
             input type="text" name="key" placeholder="Find a job by key" value=[missing.as_deref()] required;
             button type="submit" { "Find" }

@@ -155,6 +155,31 @@ impl Completer {
     }
 }
 
+/// A handler's throttle holds its own partition (`fail` did that); the topic's other
+/// partitions get the same pause, so no worker leases another job of the topic before then.
+/// Best effort: a partition that cannot be reached is logged and left as it is.
+async fn throttle_other_partitions(
+    store: &Arc<dyn Store>,
+    queue: &Queue,
+    partitions: u16,
+    delay: Duration,
+) {
+    let change = dq_core::ControlChange {
+        throttle: Some(delay),
+        ..dq_core::ControlChange::default()
+    };
+    for p in (0..partitions).filter(|p| *p != queue.partition) {
+        let other = Queue::new(queue.topic.clone(), p);
+        let result = (|| async { store.control(&other, &change).await })
+            .retry(persist())
+            .when(Error::is_retryable)
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(partition = p, error = %e, "could not throttle a partition");
+        }
+    }
+}
+
 async fn fail(
     store: Arc<dyn Store>,
     in_flight: InFlight,
@@ -183,6 +208,16 @@ async fn fail(
     match result {
         Ok(FailOutcome::Retrying { at_ms }) => match action {
             FailAction::Defer(_) => tracing::info!(at_ms, "deferred"),
+            FailAction::Throttle(d) => {
+                tracing::info!(
+                    at_ms,
+                    "rate-limited by a partner: topic throttled until then"
+                );
+                let partitions = topics
+                    .get(lease.queue.topic.as_str())
+                    .map_or(1, |t| t.partitions);
+                throttle_other_partitions(&store, &lease.queue, partitions, *d).await;
+            }
             _ => tracing::warn!(error = %error, retry_at_ms = at_ms, "failed; will retry"),
         },
         Ok(FailOutcome::Buried { trimmed }) => {
@@ -200,6 +235,7 @@ async fn fail(
             });
         }
         Ok(FailOutcome::Gone) => tracing::debug!("job already gone; failure not recorded"),
+        Ok(FailOutcome::Cancelled) => tracing::info!("cancelled while running; not retried"),
         Err(Error::StaleToken { .. }) => {
             tracing::warn!(error = %error, "failed, but the lease was lost first: not recorded");
         }

@@ -20,6 +20,9 @@ pub(crate) struct Lease {
     pub cancel: CancellationToken,
     /// Set once the handler has returned (its outcome may still be in flight to the store).
     pub finished: Arc<AtomicBool>,
+    /// Set when the store reports that a client cancelled the running job (`extend` said
+    /// so); `cancel` fires with it, and the runner ends the job as cancelled.
+    pub cancel_requested: Arc<AtomicBool>,
     /// By this process's clock, when the lease surely ends unless extended: measured from
     /// *before* the call that granted it, so it errs early. Shared with the handler's
     /// `JobContext`, which reads as cancelled once it has passed.
@@ -48,6 +51,17 @@ impl Lease {
     /// deadline has passed: its handler has been told to stop.
     pub fn extended(&self, sent: tokio::time::Instant, lease: std::time::Duration) {
         self.expires.extend(sent + lease);
+    }
+
+    /// A client cancelled the running job: its handler is told to stop, and the job ends as
+    /// cancelled (the lease still holds until then).
+    pub fn request_cancel(&self) {
+        self.cancel_requested.store(true, Ordering::Release);
+        self.cancel.cancel();
+    }
+
+    pub fn is_cancel_requested(&self) -> bool {
+        self.cancel_requested.load(Ordering::Acquire)
     }
 
     /// The lease is lost: its deadline is now, and its handler is told to stop.

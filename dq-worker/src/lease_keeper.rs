@@ -2,12 +2,14 @@
 //!
 //! 1. every third of the lease, it extends the leases of all in-flight jobs, one `extend`
 //!    call per partition and batch;
-//! 2. a lease the store no longer grants (it expired during a pause or partition, and the job
+//! 2. a lease whose running job a client cancelled (`extend` says so) cancels that handler
+//!    too, but keeps the lease: the runner ends the job as cancelled, never retried;
+//! 3. a lease the store no longer grants (it expired during a pause or partition, and the job
 //!    was recovered and maybe delivered elsewhere) cancels that handler through its
 //!    `JobContext`; its result is discarded, and its token would be rejected anyway;
 //!    (the runner and the handler's `JobContext` also stop at the lease's local deadline
 //!    without waiting for this tick: after a pause, every timer is overdue at once);
-//! 3. a call that fails with connection trouble is tried again at once (20 ms doubling to
+//! 4. a call that fails with connection trouble is tried again at once (20 ms doubling to
 //!    200 ms) until the earliest lease of its batch would run out — after a dropped connection
 //!    the next call already goes to a new one, and extending is harmless to repeat; after
 //!    that, store errors are logged and retried on the next tick. Once a lease has surely run
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use dq_core::{Queue, Store};
+use dq_core::{Extended, Queue, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::in_flight::{InFlight, Lease};
@@ -79,10 +81,20 @@ impl LeaseKeeper {
                 match result {
                     Ok(held) => {
                         for (lease, held) in chunk.iter().zip(held) {
-                            if held {
-                                lease.extended(sent, self.lease);
-                            } else {
-                                self.lost(lease);
+                            match held {
+                                Extended::Held => lease.extended(sent, self.lease),
+                                Extended::CancelRequested => {
+                                    lease.extended(sent, self.lease);
+                                    if !lease.is_cancel_requested() {
+                                        tracing::info!(
+                                            topic = %lease.queue.topic,
+                                            key = %lease.key,
+                                            "cancel requested: stopping the handler"
+                                        );
+                                    }
+                                    lease.request_cancel();
+                                }
+                                Extended::Lost => self.lost(lease),
                             }
                         }
                     }
@@ -109,7 +121,7 @@ impl LeaseKeeper {
         queue: &Queue,
         chunk: &[Lease],
         pairs: &[(dq_core::JobKey, u64)],
-    ) -> (tokio::time::Instant, dq_core::Result<Vec<bool>>) {
+    ) -> (tokio::time::Instant, dq_core::Result<Vec<Extended>>) {
         // Never wait past the earliest lease of the batch: a hung connection must not keep a
         // handler running after its job may have gone to another worker.
         let earliest = chunk

@@ -19,6 +19,8 @@ pub(crate) enum Failure {
     Deferred = 2,
     Timeout = 3,
     Panic = 4,
+    Cancelled = 5,
+    Throttled = 6,
 }
 
 /// One topic's metric handles, registered on first use.
@@ -32,7 +34,7 @@ pub(crate) struct TopicMetrics {
 struct Handles {
     started: Counter,
     succeeded: Counter,
-    failed: [Counter; 5],
+    failed: [Counter; 7],
     lateness: Histogram,
     run: Histogram,
     running: Gauge,
@@ -112,6 +114,8 @@ mod tests {
             (Failure::Deferred, "deferred"),
             (Failure::Timeout, "timeout"),
             (Failure::Panic, "panic"),
+            (Failure::Cancelled, "cancelled"),
+            (Failure::Throttled, "throttled"),
         ] {
             assert_eq!(FAILED_OUTCOMES[f as usize], name);
         }

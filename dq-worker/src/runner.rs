@@ -70,6 +70,7 @@ pub(crate) async fn run(
         attempt: delivery.attempt,
         cancel: cancel.clone(),
         finished: Default::default(),
+        cancel_requested: Default::default(),
         expires: deadline.clone(),
     };
     shared.in_flight.insert(lease.clone());
@@ -157,13 +158,26 @@ pub(crate) async fn run(
                 } else {
                     CANCEL_GRACE
                 };
-                match tokio::time::timeout(grace, &mut task).await {
+                let joined = tokio::time::timeout(grace, &mut task).await;
+                if joined.is_err() {
+                    task.abort();
+                }
+                match joined {
                     Ok(Ok(Ok(()))) => Ok(()),
-                    Ok(_) => return discard(&shared, &lease),
-                    Err(_) => {
-                        task.abort();
-                        return discard(&shared, &lease);
+                    // A client cancelled the running job: it ends as cancelled, not retried
+                    // (unless the lease ran out, or shutdown is releasing it: the store ends
+                    // a job whose cancel was requested as cancelled then too).
+                    _ if lease.is_cancel_requested()
+                        && !lease.has_expired()
+                        && !shared.hard_stop.is_cancelled() =>
+                    {
+                        topic.metrics.failed(Failure::Cancelled);
+                        return Some(Outcome::Failed {
+                            action: FailAction::Cancel,
+                            error: "cancelled while running".into(),
+                        });
                     }
+                    _ => return discard(&shared, &lease),
                 }
             }
             joined = &mut task => match joined {
@@ -215,6 +229,8 @@ pub(crate) async fn run(
                 );
                 topic.metrics.failed(match (&action, cause) {
                     (FailAction::Bury, _) => Failure::Dead,
+                    (FailAction::Throttle(_), _) => Failure::Throttled,
+                    (FailAction::Cancel, _) => Failure::Cancelled,
                     (_, Some(cause)) => cause,
                     (FailAction::Defer(_), None) => Failure::Deferred,
                     _ => Failure::Retry,
@@ -301,6 +317,8 @@ pub(crate) fn decide(
     match kind {
         ErrorKind::Permanent => FailAction::Bury,
         ErrorKind::Defer(d) => FailAction::Defer(d),
+        // The partner's rate limit: never spends the attempt; slows the whole topic.
+        ErrorKind::RateLimited(d) => FailAction::Throttle(d),
         // A deployment error: never spends the attempt, never buries.
         ErrorKind::MissingData(_) => FailAction::Defer(missing_data_delay),
         ErrorKind::Retry => policy

@@ -113,7 +113,12 @@ impl Store for NoExtend {
     ) -> dq::Result<FailOutcome> {
         self.0.fail(q, key, token, action, error, limits).await
     }
-    async fn extend(&self, _: &Queue, _: &[(JobKey, u64)], _: Duration) -> dq::Result<Vec<bool>> {
+    async fn extend(
+        &self,
+        _: &Queue,
+        _: &[(JobKey, u64)],
+        _: Duration,
+    ) -> dq::Result<Vec<dq::store::Extended>> {
         Err(dq::Error::Timeout(Duration::from_millis(1)))
     }
     async fn release(&self, q: &Queue, leases: &[(JobKey, u64)]) -> dq::Result<Vec<bool>> {
@@ -129,6 +134,13 @@ impl Store for NoExtend {
         due: NewDue,
     ) -> dq::Result<RescheduleOutcome> {
         self.0.reschedule(q, key, due).await
+    }
+    async fn control(
+        &self,
+        q: &Queue,
+        change: &dq::store::ControlChange,
+    ) -> dq::Result<dq::store::ControlState> {
+        self.0.control(q, change).await
     }
     async fn job(&self, q: &Queue, key: &JobKey) -> dq::Result<Option<JobInfo>> {
         self.0.job(q, key).await

@@ -191,6 +191,24 @@ impl Orchestrator {
                 Some(("≥ 0.95", MedianAtLeast(0.95))),
             ),
             d(
+                "limiter_s3r_ratio",
+                "S3R with limits that never bind / without any (same run)".into(),
+                "×",
+                Some(("≥ 0.95", MedianAtLeast(0.95))),
+            ),
+            d(
+                "limiter_rate_measured",
+                format!("a 1,000/s rate limit, measured over {} s", p.limiter_secs),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "limiter_rate_error_pct",
+                "the rate limit's error (measured vs 1,000/s)".into(),
+                "%",
+                None,
+            ),
+            d(
                 "s3r_not_once",
                 "S3R jobs not run exactly once".into(),
                 "jobs",

@@ -39,6 +39,7 @@ use crate::{Result, Scenario};
 
 mod ceiling;
 mod figures;
+mod limiter;
 mod process;
 mod report;
 mod scaleout;
@@ -65,7 +66,7 @@ pub struct AllArgs {
     #[arg(long)]
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1, s3, s3c1, s3r, s3r-metrics, profile, s4, s5,
-    /// idle, scale, mass, scaleout, ceilings (default: all).
+    /// idle, scale, mass, scaleout, limiter, ceilings (default: all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory of the JSON result (default: bench-results/ at the workspace root).
@@ -98,6 +99,8 @@ struct Plan {
     bench_requests: u64,
     zset_members: u64,
     zrem_calls: u64,
+    /// How long the limiter section's rate is measured, s.
+    limiter_secs: u64,
 }
 
 impl Plan {
@@ -126,6 +129,7 @@ impl Plan {
                 bench_requests: 20_000,
                 zset_members: 100_000,
                 zrem_calls: 200,
+                limiter_secs: 3,
             }
         } else {
             Plan {
@@ -151,6 +155,7 @@ impl Plan {
                 bench_requests: 200_000,
                 zset_members: 1_000_000,
                 zrem_calls: 5_000,
+                limiter_secs: 30,
             }
         }
     }
@@ -180,6 +185,8 @@ struct Orchestrator {
     git: Option<String>,
     /// Extra arguments of the next workers started (`--metrics`).
     worker_extra: Vec<String>,
+    /// Limits the next drain's topic gets before its worker starts (the limiter section).
+    limits: Option<limiter::Limits>,
 }
 
 /// Runs `dq-bench all`.
@@ -204,6 +211,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         errors: 0,
         git: git_describe(),
         worker_extra: Vec::new(),
+        limits: None,
     };
     o.declare_figures();
     eprintln!(
@@ -228,6 +236,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("scale", Orchestrator::scale),
         ("mass", Orchestrator::mass),
         ("scaleout", Orchestrator::scaleout),
+        ("limiter", Orchestrator::limiter),
         ("ceilings", Orchestrator::ceilings),
     ];
     for (name, section) in sections {
@@ -479,6 +488,15 @@ fn summary(section: &str, v: &Value) -> String {
             f("/cpu/redis_pct"),
             f("/cpu/worker_pct"),
             f("/redis/evalsha_usec_per_call")
+        ),
+        "limiter" => format!(
+            "S3R without limits {} jobs/s, with limits that never bind {} (ratio {}); \
+             a 1000/s limit measured {} jobs/s ({} %)",
+            f("/s3r_plain_rate"),
+            f("/s3r_limits_rate"),
+            f("/ratio"),
+            f("/rate_measured"),
+            f("/rate_error_pct")
         ),
         "s3r-metrics" => format!(
             "without {} jobs/s, with a recorder {} jobs/s, ratio {}",

@@ -166,6 +166,9 @@ impl Orchestrator {
             let last_due = num(&produced, "/last_due_ms")? as u64;
             sleep_until_ms(last_due + 1000, Duration::from_secs(60));
         }
+        if let Some(limits) = self.limits {
+            self.apply_limits(scenario.topic(), limits)?;
+        }
         if profile {
             self.slowlog_on(0)?;
         }

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::control::{ControlChange, ControlState};
 use crate::error::Result;
 use crate::inspect::{DeadAction, ListChunk, ListFrom};
 use crate::job::{
-    AckOutcome, CancelOutcome, DeadLimits, Delivery, EnqueueCall, EnqueueOutcome, FailAction,
-    FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
+    AckOutcome, CancelOutcome, DeadLimits, Delivery, EnqueueCall, EnqueueOutcome, Extended,
+    FailAction, FailOutcome, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats,
 };
 use crate::names::{JobKey, Topic};
@@ -68,18 +69,22 @@ pub trait Store: Send + Sync + 'static {
         dead_limits: DeadLimits,
     ) -> Result<FailOutcome>;
 
-    /// Renews leases to `lease` from now; `true` for each lease still owned.
+    /// Renews leases to `lease` from now; for each lease whether it is still owned, and
+    /// whether a cancel was requested for its running job ([`Extended::CancelRequested`]).
     async fn extend(
         &self,
         queue: &Queue,
         leases: &[(JobKey, u64)],
         lease: Duration,
-    ) -> Result<Vec<bool>>;
+    ) -> Result<Vec<Extended>>;
 
     /// Hands leased jobs back to the front of `ready` without charging the attempt.
     async fn release(&self, queue: &Queue, leases: &[(JobKey, u64)]) -> Result<Vec<bool>>;
 
-    /// Cancels a job that has not started.
+    /// Cancels a job that has not started; for a running one, records a cancel request that
+    /// the next `extend` of its lease reports ([`CancelOutcome::CancelRequested`]), and that
+    /// `fail`, `release` and lease recovery honour (the job is deleted as cancelled, never
+    /// retried).
     async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome>;
 
     /// Gives a scheduled, ready or retry job a new due time.
@@ -89,6 +94,12 @@ pub trait Store: Send + Sync + 'static {
         key: &JobKey,
         due: NewDue,
     ) -> Result<RescheduleOutcome>;
+
+    /// Changes this partition's control settings as `change` says (nothing, for a default
+    /// change) and returns them as stored. A change wakes the partition's fetchers.
+    /// `fetch` enforces them: nothing is leased while paused or throttled; at most the rate's
+    /// budget and the concurrency share minus the jobs running are leased.
+    async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState>;
 
     /// Everything known about one job, or `None`.
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>>;

@@ -3,7 +3,8 @@
 use super::*;
 
 /// Cancel from every state: scheduled, ready and retry are cancelled and never delivered;
-/// active answers `Running`, dead `Dead` (both untouched); a missing or already cancelled key
+/// active answers `CancelRequested` (it runs on until its worker learns it), dead `Dead`
+/// (untouched); a missing or already cancelled key
 /// `NotFound`.
 pub async fn cancel_from_every_state<H: Harness>(h: &H) {
     let c = h.client().await;
@@ -30,7 +31,7 @@ pub async fn cancel_from_every_state<H: Harness>(h: &H) {
         c.cancel::<close_order>("f").await.unwrap(),
         CancelOutcome::Cancelled
     );
-    assert_eq!(t.cancel("a").await.unwrap(), CancelOutcome::Running);
+    assert_eq!(t.cancel("a").await.unwrap(), CancelOutcome::CancelRequested);
     assert_eq!(t.cancel("d").await.unwrap(), CancelOutcome::Dead);
     assert_eq!(t.cancel("missing").await.unwrap(), CancelOutcome::NotFound);
     assert_eq!(t.cancel("s").await.unwrap(), CancelOutcome::NotFound);

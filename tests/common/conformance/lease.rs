@@ -52,7 +52,7 @@ pub async fn expired_lease_is_a_failed_attempt<H: Harness>(h: &H) {
         ));
         assert_eq!(
             h.store().extend(&q, &[stale], LONG_LEASE).await.unwrap(),
-            [false]
+            [Extended::Lost]
         );
         prev = d;
     }
@@ -118,7 +118,7 @@ pub async fn extend_keeps_the_lease<H: Harness>(h: &H) {
         )
         .await
         .unwrap();
-    assert_eq!(out, [true, false, false]);
+    assert_eq!(out, [Extended::Held, Extended::Lost, Extended::Lost]);
     let deadline = info(&t, "k").await.lease_deadline_ms.unwrap();
     assert!(deadline >= before + 30_000, "{deadline}");
 
@@ -177,7 +177,7 @@ pub async fn stale_tokens_change_nothing<H: Harness>(h: &H) {
             .extend(&q, std::slice::from_ref(&stale), HOUR)
             .await
             .unwrap(),
-        [false]
+        [Extended::Lost]
     );
     assert_eq!(h.store().release(&q, &[stale]).await.unwrap(), [false]);
     let i = info(&t, "k").await;
@@ -232,7 +232,7 @@ pub async fn stale_tokens_change_nothing<H: Harness>(h: &H) {
             .extend(&q, std::slice::from_ref(&lease), HOUR)
             .await
             .unwrap(),
-        [false]
+        [Extended::Lost]
     );
     assert_eq!(h.store().release(&q, &[lease]).await.unwrap(), [false]);
 

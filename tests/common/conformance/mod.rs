@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use dq::store::{
-    AckOutcome, Delivery, EnqueueCall, FailAction, FailOutcome, FetchCall, FetchReply,
+    AckOutcome, Delivery, EnqueueCall, Extended, FailAction, FailOutcome, FetchCall, FetchReply,
     FetchRequest, NewJob, Queue,
 };
 use dq::{
@@ -36,6 +36,7 @@ pub mod due;
 pub mod enqueue;
 pub mod fetch;
 pub mod lease;
+pub mod limits;
 pub mod receipts;
 pub mod retry;
 pub mod stats;
@@ -92,6 +93,12 @@ macro_rules! conformance_suite {
             topics::mismatch_is_a_typed_error_before_any_write,
             topics::topics_lists_every_recorded_topic,
             topics::reset_refuses_while_jobs_exist,
+            limits::pause_stops_leasing_until_resumed,
+            limits::concurrency_cap_bounds_running_jobs,
+            limits::rate_limit_caps_leases,
+            limits::handler_throttle_slows_the_topic,
+            limits::cancel_of_a_running_job,
+            limits::limits_are_split_over_partitions,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,

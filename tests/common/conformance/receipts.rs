@@ -164,7 +164,7 @@ pub async fn retried_fetch_finds_its_receipt<H: Harness>(h: &H) {
     let stale: Vec<_> = lost.iter().map(dq::store::lease_of).collect();
     assert_eq!(
         store.extend(&q, &stale, LONG_LEASE).await.unwrap(),
-        [false, false]
+        [Extended::Lost, Extended::Lost]
     );
     assert_eq!(
         store.ack(&q, &stale).await.unwrap(),

@@ -64,6 +64,9 @@ pub async fn stats_count_states_and_counters<H: Harness>(h: &H) {
         trimmed: 0,
         oldest_overdue_ms: st.oldest_overdue_ms,
         overdue: 0,
+        paused: false,
+        throttled: false,
+        throttles: 0,
     };
     assert_eq!(st, want);
     let c_stats = c.stats::<close_order>().await.unwrap();

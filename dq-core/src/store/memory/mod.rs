@@ -28,12 +28,13 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use super::{Store, WakeListener};
+use crate::control::{ControlChange, ControlState, Rate};
 use crate::error::{Error, Result};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{
     AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, FailAction, FailOutcome, FetchCall,
-    FetchReply, FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue,
+    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, Extended, FailAction, FailOutcome,
+    FetchCall, FetchReply, FetchRequest, JobInfo, JobState, MAX_HISTORY, NewDue, NewJob, Queue,
     RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};
@@ -113,6 +114,7 @@ impl MemoryStore {
                         c.expired,
                         c.cancelled,
                         c.trimmed,
+                        c.throttles,
                         c.token,
                     ]
                     .iter()
@@ -408,6 +410,7 @@ struct Counters {
     expired: u64,
     cancelled: u64,
     trimmed: u64,
+    throttles: u64,
     /// The last delivery token handed out.
     token: u64,
 }
@@ -524,6 +527,33 @@ struct Partition {
     wake: Arc<Notify>,
     receipts: Receipts,
     fetch_receipts: FetchReceipts,
+    control: Control,
+}
+
+/// The partition's control settings (the Redis `control` hash).
+#[derive(Default)]
+struct Control {
+    paused: bool,
+    /// This partition's share: n jobs per ms.
+    rate: Option<Rate>,
+    /// GCRA theoretical arrival time (ms).
+    tat: f64,
+    conc: Option<u32>,
+    until: Option<u64>,
+    /// Running jobs whose cancel was requested → the token at the time.
+    cancels: HashMap<JobKey, u64>,
+}
+
+impl Control {
+    fn exists(&self) -> bool {
+        self.paused || self.rate.is_some() || self.conc.is_some() || self.until.is_some()
+    }
+
+    /// The rate's emission interval and burst tolerance (ms), as `fetch.lua` computes them.
+    fn gcra(rate: Rate) -> (f64, f64) {
+        let t = rate.per_ms() as f64 / f64::from(rate.count);
+        (t, (50.0 - t).max(0.0))
+    }
 }
 
 impl Partition {
@@ -570,6 +600,15 @@ impl Partition {
             }
             if rec.token > self.counters.token {
                 report(format!("{key:?} has a token never handed out"));
+            }
+        }
+        // A cancel request names a running job: every end of a delivery drops it.
+        for key in self.control.cancels.keys() {
+            let state = self.jobs.get(key).map(Record::state);
+            if state != Some(JobState::Active) {
+                report(format!(
+                    "a cancel request for {key:?}, which is not running ({state:?})"
+                ));
             }
         }
         let mut members = 0;
@@ -781,6 +820,12 @@ impl Partition {
             .collect();
         for (deadline, key) in expired {
             self.sets.active.remove(&(deadline, key.clone()));
+            if self.control.cancels.remove(&key).is_some() {
+                // its cancel was requested while it ran: it ends as cancelled
+                self.jobs.remove(&key);
+                self.counters.cancelled += 1;
+                continue;
+            }
             let Some(rec) = self.jobs.get_mut(&key) else {
                 continue;
             };
@@ -806,6 +851,45 @@ impl Partition {
             trimmed += self.trim_dead(now, cap, retention_ms, TRIM_LIMIT);
         }
 
+        // limits, as fetch.lua applies them
+        let from_receipt = jobs.len();
+        let mut max_jobs = request.max_jobs.max(from_receipt);
+        let mut limited = false;
+        let mut limit_wait: i64 = -1;
+        let mut gcra = None;
+        if self.control.exists() {
+            let c = &self.control;
+            let mut allowed = max_jobs - from_receipt;
+            if c.paused {
+                allowed = 0;
+            } else if let Some(until) = c.until.filter(|u| *u > now) {
+                allowed = 0;
+                limit_wait = (until - now) as i64;
+            }
+            if let Some(conc) = c.conc
+                && allowed > 0
+            {
+                let room = (conc as usize).saturating_sub(self.sets.active.len());
+                allowed = allowed.min(room);
+            }
+            if let Some(rate) = c.rate
+                && allowed > 0
+            {
+                let (t, tau) = Control::gcra(rate);
+                let tat = c.tat.max(now as f64);
+                let budget = (((now as f64 + tau - tat) / t).floor() + 1.0).max(0.0) as usize;
+                if budget < allowed {
+                    allowed = budget;
+                    limit_wait = -2;
+                }
+                gcra = Some((t, tau, tat));
+            }
+            if from_receipt + allowed < max_jobs {
+                limited = true;
+                max_jobs = from_receipt + allowed;
+            }
+        }
+
         // 2. lease ready jobs, FIFO; 3. then take the due jobs of both sets merged by due
         //    ms (scheduled first on a tie), at most room + promote_batch of them: the first
         //    `room` are leased (ready is empty by then, so they are next in line), the rest
@@ -813,7 +897,7 @@ impl Partition {
         let mut promote_more = false;
         for pass in 0..2 {
             if pass == 1 {
-                let limit = request.max_jobs - jobs.len() + request.promote_batch;
+                let limit = max_jobs - jobs.len() + request.promote_batch;
                 let mut due: Vec<(u64, u8, (u64, u64))> = Vec::new();
                 for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
                     due.extend(
@@ -841,7 +925,7 @@ impl Partition {
                     }
                 }
             }
-            while jobs.len() < request.max_jobs {
+            while jobs.len() < max_jobs {
                 let Some((_, key)) = self.sets.ready.pop_first() else {
                     break;
                 };
@@ -858,8 +942,33 @@ impl Partition {
             }
         }
 
+        if let Some((t, _, tat)) = &mut gcra
+            && jobs.len() > from_receipt
+        {
+            *tat += (jobs.len() - from_receipt) as f64 * *t;
+            self.control.tat = *tat;
+        }
+
         // 4. what next
-        let next_in = if !self.sets.ready.is_empty() || promote_more {
+        let next_in = if limited && (!self.sets.ready.is_empty() || promote_more) {
+            // a limit holds due work back: no chained wake-up
+            if limit_wait == -2
+                && let Some((t, tau, tat)) = gcra
+            {
+                let k = (tau / t / 2.0).floor().max(1.0);
+                limit_wait = ((tat - tau + (k - 1.0) * t - now as f64).ceil() as i64).max(1);
+            }
+            let head = self
+                .sets
+                .active
+                .first()
+                .map(|(deadline, _)| (deadline + 1).saturating_sub(now) as i64);
+            match (limit_wait, head) {
+                (w, Some(h)) if w < 0 || h < w => Some(h as u64),
+                (w, _) if w >= 0 => Some(w as u64),
+                _ => None,
+            }
+        } else if !self.sets.ready.is_empty() || promote_more {
             if !jobs.is_empty() {
                 self.wake();
             }
@@ -913,11 +1022,15 @@ impl Partition {
                 Some(rec) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     self.jobs.remove(key);
+                    self.control.cancels.remove(key);
                     self.counters.succeeded += 1;
                     AckOutcome::Acked
                 }
             };
             out.push(outcome);
+        }
+        if self.control.conc.is_some() && out.contains(&AckOutcome::Acked) {
+            self.wake();
         }
         out
     }
@@ -940,8 +1053,32 @@ impl Partition {
                 key: key.to_string(),
             });
         }
+        let capped = self.control.conc.is_some();
+        if matches!(action, FailAction::Cancel) || self.control.cancels.contains_key(key) {
+            self.sets.unlink(key, rec.place, rec.due_ms);
+            self.jobs.remove(key);
+            self.control.cancels.remove(key);
+            self.counters.cancelled += 1;
+            if capped {
+                self.wake();
+            }
+            return Ok(FailOutcome::Cancelled);
+        }
         self.sets.unlink(key, rec.place, rec.due_ms);
+        if capped {
+            // a slot of the concurrency share is free
+            self.wake.notify_one();
+        }
         let (delay, outcome, later) = match action {
+            FailAction::Cancel => unreachable!("handled above"),
+            FailAction::Throttle(d) => {
+                let at = bound_due(i128::from(now) + i128::from(ms(*d)), now);
+                if self.control.until.is_none_or(|u| at > u) {
+                    self.control.until = Some(at);
+                }
+                self.counters.throttles += 1;
+                (d, AttemptOutcome::Deferred, Later::Scheduled)
+            }
             FailAction::Bury => {
                 rec.add_history(now, AttemptOutcome::Buried, error);
                 bury(&mut self.sets, &mut self.counters, rec, key, now);
@@ -974,7 +1111,7 @@ impl Partition {
     }
 
     /// Mirrors `extend.lua`.
-    fn extend(&mut self, leases: &[(JobKey, u64)], lease: Duration, now: u64) -> Vec<bool> {
+    fn extend(&mut self, leases: &[(JobKey, u64)], lease: Duration, now: u64) -> Vec<Extended> {
         let deadline = now + ms(lease).max(1);
         leases
             .iter()
@@ -983,9 +1120,13 @@ impl Partition {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     rec.place = Place::Active(deadline);
                     self.sets.active.insert((deadline, key.clone()));
-                    true
+                    if self.control.cancels.contains_key(key) {
+                        Extended::CancelRequested
+                    } else {
+                        Extended::Held
+                    }
                 }
-                _ => false,
+                _ => Extended::Lost,
             })
             .collect()
     }
@@ -998,6 +1139,18 @@ impl Partition {
             .iter()
             .rev()
             .map(|(key, token)| match self.jobs.get_mut(key) {
+                Some(rec)
+                    if rec.state() == JobState::Active
+                        && rec.token == *token
+                        && self.control.cancels.contains_key(key) =>
+                {
+                    // its cancel was requested: it ends as cancelled, never runs again
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.jobs.remove(key);
+                    self.control.cancels.remove(key);
+                    self.counters.cancelled += 1;
+                    true
+                }
                 Some(rec) if rec.state() == JobState::Active && rec.token == *token => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     rec.attempts = rec.attempts.saturating_sub(1);
@@ -1021,7 +1174,10 @@ impl Partition {
             return CancelOutcome::NotFound;
         };
         match rec.state() {
-            JobState::Active => CancelOutcome::Running,
+            JobState::Active => {
+                self.control.cancels.insert(key.clone(), rec.token);
+                CancelOutcome::CancelRequested
+            }
             JobState::Dead => CancelOutcome::Dead,
             _ => {
                 self.sets.unlink(key, rec.place, rec.due_ms);
@@ -1102,7 +1258,62 @@ impl Partition {
             trimmed: c.trimmed,
             oldest_overdue_ms: oldest,
             overdue,
+            paused: self.control.paused,
+            throttled: self.throttled(now, overdue),
+            throttles: c.throttles,
         }
+    }
+
+    /// Whether a limit holds due work back now (as `stats.lua` tells).
+    fn throttled(&self, now: u64, overdue: u64) -> bool {
+        let c = &self.control;
+        if self.sets.ready.is_empty() && overdue == 0 {
+            return false;
+        }
+        c.until.is_some_and(|u| u > now)
+            || c.conc.is_some_and(|n| self.sets.active.len() >= n as usize)
+            || c.rate.is_some_and(|r| {
+                let (_, tau) = Control::gcra(r);
+                c.tat - tau > now as f64
+            })
+    }
+
+    /// Mirrors `control.lua`.
+    fn control(&mut self, change: &ControlChange, now: u64) -> ControlState {
+        let c = &mut self.control;
+        let mut changed = false;
+        if let Some(paused) = change.paused {
+            c.paused = paused;
+            changed = true;
+        }
+        if let Some(rate) = change.rate {
+            c.rate = rate;
+            c.tat = 0.0;
+            changed = true;
+        }
+        if let Some(conc) = change.concurrency {
+            c.conc = conc;
+            changed = true;
+        }
+        if let Some(d) = change.throttle {
+            let at = now.saturating_add(ms(d));
+            if c.until.is_none_or(|u| at > u) {
+                c.until = Some(at);
+            }
+        }
+        if c.until.is_some_and(|u| u <= now) {
+            c.until = None;
+        }
+        let state = ControlState {
+            paused: c.paused,
+            rate: c.rate,
+            concurrency: c.conc,
+            throttled_until_ms: c.until,
+        };
+        if changed {
+            self.wake();
+        }
+        state
     }
 
     /// Mirrors `list.lua`. The places are this store's own: `(due, seq)` in `scheduled` and
@@ -1352,7 +1563,7 @@ impl Store for MemoryStore {
         queue: &Queue,
         leases: &[(JobKey, u64)],
         lease: Duration,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Extended>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -1377,6 +1588,18 @@ impl Store for MemoryStore {
         due: NewDue,
     ) -> Result<RescheduleOutcome> {
         Ok(self.write(queue, |p, now| p.reschedule(key, due, now)))
+    }
+
+    async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState> {
+        if let Some(Some(rate)) = change.rate {
+            rate.check()?;
+        }
+        if change.concurrency == Some(Some(0)) {
+            return Err(Error::InvalidConfig(
+                "a concurrency share must be at least 1".into(),
+            ));
+        }
+        Ok(self.write(queue, |p, now| p.control(change, now)))
     }
 
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {

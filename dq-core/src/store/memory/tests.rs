@@ -2,6 +2,7 @@
 //! the conformance suite, which runs against both stores, does not reach.
 
 use super::*;
+use crate::job::Extended;
 use crate::job::from_unix_ms;
 use crate::names::Topic;
 use crate::retry::RetryPolicy;
@@ -363,7 +364,7 @@ async fn cancel_from_every_state() {
         ("s", CancelOutcome::Cancelled),
         ("r", CancelOutcome::Cancelled),
         ("f", CancelOutcome::Cancelled),
-        ("a", CancelOutcome::Running),
+        ("a", CancelOutcome::CancelRequested),
         ("d", CancelOutcome::Dead),
         ("nope", CancelOutcome::NotFound),
     ] {
@@ -473,7 +474,7 @@ async fn stale_tokens_are_refused() {
             .extend(&q, std::slice::from_ref(&old), SEC)
             .await
             .unwrap(),
-        [false]
+        [Extended::Lost]
     );
     assert_eq!(
         store.release(&q, std::slice::from_ref(&old)).await.unwrap(),
@@ -488,7 +489,7 @@ async fn stale_tokens_are_refused() {
             .extend(&q, std::slice::from_ref(&new), 10 * SEC)
             .await
             .unwrap(),
-        [true]
+        [Extended::Held]
     );
     let deadline = now(&store).await + 10_000;
     assert_eq!(info(&store, "k").await.lease_deadline_ms, Some(deadline));

@@ -40,12 +40,13 @@ use self::record::{Record, decode_history};
 use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unexpected};
 use self::url::{NodeUrl, Target};
 use super::{Store, WakeListener};
+use crate::control::{ControlChange, ControlState, Rate};
 use crate::error::{Error, Result, from_redis};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{
-    AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall, EnqueueOutcome, FailAction,
-    FailOutcome, FetchCall, FetchReply, FetchRequest, JobInfo, JobState, NewDue, NewJob, Queue,
-    RescheduleOutcome, TopicStats, unix_ms,
+    AckOutcome, CancelOutcome, DeadLimits, Delivery, Due, EnqueueCall, EnqueueOutcome, Extended,
+    FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest, JobInfo, JobState, NewDue,
+    NewJob, Queue, RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};
 use crate::store::check_act_len;
@@ -604,6 +605,8 @@ impl Store for RedisStore {
             FailAction::Retry(d) => ("r", ms(*d)),
             FailAction::Defer(d) => ("d", ms(*d)),
             FailAction::Bury => ("b", 0),
+            FailAction::Cancel => ("c", 0),
+            FailAction::Throttle(d) => ("t", ms(*d)),
         };
         let reply = self
             .run(s, &k, &[], |inv| {
@@ -628,6 +631,7 @@ impl Store for RedisStore {
                     trimmed: trimmed as u64,
                 })
             }
+            3 => Ok(FailOutcome::Cancelled),
             0 => Ok(FailOutcome::Gone),
             -1 => Err(Error::StaleToken {
                 key: key.to_string(),
@@ -641,7 +645,7 @@ impl Store for RedisStore {
         queue: &Queue,
         leases: &[(JobKey, u64)],
         lease: Duration,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Extended>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -655,10 +659,18 @@ impl Store for RedisStore {
                 }
             })
             .await?;
-        Ok(codes(s.name, reply, leases.len())?
+        codes(s.name, reply, leases.len())?
             .into_iter()
-            .map(|c| c == b'1')
-            .collect())
+            .map(|c| match c {
+                b'1' => Ok(Extended::Held),
+                b'0' => Ok(Extended::Lost),
+                b'2' => Ok(Extended::CancelRequested),
+                other => Err(Error::Protocol(format!(
+                    "extend: unknown code {:?}",
+                    other as char
+                ))),
+            })
+            .collect()
     }
 
     async fn release(&self, queue: &Queue, leases: &[(JobKey, u64)]) -> Result<Vec<bool>> {
@@ -690,7 +702,7 @@ impl Store for RedisStore {
             .await?;
         match codes(s.name, reply, 1)?[0] {
             b'S' | b'R' | b'F' => Ok(CancelOutcome::Cancelled),
-            b'A' => Ok(CancelOutcome::Running),
+            b'C' => Ok(CancelOutcome::CancelRequested),
             b'D' => Ok(CancelOutcome::Dead),
             b'N' => Ok(CancelOutcome::NotFound),
             other => Err(Error::Protocol(format!(
@@ -733,6 +745,69 @@ impl Store for RedisStore {
                 "reschedule: unknown code {other:?}"
             ))),
         }
+    }
+
+    async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.control;
+        if let Some(Some(rate)) = change.rate {
+            rate.check()?;
+        }
+        if change.concurrency == Some(Some(0)) {
+            return Err(Error::InvalidConfig(
+                "a concurrency share must be at least 1".into(),
+            ));
+        }
+        let paused = match change.paused {
+            None => "",
+            Some(true) => "1",
+            Some(false) => "0",
+        };
+        let rate = match change.rate {
+            None => String::new(),
+            Some(None) => "-".into(),
+            Some(Some(r)) => format!("{}/{}", r.count, r.per_ms()),
+        };
+        let conc = match change.concurrency {
+            None => String::new(),
+            Some(None) => "-".into(),
+            Some(Some(n)) => n.to_string(),
+        };
+        let throttle = change
+            .throttle
+            .map(|d| ms(d).to_string())
+            .unwrap_or_default();
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(paused).arg(&rate).arg(&conc).arg(&throttle);
+            })
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let paused = r.int("paused")? != 0;
+        let num = |text: String, what: &str| -> Result<Option<u64>> {
+            if text.is_empty() {
+                return Ok(None);
+            }
+            text.parse()
+                .map(Some)
+                .map_err(|_| Error::Protocol(format!("control: {what} {text:?} is not a number")))
+        };
+        let rate_n = num(r.string("rate_n")?, "rate_n")?;
+        let rate_ms = num(r.string("rate_ms")?, "rate_ms")?;
+        let conc = num(r.string("conc")?, "conc")?;
+        let until = num(r.string("until")?, "until")?;
+        Ok(ControlState {
+            paused,
+            rate: match (rate_n, rate_ms) {
+                (Some(n), Some(ms)) => Some(Rate {
+                    count: u32::try_from(n).unwrap_or(u32::MAX),
+                    per: Duration::from_millis(ms),
+                }),
+                _ => None,
+            },
+            concurrency: conc.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            throttled_until_ms: until,
+        })
     }
 
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {
@@ -795,6 +870,9 @@ impl Store for RedisStore {
                 "expired" => st.expired = value,
                 "cancelled" => st.cancelled = value,
                 "trimmed" => st.trimmed = value,
+                "throttles" => st.throttles = value,
+                "paused" => st.paused = value > 0,
+                "throttled" => st.throttled = value > 0,
                 _ => {}
             }
         }

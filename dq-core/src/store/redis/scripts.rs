@@ -77,6 +77,7 @@ pub(crate) struct Scripts {
     pub job: LuaScript,
     pub dead_page: LuaScript,
     pub list: LuaScript,
+    pub control: LuaScript,
     /// Namespace-wide: the topic registry (see `layout::topics_key`).
     pub topic: LuaScript,
     /// Namespace-wide: the live workers' heartbeats (see `layout::workers_key`).
@@ -99,6 +100,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     job: script!("job", NO_WRITES),
     dead_page: script!("dead_page", NO_WRITES),
     list: script!("list", NO_WRITES),
+    // Pausing must work when the server is full.
+    control: script!("control", ALLOW_OOM),
     // No flags: an existing topic is only read, which works at `maxmemory`; recording a new
     // one there fails with OOM like an enqueue (its jobs could not be stored either).
     topic: script!("topic"),
@@ -235,6 +238,7 @@ mod tests {
             &s.job,
             &s.dead_page,
             &s.list,
+            &s.control,
             &s.topic,
             &s.workers,
         ];

@@ -32,9 +32,12 @@ use crate::job::{ENQUEUE_RECEIPT_LIFE, FETCH_RECEIPT_LIFE, JobState, Queue};
 use crate::names::{JobKey, Topic};
 use crate::store::redis::RedisStore;
 
+/// The fields the `control` hash may hold besides cancel requests (`x:<job key>`).
+pub const CONTROL_FIELDS: [&str; 6] = ["paused", "until", "conc", "rate_n", "rate_ms", "tat"];
+
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 11] = [
+pub const STATS_FIELDS: [&str; 12] = [
     "enqueued",
     "succeeded",
     "retried",
@@ -42,6 +45,7 @@ pub const STATS_FIELDS: [&str; 11] = [
     "expired",
     "cancelled",
     "trimmed",
+    "throttles",
     "token",
     "repaired",
     "audit_cursor",
@@ -98,6 +102,8 @@ pub struct PartitionSnapshot {
     pub wake: Vec<String>,
     /// The `stats` hash, as stored.
     pub stats: BTreeMap<String, String>,
+    /// The `control` hash (pause, limits, throttle, cancel requests), as stored.
+    pub control: BTreeMap<String, String>,
 }
 
 impl PartitionSnapshot {
@@ -308,6 +314,13 @@ impl Snapshot {
                 if has(&k.stats, KeyName::Stats) {
                     part.stats = redis::cmd("HGETALL")
                         .arg(&k.stats)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(from_redis)?;
+                }
+                if has(&k.control, KeyName::Control) {
+                    part.control = redis::cmd("HGETALL")
+                        .arg(&k.control)
                         .query_async(&mut conn)
                         .await
                         .map_err(from_redis)?;
@@ -553,6 +566,27 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
             part.wake
         ));
     }
+    // A cancel request names a running job of the partition: every end of a delivery drops it.
+    for (field, value) in &part.control {
+        if let Some(job) = field.strip_prefix("x:") {
+            let state = part
+                .jobs
+                .get(job)
+                .and_then(|r| RecordHeader::decode(r).ok())
+                .map(|h| h.state);
+            if state != Some(JobState::Active) {
+                say(format!(
+                    "`control` holds a cancel request for {job:?}, which is not running ({state:?})"
+                ));
+            }
+        } else if !CONTROL_FIELDS.contains(&field.as_str()) {
+            say(format!("unknown `control` field {field:?}"));
+        } else if value.parse::<f64>().is_err() {
+            say(format!(
+                "`control` field {field:?} = {value:?} is not a number"
+            ));
+        }
+    }
     for (field, value) in &part.stats {
         if !STATS_FIELDS.contains(&field.as_str()) {
             say(format!("unknown `stats` field {field:?}"));
@@ -595,6 +629,38 @@ mod tests {
             key: key.into(),
             redis_type: redis_type.into(),
             ttl_ms,
+        }
+    }
+
+    /// Cancel requests name running jobs; other control fields are known numbers.
+    #[test]
+    fn control_rules() {
+        let mut part = PartitionSnapshot::default();
+        part.jobs.insert("a".into(), rec(JobState::Active, 500));
+        part.active.insert("a".into(), 5_000.0);
+        part.control.insert("x:a".into(), "1".into());
+        part.control.insert("conc".into(), "3".into());
+        part.control.insert("tat".into(), "1234.500".into());
+        assert!(
+            snapshot(part.clone()).violations().is_empty(),
+            "{:?}",
+            snapshot(part.clone()).violations()
+        );
+        part.control.insert("x:gone".into(), "1".into());
+        part.control.insert("bogus".into(), "1".into());
+        part.control.insert("paused".into(), "yes".into());
+        let v: Vec<String> = snapshot(part)
+            .violations()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let v = v.join("\n");
+        for needle in [
+            "cancel request for \"gone\", which is not running",
+            "unknown `control` field \"bogus\"",
+            "`control` field \"paused\" = \"yes\" is not a number",
+        ] {
+            assert!(v.contains(needle), "missing {needle:?} in:\n{v}");
         }
     }
 

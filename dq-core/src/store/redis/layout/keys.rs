@@ -35,6 +35,11 @@ pub enum KeyName {
     /// ZSET applied enqueue call id → ms: receipts, kept `ENQUEUE_RECEIPT_LIFE` at least; the
     /// set expires by itself once no call writes to it.
     Calls,
+    /// HASH of the partition's control settings, read by every fetch: `paused`, the rate
+    /// share (`rate_n` jobs per `rate_ms`), its GCRA state `tat`, the concurrency share
+    /// `conc`, the throttle time `until` (ms), and one field `x:<job key>` → token per
+    /// running job whose cancel was requested. Absent for a topic without any.
+    Control,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
@@ -50,7 +55,7 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 10] = [
+    pub const PARTITION: [KeyName; 11] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -61,6 +66,7 @@ impl KeyName {
         KeyName::Stats,
         KeyName::Wake,
         KeyName::Calls,
+        KeyName::Control,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -77,6 +83,7 @@ impl KeyName {
             KeyName::Stats => "stats",
             KeyName::Wake => "wake",
             KeyName::Calls => "calls",
+            KeyName::Control => "control",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
@@ -92,9 +99,12 @@ impl KeyName {
             | KeyName::Dead
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
-            KeyName::Jobs | KeyName::Hist | KeyName::Stats | KeyName::Topics | KeyName::Workers => {
-                "hash"
-            }
+            KeyName::Jobs
+            | KeyName::Hist
+            | KeyName::Stats
+            | KeyName::Control
+            | KeyName::Topics
+            | KeyName::Workers => "hash",
             KeyName::FetchReceipt => "string",
         }
     }
@@ -143,6 +153,8 @@ pub struct PartitionKeys {
     pub wake: String,
     /// See [`KeyName::Calls`].
     pub calls: String,
+    /// See [`KeyName::Control`].
+    pub control: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
 }
@@ -163,6 +175,7 @@ impl PartitionKeys {
             stats: key(KeyName::Stats),
             wake: key(KeyName::Wake),
             calls: key(KeyName::Calls),
+            control: key(KeyName::Control),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
         }
     }
@@ -181,6 +194,7 @@ impl PartitionKeys {
             KeyName::Stats => &self.stats,
             KeyName::Wake => &self.wake,
             KeyName::Calls => &self.calls,
+            KeyName::Control => &self.control,
             KeyName::FetchReceipt | KeyName::Topics | KeyName::Workers => return None,
         })
     }

@@ -18,7 +18,7 @@ mod topic_record;
 
 pub use header::{HEADER_LEN, RecordHeader};
 pub use invariants::{
-    KeySeen, PartitionSnapshot, STATS_FIELDS, Snapshot, Violation, check_invariants,
+    CONTROL_FIELDS, KeySeen, PartitionSnapshot, STATS_FIELDS, Snapshot, Violation, check_invariants,
 };
 pub use keys::{KeyName, ParsedKey, PartitionKeys, parse_key, topics_key, workers_key};
 pub use script_keys::{SCRIPT_KEYS, script_keys};

@@ -4,6 +4,9 @@
 -- KEYS[2] jobs    dq:{topic#p}:jobs
 -- KEYS[3] hist    dq:{topic#p}:hist
 -- KEYS[4] stats   dq:{topic#p}:stats
+-- KEYS[5] control dq:{topic#p}:control   cancel requests of the acked jobs are dropped; with a
+--                                         concurrency cap, a freed slot wakes a fetcher
+-- KEYS[6] wake    dq:{topic#p}:wake
 --
 -- ARGV: pairs key, token (token: the delivery token from fetch, integer)
 --
@@ -18,6 +21,7 @@
 -- the first write, ZREM active is that first write, and the counter cannot fail.
 
 local active, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local control, wake_key = KEYS[5], KEYS[6]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -46,6 +50,15 @@ end
 if #done > 0 then
   -- the history hash exists only while some job of the partition has failed before
   local has_hist = redis.call('HLEN', hist) > 0
+  -- a topic without controls pays one EXISTS per batch; HGET checks the type before writes
+  local has_control = redis.call('EXISTS', control) == 1
+  local capped = has_control and redis.call('HGET', control, 'conc')
+  if has_control then
+    local fields = {}
+    for i, key in ipairs(done) do fields[i] = cancel_field(key) end
+    call_many('HDEL', control, fields)
+  end
+  if capped then wake(wake_key) end
   call_many('ZREM', active, done)
   call_many('HDEL', jobs, done)
   if has_hist then call_many('HDEL', hist, done) end

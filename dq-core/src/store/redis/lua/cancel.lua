@@ -1,24 +1,28 @@
--- cancel: remove a job that has not started, by key.
+-- cancel: remove a job that has not started, by key; ask a running one to stop.
 --
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
 -- KEYS[2] retry      dq:{topic#p}:retry
 -- KEYS[3] jobs       dq:{topic#p}:jobs
 -- KEYS[4] hist       dq:{topic#p}:hist
 -- KEYS[5] stats      dq:{topic#p}:stats
+-- KEYS[6] control    dq:{topic#p}:control   HASH; 'x:<key>' -> token: cancel requests
 --
 -- ARGV[1] key
 --
 -- Returns the job's state before the call, one character:
 --   'S' | 'R' | 'F'  it was waiting and is now cancelled (a ready hint is left to go stale)
---   'A'              running: not touched
+--   'C'              running: a cancel request is recorded (control 'x:<key>' -> token); the
+--                    worker's next extend reports it, and fail, release and lease recovery
+--                    delete the job as cancelled
 --   'D'              dead: not touched (also a value that is not a record: fetch buries it)
 --   'N'              no such job
--- Cancelling twice answers 'N' the second time: nothing is done twice.
+-- Cancelling twice answers 'N' the second time (a running job: 'C' again, the same request).
 --
 -- Never fails after a write, with no TYPE call: jobs and hist are read (HGET, HEXISTS) first;
 -- the first write is the one to scheduled or retry (or jobs, for a ready job).
 
 local scheduled, retry, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local control = KEYS[6]
 local key = ARGV[1]
 if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
 
@@ -26,7 +30,12 @@ local rec = redis.call('HGET', jobs, key)
 if not rec then return 'N' end
 if not is_record(rec) then return 'D' end
 local state = string.sub(rec, 1, 1)
-if state == 'A' or state == 'D' then return state end
+if state == 'A' then
+  -- the only write: HSET raises, writing nothing, on a control key of another type
+  redis.call('HSET', control, cancel_field(key), token_of(rec))
+  return 'C'
+end
+if state == 'D' then return state end
 local has_hist = redis.call('HEXISTS', hist, key) == 1
 unlink(state, scheduled, retry, nil, key)
 redis.call('HDEL', jobs, key)

@@ -10,6 +10,16 @@
 --      re-link any whose sorted-set entry is missing;
 --   6. leave a receipt of what this call leased.
 --
+-- Controls (KEYS[10], absent for a topic without any: one HMGET of nothing). Read first, by
+-- Redis TIME: while `paused` = '1', or before the throttle time `until`, nothing new is
+-- leased; with a concurrency share `conc`, at most conc minus the jobs active after lease
+-- recovery; with a rate share (`rate_n` jobs per `rate_ms`), at most what the GCRA budget
+-- allows (state `tat`, the theoretical arrival time; bursts up to ~50 ms of the rate). Jobs
+-- held back keep their due times (they may be promoted to ready), no chained wake-up is
+-- passed on, and next_ms says when the limit may allow more (-1 for a pause or a full cap:
+-- a resume, an ack or a failure wakes the fetchers). An expired lease whose job had a cancel
+-- requested ('x:<key>') is deleted as cancelled instead of retried.
+--
 -- Receipts: a reply lost on its way (a dropped connection, a timeout) would leave the jobs
 -- this call leased to nobody until their lease runs out, and that expiry costs an attempt.
 -- So a call that leased jobs (or any retry) stores {try, key1, token1, ...} in its receipt key,
@@ -19,7 +29,7 @@
 -- then fills the rest of its room as any fetch does. A try older than the receipt's (held up
 -- on an old connection while a later try ran) does nothing: nobody waits for its reply. The
 -- fetcher names in KEYS[11..] the receipts of its earlier calls whose replies arrived; they
--- are deleted, so receipts do not pile up while they wait to expire.
+-- are deleted, so receipts do not pile up while they wait to expire. (KEYS[12..])
 --
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
 -- KEYS[2] retry      dq:{topic#p}:retry
@@ -30,7 +40,8 @@
 -- KEYS[7] hist       dq:{topic#p}:hist
 -- KEYS[8] stats      dq:{topic#p}:stats
 -- KEYS[9] wake       dq:{topic#p}:wake
--- KEYS[10] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[10] control   dq:{topic#p}:control    HASH pause, limits, throttle, cancel requests
+-- KEYS[11] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -60,7 +71,7 @@
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local receipt_key = KEYS[10]
+local control, receipt_key = KEYS[10], KEYS[11]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -83,6 +94,9 @@ end
 local now = now_ms()
 local trimmed = 0
 local buried = {}
+-- (read first: HMGET refuses a control key of another type before anything is written)
+local ctl = redis.call('HMGET', control, 'paused', 'until', 'conc', 'rate_n', 'rate_ms', 'tat')
+local has_control = ctl[1] or ctl[2] or ctl[3] or ctl[4]
 
 -- 0. this call's receipt. (A value that does not decode is taken for no receipt.)
 local receipt = nil
@@ -153,6 +167,10 @@ for _, key in ipairs(expired) do
     local rec = redis.call('HGET', jobs, key)
     if rec and not is_record(rec) then
       bury_corrupt(key, rec)
+    elseif rec and string.sub(rec, 1, 1) == 'A'
+        and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
+      -- its cancel was requested while it ran: it ends as cancelled, never retried
+      drop_cancelled(active, jobs, hist, stats, control, key)
     elseif rec and string.sub(rec, 1, 1) == 'A' then
       local _, attempts, due, _, token = unpack_record(rec)
       count(stats, 'expired', 1)
@@ -172,6 +190,40 @@ for _, key in ipairs(expired) do
 end
 if #buried > 0 then
   trimmed = trimmed + trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
+end
+
+-- Limits: how many this call may lease beyond its receipt's jobs (already active).
+local limited = false -- a limit, not the worker's room, capped this call
+local limit_wait = -1 -- ms until the limit may allow more; -1: a wake-up or a lease expiry
+local rate_t, rate_tau, rate_tat
+if has_control then
+  local allowed = max_jobs - from_receipt
+  local until_ms = tonumber(ctl[2])
+  if ctl[1] == '1' then
+    allowed = 0
+  elseif until_ms and until_ms > now then
+    allowed, limit_wait = 0, until_ms - now
+  end
+  local conc = tonumber(ctl[3])
+  if conc and allowed > 0 then
+    local room = conc - redis.call('ZCARD', active)
+    if room < allowed then allowed = math.max(room, 0) end
+  end
+  local rate_n, rate_ms = tonumber(ctl[4]), tonumber(ctl[5])
+  if rate_n and rate_ms and rate_n > 0 and allowed > 0 then
+    rate_t = rate_ms / rate_n
+    rate_tau = math.max(0, 50 - rate_t)
+    rate_tat = math.max(tonumber(ctl[6]) or 0, now)
+    local budget = math.floor((now + rate_tau - rate_tat) / rate_t) + 1
+    if budget < allowed then
+      allowed = math.max(budget, 0)
+      limit_wait = -2 -- computed once the leases are counted
+    end
+  end
+  if from_receipt + allowed < max_jobs then
+    limited = true
+    max_jobs = from_receipt + allowed
+  end
 end
 
 -- 2. (reads) ready jobs, FIFO: LRANGE one more than wanted, to know whether more are left,
@@ -299,6 +351,10 @@ if n_jobs > 0 then
     out[#out + 1] = leased
   end
   call_many('ZADD', active, members)
+  if rate_t and n_jobs > from_receipt then
+    rate_tat = rate_tat + (n_jobs - from_receipt) * rate_t
+    redis.call('HSET', control, 'tat', string.format('%.3f', rate_tat))
+  end
 end
 for i, key in ipairs(corrupt_keys) do bury_corrupt(key, corrupt_recs[i]) end
 if consumed > 0 then redis.call('LTRIM', ready, consumed, -1) end
@@ -350,7 +406,21 @@ end
 
 -- 4. what next
 local next_ms = -1
-if ready_left or promote_more or repaired > 0 then
+if limited and (ready_left or promote_more) then
+  -- a limit holds due work back: no chained wake-up; come back when it may allow more, or
+  -- when the earliest lease expires (to recover it)
+  if limit_wait == -2 then
+    -- until half the burst (at least one job) is allowed again: batches, not a poll per job
+    local k = math.max(1, math.floor(rate_tau / rate_t / 2))
+    limit_wait = math.max(1, math.ceil(rate_tat - rate_tau + (k - 1) * rate_t - now))
+  end
+  next_ms = limit_wait
+  local head = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+  if head[2] then
+    local wait = math.max(0, math.floor(tonumber(head[2])) + 1 - now)
+    if next_ms < 0 or wait < next_ms then next_ms = wait end
+  end
+elseif ready_left or promote_more or repaired > 0 then
   next_ms = 0
   if n_jobs > 0 then wake(wake_key) end
 else
@@ -374,7 +444,7 @@ end
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(leases), 'PX', receipt_ms)
 end
-for i = 11, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 12, #KEYS do redis.call('DEL', KEYS[i]) end
 
 local reply = {now, next_ms, trimmed, n_jobs, #buried}
 for _, v in ipairs(out) do reply[#reply + 1] = v end

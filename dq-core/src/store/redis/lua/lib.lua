@@ -244,4 +244,20 @@ local function place(zset, ready, key, due, now, score)
   return head[1] == key
 end
 
+-- The partition's control hash (KEYS name `control`) holds the topic's pause, limits and
+-- throttle, and one field per running job whose cancel was requested: 'x:' .. key -> token.
+local function cancel_field(key)
+  return 'x:' .. key
+end
+
+-- Deletes an active job whose cancel was requested while it ran: gone, counted as
+-- cancelled, never retried. Callers have read (or type-checked) every key first.
+local function drop_cancelled(active, jobs, hist, stats, control, key)
+  redis.call('ZREM', active, key)
+  redis.call('HDEL', jobs, key)
+  redis.call('HDEL', hist, key)
+  redis.call('HDEL', control, cancel_field(key))
+  count(stats, 'cancelled', 1)
+end
+
 -- ---- end of lib.lua ----

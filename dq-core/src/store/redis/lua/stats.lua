@@ -7,6 +7,7 @@
 -- KEYS[5] dead       dq:{topic#p}:dead
 -- KEYS[6] jobs       dq:{topic#p}:jobs
 -- KEYS[7] stats      dq:{topic#p}:stats
+-- KEYS[8] control    dq:{topic#p}:control
 --
 -- ARGV none
 --
@@ -14,10 +15,12 @@
 --   ready is derived: every record not in another state is ready (hints may be stale)
 --   oldest_overdue_ms: how long the most overdue waiting job has been due (0 if none)
 --   overdue: jobs in scheduled or retry whose due time has come (not yet moved to ready)
---   counters: flat field, value pairs of the stats hash
+--   counters: flat field, value pairs of the stats hash, then 'paused', 0|1 and
+--     'throttled', 0|1: due work is held back now by the throttle time, a spent rate budget
+--     or a full concurrency share
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead, jobs, stats = KEYS[5], KEYS[6], KEYS[7]
+local dead, jobs, stats, control = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 local now = now_ms()
 local n_sched, n_retry = redis.call('ZCARD', scheduled), redis.call('ZCARD', retry)
@@ -48,4 +51,20 @@ end
 
 local reply = {n_sched, n_ready, n_active, n_retry, n_dead, oldest, overdue}
 for _, v in ipairs(redis.call('HGETALL', stats)) do reply[#reply + 1] = v end
+local ctl = redis.call('HMGET', control, 'paused', 'until', 'conc', 'rate_n', 'rate_ms', 'tat')
+local throttled = 0
+if n_ready + overdue > 0 then
+  local until_ms, conc = tonumber(ctl[2]), tonumber(ctl[3])
+  local rate_n, rate_ms, tat = tonumber(ctl[4]), tonumber(ctl[5]), tonumber(ctl[6])
+  if until_ms and until_ms > now then throttled = 1 end
+  if conc and n_active >= conc then throttled = 1 end
+  if rate_n and rate_ms and tat then
+    local t = rate_ms / rate_n
+    if tat - math.max(0, 50 - t) > now then throttled = 1 end
+  end
+end
+reply[#reply + 1] = 'paused'
+reply[#reply + 1] = ctl[1] == '1' and 1 or 0
+reply[#reply + 1] = 'throttled'
+reply[#reply + 1] = throttled
 return reply

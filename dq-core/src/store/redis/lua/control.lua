@@ -1,0 +1,87 @@
+-- control: change and read one partition's control settings (pause, rate, concurrency).
+--
+-- KEYS[1] control  dq:{topic#p}:control   HASH paused, rate_n, rate_ms, tat, conc, until, x:<key>
+-- KEYS[2] wake     dq:{topic#p}:wake
+--
+-- ARGV[1] paused:      '' unchanged, '1' pause, '0' resume
+-- ARGV[2] rate:        '' unchanged, '-' remove, '<n>/<ms>' this partition's share (n jobs per ms)
+-- ARGV[3] concurrency: '' unchanged, '-' remove, '<n>' this partition's share (n > 0)
+-- ARGV[4] throttle:    '' none, '<ms>' lease nothing before now + ms (never shortens `until`)
+--
+-- Returns {paused 0|1, rate_n or '', rate_ms or '', conc or '', until ms or ''}
+-- A change wakes the partition's fetchers (a resume must not wait for their idle timer). A
+-- new rate starts with a fresh budget.
+-- Errors: 'ERR dq bad arguments: ...'; WRONGTYPE for a control key of another type (checked
+-- before any write).
+
+local control, wake_key = KEYS[1], KEYS[2]
+local paused, rate, conc, throttle = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local throttle_ms = nil
+if throttle and throttle ~= '' then
+  throttle_ms = tonumber(throttle)
+  if not throttle_ms or throttle_ms < 0 then
+    return redis.error_reply('ERR dq bad arguments: throttle')
+  end
+end
+if not (paused == '' or paused == '0' or paused == '1') then
+  return redis.error_reply('ERR dq bad arguments: paused')
+end
+local rate_n, rate_ms
+if rate ~= '' and rate ~= '-' then
+  local n, ms = string.match(rate, '^(%d+)/(%d+)$')
+  rate_n, rate_ms = tonumber(n), tonumber(ms)
+  if not rate_n or not rate_ms or rate_n <= 0 or rate_ms <= 0 then
+    return redis.error_reply('ERR dq bad arguments: rate')
+  end
+end
+local cap
+if conc ~= '' and conc ~= '-' then
+  cap = tonumber(conc)
+  if not cap or cap <= 0 or cap ~= math.floor(cap) then
+    return redis.error_reply('ERR dq bad arguments: concurrency')
+  end
+end
+local bad = check_types({control, 'hash'})
+if bad then return bad end
+
+local changed = false
+if paused == '1' then
+  redis.call('HSET', control, 'paused', '1')
+  changed = true
+elseif paused == '0' then
+  redis.call('HDEL', control, 'paused')
+  changed = true
+end
+if rate == '-' then
+  redis.call('HDEL', control, 'rate_n', 'rate_ms', 'tat')
+  changed = true
+elseif rate_n then
+  redis.call('HSET', control, 'rate_n', rate_n, 'rate_ms', rate_ms)
+  redis.call('HDEL', control, 'tat')
+  changed = true
+end
+if conc == '-' then
+  redis.call('HDEL', control, 'conc')
+  changed = true
+elseif cap then
+  redis.call('HSET', control, 'conc', cap)
+  changed = true
+end
+local now = now_ms()
+if throttle_ms then
+  local until_ms = tonumber(redis.call('HGET', control, 'until')) or 0
+  if now + throttle_ms > until_ms then
+    redis.call('HSET', control, 'until', string.format('%d', now + throttle_ms))
+  end
+end
+if changed then wake(wake_key) end
+
+local v = redis.call('HMGET', control, 'paused', 'rate_n', 'rate_ms', 'conc', 'until')
+local until_ms = tonumber(v[5])
+if until_ms and until_ms <= now then
+  -- a throttle time that has passed is of no use any more
+  redis.call('HDEL', control, 'until')
+  until_ms = nil
+end
+return {v[1] == '1' and 1 or 0, v[2] or '', v[3] or '', v[4] or '',
+  until_ms and string.format('%d', until_ms) or ''}
