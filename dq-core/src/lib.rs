@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod names;
 pub mod payload;
 pub mod retry;
+pub mod schedule;
 /// The retry, duration and topic syntax, shared with `dq-macros` (the `dq-syntax` crate).
 pub use dq_syntax as retry_syntax;
 pub mod store;
@@ -43,6 +44,7 @@ pub use job::{
 };
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};
+pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleOutcome, ScheduleRecord};
 pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{Store, WakeListener};

@@ -37,6 +37,7 @@ use crate::job::{
     RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};
+use crate::schedule::{ScheduleOutcome, ScheduleRecord};
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
@@ -59,6 +60,8 @@ pub struct MemoryStore {
     topics: Mutex<BTreeMap<Topic, TopicMeta>>,
     /// Live workers' heartbeats (Redis: `<ns>:workers`), by id; each expires by the clock.
     workers: Mutex<BTreeMap<String, WorkerInfo>>,
+    /// Periodic schedules (Redis: `<ns>:schedules`), name → (cursor, definition).
+    schedules: Mutex<BTreeMap<String, (u64, Vec<u8>)>>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -84,6 +87,7 @@ impl MemoryStore {
             state: Mutex::new(HashMap::new()),
             topics: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(BTreeMap::new()),
+            schedules: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -162,6 +166,12 @@ impl MemoryStore {
 
     fn lock_workers(&self) -> MutexGuard<'_, BTreeMap<String, WorkerInfo>> {
         self.workers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_schedules(&self) -> MutexGuard<'_, BTreeMap<String, (u64, Vec<u8>)>> {
+        self.schedules
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -1492,6 +1502,47 @@ impl Store for MemoryStore {
 
     async fn remove_worker(&self, id: &str) -> Result<bool> {
         Ok(self.lock_workers().remove(id).is_some())
+    }
+
+    async fn put_schedule(&self, record: &ScheduleRecord) -> Result<ScheduleOutcome> {
+        record.validate()?;
+        let mut schedules = self.lock_schedules();
+        let outcome = match schedules.get(&record.name) {
+            None => ScheduleOutcome::Created,
+            Some((_, def)) if *def == record.definition => return Ok(ScheduleOutcome::Unchanged),
+            Some(_) => ScheduleOutcome::Updated,
+        };
+        schedules.insert(
+            record.name.clone(),
+            (record.next_ms, record.definition.clone()),
+        );
+        Ok(outcome)
+    }
+
+    async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        Ok(self.lock_schedules().remove(name).is_some())
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleRecord>> {
+        Ok(self
+            .lock_schedules()
+            .iter()
+            .map(|(name, (next_ms, definition))| ScheduleRecord {
+                name: name.clone(),
+                next_ms: *next_ms,
+                definition: definition.clone(),
+            })
+            .collect())
+    }
+
+    async fn advance_schedule(&self, name: &str, from_ms: u64, to_ms: u64) -> Result<bool> {
+        match self.lock_schedules().get_mut(name) {
+            Some((cursor, _)) if *cursor == from_ms => {
+                *cursor = to_ms;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn now_ms(&self) -> Result<u64> {
