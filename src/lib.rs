@@ -24,6 +24,11 @@ pub use dq_core::{
     TopicClient,
 };
 
+// Periodic jobs.
+pub use dq_core::schedule::{
+    MISSED_GRACE, Missed, SCHEDULE_LOOKAHEAD, Schedule, ScheduleInfo, ScheduleOutcome,
+};
+
 // Operating on the dead queue by filter.
 pub use dq_core::{
     DeadAction, DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress,
@@ -76,6 +81,8 @@ pub mod store {
         FailOutcome, FetchCall, FetchReply, FetchRequest, ListChunk, ListFrom, ListPos, NewJob,
         Queue,
     };
+    pub use dq_core::client::SchedulerPass;
+    pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::{MemoryStore, RedisOptions, RedisStore, ServerReport};
 
     /// The Redis store's own parts that tools read: its key layout, record format and

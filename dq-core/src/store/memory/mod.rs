@@ -82,8 +82,14 @@ impl MemoryStore {
     /// An empty store whose clock starts at the current wall-clock time and then follows
     /// tokio's clock (virtual under `tokio::time::pause()`).
     pub fn new() -> Self {
+        MemoryStore::starting_at(SystemTime::now())
+    }
+
+    /// An empty store whose clock starts at `start` (any date: a test of a periodic job can
+    /// begin the day before a daylight-saving change) and then follows tokio's clock.
+    pub fn starting_at(start: SystemTime) -> Self {
         MemoryStore {
-            clock: Clock::new(),
+            clock: Clock::new(start),
             state: Mutex::new(HashMap::new()),
             topics: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(BTreeMap::new()),
@@ -204,9 +210,9 @@ struct Clock {
 }
 
 impl Clock {
-    fn new() -> Self {
+    fn new(start: SystemTime) -> Self {
         Clock {
-            base_ms: unix_ms(SystemTime::now()),
+            base_ms: unix_ms(start),
             start: tokio::time::Instant::now(),
         }
     }
