@@ -38,6 +38,7 @@ pub mod fetch;
 pub mod lease;
 pub mod receipts;
 pub mod retry;
+pub mod schedules;
 pub mod stats;
 mod support;
 pub mod topics;
@@ -92,6 +93,8 @@ macro_rules! conformance_suite {
             topics::mismatch_is_a_typed_error_before_any_write,
             topics::topics_lists_every_recorded_topic,
             topics::reset_refuses_while_jobs_exist,
+            schedules::schedules_are_stored_listed_and_removed,
+            schedules::racing_scheduler_passes_store_each_tick_once,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,
