@@ -97,7 +97,7 @@ pub mod store {
 pub mod handler {
     pub use dq_core::{
         CancellationToken, DataNeed, HandlerFn, HandlerFuture, JobDescriptor, LeaseDeadline,
-        SharedData, registered_jobs,
+        ScheduleDecl, SharedData, registered_jobs,
     };
 }
 
@@ -110,7 +110,9 @@ pub mod handler {
 pub mod __private {
     pub use dq_core::inventory;
     pub use dq_core::payload::decode;
-    pub use dq_core::{DataNeed, Error, HandlerFuture, Job, JobContext, JobDescriptor, JobError};
+    pub use dq_core::{
+        DataNeed, Error, HandlerFuture, Job, JobContext, JobDescriptor, JobError, ScheduleDecl,
+    };
     pub use serde;
     pub use tokio;
 
@@ -129,6 +131,18 @@ pub mod __private {
     /// is not `Result<(), E: Into<JobError>>` is reported there.
     pub fn handler_result<E: Into<JobError>>(result: Result<(), E>) -> Result<(), JobError> {
         result.map_err(Into::into)
+    }
+
+    /// The payload of a periodic job declared on the handler (`cron = …` or `every = …`):
+    /// its type's `Default`, encoded.
+    pub fn default_payload<J: Job>() -> Result<Vec<u8>, Error>
+    where
+        J::Payload: Default,
+    {
+        dq_core::payload::encode(
+            &J::Payload::default(),
+            dq_core::payload::DEFAULT_MAX_PAYLOAD,
+        )
     }
 
     /// Runs a blocking (non-`async`) handler on tokio's blocking pool.

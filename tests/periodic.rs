@@ -54,6 +54,19 @@ async fn every_five_minutes(_n: u32, ctx: JobContext) -> Result<(), JobError> {
     record(&ctx)
 }
 
+/// Declared on the handler: every hour on the hour, Berlin time; missed hours skipped. The
+/// payload is its type's `Default` (here `()`).
+#[dq::delayed_job(
+    topic = "test.periodic.hourly",
+    retry = "none",
+    cron = "0 0 * * * *",
+    tz = "Europe/Berlin",
+    missed = "skip"
+)]
+async fn hourly(_unit: (), ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx)
+}
+
 fn berlin() -> TimeZone {
     TimeZone::get(BERLIN).unwrap()
 }
@@ -258,6 +271,35 @@ async fn missed_ticks_are_skipped_when_asked() {
         down_for_an_hour(Missed::Skip).await,
         keys(&["2026-06-01T01:05:00Z", "2026-06-01T01:10:00Z"])
     );
+}
+
+/// A schedule declared on the handler is stored by the worker when it starts (named after the
+/// topic) and runs on every tick.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_declared_on_the_handler_is_stored_and_runs() {
+    let runs = Runs::default();
+    let store = dq::store::MemoryStore::starting_at(dq::store::from_unix_ms(ms(
+        "2026-06-01T00:10:00Z",
+    )));
+    let client = Client::from_store(Arc::new(store), dq::ClientConfig::default());
+    let queue = TestQueue::start_on(client.clone(), |w| {
+        w.topics(["test.periodic.hourly"]).data(runs.clone())
+    })
+    .unwrap();
+    queue.advance(Duration::from_millis(3 * HOUR)).await;
+    let listed = client.schedules().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].name, "test.periodic.hourly");
+    assert_eq!(listed[0].schedule.cron_expr(), Some("0 0 * * * *"));
+    assert_eq!(listed[0].schedule.time_zone(), Some(BERLIN));
+    assert_eq!(listed[0].schedule.missed_policy(), Missed::Skip);
+    let keys: Vec<String> = runs.of("test.periodic.hourly").into_iter().map(|r| r.0).collect();
+    let expected: Vec<String> = ["01", "02", "03"]
+        .iter()
+        .map(|h| format!("test.periodic.hourly@{}", ms(&format!("2026-06-01T{h}:00:00Z"))))
+        .collect();
+    assert_eq!(keys, expected);
+    queue.shutdown().await;
 }
 
 /// Bad schedules are typed errors before anything is written.

@@ -31,7 +31,7 @@ pub use connect::ClientBuilder;
 pub use error::{BulkStored, Error, Result};
 pub use handler::{
     BoxError, DataNeed, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
-    LeaseDeadline, SharedData, registered_jobs,
+    LeaseDeadline, ScheduleDecl, SharedData, registered_jobs,
 };
 pub use inspect::{
     AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,

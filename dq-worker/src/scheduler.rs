@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use dq_core::Client;
+use dq_core::{Client, ScheduleDecl};
 use tokio_util::sync::CancellationToken;
 
 /// Wait after a failed pass.
@@ -23,20 +23,54 @@ pub(crate) struct Scheduler {
     pub topics: HashSet<String>,
     pub poll: Duration,
     pub stop: CancellationToken,
+    /// Schedules declared on handlers (`#[delayed_job(cron = …)]`), by topic: stored (named
+    /// after the topic) before the first pass that reaches the store.
+    pub declared: Vec<(String, ScheduleDecl)>,
 }
 
 impl Scheduler {
+    /// Stores the declared schedules not stored yet; `Err` for a store error (tried again
+    /// next pass). A declaration that cannot be used is logged at ERROR and dropped.
+    async fn declare(&mut self) -> dq_core::Result<()> {
+        while let Some((topic, decl)) = self.declared.last() {
+            let built = decl.schedule().and_then(|s| Ok((s, (decl.payload)()?)));
+            let result = match built {
+                Ok((schedule, payload)) => {
+                    self.client
+                        .schedule_raw(topic, topic, schedule, payload)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(outcome) => {
+                    tracing::info!(schedule = %topic, ?outcome, "periodic job declared");
+                }
+                Err(e) if e.is_retryable() => return Err(e),
+                Err(e) => {
+                    tracing::error!(schedule = %topic, error = %e, "the periodic job declared on this topic's handler cannot be stored");
+                }
+            }
+            self.declared.pop();
+        }
+        Ok(())
+    }
+
     /// Runs passes until `stop`.
-    pub async fn run(self) {
+    pub async fn run(mut self) {
         let mut changed = self.client.schedules_changed();
         let mut failing = false;
         loop {
             changed.borrow_and_update();
-            let wait = match self
-                .client
-                .run_schedules(|topic| self.topics.contains(topic))
-                .await
-            {
+            let pass = match self.declare().await {
+                Ok(()) => {
+                    self.client
+                        .run_schedules(|topic| self.topics.contains(topic))
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let wait = match pass {
                 Ok(pass) => {
                     if failing {
                         tracing::info!("scheduler reaches the store again");

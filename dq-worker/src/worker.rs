@@ -459,6 +459,11 @@ impl Worker {
                 topics: self.topics.iter().map(|t| t.topic.to_string()).collect(),
                 poll: self.schedule_poll,
                 stop: stop.clone(),
+                declared: self
+                    .topics
+                    .iter()
+                    .filter_map(|t| Some((t.topic.to_string(), t.descriptor.schedule?)))
+                    .collect(),
             }
             .run(),
         ));
