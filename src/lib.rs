@@ -74,15 +74,15 @@ pub mod payload {
 /// embedded one, or your own), the types its calls take and return, and the Redis store's
 /// layout for tools and tests. Applications need none of it to enqueue or run jobs.
 pub mod store {
+    pub use dq_core::client::SchedulerPass;
     pub use dq_core::job::{from_unix_ms, unix_ms};
+    pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::store::{Store, WakeListener, lease_of};
     pub use dq_core::{
         AckOutcome, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall, FETCH_RECEIPT_LIFE, FailAction,
         FailOutcome, FetchCall, FetchReply, FetchRequest, ListChunk, ListFrom, ListPos, NewJob,
         Queue,
     };
-    pub use dq_core::client::SchedulerPass;
-    pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::{MemoryStore, RedisOptions, RedisStore, ServerReport};
 
     /// The Redis store's own parts that tools read: its key layout, record format and

@@ -183,26 +183,53 @@ async fn dst_day_through_the_worker(start: &str, expected_daily: &str) {
     queue.advance(Duration::from_secs(10)).await;
 
     for (_, due, late) in runs.0.lock().unwrap().iter().map(|r| (&r.1, r.2, r.3)) {
-        assert_eq!(late, Duration::ZERO, "the run due {} started late", local(due));
+        assert_eq!(
+            late,
+            Duration::ZERO,
+            "the run due {} started late",
+            local(due)
+        );
     }
     // Every 5 minutes of real time, none twice, none missing.
     let five = runs.of("test.periodic.five");
     let dues: Vec<u64> = five.iter().map(|r| r.1).collect();
     assert_eq!(from, ms(start));
-    assert_eq!(dues[0], from + 5 * MINUTE, "the first tick at least 5 s away");
-    assert!(*dues.last().unwrap() >= to, "{}", local(*dues.last().unwrap()));
+    assert_eq!(
+        dues[0],
+        from + 5 * MINUTE,
+        "the first tick at least 5 s away"
+    );
+    assert!(
+        *dues.last().unwrap() >= to,
+        "{}",
+        local(*dues.last().unwrap())
+    );
     for pair in dues.windows(2) {
         assert_eq!(pair[1] - pair[0], 5 * MINUTE, "after {}", local(pair[0]));
     }
-    assert_eq!(dues.len() as u64, (dues.last().unwrap() - dues[0]) / (5 * MINUTE) + 1);
+    assert_eq!(
+        dues.len() as u64,
+        (dues.last().unwrap() - dues[0]) / (5 * MINUTE) + 1
+    );
     let keys: std::collections::HashSet<_> = five.iter().map(|r| &r.0).collect();
     assert_eq!(keys.len(), five.len(), "every tick's job has its own key");
     // The daily report: once per local day, at the expected instant on the DST day.
     let daily: Vec<u64> = runs.of("test.periodic.daily").iter().map(|r| r.1).collect();
-    assert_eq!(daily.len(), 2, "{:?}", daily.iter().map(|d| local(*d)).collect::<Vec<_>>());
-    assert_eq!(local(daily[0]).to_string(), local(ms(expected_daily)).to_string());
+    assert_eq!(
+        daily.len(),
+        2,
+        "{:?}",
+        daily.iter().map(|d| local(*d)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        local(daily[0]).to_string(),
+        local(ms(expected_daily)).to_string()
+    );
     assert_eq!(daily[0], ms(expected_daily));
-    assert_eq!(local(daily[1]).date(), local(daily[0]).date().tomorrow().unwrap());
+    assert_eq!(
+        local(daily[1]).date(),
+        local(daily[0]).date().tomorrow().unwrap()
+    );
     queue.shutdown().await;
 }
 
@@ -226,11 +253,12 @@ async fn fall_back_day_through_the_worker_each_tick_once_and_on_time() {
 /// runs for 9 minutes. Returns the keys of the jobs that ran.
 async fn down_for_an_hour(policy: Missed) -> Vec<String> {
     let runs = Runs::default();
-    let store = dq::store::MemoryStore::starting_at(dq::store::from_unix_ms(ms(
-        "2026-06-01T00:00:30Z",
-    )));
+    let store =
+        dq::store::MemoryStore::starting_at(dq::store::from_unix_ms(ms("2026-06-01T00:00:30Z")));
     let client = Client::from_store(Arc::new(store), dq::ClientConfig::default());
-    let every = Schedule::every(Duration::from_secs(300)).unwrap().missed(policy);
+    let every = Schedule::every(Duration::from_secs(300))
+        .unwrap()
+        .missed(policy);
     client
         .schedule::<every_five_minutes>("five", every, 5)
         .await
@@ -245,7 +273,10 @@ async fn down_for_an_hour(policy: Missed) -> Vec<String> {
     .unwrap();
     queue.advance(Duration::from_millis(9 * MINUTE)).await;
     queue.shutdown().await;
-    runs.of("test.periodic.five").into_iter().map(|r| r.0).collect()
+    runs.of("test.periodic.five")
+        .into_iter()
+        .map(|r| r.0)
+        .collect()
 }
 
 fn keys(times: &[&str]) -> Vec<String> {
@@ -278,9 +309,8 @@ async fn missed_ticks_are_skipped_when_asked() {
 #[tokio::test(start_paused = true)]
 async fn a_schedule_declared_on_the_handler_is_stored_and_runs() {
     let runs = Runs::default();
-    let store = dq::store::MemoryStore::starting_at(dq::store::from_unix_ms(ms(
-        "2026-06-01T00:10:00Z",
-    )));
+    let store =
+        dq::store::MemoryStore::starting_at(dq::store::from_unix_ms(ms("2026-06-01T00:10:00Z")));
     let client = Client::from_store(Arc::new(store), dq::ClientConfig::default());
     let queue = TestQueue::start_on(client.clone(), |w| {
         w.topics(["test.periodic.hourly"]).data(runs.clone())
@@ -293,10 +323,19 @@ async fn a_schedule_declared_on_the_handler_is_stored_and_runs() {
     assert_eq!(listed[0].schedule.cron_expr(), Some("0 0 * * * *"));
     assert_eq!(listed[0].schedule.time_zone(), Some(BERLIN));
     assert_eq!(listed[0].schedule.missed_policy(), Missed::Skip);
-    let keys: Vec<String> = runs.of("test.periodic.hourly").into_iter().map(|r| r.0).collect();
+    let keys: Vec<String> = runs
+        .of("test.periodic.hourly")
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
     let expected: Vec<String> = ["01", "02", "03"]
         .iter()
-        .map(|h| format!("test.periodic.hourly@{}", ms(&format!("2026-06-01T{h}:00:00Z"))))
+        .map(|h| {
+            format!(
+                "test.periodic.hourly@{}",
+                ms(&format!("2026-06-01T{h}:00:00Z"))
+            )
+        })
         .collect();
     assert_eq!(keys, expected);
     queue.shutdown().await;

@@ -451,7 +451,8 @@ impl ScheduleDecl {
                 return Err(Error::InvalidSchedule("neither cron nor every".into()));
             }
         };
-        let missed = dq_syntax::schedule::parse_missed(self.missed).map_err(Error::InvalidSchedule)?;
+        let missed =
+            dq_syntax::schedule::parse_missed(self.missed).map_err(Error::InvalidSchedule)?;
         Ok(schedule.missed(missed))
     }
 }

@@ -266,9 +266,8 @@ impl ScheduleRecord {
 
     /// Reads the definition.
     pub fn decode(&self) -> Result<ScheduleInfo> {
-        let def: Definition = rmp_serde::from_slice(&self.definition).map_err(|e| {
-            Error::Protocol(format!("unreadable schedule {:?}: {e}", self.name))
-        })?;
+        let def: Definition = rmp_serde::from_slice(&self.definition)
+            .map_err(|e| Error::Protocol(format!("unreadable schedule {:?}: {e}", self.name)))?;
         let missed = dq_syntax::schedule::parse_missed(&def.missed)
             .map_err(|e| Error::Protocol(format!("schedule {:?}: {e}", self.name)))?;
         let ticks = match &def.spec {
@@ -404,7 +403,10 @@ mod tests {
             })
         );
         // Skip still runs a last tick that is itself on time.
-        assert_eq!(skip.plan(600_000, 4_201_000).unwrap().enqueue, Some(4_200_000));
+        assert_eq!(
+            skip.plan(600_000, 4_201_000).unwrap().enqueue,
+            Some(4_200_000)
+        );
     }
 
     #[test]

@@ -78,7 +78,11 @@ async fn three_worker_processes_run_each_tick_once_even_when_one_is_sigkilled() 
         );
     }
     let stats = s.stats(WORK_TOPIC).await.unwrap();
-    assert_eq!(stats.enqueued, ticks.len() as u64, "one job stored per tick");
+    assert_eq!(
+        stats.enqueued,
+        ticks.len() as u64,
+        "one job stored per tick"
+    );
     assert_eq!(stats.dead, 0);
     let reruns: Vec<_> = starts.iter().filter(|(_, a)| a.len() > 1).collect();
     println!(

@@ -137,7 +137,12 @@ impl Parse for Args {
                 let value = value::<LitStr>(input, "\"once\" or \"skip\"")?;
                 let policy = schedule_syntax::parse_missed(&value.value())
                     .map_err(|e| syn::Error::new(value.span(), e))?;
-                set(&mut args.missed, key.span, "missed", (value, policy.as_str()))?;
+                set(
+                    &mut args.missed,
+                    key.span,
+                    "missed",
+                    (value, policy.as_str()),
+                )?;
             } else if lookahead.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?;
                 let value = value::<LitStr>(input, "a path such as \"::dq\"")?;

@@ -170,12 +170,22 @@ mod tests {
     fn bad_input_is_refused_with_a_reason() {
         assert!(parse_cron("0 */5 * * * *").is_ok());
         assert!(parse_cron("*/5 * * * *").is_ok());
-        for bad in ["", "61 * * * * *", "* * *", "0 0 0 * * * 2030", "every 5 minutes"] {
+        for bad in [
+            "",
+            "61 * * * * *",
+            "* * *",
+            "0 0 0 * * * 2030",
+            "every 5 minutes",
+        ] {
             let e = parse_cron(bad).unwrap_err();
             assert!(e.contains("invalid cron expression"), "{bad}: {e}");
         }
         assert!(parse_tz("Europe/Berlin").is_ok());
-        assert!(parse_tz("Mars/Olympus").unwrap_err().contains("unknown time zone"));
+        assert!(
+            parse_tz("Mars/Olympus")
+                .unwrap_err()
+                .contains("unknown time zone")
+        );
         assert_eq!(parse_missed("skip"), Ok(MissedSpec::Skip));
         assert!(parse_missed("twice").is_err());
         assert!(check_every_ms(999).is_err());
@@ -201,10 +211,7 @@ mod tests {
         assert_eq!(t.last_at_or_before(first - 1), Some(first - 86_400_000));
         // Mid-second starts find the tick after the start itself.
         assert_eq!(t.next_after(first - 500), Some(first));
-        assert_eq!(
-            t.next_after(first + 500),
-            Some(ms("2026-07-02T00:30:00Z"))
-        );
+        assert_eq!(t.next_after(first + 500), Some(ms("2026-07-02T00:30:00Z")));
     }
 
     /// 02:30 every day in Berlin: on spring-forward day (2026-03-29, 02:00 → 03:00) it runs

@@ -11,8 +11,8 @@ use crate::job::{Due, EnqueueCall, EnqueueOutcome, Job, from_unix_ms};
 use crate::names::Topic;
 use crate::payload;
 use crate::schedule::{
-    MAX_TICKS_PER_PASS, NO_MORE_TICKS, SCHEDULE_LOOKAHEAD, Schedule, ScheduleInfo,
-    ScheduleOutcome, ScheduleRecord, check_schedule_name, tick_call_id, tick_key,
+    MAX_TICKS_PER_PASS, NO_MORE_TICKS, SCHEDULE_LOOKAHEAD, Schedule, ScheduleInfo, ScheduleOutcome,
+    ScheduleRecord, check_schedule_name, tick_call_id, tick_key,
 };
 
 /// What one scheduler pass did ([`Client::run_schedules`]).
@@ -78,7 +78,8 @@ impl Client {
         };
         // Harmless to repeat: a retry of an applied put finds its own definition.
         let (outcome, _) = retry_harmless(|| self.store.put_schedule(&record), true).await?;
-        self.schedules_changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.schedules_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
         Ok(outcome)
     }
 
@@ -87,7 +88,8 @@ impl Client {
     pub async fn unschedule(&self, name: &str) -> Result<bool> {
         check_schedule_name(name)?;
         let (removed, _) = retry_harmless(|| self.store.remove_schedule(name), true).await?;
-        self.schedules_changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.schedules_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
         Ok(removed)
     }
 

@@ -29,7 +29,10 @@ pub async fn schedules_are_stored_listed_and_removed<H: Harness>(h: &H) {
     let listed = c.schedules().await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     let a = &listed[0];
-    assert_eq!((a.name.as_str(), a.topic.as_str()), ("sched.a", "sched.topic"));
+    assert_eq!(
+        (a.name.as_str(), a.topic.as_str()),
+        ("sched.a", "sched.topic")
+    );
     assert_eq!(unraw(&a.payload), 1);
     assert_eq!(a.schedule.interval(), Some(Duration::from_secs(60)));
     assert_eq!(a.schedule.missed_policy(), Missed::RunOnce);
@@ -58,10 +61,23 @@ pub async fn schedules_are_stored_listed_and_removed<H: Harness>(h: &H) {
     assert_eq!(b.schedule.missed_policy(), Missed::Skip);
 
     // Compare-and-set: only from the current cursor.
-    assert!(!store.advance_schedule("sched.a", next + 1, next + 60_000).await.unwrap());
-    assert!(store.advance_schedule("sched.a", next, next + 60_000).await.unwrap());
     assert!(
-        !store.advance_schedule("sched.a", next, next + 120_000).await.unwrap(),
+        !store
+            .advance_schedule("sched.a", next + 1, next + 60_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .advance_schedule("sched.a", next, next + 60_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .advance_schedule("sched.a", next, next + 120_000)
+            .await
+            .unwrap(),
         "a second scheduler holding the old cursor loses"
     );
     assert!(!store.advance_schedule("sched.none", 1, 2).await.unwrap());
@@ -88,7 +104,8 @@ pub async fn schedules_are_stored_listed_and_removed<H: Harness>(h: &H) {
         );
     }
     assert!(matches!(
-        c.schedule_raw("sched.c", "bad topic", ok.clone(), raw(1)).await,
+        c.schedule_raw("sched.c", "bad topic", ok.clone(), raw(1))
+            .await,
         Err(Error::InvalidTopic { .. })
     ));
     let empty = ScheduleRecord {

@@ -112,7 +112,11 @@ impl RedisStore {
             .await?
         {
             Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected(SCRIPTS.schedules.name, "advance outcome", &other)),
+            other => Err(unexpected(
+                SCRIPTS.schedules.name,
+                "advance outcome",
+                &other,
+            )),
         }
     }
 }

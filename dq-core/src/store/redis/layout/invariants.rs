@@ -420,10 +420,7 @@ impl Snapshot {
                 ));
             }
             if seen.ttl_ms >= 0 {
-                say(format!(
-                    "expires in {} ms: schedules must not",
-                    seen.ttl_ms
-                ));
+                say(format!("expires in {} ms: schedules must not", seen.ttl_ms));
             }
             return;
         }

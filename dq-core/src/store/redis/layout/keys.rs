@@ -189,10 +189,9 @@ impl PartitionKeys {
             KeyName::Stats => &self.stats,
             KeyName::Wake => &self.wake,
             KeyName::Calls => &self.calls,
-            KeyName::FetchReceipt
-            | KeyName::Topics
-            | KeyName::Workers
-            | KeyName::Schedules => return None,
+            KeyName::FetchReceipt | KeyName::Topics | KeyName::Workers | KeyName::Schedules => {
+                return None;
+            }
         })
     }
 
