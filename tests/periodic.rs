@@ -17,7 +17,10 @@ const DAY: u64 = 24 * HOUR;
 
 /// Every handler run: topic, job key, due ms, how late it started.
 #[derive(Clone, Default)]
-struct Runs(Arc<Mutex<Vec<(&'static str, String, u64, Duration)>>>);
+struct Runs(Arc<Mutex<Vec<Run>>>);
+
+/// One handler run: topic, job key, due ms, how late it started.
+type Run = (&'static str, String, u64, Duration);
 
 impl Runs {
     fn of(&self, topic: &str) -> Vec<(String, u64, Duration)> {

@@ -299,7 +299,7 @@ async fn stats_shows_depths_and_counters() {
     assert_eq!(s["workers"], 0, "no live worker yet");
     // Two live workers serve the topic, a third serves another one.
     for topics in [vec!["multi"], vec!["multi", "other"], vec!["other"]] {
-        let info = dq_core::WorkerInfo::new(topics.iter().map(|t| t.to_string()).collect(), 4, 1);
+        let info = dq_core::WorkerInfo::new(topics.iter().map(ToString::to_string).collect(), 4, 1);
         w.client
             .store()
             .beat_worker(&info, Duration::from_secs(600))
