@@ -37,7 +37,7 @@ use crate::job::{
     RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};
-use crate::schedule::{ScheduleOutcome, ScheduleRecord};
+use crate::schedule::{ScheduleOutcome, ScheduleRecord, check_schedule_name};
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
@@ -1526,6 +1526,7 @@ impl Store for MemoryStore {
     }
 
     async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        check_schedule_name(name)?;
         Ok(self.lock_schedules().remove(name).is_some())
     }
 
@@ -1542,6 +1543,7 @@ impl Store for MemoryStore {
     }
 
     async fn advance_schedule(&self, name: &str, from_ms: u64, to_ms: u64) -> Result<bool> {
+        check_schedule_name(name)?;
         match self.lock_schedules().get_mut(name) {
             Some((cursor, _)) if *cursor == from_ms => {
                 *cursor = to_ms;
