@@ -26,6 +26,10 @@ pub use dq_core::{
 
 // Pause, rate and concurrency limits of a topic.
 pub use dq_core::{Rate, TopicControl};
+// Periodic jobs.
+pub use dq_core::schedule::{
+    MISSED_GRACE, Missed, SCHEDULE_LOOKAHEAD, Schedule, ScheduleInfo, ScheduleOutcome,
+};
 
 // Operating on the dead queue by filter.
 pub use dq_core::{
@@ -72,7 +76,9 @@ pub mod payload {
 /// embedded one, or your own), the types its calls take and return, and the Redis store's
 /// layout for tools and tests. Applications need none of it to enqueue or run jobs.
 pub mod store {
+    pub use dq_core::client::SchedulerPass;
     pub use dq_core::job::{from_unix_ms, unix_ms};
+    pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::store::{Store, WakeListener, lease_of};
     pub use dq_core::{
         AckOutcome, ControlChange, ControlState, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall,
@@ -93,7 +99,7 @@ pub mod store {
 pub mod handler {
     pub use dq_core::{
         CancellationToken, DataNeed, HandlerFn, HandlerFuture, JobDescriptor, LeaseDeadline,
-        SharedData, registered_jobs,
+        ScheduleDecl, SharedData, registered_jobs,
     };
 }
 
@@ -106,7 +112,9 @@ pub mod handler {
 pub mod __private {
     pub use dq_core::inventory;
     pub use dq_core::payload::decode;
-    pub use dq_core::{DataNeed, Error, HandlerFuture, Job, JobContext, JobDescriptor, JobError};
+    pub use dq_core::{
+        DataNeed, Error, HandlerFuture, Job, JobContext, JobDescriptor, JobError, ScheduleDecl,
+    };
     pub use serde;
     pub use tokio;
 
@@ -125,6 +133,18 @@ pub mod __private {
     /// is not `Result<(), E: Into<JobError>>` is reported there.
     pub fn handler_result<E: Into<JobError>>(result: Result<(), E>) -> Result<(), JobError> {
         result.map_err(Into::into)
+    }
+
+    /// The payload of a periodic job declared on the handler (`cron = …` or `every = …`):
+    /// its type's `Default`, encoded.
+    pub fn default_payload<J: Job>() -> Result<Vec<u8>, Error>
+    where
+        J::Payload: Default,
+    {
+        dq_core::payload::encode(
+            &J::Payload::default(),
+            dq_core::payload::DEFAULT_MAX_PAYLOAD,
+        )
     }
 
     /// Runs a blocking (non-`async`) handler on tokio's blocking pool.

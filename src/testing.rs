@@ -72,7 +72,10 @@ impl TestQueue {
             .lease(Duration::from_secs(300))
             .idle_wait(Duration::from_secs(3600))
             // Rare: "400 days" of virtual time must not take millions of beats.
-            .heartbeat(Duration::from_secs(3600));
+            .heartbeat(Duration::from_secs(3600))
+            // Schedules stored through this client wake the scheduler at once; it sleeps
+            // until each next tick by itself.
+            .schedule_poll(Duration::from_secs(3600));
         let worker = configure(builder).build()?;
         let topics = worker.topics().map(str::to_owned).collect();
         Ok(TestQueue {

@@ -32,8 +32,10 @@ use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
 use crate::store::Store;
 use crate::topic::TopicMeta;
 
+mod schedules;
 mod sweep;
 pub use crate::inspect::DeadAction;
+pub use schedules::SchedulerPass;
 pub use sweep::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
 
 /// Largest number of jobs sent in one enqueue script call by bulk enqueue: small enough that
@@ -102,6 +104,9 @@ pub struct Client {
     /// clones and the workers built from it (a cell per topic: concurrent first calls share
     /// one round trip).
     topics: Arc<Mutex<HashMap<Topic, Arc<tokio::sync::OnceCell<TopicMeta>>>>>,
+    /// Bumped when this client stores or removes a periodic schedule, so that a scheduler on
+    /// it looks at once (see `client/schedules.rs`).
+    schedules_changed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -119,6 +124,7 @@ impl Client {
             store,
             config: Arc::new(config),
             topics: Arc::default(),
+            schedules_changed: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
@@ -782,9 +788,33 @@ impl TopicClient {
     /// first try, well inside the receipt's life. The topic's partition count is checked
     /// first (cached after the first call).
     async fn store_enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+        self.store_enqueue_as(queue, jobs, EnqueueCall::new()).await
+    }
+
+    /// One job as [`TopicClient::store_enqueue`] stores it, under a given call (a periodic
+    /// tick's: an id derived from its key, so that schedulers repeating each other's call
+    /// find its receipt).
+    pub(crate) async fn enqueue_as(
+        &self,
+        job: JobSpec<Vec<u8>>,
+        call: EnqueueCall,
+    ) -> Result<EnqueueOutcome> {
+        let (queue, job) = self.new_job(job)?;
+        let mut outcomes = self.store_enqueue_as(&queue, &[job], call).await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))
+    }
+
+    /// [`TopicClient::store_enqueue`] whose first try is `first`.
+    async fn store_enqueue_as(
+        &self,
+        queue: &Queue,
+        jobs: &[NewJob],
+        first: EnqueueCall,
+    ) -> Result<Vec<EnqueueOutcome>> {
         self.ensure().await?;
         let store = &self.client.store;
-        let first = EnqueueCall::new();
         let started = tokio::time::Instant::now();
         let tries = &AtomicU32::new(0);
         (move || async move {

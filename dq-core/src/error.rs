@@ -42,6 +42,11 @@ pub enum Error {
     /// A value given to a builder or policy is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// A periodic schedule that cannot be used: a bad cron expression, an unknown time zone,
+    /// an interval out of range, a bad schedule name, or an expression that never fires.
+    /// Nothing was written.
+    #[error("invalid schedule: {0}")]
+    InvalidSchedule(String),
     /// A delay or due time past the latest dq can store ([`MAX_DUE_MS`](crate::job::MAX_DUE_MS),
     /// in the year 10889), or a shift larger than that whole range.
     #[error("due time {requested_ms} ms after 1970 is past the latest dq can store ({max_ms})")]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::names::JobKey;
 use crate::retry::RetryPolicy;
 
@@ -425,8 +425,51 @@ pub struct JobDescriptor {
     /// The shared data it declares it needs (`#[delayed_job(data(…))]`): the worker's
     /// `build()` fails if one of them was not given with `.data(…)`.
     pub data: &'static [DataNeed],
+    /// The periodic schedule it declares (`#[delayed_job(cron = "…", tz = "…")]` or
+    /// `every = "…"`): every worker that runs the topic stores it (named after the topic)
+    /// when it starts.
+    pub schedule: Option<ScheduleDecl>,
     /// Decodes a payload and calls the handler.
     pub run: HandlerFn,
+}
+
+/// A periodic schedule declared on a handler, checked at compile time by the macro.
+#[derive(Clone, Copy, Debug)]
+pub struct ScheduleDecl {
+    /// The cron expression, or `None` for an interval.
+    pub cron: Option<&'static str>,
+    /// The cron expression's time zone (`None`: UTC).
+    pub tz: Option<&'static str>,
+    /// The interval in ms, for `every`.
+    pub every_ms: Option<u64>,
+    /// `once` or `skip`.
+    pub missed: &'static str,
+    /// The payload each tick carries: the payload type's `Default`, encoded.
+    pub payload: fn() -> Result<Vec<u8>>,
+}
+
+impl ScheduleDecl {
+    /// The schedule, parsed again by the runtime's parser (the macro's, so it cannot fail
+    /// unless the time zone database of this machine lacks the zone).
+    pub fn schedule(&self) -> Result<crate::schedule::Schedule> {
+        use crate::schedule::Schedule;
+        let schedule = match (self.cron, self.every_ms) {
+            (Some(cron), _) => {
+                let s = Schedule::cron(cron)?;
+                match self.tz {
+                    Some(tz) => s.tz(tz)?,
+                    None => s,
+                }
+            }
+            (None, Some(ms)) => Schedule::every(std::time::Duration::from_millis(ms))?,
+            (None, None) => {
+                return Err(Error::InvalidSchedule("neither cron nor every".into()));
+            }
+        };
+        let missed =
+            dq_syntax::schedule::parse_missed(self.missed).map_err(Error::InvalidSchedule)?;
+        Ok(schedule.missed(missed))
+    }
 }
 
 impl JobDescriptor {

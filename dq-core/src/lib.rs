@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod names;
 pub mod payload;
 pub mod retry;
+pub mod schedule;
 /// The retry, duration and topic syntax, shared with `dq-macros` (the `dq-syntax` crate).
 pub use dq_syntax as retry_syntax;
 pub mod store;
@@ -32,7 +33,7 @@ pub use control::{ControlChange, ControlState, Rate, TopicControl};
 pub use error::{BulkStored, Error, Result};
 pub use handler::{
     BoxError, DataNeed, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
-    LeaseDeadline, SharedData, registered_jobs,
+    LeaseDeadline, ScheduleDecl, SharedData, registered_jobs,
 };
 pub use inspect::{
     AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
@@ -45,6 +46,7 @@ pub use job::{
 };
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};
+pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleOutcome, ScheduleRecord};
 pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{Store, WakeListener};

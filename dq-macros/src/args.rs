@@ -10,6 +10,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::{FnArg, Ident, ItemFn, LitInt, LitStr, Path, ReturnType, Token, Type};
 
 use crate::retry_syntax::{self, RetrySpec};
+use dq_syntax::schedule as schedule_syntax;
 
 mod kw {
     syn::custom_keyword!(topic);
@@ -17,13 +18,18 @@ mod kw {
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(data);
+    syn::custom_keyword!(cron);
+    syn::custom_keyword!(tz);
+    syn::custom_keyword!(every);
+    syn::custom_keyword!(missed);
 }
 
 /// The default retry policy, as `RetryPolicy::default()` in dq-core (docs/ARCHITECTURE.md §8).
 pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 
 const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
-                             `concurrency = N`, `data(Type, …)` or `crate = \"…\"`";
+                             `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
+                             `every = \"…\"`, `missed = \"…\"` or `crate = \"…\"`";
 
 /// The arguments of `#[delayed_job(…)]`, parsed and checked.
 #[derive(Default)]
@@ -40,6 +46,28 @@ pub(crate) struct Args {
     krate: Option<Path>,
     /// `data(Db, Mailer)`: the shared data the handler needs.
     data: Option<Vec<Type>>,
+    /// `cron = "…"`, checked.
+    cron: Option<LitStr>,
+    /// `tz = "…"`, checked.
+    tz: Option<LitStr>,
+    /// `every = "…"`, in ms, checked.
+    every: Option<(LitStr, u64)>,
+    /// `missed = "once" | "skip"`, checked.
+    missed: Option<(LitStr, &'static str)>,
+}
+
+/// A periodic schedule declared on the handler (`cron`/`tz` or `every`, and `missed`).
+pub(crate) struct ScheduleArgs {
+    /// The cron expression, or `None` for `every`.
+    pub(crate) cron: Option<String>,
+    /// The time zone of a cron expression.
+    pub(crate) tz: Option<String>,
+    /// The interval of `every`, in ms.
+    pub(crate) every_ms: Option<u64>,
+    /// `once` or `skip`.
+    pub(crate) missed: &'static str,
+    /// Where a payload that has no `Default` is reported.
+    pub(crate) span: Span,
 }
 
 impl Parse for Args {
@@ -85,6 +113,36 @@ impl Parse for Args {
                 let key = input.parse::<kw::data>()?;
                 let types = data_types(input, key.span)?;
                 set(&mut args.data, key.span, "data", types)?;
+            } else if lookahead.peek(kw::cron) {
+                let key = input.parse::<kw::cron>()?;
+                let value = value::<LitStr>(input, "a cron expression such as \"0 */5 * * * *\"")?;
+                schedule_syntax::parse_cron(&value.value())
+                    .map_err(|e| syn::Error::new(value.span(), e))?;
+                set(&mut args.cron, key.span, "cron", value)?;
+            } else if lookahead.peek(kw::tz) {
+                let key = input.parse::<kw::tz>()?;
+                let value = value::<LitStr>(input, "a time zone such as \"Europe/Berlin\"")?;
+                schedule_syntax::parse_tz(&value.value())
+                    .map_err(|e| syn::Error::new(value.span(), e))?;
+                set(&mut args.tz, key.span, "tz", value)?;
+            } else if lookahead.peek(kw::every) {
+                let key = input.parse::<kw::every>()?;
+                let value = value::<LitStr>(input, "an interval such as \"5m\"")?;
+                let ms = retry_syntax::parse_duration_ms(&value.value())
+                    .and_then(schedule_syntax::check_every_ms)
+                    .map_err(|e| syn::Error::new(value.span(), format!("invalid every: {e}")))?;
+                set(&mut args.every, key.span, "every", (value, ms))?;
+            } else if lookahead.peek(kw::missed) {
+                let key = input.parse::<kw::missed>()?;
+                let value = value::<LitStr>(input, "\"once\" or \"skip\"")?;
+                let policy = schedule_syntax::parse_missed(&value.value())
+                    .map_err(|e| syn::Error::new(value.span(), e))?;
+                set(
+                    &mut args.missed,
+                    key.span,
+                    "missed",
+                    (value, policy.as_str()),
+                )?;
             } else if lookahead.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?;
                 let value = value::<LitStr>(input, "a path such as \"::dq\"")?;
@@ -107,6 +165,48 @@ impl Parse for Args {
             input.parse::<Token![,]>()?;
         }
         Ok(args)
+    }
+}
+
+impl Args {
+    /// The periodic schedule the arguments declare, if any, checked for combinations that
+    /// make no sense (`tz` without `cron`, `cron` with `every`, `missed` alone).
+    fn schedule(&self) -> syn::Result<Option<ScheduleArgs>> {
+        if let (Some(cron), Some((every, _))) = (&self.cron, &self.every) {
+            let mut e = syn::Error::new(every.span(), "give `cron` or `every`, not both");
+            e.combine(syn::Error::new(cron.span(), "`cron` given here"));
+            return Err(e);
+        }
+        if let (Some(tz), None) = (&self.tz, &self.cron) {
+            return Err(syn::Error::new(
+                tz.span(),
+                "`tz` is the time zone of a `cron` expression: add `cron = \"…\"`",
+            ));
+        }
+        let missed = self.missed.as_ref().map_or("once", |(_, m)| *m);
+        match (&self.cron, &self.every) {
+            (Some(cron), None) => Ok(Some(ScheduleArgs {
+                cron: Some(cron.value()),
+                tz: self.tz.as_ref().map(LitStr::value),
+                every_ms: None,
+                missed,
+                span: cron.span(),
+            })),
+            (None, Some((every, ms))) => Ok(Some(ScheduleArgs {
+                cron: None,
+                tz: None,
+                every_ms: Some(*ms),
+                missed,
+                span: every.span(),
+            })),
+            _ => match &self.missed {
+                Some((lit, _)) => Err(syn::Error::new(
+                    lit.span(),
+                    "`missed` is the policy of a periodic job: add `cron = \"…\"` or `every = \"…\"`",
+                )),
+                None => Ok(None),
+            },
+        }
     }
 }
 
@@ -267,6 +367,8 @@ pub(crate) struct Handler {
     pub(crate) output: Type,
     /// The shared data it declares (`data(…)`), in the order given.
     pub(crate) data: Vec<Type>,
+    /// The periodic schedule it declares (`cron`/`tz` or `every`, `missed`).
+    pub(crate) schedule: Option<ScheduleArgs>,
 }
 
 fn bad_signature(tokens: impl ToTokens, what: &str) -> syn::Error {
@@ -362,7 +464,9 @@ impl Handler {
                 (name, sig.ident.span())
             }
         };
+        let schedule = args.schedule()?;
         Ok(Handler {
+            schedule,
             topic,
             topic_span,
             retry: args.retry.unwrap_or_else(|| DEFAULT_RETRY.to_owned()),

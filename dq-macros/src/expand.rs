@@ -26,6 +26,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         context,
         output,
         data,
+        schedule,
     } = handler;
     let private = quote!(#krate::__private);
     let vis = &item.vis;
@@ -66,6 +67,24 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
     let data = data
         .iter()
         .map(|ty| quote_spanned!(ty.span()=> #private::DataNeed::of::<#ty>()));
+    // A periodic job's payload is its type's `Default`: spanned on the schedule, so a payload
+    // without one is reported there.
+    let schedule = option(schedule.as_ref().map(|sch| {
+        let cron = option(sch.cron.as_ref().map(|c| quote!(#c)));
+        let tz = option(sch.tz.as_ref().map(|t| quote!(#t)));
+        let every_ms = option(sch.every_ms.map(|ms| quote!(#ms)));
+        let missed = sch.missed;
+        let payload = quote_spanned!(sch.span=> #private::default_payload::<#name>);
+        quote! {
+            #private::ScheduleDecl {
+                cron: #cron,
+                tz: #tz,
+                every_ms: #every_ms,
+                missed: #missed,
+                payload: #payload,
+            }
+        }
+    }));
     let line = quote_spanned!(name.span()=> ::core::line!());
     let file = quote_spanned!(name.span()=> ::core::file!());
 
@@ -104,6 +123,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     file: #file,
                     line: #line,
                     data: &[#(#data),*],
+                    schedule: #schedule,
                     run: #run,
                 }
             }

@@ -3,7 +3,8 @@
 //!
 //! Both `dq-macros` (to check a handler's `topic`, `retry` and `timeout` at compile time) and
 //! `dq-core` (to parse the same text at run time) depend on this crate, so the macro and the
-//! runtime can never disagree. Plain `std`, no dependencies. Applications use it through `dq`.
+//! runtime can never disagree. Applications use it through `dq`. Periodic schedules (cron
+//! expressions, time zones, intervals: [`schedule`]) are parsed with `croner` and `jiff`.
 //!
 //! ```text
 //! retry    := "none" | policy [ ";" jitter ]
@@ -356,3 +357,5 @@ mod tests {
         }
     }
 }
+
+pub mod schedule;

@@ -29,6 +29,7 @@ mod lease_keeper;
 mod metrics;
 mod registry;
 mod runner;
+mod scheduler;
 pub mod worker;
 
 pub use dead::DeadJob;

@@ -43,6 +43,7 @@ use crate::in_flight::InFlight;
 use crate::lease_keeper::LeaseKeeper;
 use crate::registry::{self, Selection, TopicRuntime};
 use crate::runner::RunnerShared;
+use crate::scheduler::Scheduler;
 
 /// Configures a [`Worker`].
 pub struct WorkerBuilder {
@@ -60,6 +61,7 @@ pub struct WorkerBuilder {
     extra: Vec<&'static JobDescriptor>,
     registered: bool,
     heartbeat: Duration,
+    schedule_poll: Duration,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -156,6 +158,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the worker's scheduler looks for periodic schedules stored by other
+    /// processes (default 5 s; at least 10 ms). It wakes for the ticks it knows of by itself,
+    /// and at once for schedules stored through this worker's own client; a new schedule's
+    /// first tick is at least 5 s (`SCHEDULE_LOOKAHEAD`) away, so the default finds it in time.
+    pub fn schedule_poll(mut self, every: Duration) -> Self {
+        self.schedule_poll = every;
+        self
+    }
+
     /// How often the worker writes its heartbeat to the store (default 5 s; at least 50 ms).
     /// The heartbeat lists it in [`Client::workers`](dq_core::Client::workers) and lasts
     /// three beats: a worker that stops beating (crashed, frozen, cut off) drops out of the
@@ -214,6 +225,11 @@ impl WorkerBuilder {
                 "heartbeat must be at least 50 ms".into(),
             ));
         }
+        if self.schedule_poll < Duration::from_millis(10) {
+            return Err(WorkerError::InvalidSetting(
+                "schedule_poll must be at least 10 ms".into(),
+            ));
+        }
         if self.missing_data_delay < Duration::from_millis(100) {
             return Err(WorkerError::InvalidSetting(
                 "missing_data_delay must be at least 100 ms".into(),
@@ -249,6 +265,7 @@ impl WorkerBuilder {
             missing_data_delay: self.missing_data_delay,
             on_dead: self.on_dead,
             heartbeat: self.heartbeat,
+            schedule_poll: self.schedule_poll,
         })
     }
 }
@@ -274,6 +291,7 @@ pub struct Worker {
     missing_data_delay: Duration,
     on_dead: Option<OnDead>,
     heartbeat: Duration,
+    schedule_poll: Duration,
 }
 
 impl std::fmt::Debug for Worker {
@@ -303,6 +321,7 @@ impl Worker {
             extra: Vec::new(),
             registered: true,
             heartbeat: Duration::from_secs(5),
+            schedule_poll: Duration::from_secs(5),
         }
     }
 
@@ -432,6 +451,22 @@ impl Worker {
             fetchers = fetchers.len(),
             "worker started"
         );
+        // The periodic schedules of this worker's topics: stopped with the fetchers (phase 1
+        // of shutdown), so a stopping worker enqueues no further tick.
+        fetchers.push(tokio::spawn(
+            Scheduler {
+                client: self.client.clone(),
+                topics: self.topics.iter().map(|t| t.topic.to_string()).collect(),
+                poll: self.schedule_poll,
+                stop: stop.clone(),
+                declared: self
+                    .topics
+                    .iter()
+                    .filter_map(|t| Some((t.topic.to_string(), t.descriptor.schedule?)))
+                    .collect(),
+            }
+            .run(),
+        ));
         WorkerHandle {
             store: self.store,
             stop,

@@ -223,7 +223,7 @@ pub fn run(args: AllArgs) -> Result<()> {
     );
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 13] = [
+    let sections: [(&str, Section); 14] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),

@@ -18,6 +18,7 @@ use crate::job::{
     RescheduleOutcome, TopicStats,
 };
 use crate::names::{JobKey, Topic};
+use crate::schedule::{ScheduleOutcome, ScheduleRecord};
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
@@ -173,6 +174,36 @@ pub trait Store: Send + Sync + 'static {
     /// was one.
     async fn remove_worker(&self, id: &str) -> Result<bool>;
 
+    /// Stores a periodic schedule (namespace-wide, by `record.name`): a new name is
+    /// [`ScheduleOutcome::Created`]; a name whose stored definition is byte for byte
+    /// `record.definition` is left as it is, cursor included ([`ScheduleOutcome::Unchanged`]);
+    /// another definition is replaced, cursor and all ([`ScheduleOutcome::Updated`]).
+    ///
+    /// The default refuses: a store that keeps no schedules.
+    async fn put_schedule(&self, record: &ScheduleRecord) -> Result<ScheduleOutcome> {
+        let _ = record;
+        Err(no_schedules())
+    }
+
+    /// Deletes a schedule by name; `true` if there was one.
+    async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        let _ = name;
+        Err(no_schedules())
+    }
+
+    /// Every stored schedule, by name.
+    async fn schedules(&self) -> Result<Vec<ScheduleRecord>> {
+        Err(no_schedules())
+    }
+
+    /// Moves schedule `name`'s cursor from `from_ms` to `to_ms`, only if it is still
+    /// `from_ms` (compare-and-set: of schedulers that race, one wins); `true` if moved.
+    /// `false` also for a schedule that no longer exists.
+    async fn advance_schedule(&self, name: &str, from_ms: u64, to_ms: u64) -> Result<bool> {
+        let _ = (name, from_ms, to_ms);
+        Err(no_schedules())
+    }
+
     /// The store's clock, in ms (Redis `TIME` for Redis).
     async fn now_ms(&self) -> Result<u64>;
 
@@ -186,6 +217,11 @@ pub trait WakeListener: Send {
     /// Waits up to `max_wait` for a token; `true` if one arrived. Cancel-safe only in the sense
     /// that a dropped wait may swallow one token — callers keep one wait in flight instead.
     async fn wait(&mut self, max_wait: Duration) -> Result<bool>;
+}
+
+/// The error of a store that keeps no schedules (the trait's default methods).
+fn no_schedules() -> crate::error::Error {
+    crate::error::Error::InvalidConfig("this store does not keep periodic schedules".into())
 }
 
 /// Most jobs one [`Store::act_on_dead`] call takes.

@@ -39,6 +39,7 @@ pub mod lease;
 pub mod limits;
 pub mod receipts;
 pub mod retry;
+pub mod schedules;
 pub mod stats;
 mod support;
 pub mod topics;
@@ -99,6 +100,8 @@ macro_rules! conformance_suite {
             limits::handler_throttle_slows_the_topic,
             limits::cancel_of_a_running_job,
             limits::limits_are_split_over_partitions,
+            schedules::schedules_are_stored_listed_and_removed,
+            schedules::racing_scheduler_passes_store_each_tick_once,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,

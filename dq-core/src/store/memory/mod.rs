@@ -38,6 +38,7 @@ use crate::job::{
     RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};
+use crate::schedule::{ScheduleOutcome, ScheduleRecord, check_schedule_name};
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
@@ -60,6 +61,8 @@ pub struct MemoryStore {
     topics: Mutex<BTreeMap<Topic, TopicMeta>>,
     /// Live workers' heartbeats (Redis: `<ns>:workers`), by id; each expires by the clock.
     workers: Mutex<BTreeMap<String, WorkerInfo>>,
+    /// Periodic schedules (Redis: `<ns>:schedules`), name → (cursor, definition).
+    schedules: Mutex<BTreeMap<String, (u64, Vec<u8>)>>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -80,11 +83,18 @@ impl MemoryStore {
     /// An empty store whose clock starts at the current wall-clock time and then follows
     /// tokio's clock (virtual under `tokio::time::pause()`).
     pub fn new() -> Self {
+        MemoryStore::starting_at(SystemTime::now())
+    }
+
+    /// An empty store whose clock starts at `start` (any date: a test of a periodic job can
+    /// begin the day before a daylight-saving change) and then follows tokio's clock.
+    pub fn starting_at(start: SystemTime) -> Self {
         MemoryStore {
-            clock: Clock::new(),
+            clock: Clock::new(start),
             state: Mutex::new(HashMap::new()),
             topics: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(BTreeMap::new()),
+            schedules: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -168,6 +178,12 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn lock_schedules(&self) -> MutexGuard<'_, BTreeMap<String, (u64, Vec<u8>)>> {
+        self.schedules
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<Queue, Partition>> {
         self.state
             .lock()
@@ -196,9 +212,9 @@ struct Clock {
 }
 
 impl Clock {
-    fn new() -> Self {
+    fn new(start: SystemTime) -> Self {
         Clock {
-            base_ms: unix_ms(SystemTime::now()),
+            base_ms: unix_ms(start),
             start: tokio::time::Instant::now(),
         }
     }
@@ -1715,6 +1731,49 @@ impl Store for MemoryStore {
 
     async fn remove_worker(&self, id: &str) -> Result<bool> {
         Ok(self.lock_workers().remove(id).is_some())
+    }
+
+    async fn put_schedule(&self, record: &ScheduleRecord) -> Result<ScheduleOutcome> {
+        record.validate()?;
+        let mut schedules = self.lock_schedules();
+        let outcome = match schedules.get(&record.name) {
+            None => ScheduleOutcome::Created,
+            Some((_, def)) if *def == record.definition => return Ok(ScheduleOutcome::Unchanged),
+            Some(_) => ScheduleOutcome::Updated,
+        };
+        schedules.insert(
+            record.name.clone(),
+            (record.next_ms, record.definition.clone()),
+        );
+        Ok(outcome)
+    }
+
+    async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        check_schedule_name(name)?;
+        Ok(self.lock_schedules().remove(name).is_some())
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleRecord>> {
+        Ok(self
+            .lock_schedules()
+            .iter()
+            .map(|(name, (next_ms, definition))| ScheduleRecord {
+                name: name.clone(),
+                next_ms: *next_ms,
+                definition: definition.clone(),
+            })
+            .collect())
+    }
+
+    async fn advance_schedule(&self, name: &str, from_ms: u64, to_ms: u64) -> Result<bool> {
+        check_schedule_name(name)?;
+        match self.lock_schedules().get_mut(name) {
+            Some((cursor, _)) if *cursor == from_ms => {
+                *cursor = to_ms;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn now_ms(&self) -> Result<u64> {

@@ -16,6 +16,7 @@ mod checks;
 mod conn;
 pub mod layout;
 mod record;
+mod schedules;
 mod scripts;
 mod topics;
 mod url;
@@ -49,6 +50,7 @@ use crate::job::{
     NewJob, Queue, RescheduleOutcome, TopicStats, unix_ms,
 };
 use crate::names::{JobKey, Topic};
+use crate::schedule::{ScheduleOutcome, ScheduleRecord};
 use crate::store::check_act_len;
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
@@ -1097,6 +1099,22 @@ impl Store for RedisStore {
 
     async fn remove_worker(&self, id: &str) -> Result<bool> {
         self.remove_worker_record(id).await
+    }
+
+    async fn put_schedule(&self, record: &ScheduleRecord) -> Result<ScheduleOutcome> {
+        self.put_schedule_record(record).await
+    }
+
+    async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        self.remove_schedule_record(name).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleRecord>> {
+        self.schedule_records().await
+    }
+
+    async fn advance_schedule(&self, name: &str, from_ms: u64, to_ms: u64) -> Result<bool> {
+        self.advance_schedule_cursor(name, from_ms, to_ms).await
     }
 
     async fn now_ms(&self) -> Result<u64> {

@@ -82,6 +82,8 @@ pub(crate) struct Scripts {
     pub topic: LuaScript,
     /// Namespace-wide: the live workers' heartbeats (see `layout::workers_key`).
     pub workers: LuaScript,
+    /// Namespace-wide: the periodic schedules (see `layout::schedules_key`).
+    pub schedules: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -108,6 +110,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     // A heartbeat replaces a value of the same size: it must go on at `maxmemory`, or every
     // worker would look dead exactly when the server is full.
     workers: script!("workers", ALLOW_OOM),
+    // Moving a cursor rewrites a value of the same size: schedules keep ticking at
+    // `maxmemory` (their jobs' enqueues are refused there, as any enqueue).
+    schedules: script!("schedules", ALLOW_OOM),
 });
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
@@ -241,6 +246,7 @@ mod tests {
             &s.control,
             &s.topic,
             &s.workers,
+            &s.schedules,
         ];
         assert_eq!(
             all.len(),

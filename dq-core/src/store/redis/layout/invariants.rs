@@ -25,7 +25,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    KeyName, PartitionKeys, RecordHeader, TopicRecord, parse_key, topics_key, workers_key,
+    KeyName, PartitionKeys, RecordHeader, TopicRecord, parse_key, schedules_key, topics_key,
+    workers_key,
 };
 use crate::error::{Result, from_redis};
 use crate::job::{ENQUEUE_RECEIPT_LIFE, FETCH_RECEIPT_LIFE, JobState, Queue};
@@ -419,6 +420,20 @@ impl Snapshot {
                     "expires in {} ms: the registry must not",
                     seen.ttl_ms
                 ));
+            }
+            return;
+        }
+        if *key == schedules_key(&self.namespace) {
+            // Periodic schedules: a hash that never expires.
+            let ty = seen.redis_type.as_str();
+            if ty != KeyName::Schedules.redis_type() && ty != "none" {
+                say(format!(
+                    "is a {ty}, expected a {}",
+                    KeyName::Schedules.redis_type()
+                ));
+            }
+            if seen.ttl_ms >= 0 {
+                say(format!("expires in {} ms: schedules must not", seen.ttl_ms));
             }
             return;
         }

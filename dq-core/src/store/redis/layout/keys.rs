@@ -6,7 +6,8 @@
 //! `<ns>:{orders.close#0}:scheduled`.
 //!
 //! One key is namespace-wide, outside every partition: the topic registry `<ns>:topics`
-//! ([`topics_key`]). On a cluster it lives in a slot of its own, so it is only ever read or
+//! ([`topics_key`]); so are the live workers ([`workers_key`]) and the periodic schedules
+//! ([`schedules_key`]). On a cluster it lives in a slot of its own, so it is only ever read or
 //! written by a call of its own, never inside a partition's script.
 
 use crate::job::Queue;
@@ -50,6 +51,9 @@ pub enum KeyName {
     /// workers, `<ns>:workers` (not a partition key; see `workers.lua`). Expires when no
     /// worker beats.
     Workers,
+    /// HASH schedule name → `<cursor_ms>|<definition>`: the namespace's periodic schedules,
+    /// `<ns>:schedules` (not a partition key; see `schedules.lua`). Never expires.
+    Schedules,
 }
 
 impl KeyName {
@@ -87,6 +91,7 @@ impl KeyName {
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
+            KeyName::Schedules => "schedules",
         }
     }
 
@@ -104,7 +109,8 @@ impl KeyName {
             | KeyName::Stats
             | KeyName::Control
             | KeyName::Topics
-            | KeyName::Workers => "hash",
+            | KeyName::Workers
+            | KeyName::Schedules => "hash",
             KeyName::FetchReceipt => "string",
         }
     }
@@ -195,7 +201,9 @@ impl PartitionKeys {
             KeyName::Wake => &self.wake,
             KeyName::Calls => &self.calls,
             KeyName::Control => &self.control,
-            KeyName::FetchReceipt | KeyName::Topics | KeyName::Workers => return None,
+            KeyName::FetchReceipt | KeyName::Topics | KeyName::Workers | KeyName::Schedules => {
+                return None;
+            }
         })
     }
 
@@ -217,6 +225,13 @@ pub fn topics_key(namespace: &str) -> String {
 /// partition's hash tag), so it is written by calls of its own (`workers.lua`).
 pub fn workers_key(namespace: &str) -> String {
     format!("{namespace}:{}", KeyName::Workers)
+}
+
+/// HASH, the namespace's periodic schedules: name → `<cursor_ms>|<definition>`.
+/// Namespace-wide (no partition's hash tag), so it is written by calls of its own
+/// (`schedules.lua`).
+pub fn schedules_key(namespace: &str) -> String {
+    format!("{namespace}:{}", KeyName::Schedules)
 }
 
 /// A key of the store read back by [`parse_key`].
@@ -264,6 +279,8 @@ mod tests {
         assert!(k.fetch_receipt(42).starts_with("dq:{orders.close#3}:"));
         assert_eq!(k.get(KeyName::Topics), None);
         assert_eq!(topics_key("dq"), "dq:topics");
+        assert_eq!(schedules_key("dq"), "dq:schedules");
+        assert_eq!(k.get(KeyName::Schedules), None);
         assert_eq!(
             parse_key("dq", &topics_key("dq")),
             None,

@@ -58,6 +58,7 @@ pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
     // Namespace-wide, never with a partition's keys (another slot on a cluster).
     ("topic", &[Topics]),
     ("workers", &[Workers]),
+    ("schedules", &[Schedules]),
 ];
 
 /// The KEYS of script `name`, in order, or `None` for a name that is not a script.

@@ -1,0 +1,199 @@
+//! Periodic jobs through the client: storing, removing and listing schedules
+//! ([`Client::schedule`], [`Client::unschedule`], [`Client::schedules`]), and one pass of a
+//! scheduler ([`Client::run_schedules`], what every worker runs in a loop). See
+//! `crate::schedule` for the exactly-once argument and ARCHITECTURE.md §13.
+
+use std::time::Duration;
+
+use super::{Client, JobSpec, retry_harmless};
+use crate::error::{Error, Result};
+use crate::job::{Due, EnqueueCall, EnqueueOutcome, Job, from_unix_ms};
+use crate::names::Topic;
+use crate::payload;
+use crate::schedule::{
+    MAX_TICKS_PER_PASS, NO_MORE_TICKS, SCHEDULE_LOOKAHEAD, Schedule, ScheduleInfo, ScheduleOutcome,
+    ScheduleRecord, check_schedule_name, tick_call_id, tick_key,
+};
+
+/// What one scheduler pass did ([`Client::run_schedules`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchedulerPass {
+    /// The ticks whose jobs this pass stored (created), as `(schedule name, tick ms)`.
+    pub created: Vec<(String, u64)>,
+    /// How long until the next pass has work: the earliest cursor of the schedules seen, less
+    /// the look-ahead (zero if this pass left work, e.g. lost a race). `None`: no schedule of
+    /// these topics has a next tick.
+    pub wait: Option<Duration>,
+}
+
+impl Client {
+    /// Stores a periodic schedule named `name` that enqueues a job of `J` with `payload` at
+    /// every tick of `schedule`, in the store (for Redis: `<ns>:schedules`, one hash for the
+    /// namespace), so that it survives restarts and every worker and tool sees it. The workers
+    /// of `J`'s topic run it: each tick's job is enqueued once, by key
+    /// `<name>@<tick unix ms>`, however many workers run.
+    ///
+    /// Declaring the same schedule again (same topic, schedule, policy and payload) changes
+    /// nothing ([`ScheduleOutcome::Unchanged`]): call it at every start-up. Another
+    /// definition under the name replaces it ([`ScheduleOutcome::Updated`]). The first tick
+    /// is the first one at least [`SCHEDULE_LOOKAHEAD`] after now (the store's clock).
+    ///
+    /// A bad name, or a schedule that never fires, is [`Error::InvalidSchedule`] before
+    /// anything is written; the topic's partition count is checked as for an enqueue.
+    pub async fn schedule<J: Job>(
+        &self,
+        name: &str,
+        schedule: Schedule,
+        payload: J::Payload,
+    ) -> Result<ScheduleOutcome> {
+        let payload = payload::encode(&payload, self.config.max_payload)?;
+        self.schedule_raw(name, J::TOPIC, schedule, payload).await
+    }
+
+    /// [`Client::schedule`] with a topic name and a raw MessagePack payload.
+    pub async fn schedule_raw(
+        &self,
+        name: &str,
+        topic: &str,
+        schedule: Schedule,
+        payload: Vec<u8>,
+    ) -> Result<ScheduleOutcome> {
+        check_schedule_name(name)?;
+        let topic = Topic::new(topic)?;
+        payload::check_size(&payload, self.config.max_payload)?;
+        let definition = schedule.encode(topic.as_str(), &payload)?;
+        let (now, _) = retry_harmless(|| self.store.now_ms(), true).await?;
+        let lookahead = u64::try_from(SCHEDULE_LOOKAHEAD.as_millis()).unwrap_or(u64::MAX);
+        let next_ms = schedule
+            .next_after(now.saturating_add(lookahead))
+            .ok_or_else(|| {
+                Error::InvalidSchedule(format!("schedule {name:?} never fires after now"))
+            })?;
+        self.topic(topic.as_str())?.check().await?;
+        let record = ScheduleRecord {
+            name: name.to_string(),
+            next_ms,
+            definition,
+        };
+        // Harmless to repeat: a retry of an applied put finds its own definition.
+        let (outcome, _) = retry_harmless(|| self.store.put_schedule(&record), true).await?;
+        self.schedules_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
+        Ok(outcome)
+    }
+
+    /// Deletes schedule `name`; `true` if there was one. Jobs of ticks already enqueued
+    /// (up to [`SCHEDULE_LOOKAHEAD`] ahead) still run; cancel them by key (`<name>@<ms>`).
+    pub async fn unschedule(&self, name: &str) -> Result<bool> {
+        check_schedule_name(name)?;
+        let (removed, _) = retry_harmless(|| self.store.remove_schedule(name), true).await?;
+        self.schedules_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
+        Ok(removed)
+    }
+
+    /// Every stored schedule, by name, with its next tick. One store round trip.
+    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        let (records, _) = retry_harmless(|| self.store.schedules(), true).await?;
+        records.iter().map(ScheduleRecord::decode).collect()
+    }
+
+    /// Changes whenever this client (or a clone) stores or removes a schedule: a worker's
+    /// scheduler built on the same client looks at once instead of at its next poll.
+    #[doc(hidden)]
+    pub fn schedules_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.schedules_changed.subscribe()
+    }
+
+    /// One pass of a scheduler over the schedules of the topics `runs` accepts: for each
+    /// schedule whose next tick is within [`SCHEDULE_LOOKAHEAD`] (or past), enqueues the
+    /// tick's job by key (due at the tick) and moves the cursor with a compare-and-set, as
+    /// [`Schedule::plan`] says, up to [`MAX_TICKS_PER_PASS`] ticks per schedule. What every
+    /// worker runs in a loop; safe to run in any number of processes at once.
+    ///
+    /// A schedule that cannot run here (an unreadable definition, a payload over this
+    /// client's limit, a topic whose partition count differs) is logged at ERROR and left
+    /// alone; a store error ends the pass with the error (the caller tries again).
+    #[doc(hidden)]
+    pub async fn run_schedules(&self, runs: impl Fn(&str) -> bool) -> Result<SchedulerPass> {
+        let records = self.store.schedules().await?;
+        let now = self.store.now_ms().await?;
+        let lookahead = u64::try_from(SCHEDULE_LOOKAHEAD.as_millis()).unwrap_or(u64::MAX);
+        let mut pass = SchedulerPass::default();
+        let mut earliest: Option<u64> = None;
+        let mut again = false;
+        for record in records {
+            let info = match record.decode() {
+                Ok(info) => info,
+                Err(e) => {
+                    tracing::error!(schedule = %record.name, error = %e, "schedule cannot run");
+                    continue;
+                }
+            };
+            if !runs(&info.topic) {
+                continue;
+            }
+            let mut cursor = record.next_ms;
+            for _ in 0..MAX_TICKS_PER_PASS {
+                let Some(plan) = info.schedule.plan(cursor, now) else {
+                    break;
+                };
+                if let Some(tick) = plan.enqueue {
+                    match self.enqueue_tick(&info, tick).await {
+                        Ok(true) => pass.created.push((info.name.clone(), tick)),
+                        Ok(false) => {}
+                        Err(e) if e.is_retryable() => return Err(e),
+                        Err(e) => {
+                            tracing::error!(schedule = %info.name, error = %e, "schedule cannot run");
+                            cursor = NO_MORE_TICKS; // left alone: not counted for the wait
+                            break;
+                        }
+                    }
+                }
+                if !self
+                    .store
+                    .advance_schedule(&info.name, cursor, plan.next)
+                    .await?
+                {
+                    // Another scheduler moved it (or it was removed): look again soon.
+                    again = true;
+                    break;
+                }
+                cursor = plan.next;
+            }
+            if info.schedule.plan(cursor, now).is_some() {
+                again = true;
+            }
+            if cursor != NO_MORE_TICKS {
+                earliest = Some(earliest.map_or(cursor, |e| e.min(cursor)));
+            }
+        }
+        pass.wait = if again {
+            Some(Duration::ZERO)
+        } else {
+            earliest.map(|e| Duration::from_millis(e.saturating_sub(lookahead).saturating_sub(now)))
+        };
+        Ok(pass)
+    }
+
+    /// Enqueues one tick's job: key `<name>@<tick>`, due at the tick, with a call id derived
+    /// from the key and marked as a retry, so that it finds the receipt of another
+    /// scheduler's identical call. `true` if this call created the job.
+    async fn enqueue_tick(&self, info: &ScheduleInfo, tick: u64) -> Result<bool> {
+        let key = tick_key(&info.name, tick);
+        let call = EnqueueCall {
+            id: tick_call_id(&key, tick),
+            retry: true,
+        };
+        let topic = self.topic(&info.topic)?;
+        let job = JobSpec {
+            payload: info.payload.clone(),
+            key: Some(key),
+            due: Due::At(from_unix_ms(tick)),
+            replace: false,
+        };
+        let outcome = topic.enqueue_as(job, call).await?;
+        Ok(outcome == EnqueueOutcome::Created)
+    }
+}

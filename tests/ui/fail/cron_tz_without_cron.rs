@@ -1,0 +1,6 @@
+#[dq::delayed_job(tz = "Europe/Berlin")]
+async fn report(_unit: ()) -> Result<(), dq::JobError> {
+    Ok(())
+}
+
+fn main() {}
