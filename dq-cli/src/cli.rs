@@ -41,7 +41,8 @@ pub struct Cli {
     /// Redis to connect to: redis://host:port/db (redis://user:password@host:port/db with
     /// ACLs; rediss://… in TLS builds), a cluster by seed nodes,
     /// redis+cluster://host:port,host:port, or a master watched by Redis Sentinel,
-    /// redis+sentinel://host:port,host:port/<master-name>[/db] (the hosts are sentinels).
+    /// redis+sentinel://host:port,host:port/MASTER[/db] (the hosts are sentinels, MASTER the
+    /// name they know the master by).
     #[arg(
         long,
         env = "REDIS_URL",
