@@ -10,16 +10,15 @@
 //! the master, every replica and the other sentinels.
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{OnceLock, mpsc};
+use std::io::Write;
+use std::process::{Child, ChildStdin};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use crate::process::{pid_alive, send_signal, tail};
-use crate::server::{RedisServer, ServerOptions, WRAPPER, free_port};
+use crate::server::{RedisServer, ServerOptions, free_port, start_wrapped};
 use crate::wait::wait_until;
 
 /// The name the sentinels of a [`RedisSentinelSet`] know the master by.
@@ -357,40 +356,17 @@ impl SentinelProcess {
             options.down_after_ms, options.failover_timeout_ms
         );
         std::fs::write(&conf, text).map_err(|e| format!("cannot write sentinel.conf: {e}"))?;
-        let binary: PathBuf = std::env::var_os("DQ_TESTKIT_REDIS_SERVER")
-            .unwrap_or_else(|| "redis-server".into())
-            .into();
         let stdio = std::fs::File::create(dir.path().join("stdio.log"))
             .map_err(|e| format!("cannot create stdio.log: {e}"))?;
-        let mut wrapper = Command::new("bash")
-            .args(["-c", WRAPPER, "dq-testkit-sentinel"])
-            // The wrapper removes the directory only on an unexpected exit; the TempDir does
-            // it otherwise.
-            .arg(dir.path())
-            .arg(&binary)
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stdio)
-            .spawn()
-            .map_err(|e| format!("cannot run bash to start {}: {e}", binary.display()))?;
-        let lifeline = wrapper.stdin.take();
-        let stdout = wrapper.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = tx.send(BufReader::new(stdout).read_line(&mut line).map(|_| line));
-        });
-        let pid = match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(line)) => line.trim().parse::<u32>().ok(),
-            _ => None,
-        };
-        let Some(pid) = pid else {
-            let _ = wrapper.kill();
-            let _ = wrapper.wait();
-            return Err("the wrapper script did not report a pid".to_owned());
-        };
+        // The wrapper removes the directory only on an unexpected exit; the TempDir does it
+        // otherwise.
+        let (wrapper, lifeline, pid) = start_wrapped(
+            "dq-testkit-sentinel",
+            dir.path(),
+            &[conf.into(), "--sentinel".into()],
+            stdio,
+            Duration::from_secs(10),
+        )?;
         let mut process = SentinelProcess {
             port,
             pid,

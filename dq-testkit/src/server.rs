@@ -413,45 +413,25 @@ impl Instance {
     /// Starts a server on `port` in `dir`, and waits until it answers and has loaded its data.
     /// On failure everything started is torn down again.
     fn spawn(port: u16, dir: &Path, options: &ServerOptions) -> Result<Instance, String> {
-        let binary: PathBuf = std::env::var_os("DQ_TESTKIT_REDIS_SERVER")
-            .unwrap_or_else(|| "redis-server".into())
-            .into();
         let stdio_log = File::create(dir.join(STDIO_LOG))
             .map_err(|e| format!("cannot create {STDIO_LOG}: {e}"))?;
-        let mut wrapper = Command::new("bash")
-            .args(["-c", WRAPPER, "dq-testkit-redis"])
-            .arg(dir)
-            .arg(&binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(dir)
-            .args(["--daemonize", "no", "--protected-mode", "no"])
-            .arg("--logfile")
-            .arg(dir.join(REDIS_LOG))
-            .args(options.args())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stdio_log)
-            .spawn()
-            .map_err(|e| format!("cannot run bash to start {}: {e}", binary.display()))?;
-        let lifeline = wrapper.stdin.take();
-
-        // Read the pid the wrapper prints, on a thread so the wait is bounded.
-        let stdout = wrapper.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = tx.send(BufReader::new(stdout).read_line(&mut line).map(|_| line));
-        });
-        let pid = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(Ok(line)) => line.trim().parse::<u32>().ok(),
-            _ => None,
-        };
-        let Some(pid) = pid else {
-            let _ = wrapper.kill();
-            let _ = wrapper.wait();
-            return Err("the wrapper script did not report a pid".to_owned());
-        };
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--port".into(),
+            port.to_string().into(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            dir.into(),
+            "--daemonize".into(),
+            "no".into(),
+            "--protected-mode".into(),
+            "no".into(),
+            "--logfile".into(),
+            dir.join(REDIS_LOG).into(),
+        ];
+        args.extend(options.args().into_iter().map(Into::into));
+        let (wrapper, lifeline, pid) =
+            start_wrapped("dq-testkit-redis", dir, &args, stdio_log, START_TIMEOUT)?;
 
         let instance = Instance {
             pid,
@@ -631,6 +611,51 @@ fn logs(dir: &Path) -> String {
 pub fn shared() -> &'static RedisServer {
     static SHARED: OnceLock<RedisServer> = OnceLock::new();
     SHARED.get_or_init(RedisServer::start)
+}
+
+/// Starts `redis-server` (or `$DQ_TESTKIT_REDIS_SERVER`) with `args` under the [`WRAPPER`]
+/// script in `dir` (`name` is the wrapper's `$0`; the server's stdout and stderr go to
+/// `stdio`), and reads the pid the wrapper reports within `timeout`. Returns the wrapper, its
+/// lifeline (the server dies when it is dropped) and the server's pid; on failure the wrapper
+/// is killed.
+pub(crate) fn start_wrapped(
+    name: &str,
+    dir: &Path,
+    args: &[std::ffi::OsString],
+    stdio: File,
+    timeout: std::time::Duration,
+) -> Result<(Child, Option<ChildStdin>, u32), String> {
+    let binary: PathBuf = std::env::var_os("DQ_TESTKIT_REDIS_SERVER")
+        .unwrap_or_else(|| "redis-server".into())
+        .into();
+    let mut wrapper = Command::new("bash")
+        .args(["-c", WRAPPER, name])
+        .arg(dir)
+        .arg(&binary)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stdio)
+        .spawn()
+        .map_err(|e| format!("cannot run bash to start {}: {e}", binary.display()))?;
+    let lifeline = wrapper.stdin.take();
+    // Read the pid the wrapper prints, on a thread so the wait is bounded.
+    let stdout = wrapper.stdout.take().expect("stdout is piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = tx.send(BufReader::new(stdout).read_line(&mut line).map(|_| line));
+    });
+    let pid = match rx.recv_timeout(timeout) {
+        Ok(Ok(line)) => line.trim().parse::<u32>().ok(),
+        _ => None,
+    };
+    let Some(pid) = pid else {
+        let _ = wrapper.kill();
+        let _ = wrapper.wait();
+        return Err("the wrapper script did not report a pid".to_owned());
+    };
+    Ok((wrapper, lifeline, pid))
 }
 
 #[cfg(test)]

@@ -255,6 +255,20 @@ impl Conn {
     }
 }
 
+/// `SCRIPT LOAD` of `source` on the master of `key`'s slot only: a node down elsewhere in the
+/// cluster must not fail this partition's calls.
+async fn load_on_master_of(c: &mut ClusterConnection, source: &str, key: &str) -> RedisResult<()> {
+    let mut load = redis::cmd("SCRIPT");
+    load.arg("LOAD").arg(source);
+    let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+    c.route_command(
+        load,
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+    )
+    .await?;
+    Ok(())
+}
+
 /// One try of a script call on a cluster: `EVALSHA`, and after `NOSCRIPT` a `SCRIPT LOAD` on
 /// the master of `key`'s slot and `EVALSHA` again.
 async fn eval_on_cluster(
@@ -265,16 +279,7 @@ async fn eval_on_cluster(
 ) -> RedisResult<Value> {
     match evalsha.query_async(&mut c).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            // Load it where it is missing only: a node down elsewhere in the cluster must not
-            // fail this partition's calls.
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(source);
-            let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-            c.route_command(
-                load,
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-            )
-            .await?;
+            load_on_master_of(&mut c, source, key).await?;
             evalsha.query_async(&mut c).await
         }
         other => other,
@@ -291,14 +296,7 @@ async fn wait_on_cluster(
 ) -> RedisResult<(Value, i64)> {
     match pipe.query_async::<(Value, i64)>(&mut c).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(source);
-            let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-            c.route_command(
-                load,
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-            )
-            .await?;
+            load_on_master_of(&mut c, source, key).await?;
             pipe.query_async(&mut c).await
         }
         other => other,

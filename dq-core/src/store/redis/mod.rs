@@ -307,6 +307,29 @@ impl RedisStore {
         ids.push(id);
     }
 
+    /// Runs a namespace-wide `script` (topic registry, live workers, schedules) on its one
+    /// `key` with `args`, timed in the script's store metrics. On a cluster the call goes to
+    /// the master of that key's slot.
+    pub(super) async fn run_on_key(
+        &self,
+        script: &LuaScript,
+        key: &str,
+        args: &[&[u8]],
+    ) -> Result<Value> {
+        let mut invocation = script.script.prepare_invoke();
+        invocation.key(key);
+        for a in args {
+            invocation.arg(*a);
+        }
+        let sent = std::time::Instant::now();
+        let result = self
+            .conn
+            .call(async |conn| invocation.invoke_async(conn).await)
+            .await;
+        script.metrics.record(sent.elapsed(), result.is_ok());
+        result.map_err(|e| script_error(script, e))
+    }
+
     /// Runs `script` on partition keys `k`: its KEYS come from the layout's table, in order;
     /// a fetch receipt in the table is the first of `receipts`, and fetch takes the rest (the
     /// receipts it deletes) after its own keys.

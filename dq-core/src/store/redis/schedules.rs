@@ -6,27 +6,15 @@ use redis::Value;
 
 use super::RedisStore;
 use super::layout;
-use super::scripts::{SCRIPTS, script_error, unexpected};
+use super::scripts::{SCRIPTS, unexpected};
 use crate::error::{Error, Result};
 use crate::schedule::{ScheduleOutcome, ScheduleRecord, check_schedule_name};
 
 impl RedisStore {
     /// Runs `schedules.lua` with `args` after the op.
     async fn schedules_call(&self, args: &[&[u8]]) -> Result<Value> {
-        let s = &SCRIPTS.schedules;
         let key = layout::schedules_key(&self.options.namespace);
-        let mut invocation = s.script.prepare_invoke();
-        invocation.key(&key);
-        for a in args {
-            invocation.arg(*a);
-        }
-        let sent = std::time::Instant::now();
-        let result = self
-            .conn
-            .call(async |conn| invocation.invoke_async(conn).await)
-            .await;
-        s.metrics.record(sent.elapsed(), result.is_ok());
-        result.map_err(|e| script_error(s, e))
+        self.run_on_key(&SCRIPTS.schedules, &key, args).await
     }
 
     /// See [`Store::put_schedule`](crate::store::Store::put_schedule).

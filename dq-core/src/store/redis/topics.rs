@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::RedisStore;
 use super::layout::{self, PartitionKeys, TopicRecord};
-use super::scripts::{SCRIPTS, script_error, unexpected};
+use super::scripts::{SCRIPTS, unexpected};
 use crate::error::{Error, Result, from_redis};
 use crate::job::Queue;
 use crate::names::Topic;
@@ -26,15 +26,10 @@ impl RedisStore {
     ) -> Result<TopicMeta> {
         let s = &SCRIPTS.topic;
         let key = self.topics_key();
-        let mut invocation = s.script.prepare_invoke();
-        invocation.key(&key).arg(topic.as_str()).arg(partitions);
-        let sent = std::time::Instant::now();
+        let partitions = partitions.to_string();
         let reply = self
-            .conn
-            .call(async |conn| invocation.invoke_async(conn).await)
-            .await;
-        s.metrics.record(sent.elapsed(), reply.is_ok());
-        let reply = reply.map_err(|e| script_error(s, e))?;
+            .run_on_key(s, &key, &[topic.as_str().as_bytes(), partitions.as_bytes()])
+            .await?;
         let text = match &reply {
             Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
             Value::SimpleString(t) => t.clone(),

@@ -100,14 +100,7 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
         return Ok(Target::Single(url.to_owned()));
     };
     let invalid = |what: &str| Error::InvalidConfig(format!("invalid Redis Cluster URL: {what}"));
-    let (rest, query) = match rest.find('?') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i + 1..]),
-        None => (rest, ""),
-    };
+    let (authority, path, query) = split_after_scheme(rest);
     if !(path.is_empty() || path == "0") {
         return Err(invalid(
             "a cluster has only database 0 (no path other than `/` or `/0`)",
@@ -141,14 +134,7 @@ fn parse_sentinel(rest: &str, scheme: &'static str) -> Result<Target> {
              redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db])"
         ))
     };
-    let (rest, query) = match rest.find('?') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i + 1..]),
-        None => (rest, ""),
-    };
+    let (authority, path, query) = split_after_scheme(rest);
     let mut parts = path.split('/');
     let master = parts.next().unwrap_or_default();
     if master.is_empty() {
@@ -213,6 +199,20 @@ fn split_host_port(seed: &str) -> Option<(&str, u16)> {
         return None;
     }
     Some((host, port.parse().ok().filter(|p| *p != 0)?))
+}
+
+/// Splits what follows a URL's scheme into its authority (credentials and hosts), its path
+/// (without the leading `/`) and its query (with the leading `?`, or empty).
+fn split_after_scheme(rest: &str) -> (&str, &str, &str) {
+    let (rest, query) = match rest.find('?') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    (authority, path, query)
 }
 
 #[cfg(test)]

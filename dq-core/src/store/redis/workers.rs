@@ -8,27 +8,15 @@ use redis::Value;
 
 use super::RedisStore;
 use super::layout;
-use super::scripts::{SCRIPTS, script_error, unexpected};
+use super::scripts::{SCRIPTS, unexpected};
 use crate::error::{Error, Result};
 use crate::workers::WorkerInfo;
 
 impl RedisStore {
     /// Runs `workers.lua` with `args` after the op.
     async fn workers_call(&self, args: &[&[u8]]) -> Result<Value> {
-        let s = &SCRIPTS.workers;
         let key = layout::workers_key(&self.options.namespace);
-        let mut invocation = s.script.prepare_invoke();
-        invocation.key(&key);
-        for a in args {
-            invocation.arg(*a);
-        }
-        let sent = std::time::Instant::now();
-        let result = self
-            .conn
-            .call(async |conn| invocation.invoke_async(conn).await)
-            .await;
-        s.metrics.record(sent.elapsed(), result.is_ok());
-        result.map_err(|e| script_error(s, e))
+        self.run_on_key(&SCRIPTS.workers, &key, args).await
     }
 
     /// See [`Store::beat_worker`](crate::store::Store::beat_worker).
