@@ -16,6 +16,7 @@ pub use dq_macros::delayed_job;
 #[allow(deprecated)]
 pub use dq_core::BulkJob;
 pub use dq_core::client::DEFAULT_BULK_CHUNK;
+pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 pub use dq_core::{
     CancelOutcome, DeadLimits, Due, EnqueueOutcome, MAX_DUE_MS, NewDue, RescheduleOutcome,
 };

@@ -32,8 +32,10 @@ use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
 use crate::store::Store;
 use crate::topic::TopicMeta;
 
+mod group;
 mod schedules;
 mod sweep;
+pub use group::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 pub use crate::inspect::DeadAction;
 pub use schedules::SchedulerPass;
 pub use sweep::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
@@ -53,8 +55,12 @@ pub struct ClientConfig {
     pub max_payload: usize,
     /// Dead-queue limits per topic; topics not listed get [`DeadLimits::default`].
     pub dead_limits: HashMap<String, DeadLimits>,
-    /// Jobs per enqueue script call in bulk enqueue (default 250).
+    /// Jobs per enqueue script call in bulk enqueue (default 250); also the most jobs one
+    /// group commit call carries.
     pub bulk_chunk: usize,
+    /// Group commit of concurrent single enqueues (default on, [`GroupCommit::default`]);
+    /// `None` sends every single enqueue as its own call.
+    pub group_commit: Option<GroupCommit>,
 }
 
 impl Default for ClientConfig {
@@ -65,6 +71,7 @@ impl Default for ClientConfig {
             max_payload: DEFAULT_MAX_PAYLOAD,
             dead_limits: HashMap::new(),
             bulk_chunk: DEFAULT_BULK_CHUNK,
+            group_commit: Some(GroupCommit::default()),
         }
     }
 }
@@ -107,6 +114,9 @@ pub struct Client {
     /// Bumped when this client stores or removes a periodic schedule, so that a scheduler on
     /// it looks at once (see `client/schedules.rs`).
     schedules_changed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Group commit's lanes: one per partition with an enqueue call in flight (see
+    /// `client/group.rs`).
+    lanes: Arc<group::Lanes>,
 }
 
 impl std::fmt::Debug for Client {
@@ -125,7 +135,15 @@ impl Client {
             config: Arc::new(config),
             topics: Arc::default(),
             schedules_changed: Arc::new(tokio::sync::watch::Sender::new(0)),
+            lanes: Arc::default(),
         }
+    }
+
+    /// How many single enqueues are queued behind a call in flight now, waiting for group
+    /// commit to send them (for tests: a caller has joined its lane once this counts it).
+    #[doc(hidden)]
+    pub fn enqueues_waiting(&self) -> usize {
+        self.lanes.waiting()
     }
 
     /// The store behind this client (for the worker and for tests).
@@ -553,16 +571,9 @@ impl Enqueue {
             due: self.due,
             replace: self.replace,
         })?;
-        let jobs = [job];
-        let mut outcomes = topic.store_enqueue(&queue, &jobs).await?;
-        let [job] = jobs;
-        let outcome = outcomes
-            .pop()
-            .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))?;
-        Ok(Enqueued {
-            key: job.key,
-            outcome,
-        })
+        let key = job.key.clone();
+        let outcome = topic.enqueue_one(queue, job).await?;
+        Ok(Enqueued { key, outcome })
     }
 }
 
@@ -806,6 +817,22 @@ impl TopicClient {
             .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))
     }
 
+    /// One validated single job, coalesced with concurrent ones to the same partition when
+    /// group commit is on ([`GroupCommit`]): the topic is checked for this caller first, so
+    /// a mismatch is its own error; the call is then [`TopicClient::send_enqueue`] of one
+    /// job, or of a batch of callers.
+    async fn enqueue_one(&self, queue: Queue, job: NewJob) -> Result<EnqueueOutcome> {
+        self.ensure().await?;
+        match self.client.config.group_commit {
+            Some(gc) => group::enqueue(self, gc, queue, job).await,
+            None => self
+                .send_enqueue(&queue, std::slice::from_ref(&job), EnqueueCall::new())
+                .await?
+                .pop()
+                .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into())),
+        }
+    }
+
     /// [`TopicClient::store_enqueue`] whose first try is `first`.
     async fn store_enqueue_as(
         &self,
@@ -814,6 +841,18 @@ impl TopicClient {
         first: EnqueueCall,
     ) -> Result<Vec<EnqueueOutcome>> {
         self.ensure().await?;
+        self.send_enqueue(queue, jobs, first).await
+    }
+
+    /// [`TopicClient::store_enqueue_as`] without the topic check (done by the caller): one
+    /// store call, the same call id on every try, retried through connection trouble for up
+    /// to [`ENQUEUE_RETRY_WINDOW`]; counts the jobs stored.
+    async fn send_enqueue(
+        &self,
+        queue: &Queue,
+        jobs: &[NewJob],
+        first: EnqueueCall,
+    ) -> Result<Vec<EnqueueOutcome>> {
         let store = &self.client.store;
         let started = tokio::time::Instant::now();
         let tries = &AtomicU32::new(0);
@@ -1204,7 +1243,7 @@ impl BulkStored {
         BulkStored {
             stored: entries.iter().flatten().count(),
             len: entries.len(),
-            entries: Box::new(entries),
+            entries: Arc::new(entries),
         }
     }
 

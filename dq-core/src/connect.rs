@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 
-use crate::client::{Client, ClientConfig};
+use crate::client::{Client, ClientConfig, GroupCommit};
 use crate::error::{Error, Result};
 use crate::job::DeadLimits;
 use crate::names::Topic;
@@ -77,6 +77,36 @@ impl ClientBuilder {
     /// Jobs per script call in bulk enqueue (default 250).
     pub fn bulk_chunk(mut self, jobs: usize) -> Self {
         self.config.bulk_chunk = jobs;
+        self
+    }
+
+    /// Group commit of concurrent single enqueues (on by default, with
+    /// [`GroupCommit::default`]: batches of up to 128, no linger). While an enqueue call to
+    /// a partition is in flight, later single enqueues to that partition — from any task,
+    /// any clone of the client — queue, and go together as the next call: one script call
+    /// and one round trip for all of them, each caller with its own outcome and its own
+    /// error. A call to an idle partition is sent at once by its own caller, as without
+    /// group commit. Checked when the client is built: `max_batch` at least 1, `linger` at
+    /// most [`MAX_GROUP_LINGER`](crate::client::MAX_GROUP_LINGER).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dq_core::Result<()> {
+    /// use std::time::Duration;
+    /// use dq_core::{Client, GroupCommit};
+    /// let client = Client::builder()
+    ///     .group_commit(GroupCommit { max_batch: 64, linger: Duration::from_millis(1) })
+    ///     .connect("redis://127.0.0.1:6380/")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group_commit(mut self, group_commit: GroupCommit) -> Self {
+        self.config.group_commit = Some(group_commit);
+        self
+    }
+
+    /// Turns group commit off: every single enqueue is its own script call and round trip.
+    pub fn no_group_commit(mut self) -> Self {
+        self.config.group_commit = None;
         self
     }
 
@@ -163,6 +193,9 @@ impl ClientBuilder {
         }
         if self.config.bulk_chunk == 0 {
             return Err(Error::InvalidConfig("bulk_chunk must be at least 1".into()));
+        }
+        if let Some(group_commit) = &self.config.group_commit {
+            group_commit.check()?;
         }
         for (topic, limits) in &self.config.dead_limits {
             Topic::new(topic.clone())?;

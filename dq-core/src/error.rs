@@ -6,7 +6,10 @@ use std::time::Duration;
 ///
 /// Input errors (`InvalidTopic`, `InvalidKey`, `PayloadTooLarge`, …) are always raised *before*
 /// anything is written to the store, so a rejected call leaves no trace.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Clone`, so that one failed store call can be reported to each of the callers it served
+/// (group commit) with the variant they match on.
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A topic name is empty, too long, or uses a character outside `[A-Za-z0-9._-]`.
@@ -243,8 +246,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// (The entries are held behind `Any` so that this file, the bottom of dq-core, names no type
 /// of the job model above it; the accessor lives with the client that builds them.)
+#[derive(Clone)]
 pub struct BulkStored {
-    pub(crate) entries: Box<dyn std::any::Any + Send + Sync>,
+    pub(crate) entries: std::sync::Arc<dyn std::any::Any + Send + Sync>,
     pub(crate) stored: usize,
     pub(crate) len: usize,
 }

@@ -18,6 +18,7 @@
 //! | `dq_job_lateness_seconds` | histogram | topic | start minus due, by Redis time |
 //! | `dq_job_run_seconds` | histogram | topic | how long handlers ran |
 //! | `dq_store_call_seconds` | histogram | op | store call latency (Redis) |
+//! | `dq_enqueue_batch_jobs` | histogram | topic | jobs per single-enqueue store call under group commit (1 when alone) |
 //! | `dq_jobs_running` | gauge | topic | handlers running now, per worker process |
 //! | `dq_queue_jobs` | gauge | topic, state | jobs per state (collector) |
 //! | `dq_queue_oldest_overdue_seconds` | gauge | topic | how long the most overdue job has waited (collector) |
@@ -48,6 +49,9 @@ pub const JOB_LATENESS: &str = "dq_job_lateness_seconds";
 pub const JOB_RUN: &str = "dq_job_run_seconds";
 /// Histogram: seconds one store call took (`op`).
 pub const STORE_CALL: &str = "dq_store_call_seconds";
+/// Histogram: jobs in one store call of single enqueues under group commit: 1 for a caller
+/// that sent alone, more for callers coalesced into one call (`topic`).
+pub const ENQUEUE_BATCH: &str = "dq_enqueue_batch_jobs";
 /// Gauge: handlers running now in this process (`topic`).
 pub const JOBS_RUNNING: &str = "dq_jobs_running";
 /// Gauge: jobs per state, from the stats collector (`topic`, `state`, one of
@@ -108,6 +112,10 @@ pub fn describe() {
         Unit::Seconds,
         "Store call latency by operation."
     );
+    describe_histogram!(
+        ENQUEUE_BATCH,
+        "Jobs per store call of single enqueues under group commit."
+    );
     describe_gauge!(JOBS_RUNNING, "Handlers running now in this process.");
     describe_gauge!(QUEUE_JOBS, "Jobs per state (stats collector).");
     describe_gauge!(
@@ -126,6 +134,11 @@ pub(crate) fn enqueued(topic: &str, jobs: u64) {
     if jobs > 0 {
         metrics::counter!(JOBS_ENQUEUED, "topic" => topic.to_owned()).increment(jobs);
     }
+}
+
+/// Records the size of one group commit call.
+pub(crate) fn enqueue_batch(topic: &str, jobs: usize) {
+    metrics::histogram!(ENQUEUE_BATCH, "topic" => topic.to_owned()).record(jobs as f64);
 }
 
 /// Counts a job cancelled by a client.

@@ -35,6 +35,7 @@ pub mod dead_sweep;
 pub mod due;
 pub mod enqueue;
 pub mod fetch;
+pub mod group_commit;
 pub mod lease;
 pub mod limits;
 pub mod receipts;
@@ -86,6 +87,7 @@ macro_rules! conformance_suite {
             bad_input::invalid_topics_and_keys_write_nothing,
             bad_input::oversized_payloads_are_refused,
             bad_input::bulk_with_one_bad_item_writes_nothing,
+            group_commit::concurrent_single_enqueues_keep_their_order,
             stats::stats_count_states_and_counters,
             stats::stats_oldest_overdue,
             stats::wake_tokens_for_due_and_earliest_jobs,

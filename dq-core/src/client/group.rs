@@ -1,0 +1,358 @@
+//! Group commit: concurrent single enqueues to one partition share one store call
+//! (ARCHITECTURE.md, "Group commit").
+//!
+//! Each partition a client enqueues to has a *lane* while someone is sending to it. A caller
+//! that finds no lane creates it and leads: it sends its own job at once, as a plain enqueue
+//! would (no task, no channel — a short mutex on the way in and on the way out). Callers that
+//! find a lane queue in it, in arrival order, each with a oneshot channel for its own outcome.
+//! When the leader's call returns (or the leader's future is dropped), the lane is handed to a
+//! flusher task if anyone queued: it takes up to `max_batch` queued callers, sends their jobs as
+//! one enqueue call, answers each, and goes on until the queue is empty; then the lane is
+//! removed. So an idle client adds no latency, a busy partition sends one call per round trip
+//! whatever the number of callers, and only partitions with a call in flight hold a lane.
+//!
+//! With a linger, every call goes through the flusher, which waits up to the linger (or until
+//! a batch is full) before it takes each batch.
+//!
+//! Dropping a caller never strands the others: the sending of queued batches happens in the
+//! flusher task, which no caller owns. A caller dropped while queued is skipped when a batch is
+//! taken (its job is not sent); one dropped after its batch was taken is applied or not as a
+//! dropped plain call would be.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{Notify, oneshot};
+
+use super::TopicClient;
+use crate::error::{Error, Result};
+use crate::job::{EnqueueCall, EnqueueOutcome, NewJob, Queue};
+
+/// Default largest number of queued single enqueues sent in one call ([`GroupCommit::max_batch`]).
+pub const DEFAULT_GROUP_BATCH: usize = 128;
+
+/// Longest linger accepted ([`GroupCommit::linger`]): every enqueue may wait that long for
+/// company, so a longer one is surely a mistake.
+pub const MAX_GROUP_LINGER: Duration = Duration::from_secs(1);
+
+/// How concurrent single enqueues are coalesced
+/// ([`ClientBuilder::group_commit`](crate::connect::ClientBuilder::group_commit)); on by
+/// default, with [`GroupCommit::default`].
+///
+/// While an enqueue call to a partition is in flight, later single enqueues to the same
+/// partition (from any clone of the client) queue, and go together, in arrival order, as the
+/// next call — one script call and one round trip for all of them, each caller still getting
+/// its own outcome or error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupCommit {
+    /// Most callers sent in one call (default [`DEFAULT_GROUP_BATCH`]; at least 1). A batch
+    /// never holds more than the client's [`bulk_chunk`](crate::client::ClientConfig::bulk_chunk)
+    /// either: that is the client's one bound on the jobs of one script call, which keeps each
+    /// call in the low milliseconds so that Redis never stalls its other clients.
+    pub max_batch: usize,
+    /// How long each batch waits for more callers before it is sent, unless it is full
+    /// (default zero: none, and an enqueue to an idle partition is sent at once by its own
+    /// caller). At most [`MAX_GROUP_LINGER`]. A linger adds up to its length to every enqueue;
+    /// it only helps when callers arrive faster than round trips return, and even then a
+    /// zero linger already coalesces them.
+    pub linger: Duration,
+}
+
+impl Default for GroupCommit {
+    fn default() -> Self {
+        GroupCommit {
+            max_batch: DEFAULT_GROUP_BATCH,
+            linger: Duration::ZERO,
+        }
+    }
+}
+
+impl GroupCommit {
+    /// Refuses settings that cannot work: a `max_batch` of 0, or a linger over
+    /// [`MAX_GROUP_LINGER`].
+    pub fn check(&self) -> Result<()> {
+        if self.max_batch == 0 {
+            return Err(Error::InvalidConfig(
+                "group commit max_batch must be at least 1".into(),
+            ));
+        }
+        if self.linger > MAX_GROUP_LINGER {
+            return Err(Error::InvalidConfig(format!(
+                "group commit linger {:?} is over the most accepted ({MAX_GROUP_LINGER:?})",
+                self.linger
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One lane per (partition, partition count) with a sender active.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct LaneKey {
+    queue: Queue,
+    /// The caller's partition count (the lane's sender checks the topic with it).
+    partitions: u16,
+}
+
+/// A caller waiting in a lane: its job, and where its outcome goes.
+struct Waiter {
+    job: NewJob,
+    reply: oneshot::Sender<Result<EnqueueOutcome>>,
+}
+
+/// A partition's lane: present while a leader or a flusher is responsible for it.
+struct Lane {
+    waiting: VecDeque<Waiter>,
+    /// Woken when `waiting` reaches the batch size (ends a linger early).
+    full: Arc<Notify>,
+}
+
+impl Lane {
+    fn new() -> Lane {
+        Lane {
+            waiting: VecDeque::new(),
+            full: Arc::new(Notify::new()),
+        }
+    }
+}
+
+/// The lanes of a client and its clones.
+#[derive(Default)]
+pub(crate) struct Lanes {
+    map: Mutex<HashMap<LaneKey, Lane>>,
+}
+
+impl Lanes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<LaneKey, Lane>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Callers queued in every lane now (not counting those whose call is in flight).
+    pub(crate) fn waiting(&self) -> usize {
+        self.lock().values().map(|l| l.waiting.len()).sum()
+    }
+}
+
+/// What one sender needs: the topic client to send with, the lane, and the settings.
+#[derive(Clone)]
+struct Sender {
+    topic: TopicClient,
+    key: LaneKey,
+    max_batch: usize,
+    linger: Duration,
+}
+
+/// Enqueues one validated job of `queue` (the topic already checked) through its lane.
+pub(super) async fn enqueue(
+    topic: &TopicClient,
+    gc: GroupCommit,
+    queue: Queue,
+    job: NewJob,
+) -> Result<EnqueueOutcome> {
+    let sender = Sender {
+        max_batch: gc.max_batch.min(topic.client.config.bulk_chunk).max(1),
+        linger: gc.linger,
+        key: LaneKey {
+            queue,
+            partitions: topic.partitions,
+        },
+        topic: topic.clone(),
+    };
+    let lanes = &topic.client.lanes;
+    let lead = {
+        let mut map = lanes.lock();
+        match map.get_mut(&sender.key) {
+            Some(lane) => Err(join(lane, job, sender.max_batch)),
+            None if sender.linger.is_zero() => {
+                map.insert(sender.key.clone(), Lane::new());
+                Ok(job)
+            }
+            None => {
+                // With a linger, even the first caller waits for company: it queues, and a
+                // flusher (which nobody's drop can stop) sends.
+                let mut lane = Lane::new();
+                let rx = join(&mut lane, job, sender.max_batch);
+                map.insert(sender.key.clone(), lane);
+                drop(map);
+                spawn_flusher(sender.clone());
+                Err(rx)
+            }
+        }
+    };
+    match lead {
+        Ok(job) => lead_one(sender, job).await,
+        Err(rx) => rx.await.unwrap_or_else(|_| Err(sender_stopped())),
+    }
+}
+
+/// Queues a caller in `lane`; its outcome arrives on the returned receiver.
+fn join(
+    lane: &mut Lane,
+    job: NewJob,
+    max_batch: usize,
+) -> oneshot::Receiver<Result<EnqueueOutcome>> {
+    let (reply, rx) = oneshot::channel();
+    lane.waiting.push_back(Waiter { job, reply });
+    if lane.waiting.len() >= max_batch {
+        lane.full.notify_one();
+    }
+    rx
+}
+
+/// The error of a queued caller whose sender ended without answering: only when its task
+/// was dropped with the runtime shutting down (or a panic in the store). The job may have
+/// been stored.
+fn sender_stopped() -> Error {
+    Error::Protocol(
+        "the group commit sender stopped before answering (runtime shutting down?); the job \
+         may have been stored"
+            .into(),
+    )
+}
+
+/// The leader's call: its own job alone, sent at once. Whatever happens to this future, the
+/// lane is handed over when it ends.
+async fn lead_one(sender: Sender, job: NewJob) -> Result<EnqueueOutcome> {
+    let handover = Handover(sender);
+    let jobs = [job];
+    let result = handover.0.send(&jobs).await;
+    drop(handover);
+    let mut outcomes = result?;
+    outcomes
+        .pop()
+        .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))
+}
+
+/// Hands a leader's lane over when the leader is done or dropped: to a flusher if callers
+/// queued meanwhile, else it removes the lane.
+struct Handover(Sender);
+
+impl Drop for Handover {
+    fn drop(&mut self) {
+        let mut map = self.0.topic.client.lanes.lock();
+        let queued = map
+            .get(&self.0.key)
+            .is_some_and(|lane| !lane.waiting.is_empty());
+        if queued {
+            drop(map);
+            spawn_flusher(self.0.clone());
+        } else {
+            map.remove(&self.0.key);
+        }
+    }
+}
+
+/// Starts the flusher of a lane that has callers queued. Without a runtime to run it on
+/// (only while one shuts down), the lane is removed and its callers get an error.
+fn spawn_flusher(sender: Sender) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(flush(sender));
+        }
+        Err(_) => {
+            sender.topic.client.lanes.lock().remove(&sender.key);
+        }
+    }
+}
+
+/// Sends the lane's queued callers, a batch per call, until none is left; then removes the
+/// lane. If this task is dropped before (the runtime shutting down, a panic), the lane is
+/// removed and the callers still queued get an error.
+async fn flush(sender: Sender) {
+    let mut stop = Stop(Some(&sender));
+    let lanes = &sender.topic.client.lanes;
+    // Bounded by the callers: each round answers or drops at least one queued caller, or
+    // ends.
+    loop {
+        let full = {
+            let mut map = lanes.lock();
+            let Some(lane) = map.get_mut(&sender.key) else {
+                stop.0 = None;
+                return;
+            };
+            if lane.waiting.is_empty() {
+                map.remove(&sender.key);
+                stop.0 = None;
+                return;
+            }
+            (lane.waiting.len() < sender.max_batch).then(|| lane.full.clone())
+        };
+        if let Some(full) = full
+            && !sender.linger.is_zero()
+        {
+            let _ = tokio::time::timeout(sender.linger, full.notified()).await;
+        }
+        let batch = sender.take();
+        if batch.is_empty() {
+            continue;
+        }
+        let (jobs, replies): (Vec<NewJob>, Vec<_>) =
+            batch.into_iter().map(|w| (w.job, w.reply)).unzip();
+        match sender.send(&jobs).await {
+            Ok(outcomes) if outcomes.len() == replies.len() => {
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Ok(outcomes) => {
+                let e = Error::Protocol(format!(
+                    "enqueue of {} jobs returned {} outcomes",
+                    replies.len(),
+                    outcomes.len()
+                ));
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+            Err(e) => {
+                // The whole call failed: every caller of the batch gets the error, as if it
+                // had been its own call.
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Removes a flusher's lane if the flusher ends without emptying it.
+struct Stop<'a>(Option<&'a Sender>);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        if let Some(sender) = self.0.take() {
+            let lane = sender.topic.client.lanes.lock().remove(&sender.key);
+            drop(lane); // outside the lock: the callers' receivers wake with an error
+        }
+    }
+}
+
+impl Sender {
+    /// Takes the next batch: up to `max_batch` queued callers, oldest first, skipping (and
+    /// dropping) those that went away while queued — their jobs are never sent.
+    fn take(&self) -> Vec<Waiter> {
+        let mut map = self.topic.client.lanes.lock();
+        let Some(lane) = map.get_mut(&self.key) else {
+            return Vec::new();
+        };
+        let mut batch = Vec::with_capacity(lane.waiting.len().min(self.max_batch));
+        while batch.len() < self.max_batch {
+            let Some(w) = lane.waiting.pop_front() else {
+                break;
+            };
+            if !w.reply.is_closed() {
+                batch.push(w);
+            }
+        }
+        batch
+    }
+
+    /// One enqueue call of `jobs`, under one call id, through the client's retry path.
+    async fn send(&self, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+        crate::metrics::enqueue_batch(self.topic.topic.as_str(), jobs.len());
+        self.topic
+            .send_enqueue(&self.key.queue, jobs, EnqueueCall::new())
+            .await
+    }
+}
