@@ -355,6 +355,48 @@ async fn a_cancelled_waiting_caller_is_not_sent() {
     assert_eq!(after.outcome, EnqueueOutcome::Created);
 }
 
+/// The leader is cancelled (its task aborted) while its call is in flight and three callers
+/// are queued behind it: the lane is handed over, and the three are sent and created all
+/// the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_leader_hands_its_lane_over() {
+    let (_server, proxy, _ns, client, look) = proxied(|b| b).await;
+    let t = client.topic(TOPIC).unwrap();
+    proxy.set_reply_delay(HELD);
+    let lead = {
+        let t = t.clone();
+        tokio::spawn(async move { t.enqueue(vec![0x90]).key("lead").delay(HOUR).await })
+    };
+    eventually("Redis applied the leader's call", WAIT, || async {
+        look.job("lead").await.unwrap().is_some()
+    })
+    .await;
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let t = t.clone();
+        waiting.push(tokio::spawn(async move {
+            t.enqueue(vec![0x90]).key(format!("w{i}")).delay(HOUR).await
+        }));
+    }
+    eventually("three callers queued", WAIT, || async {
+        client.enqueues_waiting() == 3
+    })
+    .await;
+    lead.abort();
+    assert!(lead.await.unwrap_err().is_cancelled());
+    eventually("the queued batch was sent", WAIT, || async {
+        look.job("w2").await.unwrap().is_some()
+    })
+    .await;
+
+    lift(&proxy);
+    for w in waiting {
+        assert_eq!(w.await.unwrap().unwrap().outcome, EnqueueOutcome::Created);
+    }
+    assert_eq!(look.stats().await.unwrap().scheduled, 4);
+    assert_eq!(client.enqueues_waiting(), 0);
+}
+
 /// A batch of six callers is applied by Redis and its reply is lost (held, then the
 /// connection cut): the batch is retried with its call id, finds its receipt, and every
 /// caller gets `Created`; each job exists once.
