@@ -16,7 +16,6 @@ pub use dq_macros::delayed_job;
 #[allow(deprecated)]
 pub use dq_core::BulkJob;
 pub use dq_core::client::DEFAULT_BULK_CHUNK;
-pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 pub use dq_core::{
     CancelOutcome, DeadLimits, Due, EnqueueOutcome, MAX_DUE_MS, NewDue, RescheduleOutcome,
 };
@@ -24,6 +23,7 @@ pub use dq_core::{
     Client, ClientBuilder, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec,
     TopicClient,
 };
+pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 
 // Pause, rate and concurrency limits of a topic.
 pub use dq_core::{Rate, TopicControl};

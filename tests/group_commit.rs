@@ -152,7 +152,12 @@ async fn each_caller_gets_its_own_outcome_and_error() {
         linger: Duration::from_secs(1),
     };
     let (_c, t) = client_on(&server.url(), &ns, |b| b.max_payload(64).group_commit(gc)).await;
-    let existing = t.enqueue(vec![1]).key("existing").delay(HOUR).await.unwrap();
+    let existing = t
+        .enqueue(vec![1])
+        .key("existing")
+        .delay(HOUR)
+        .await
+        .unwrap();
     assert_eq!(existing.outcome, EnqueueOutcome::Created);
 
     let mut calls: Vec<(&str, Vec<u8>)> = (0..10).map(|_| ("", vec![2])).collect();
@@ -214,7 +219,10 @@ async fn each_caller_gets_its_own_outcome_and_error() {
         ]
     );
     let calls = script_calls(&server) - before;
-    assert!(calls < 13, "{calls} calls for 13 callers: they were not batched");
+    assert!(
+        calls < 13,
+        "{calls} calls for 13 callers: they were not batched"
+    );
     // 1 existing + 10 new + 1 twice.
     assert_eq!(t.stats().await.unwrap().scheduled, 12);
     assert!(t.job("too-big").await.unwrap().is_none());
@@ -271,7 +279,11 @@ async fn a_failing_batch_fails_every_caller_and_writes_nothing() {
         .into_iter()
         .filter(|k| k.contains(&format!("{{{TOPIC}#0}}")))
         .collect();
-    assert_eq!(partition, [keys.jobs.clone()], "nothing was written");
+    assert_eq!(
+        partition,
+        std::slice::from_ref(&keys.jobs),
+        "nothing was written"
+    );
     assert_eq!(c.enqueues_waiting(), 0);
 
     let _: () = server.cmd(&["DEL", &keys.jobs]);
@@ -351,7 +363,12 @@ async fn a_cancelled_waiting_caller_is_not_sent() {
     assert_eq!(client.enqueues_waiting(), 0);
 
     // The lane keeps working.
-    let after = t.enqueue(vec![0x90]).key("after").delay(HOUR).await.unwrap();
+    let after = t
+        .enqueue(vec![0x90])
+        .key("after")
+        .delay(HOUR)
+        .await
+        .unwrap();
     assert_eq!(after.outcome, EnqueueOutcome::Created);
 }
 
@@ -426,7 +443,10 @@ async fn a_batch_whose_reply_is_lost_finds_its_receipt() {
         }
         n
     };
-    eventually("Redis applied the batch", WAIT, || async { stored().await > 0 }).await;
+    eventually("Redis applied the batch", WAIT, || async {
+        stored().await > 0
+    })
+    .await;
     let applied = stored().await;
     assert!(
         applied >= 2,
@@ -439,4 +459,39 @@ async fn a_batch_whose_reply_is_lost_finds_its_receipt() {
     }
     let stats = look.stats().await.unwrap();
     assert_eq!((stats.scheduled, stats.enqueued), (6, 6), "{stats:?}");
+}
+
+/// Settings that cannot work are refused when the client is built.
+#[test]
+fn bad_settings_are_refused_at_build() {
+    let build = |gc: GroupCommit| {
+        Client::builder()
+            .group_commit(gc)
+            .build_with_store(Arc::new(dq::store::MemoryStore::new()))
+    };
+    let zero = build(GroupCommit {
+        max_batch: 0,
+        ..GroupCommit::default()
+    });
+    assert!(matches!(zero, Err(Error::InvalidConfig(_))), "{zero:?}");
+    let long = build(GroupCommit {
+        linger: dq::MAX_GROUP_LINGER + Duration::from_millis(1),
+        ..GroupCommit::default()
+    });
+    assert!(matches!(long, Err(Error::InvalidConfig(_))), "{long:?}");
+    assert!(
+        build(GroupCommit {
+            max_batch: 1,
+            linger: dq::MAX_GROUP_LINGER,
+        })
+        .is_ok()
+    );
+    let default = Client::builder().build_with_store(Arc::new(dq::store::MemoryStore::new()));
+    assert_eq!(
+        default.unwrap().config().group_commit,
+        Some(GroupCommit {
+            max_batch: dq::DEFAULT_GROUP_BATCH,
+            linger: Duration::ZERO
+        })
+    );
 }

@@ -35,8 +35,8 @@ use crate::topic::TopicMeta;
 mod group;
 mod schedules;
 mod sweep;
-pub use group::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 pub use crate::inspect::DeadAction;
+pub use group::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 pub use schedules::SchedulerPass;
 pub use sweep::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
 

@@ -27,8 +27,8 @@ pub use client::BulkJob;
 pub use client::{
     Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
 };
-pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)
 pub use client::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER}; // group commit (issue 15)
+pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)
 pub use connect::ClientBuilder;
 pub use control::{ControlChange, ControlState, Rate, TopicControl};
 pub use error::{BulkStored, Error, Result};

@@ -243,24 +243,27 @@ impl Drop for Handover {
     }
 }
 
-/// Starts the flusher of a lane that has callers queued. Without a runtime to run it on
-/// (only while one shuts down), the lane is removed and its callers get an error.
+/// Starts the flusher of a lane that has callers queued. The flusher's guard exists before
+/// the task does, so that a task dropped unpolled (a runtime shutting down) still frees the
+/// lane; without a runtime at all, the lane is freed at once. Its callers then get an error.
 fn spawn_flusher(sender: Sender) {
+    let stop = Stop {
+        sender,
+        armed: true,
+    };
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
-            runtime.spawn(flush(sender));
+            runtime.spawn(flush(stop));
         }
-        Err(_) => {
-            sender.topic.client.lanes.lock().remove(&sender.key);
-        }
+        Err(_) => drop(stop),
     }
 }
 
 /// Sends the lane's queued callers, a batch per call, until none is left; then removes the
-/// lane. If this task is dropped before (the runtime shutting down, a panic), the lane is
-/// removed and the callers still queued get an error.
-async fn flush(sender: Sender) {
-    let mut stop = Stop(Some(&sender));
+/// lane. If this task is dropped before (the runtime shutting down, a panic), its guard
+/// removes the lane and the callers still queued get an error.
+async fn flush(mut stop: Stop) {
+    let sender = &stop.sender;
     let lanes = &sender.topic.client.lanes;
     // Bounded by the callers: each round answers or drops at least one queued caller, or
     // ends.
@@ -268,12 +271,12 @@ async fn flush(sender: Sender) {
         let full = {
             let mut map = lanes.lock();
             let Some(lane) = map.get_mut(&sender.key) else {
-                stop.0 = None;
+                stop.armed = false;
                 return;
             };
             if lane.waiting.is_empty() {
                 map.remove(&sender.key);
-                stop.0 = None;
+                stop.armed = false;
                 return;
             }
             (lane.waiting.len() < sender.max_batch).then(|| lane.full.clone())
@@ -316,13 +319,24 @@ async fn flush(sender: Sender) {
     }
 }
 
-/// Removes a flusher's lane if the flusher ends without emptying it.
-struct Stop<'a>(Option<&'a Sender>);
+/// A flusher's lane and settings; removes the lane if the flusher ends (or is dropped)
+/// without emptying it.
+struct Stop {
+    sender: Sender,
+    /// Cleared when the flusher removed the lane itself.
+    armed: bool,
+}
 
-impl Drop for Stop<'_> {
+impl Drop for Stop {
     fn drop(&mut self) {
-        if let Some(sender) = self.0.take() {
-            let lane = sender.topic.client.lanes.lock().remove(&sender.key);
+        if self.armed {
+            let lane = self
+                .sender
+                .topic
+                .client
+                .lanes
+                .lock()
+                .remove(&self.sender.key);
             drop(lane); // outside the lock: the callers' receivers wake with an error
         }
     }

@@ -12,8 +12,8 @@ pub async fn concurrent_single_enqueues_keep_their_order<H: Harness>(h: &H) {
     let c = h.client().await;
     let t = c.topic(close_order::TOPIC).unwrap();
     // One millisecond a day ahead, by the store's clock.
-    let at = std::time::SystemTime::UNIX_EPOCH
-        + Duration::from_millis(now(h).await + 24 * 3_600_000);
+    let at =
+        std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(now(h).await + 24 * 3_600_000);
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(TASKS + 1));
     let mut tasks = Vec::new();
     for i in 0..TASKS {
