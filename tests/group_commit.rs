@@ -495,3 +495,47 @@ fn bad_settings_are_refused_at_build() {
         })
     );
 }
+
+/// Callers on a runtime that shuts down (their tasks dropped mid-call and while queued) free
+/// their lane: the client, used from another runtime, enqueues to the same partition at once.
+#[test]
+fn a_runtime_shutting_down_frees_its_lanes() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_server, proxy, _ns, client, look) = main.block_on(proxied(|b| b));
+    let t = client.topic(TOPIC).unwrap();
+    proxy.set_reply_delay(HELD);
+    let other = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let spawn = |key: &'static str| {
+        let t = t.clone();
+        other.spawn(async move { t.enqueue(vec![0x90]).key(key).delay(HOUR).await })
+    };
+    let _lead = spawn("lead");
+    main.block_on(eventually(
+        "Redis applied the leader's call",
+        WAIT,
+        || async { look.job("lead").await.unwrap().is_some() },
+    ));
+    let _waiting = [spawn("w0"), spawn("w1"), spawn("w2")];
+    main.block_on(eventually("three callers queued", WAIT, || async {
+        client.enqueues_waiting() == 3
+    }));
+    other.shutdown_timeout(WAIT);
+    assert_eq!(client.enqueues_waiting(), 0, "the lane was freed");
+
+    lift(&proxy);
+    let after = main
+        .block_on(async {
+            tokio::time::timeout(WAIT, t.enqueue(vec![0x90]).key("after").delay(HOUR)).await
+        })
+        .expect("the partition's lane is free")
+        .unwrap();
+    assert_eq!(after.outcome, EnqueueOutcome::Created);
+}
