@@ -44,13 +44,17 @@ async fn client_on(
         .await
         .expect("connect");
     client.check_topic(TOPIC).await.expect("topic check");
-    client
+    let warm_up = client
         .topic("gc.warm-up")
         .unwrap()
         .enqueue(vec![0])
         .delay(HOUR)
-        .await
-        .expect("warm-up enqueue");
+        .await;
+    // (Stored on the master either way: with durable enqueue and no replica, not confirmed.)
+    assert!(
+        matches!(warm_up, Ok(_) | Err(Error::NotReplicated { .. })),
+        "warm-up enqueue: {warm_up:?}"
+    );
     let topic = client.topic(TOPIC).unwrap();
     (client, topic)
 }
@@ -291,6 +295,50 @@ async fn a_failing_batch_fails_every_caller_and_writes_nothing() {
         assert_eq!(outcome.unwrap().outcome, EnqueueOutcome::Created);
     }
     assert_eq!(t.stats().await.unwrap().scheduled, CALLERS as u64);
+}
+
+/// With durable enqueue on a server without replicas, a batch's `WAIT` confirms nothing:
+/// every caller of the batch gets `NotReplicated`, the variant it matches on (the jobs are
+/// stored on the master, as the error says they may be).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_not_replicated_is_not_replicated_for_every_caller() {
+    const CALLERS: usize = 4;
+    let server = RedisServer::start();
+    let ns = dq_testkit::namespace("gc-durable");
+    let gc = GroupCommit {
+        max_batch: CALLERS,
+        linger: Duration::from_secs(1),
+    };
+    let (_c, t) = client_on(&server.url(), &ns, |b| {
+        b.group_commit(gc)
+            .durable_enqueue(1, Duration::from_millis(100))
+    })
+    .await;
+    let start = Arc::new(Barrier::new(CALLERS));
+    let before = script_calls(&server);
+    let mut handles = Vec::new();
+    for i in 0..CALLERS {
+        let (t, start) = (t.clone(), start.clone());
+        handles.push(tokio::spawn(async move {
+            start.wait().await;
+            t.enqueue(vec![0x90]).key(format!("d{i}")).delay(HOUR).await
+        }));
+    }
+    for h in handles {
+        let outcome = h.await.unwrap();
+        assert!(
+            matches!(
+                outcome,
+                Err(Error::NotReplicated {
+                    acked: 0,
+                    wanted: 1
+                })
+            ),
+            "{outcome:?}"
+        );
+    }
+    let calls = script_calls(&server) - before;
+    assert!(calls < CALLERS as u64, "{calls} calls: not batched");
 }
 
 /// A proxied client and a direct one (for looking) on a private server.
