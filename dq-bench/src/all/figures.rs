@@ -528,7 +528,10 @@ impl Orchestrator {
             ),
             d(
                 "bullmq_dq_s3r_rate",
-                format!("dq S3R drain, conc {} (N={}), beside BullMQ's", p.conc, p.s3_n),
+                format!(
+                    "dq S3R drain, conc {} (N={}), beside BullMQ's",
+                    p.conc, p.s3_n
+                ),
                 "jobs/s",
                 None,
             ),

@@ -356,8 +356,10 @@ impl Orchestrator {
         )?;
         let (worker, _) = self.finish_worker(running, Duration::from_secs(timeout + 30))?;
         let stats = self.commandstats()?;
-        Ok(json!({"peer": peer.name, "start_ms": start, "enqueue": produced, "worker": worker,
-                  "commandstats": stats}))
+        Ok(
+            json!({"peer": peer.name, "start_ms": start, "enqueue": produced, "worker": worker,
+                  "commandstats": stats}),
+        )
     }
 
     /// S5, and in the same repetition an S3R drain of the same N: a retry should cost no more
@@ -407,8 +409,10 @@ impl Orchestrator {
         let total = (num(&worker, "/last_done_ms")? - num(&produced, "/first_add_ms")?) / 1000.0;
         // Producer and worker together: bulk enqueue, fetch, fail, ack.
         let stats = self.commandstats()?;
-        Ok(json!({"peer": peer.name, "total_secs": total, "enqueue": produced,
-                  "worker": worker, "commandstats": stats}))
+        Ok(
+            json!({"peer": peer.name, "total_secs": total, "enqueue": produced,
+                  "worker": worker, "commandstats": stats}),
+        )
     }
 
     // ---- idle cost ----------------------------------------------------------------------
