@@ -313,6 +313,30 @@ mod tests {
     }
 
     #[test]
+    fn dense_fill_and_concurrent_mode_parse() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: EnqueueArgs,
+        }
+        let parse = |s: &str| Cli::try_parse_from(s.split(' ')).map(|c| c.args);
+        let fill = parse("x --scenario FILL --mode bulk --n 10 --start-ms 5000 --window-ms 60000")
+            .unwrap();
+        match DueRule::of(&fill).unwrap() {
+            DueRule::Spread { start, window } => assert_eq!((start, window), (5000, 60_000)),
+            other => panic!("{other:?}"),
+        }
+        // Without --start-ms the filler stays far and random.
+        let far = parse("x --scenario FILL --mode bulk --n 10").unwrap();
+        assert!(matches!(DueRule::of(&far).unwrap(), DueRule::RandomFar));
+        let conc = parse("x --scenario S1 --mode concurrent --tasks 8 --n 100").unwrap();
+        assert_eq!((conc.mode, conc.tasks), (Mode::Concurrent, 8));
+        assert_eq!(conc.mode.name(), "concurrent");
+        assert!(parse("x --scenario S1 --mode sometimes --n 1").is_err());
+    }
+
+    #[test]
     fn random_far_delays_stay_in_range() {
         let mut rng = SplitMix64(7);
         for i in 0..10_000 {

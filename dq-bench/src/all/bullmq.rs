@@ -13,44 +13,44 @@ fn peer_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/bullmq")
 }
 
-impl Orchestrator {
-    /// The BullMQ peer, installed (`npm ci` when node_modules is missing), or why it cannot
-    /// run.
-    fn bullmq_peer(&mut self) -> std::result::Result<(Peer, String), String> {
-        let dir = peer_dir();
-        let script = dir.join("bench.mjs");
-        if !script.exists() {
-            return Err(format!("{} is missing", script.display()));
-        }
-        let node = ceiling::run_captured("node", &["--version"], Duration::from_secs(30))
-            .map_err(|e| format!("node is not usable: {e}"))?;
-        if !dir.join("node_modules").join("bullmq").exists() {
-            ceiling::run_captured("npm", &["--version"], Duration::from_secs(30))
-                .map_err(|e| format!("npm is not usable: {e}"))?;
-            eprintln!("   npm ci in {} ...", dir.display());
-            ceiling::run_captured_in(
-                Some(&dir),
-                "npm",
-                &["ci", "--no-audit", "--no-fund"],
-                Duration::from_secs(600),
-            )
-            .map_err(|e| format!("npm ci failed: {e}"))?;
-        }
-        let version = std::fs::read_to_string(dir.join("node_modules/bullmq/package.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|v| v["version"].as_str().map(str::to_owned))
-            .ok_or("node_modules/bullmq/package.json has no version (install incomplete?)")?;
-        let peer = Peer {
-            name: "bullmq",
-            program: PathBuf::from("node"),
-            prefix: vec![script.display().to_string()],
-        };
-        Ok((peer, format!("BullMQ {version} on node {}", node.trim())))
+/// The BullMQ peer, installed (`npm ci` when node_modules is missing), with its versions, or
+/// why it cannot run.
+fn bullmq_peer() -> std::result::Result<(Peer, String), String> {
+    let dir = peer_dir();
+    let script = dir.join("bench.mjs");
+    if !script.exists() {
+        return Err(format!("{} is missing", script.display()));
     }
+    let node = ceiling::run_captured("node", &["--version"], Duration::from_secs(30))
+        .map_err(|e| format!("node is not usable: {e}"))?;
+    if !dir.join("node_modules").join("bullmq").exists() {
+        ceiling::run_captured("npm", &["--version"], Duration::from_secs(30))
+            .map_err(|e| format!("npm is not usable: {e}"))?;
+        eprintln!("   npm ci in {} ...", dir.display());
+        ceiling::run_captured_in(
+            Some(&dir),
+            "npm",
+            &["ci", "--no-audit", "--no-fund"],
+            Duration::from_secs(600),
+        )
+        .map_err(|e| format!("npm ci failed: {e}"))?;
+    }
+    let version = std::fs::read_to_string(dir.join("node_modules/bullmq/package.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v["version"].as_str().map(str::to_owned))
+        .ok_or("node_modules/bullmq/package.json has no version (install incomplete?)")?;
+    let peer = Peer {
+        name: "bullmq",
+        program: PathBuf::from("node"),
+        prefix: vec![script.display().to_string()],
+    };
+    Ok((peer, format!("BullMQ {version} on node {}", node.trim())))
+}
 
+impl Orchestrator {
     pub(super) fn bullmq(&mut self) -> Result<()> {
-        let (peer, version) = match self.bullmq_peer() {
+        let (peer, version) = match bullmq_peer() {
             Ok(p) => p,
             Err(reason) => {
                 eprintln!("   bullmq skipped: {reason}");
