@@ -421,7 +421,7 @@ impl Orchestrator {
                 d(
                     &format!("dense_enq_srv_{size}"),
                     format!(
-                        "Dense scale: bulk-fill script time, {n} due in {w} s ({}/ms)",
+                        "Dense scale: fill script time, {n} due in {w} s ({}/ms)",
                         pretty(per_ms(*size))
                     ),
                     "µs/job",
@@ -429,7 +429,7 @@ impl Orchestrator {
                 ),
                 d(
                     &format!("dense_enq_us_{size}"),
-                    format!("Dense scale: bulk-fill wall time, {n} pending"),
+                    format!("Dense scale: fill wall time, {n} pending"),
                     "µs/job",
                     None,
                 ),
@@ -441,7 +441,7 @@ impl Orchestrator {
                 ),
                 d(
                     &format!("dense_bytes_{size}"),
-                    format!("Dense scale: memory per pending job, {n} pending"),
+                    format!("Dense scale: MEMORY USAGE of the keys / pending, {n}"),
                     "B/job",
                     None,
                 ),
@@ -469,13 +469,13 @@ impl Orchestrator {
         self.figures.extend([
             d(
                 "dense_slow_calls",
-                format!("Dense scale: calls over 2 ms during the {top} fill (SLOWLOG)"),
+                format!("Dense scale: bulk calls over 2 ms in the {top} fill (SLOWLOG)"),
                 "calls",
                 Some(("0", MaxAtMost(0.0))),
             ),
             d(
                 "dense_slow_longest",
-                format!("Dense scale: longest call over 2 ms in the {top} fill (0: none)"),
+                format!("Dense scale: longest of those calls (0: none)"),
                 "µs",
                 None,
             ),

@@ -583,7 +583,7 @@ impl Orchestrator {
                     num(&v, "/bytes_per_pending_job")?,
                 );
                 if size == top {
-                    o.push("dense_slow_calls", num(&v, "/slowlog/entries")?);
+                    o.push("dense_slow_calls", num(&v, "/slowlog/script_calls")?);
                     o.push("dense_slow_longest", num(&v, "/slowlog/longest_us")?);
                 }
                 by_size.insert(size, costs);
@@ -632,13 +632,26 @@ impl Orchestrator {
         let enq = admin::script_calls(&fill_stats);
         let slowlog = if watch {
             let entries = admin::slowlog(&mut self.admin)?;
-            let longest = entries.iter().map(|e| e.micros).max().unwrap_or(0);
+            // The script calls (the bulk chunks); the commands they run are logged apart too.
+            let calls: Vec<u64> = entries
+                .iter()
+                .filter(|e| {
+                    e.args.first().is_some_and(|a| {
+                        a.eq_ignore_ascii_case("evalsha") || a.eq_ignore_ascii_case("eval")
+                    })
+                })
+                .map(|e| e.micros)
+                .collect();
             self.slowlog_default()?;
-            json!({"threshold_us": 2_000, "entries": entries.len(), "longest_us": longest,
+            json!({"threshold_us": 2_000, "entries": entries.len(), "script_calls": calls.len(),
+                   "longest_us": calls.iter().max().copied().unwrap_or(0),
                    "classes": admin::slow_classes(&entries)})
         } else {
             Value::Null
         };
+        // Memory from the keys themselves (a handful of them): unlike `used_memory`, not
+        // moved by client buffers of the processes before.
+        let usage = admin::census(&mut self.admin, 1_000)?.total_usage_bytes;
         let used = self.used_memory()?;
         // The measured jobs: as dense (16 per ms), due half a second from now.
         let m = p.scale_m;
@@ -672,7 +685,8 @@ impl Orchestrator {
             "window_ms": p.dense_window_ms,
             "per_ms": pf / p.dense_window_ms.max(1) as f64,
             "fill": fill,
-            "bytes_per_pending_job": used.saturating_sub(empty) as f64 / pf,
+            "bytes_per_pending_job": usage as f64 / pf,
+            "used_memory_per_pending_job": used.saturating_sub(empty) as f64 / pf,
             "enqueue_us_per_job": num(&fill, "/secs")? * 1e6 / pf,
             "enqueue_script_us_per_job": enq.usec as f64 / pf,
             "enqueue_evalsha_calls": enq.calls,
