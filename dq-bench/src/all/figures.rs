@@ -475,7 +475,7 @@ impl Orchestrator {
             ),
             d(
                 "dense_slow_longest",
-                format!("Dense scale: longest of those calls (0: none)"),
+                "Dense scale: longest of those calls (0: none)".into(),
                 "µs",
                 None,
             ),
