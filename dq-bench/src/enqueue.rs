@@ -1,5 +1,7 @@
 //! `dq-bench enqueue`: one producer enqueues N jobs of a scenario, one by one (`single`:
-//! each add awaited before the next) or with the bulk API (`bulk`: chunks of `--chunk`).
+//! each add awaited before the next), with the bulk API (`bulk`: chunks of `--chunk`), or from
+//! `--tasks` tokio tasks at once (`concurrent`: each task awaits its own one-by-one adds, N in
+//! total — what a web service that schedules a job per request does).
 //!
 //! Due times per scenario:
 //!
@@ -9,11 +11,14 @@
 //! | S3 | 5 s from now (`--delay-ms` overrides) |
 //! | S3R, S5 | now |
 //! | S4, MASS | `T + i*W/N` with `--start-ms T --window-ms W` (MASS: W defaults to 0) |
-//! | SCALE | `--delay-ms` from now (default 1 s) |
+//! | SCALE | `--delay-ms` from now (default 1 s), or `T + i*W/N` with `--start-ms` |
+//! | FILL | as S1, or `T + i*W/N` with `--start-ms` (the dense-due scale variant) |
 //!
 //! Prints `{secs, jobs_per_s, first_add_ms, last_due_ms, ...}`: `secs` runs from the first
 //! add sent to the last one acknowledged.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
@@ -32,6 +37,18 @@ pub enum Mode {
     Single,
     /// The bulk API, `--chunk` jobs per call.
     Bulk,
+    /// `--tasks` tasks in this process, each awaiting its own one-at-a-time adds.
+    Concurrent,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Single => "single",
+            Mode::Bulk => "bulk",
+            Mode::Concurrent => "concurrent",
+        }
+    }
 }
 
 /// Arguments of `dq-bench enqueue`.
@@ -40,9 +57,13 @@ pub struct EnqueueArgs {
     /// The scenario (S1, S3, S3R, S4, S5; MASS, FILL, SCALE are used by `all`).
     #[arg(long, ignore_case = true)]
     pub scenario: Scenario,
-    /// `single` (await each add) or `bulk` (the bulk API).
+    /// `single` (await each add), `bulk` (the bulk API) or `concurrent` (`--tasks` tasks, each
+    /// awaiting its own adds).
     #[arg(long, value_enum, default_value = "single")]
     pub mode: Mode,
+    /// `concurrent`: how many tasks share the N adds.
+    #[arg(long, default_value_t = 64)]
+    pub tasks: usize,
     /// How many jobs.
     #[arg(long)]
     pub n: u64,
@@ -82,6 +103,10 @@ enum DueRule {
 impl DueRule {
     fn of(args: &EnqueueArgs) -> Result<DueRule> {
         Ok(match args.scenario {
+            Scenario::Fill | Scenario::Scale if args.start_ms.is_some() => DueRule::Spread {
+                start: args.start_ms.unwrap_or(0),
+                window: args.window_ms.unwrap_or(0),
+            },
             Scenario::S1 | Scenario::Fill => DueRule::RandomFar,
             Scenario::S3 => DueRule::Delay(args.delay_ms.unwrap_or(5000)),
             Scenario::Scale => DueRule::Delay(args.delay_ms.unwrap_or(1000)),
@@ -152,7 +177,29 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
     Ok(())
 }
 
-async fn send<J: Job<Payload = Order>>(
+/// Enqueues job `i` of `n` with one awaited call; returns its due time (Unix ms) and whether
+/// it was created.
+async fn add_one<J: Job<Payload = Order>>(
+    client: &Client,
+    first_id: u64,
+    i: u64,
+    n: u64,
+    rule: DueRule,
+    rng: &mut SplitMix64,
+) -> Result<(u64, bool)> {
+    let (due, due_ms) = rule.due(i, n, rng);
+    let order = Order::new(first_id + i, due_ms);
+    let pending = client.enqueue::<J>(order);
+    let pending = match due {
+        Due::Now => pending,
+        Due::After(d) => pending.delay(d),
+        Due::At(t) => pending.at(t),
+    };
+    let done = pending.await?;
+    Ok((due_ms, done.outcome == EnqueueOutcome::Created))
+}
+
+async fn send<J: Job<Payload = Order> + 'static>(
     client: &Client,
     args: &EnqueueArgs,
     rule: DueRule,
@@ -166,19 +213,37 @@ async fn send<J: Job<Payload = Order>>(
     match args.mode {
         Mode::Single => {
             for i in 0..n {
-                let (due, due_ms) = rule.due(i, n, &mut rng);
+                let (due_ms, created) =
+                    add_one::<J>(client, args.first_id, i, n, rule, &mut rng).await?;
                 last_due_ms = last_due_ms.max(due_ms);
-                let order = Order::new(args.first_id + i, due_ms);
-                let pending = client.enqueue::<J>(order);
-                let pending = match due {
-                    Due::Now => pending,
-                    Due::After(d) => pending.delay(d),
-                    Due::At(t) => pending.at(t),
-                };
-                let done = pending.await?;
-                if done.outcome != EnqueueOutcome::Created {
-                    not_created += 1;
-                }
+                not_created += u64::from(!created);
+            }
+        }
+        Mode::Concurrent => {
+            // Each task claims the next job number and awaits its add before claiming another.
+            let next = Arc::new(AtomicU64::new(0));
+            let mut tasks = tokio::task::JoinSet::new();
+            for t in 0..args.tasks.max(1) as u64 {
+                let (client, next, first_id) = (client.clone(), next.clone(), args.first_id);
+                tasks.spawn(async move {
+                    let mut rng = SplitMix64(0x5eed_0000 ^ first_id ^ n ^ ((t + 1) << 40));
+                    let (mut last_due, mut not_created) = (0u64, 0u64);
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            return Ok::<_, crate::BoxError>((last_due, not_created));
+                        }
+                        let (due_ms, created) =
+                            add_one::<J>(&client, first_id, i, n, rule, &mut rng).await?;
+                        last_due = last_due.max(due_ms);
+                        not_created += u64::from(!created);
+                    }
+                });
+            }
+            while let Some(joined) = tasks.join_next().await {
+                let (due, missed) = joined??;
+                last_due_ms = last_due_ms.max(due);
+                not_created += missed;
             }
         }
         Mode::Bulk => {
@@ -212,7 +277,8 @@ async fn send<J: Job<Payload = Order>>(
         "last_due_ms": last_due_ms,
         "last_add_ms": now_ms(),
         "scenario": args.scenario.name(),
-        "mode": match args.mode { Mode::Single => "single", Mode::Bulk => "bulk" },
+        "mode": args.mode.name(),
+        "tasks": (args.mode == Mode::Concurrent).then_some(args.tasks.max(1)),
         "n": n,
         "chunk": args.chunk,
         "not_created": not_created,
@@ -244,6 +310,30 @@ mod tests {
             Due::At(t) => assert_eq!(unix_ms(t), 1_000_000),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn dense_fill_and_concurrent_mode_parse() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: EnqueueArgs,
+        }
+        let parse = |s: &str| Cli::try_parse_from(s.split(' ')).map(|c| c.args);
+        let fill = parse("x --scenario FILL --mode bulk --n 10 --start-ms 5000 --window-ms 60000")
+            .unwrap();
+        match DueRule::of(&fill).unwrap() {
+            DueRule::Spread { start, window } => assert_eq!((start, window), (5000, 60_000)),
+            other => panic!("{other:?}"),
+        }
+        // Without --start-ms the filler stays far and random.
+        let far = parse("x --scenario FILL --mode bulk --n 10").unwrap();
+        assert!(matches!(DueRule::of(&far).unwrap(), DueRule::RandomFar));
+        let conc = parse("x --scenario S1 --mode concurrent --tasks 8 --n 100").unwrap();
+        assert_eq!((conc.mode, conc.tasks), (Mode::Concurrent, 8));
+        assert_eq!(conc.mode.name(), "concurrent");
+        assert!(parse("x --scenario S1 --mode sometimes --n 1").is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! (`shared/bench/SCENARIOS.md`), so the same orchestration can drive dq and other queues:
 //!
 //! ```text
-//! dq-bench enqueue --scenario S1 --mode single|bulk --n N [--chunk 1000]
+//! dq-bench enqueue --scenario S1 --mode single|bulk|concurrent --n N [--chunk 1000] [--tasks 64]
 //! dq-bench enqueue --scenario S3|S3R|S5 --n N [--mode bulk]
 //! dq-bench enqueue --scenario S4 --n N --start-ms T --window-ms W
 //! dq-bench worker  --scenario S3|S3R|S4|S5 --conc C --n N --timeout-s T

@@ -85,6 +85,17 @@ pub fn commandstats(conn: &mut Connection) -> Result<BTreeMap<String, CmdStat>> 
     Ok(out)
 }
 
+/// `evalsha` and `evalsha_ro` together: the time Redis spent in script calls.
+pub fn script_calls(stats: &BTreeMap<String, CmdStat>) -> CmdStat {
+    ["evalsha", "evalsha_ro"]
+        .iter()
+        .filter_map(|name| stats.get(*name))
+        .fold(CmdStat::default(), |a, s| CmdStat {
+            calls: a.calls + s.calls,
+            usec: a.usec + s.usec,
+        })
+}
+
 /// Commands a client sends (as opposed to commands a script runs inside Redis): the ones dq
 /// and redis-rs use, plus the other blocking and scripting commands a queue could use.
 pub const SENT_BY_CLIENTS: &[&str] = &[
@@ -363,6 +374,9 @@ mod tests {
         m.insert("client|setinfo".to_owned(), CmdStat { calls: 2, usec: 1 });
         assert_eq!(client_sent_calls(&m), 6);
         assert_eq!(m["evalsha"].usec_per_call(), 2.5);
+        m.insert("evalsha_ro".to_owned(), CmdStat { calls: 1, usec: 5 });
+        let both = script_calls(&m);
+        assert_eq!((both.calls, both.usec), (5, 15));
     }
 
     #[test]

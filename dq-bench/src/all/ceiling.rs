@@ -31,34 +31,17 @@ impl Orchestrator {
             );
             self.flush()?;
         }
-        // EVALSHA of a ZADD + HSET with a ~120-byte payload.
-        let zadd_hset = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[1]) \
-                         redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) return 1";
-        let sha: String = self.cmd(&["SCRIPT", "LOAD", zadd_hset])?;
-        let payload = "p".repeat(120);
-        for pipeline in [None, Some("16")] {
-            let mut args = vec!["-p", &port, "-n", &n, "-r", "100000000", "-q"];
-            if let Some(depth) = pipeline {
-                args.extend(["-P", depth]);
-            }
-            args.extend([
-                "EVALSHA",
-                &sha,
-                "2",
-                "ceil:{x}:z",
-                "ceil:{x}:h",
-                "__rand_int__",
-                &payload,
-            ]);
-            let text = run_captured("redis-benchmark", &args, Duration::from_secs(300))?;
-            let parsed = parse_benchmark(&text);
-            let rps = parsed.values().next().copied();
-            let label = match pipeline {
-                Some(d) => format!("EVALSHA ZADD+HSET 120 B -P {d}"),
-                None => "EVALSHA ZADD+HSET 120 B".to_owned(),
+        // EVALSHA of a ZADD + HSET with a ~120-byte payload: 50 clients, pipelined, and one
+        // client awaiting each call (the round-trip ceiling of one-at-a-time enqueues).
+        for (clients, pipeline) in [(None, None), (None, Some("16")), (Some(1), None)] {
+            let rps = self.evalsha_zadd_hset(clients, pipeline, p.bench_requests)?;
+            let label = match (clients, pipeline) {
+                (_, Some(d)) => format!("EVALSHA ZADD+HSET 120 B -P {d}"),
+                (Some(c), None) => format!("EVALSHA ZADD+HSET 120 B, -c {c}"),
+                (None, None) => "EVALSHA ZADD+HSET 120 B".to_owned(),
             };
             rows.push(json!({"label": label, "rps": rps, "ops_per_s": rps}));
-            raw.insert(label, json!(parsed));
+            raw.insert(label, json!(rps));
             self.flush()?;
         }
         // EVALSHA of ZRANGEBYSCORE … LIMIT 0 100 + ZREM over a big zset, one client.
@@ -110,9 +93,64 @@ impl Orchestrator {
     }
 }
 
+impl Orchestrator {
+    /// `redis-benchmark` of `EVALSHA` of a one-ZADD-one-HSET script with a 120-byte payload
+    /// (random members), `requests` calls with `clients` clients (its default, 50, when
+    /// `None`) and an optional pipeline depth: calls per second.
+    pub(super) fn evalsha_zadd_hset(
+        &mut self,
+        clients: Option<u32>,
+        pipeline: Option<&str>,
+        requests: u64,
+    ) -> Result<f64> {
+        let zadd_hset = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[1]) \
+                         redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) return 1";
+        let sha: String = self.cmd(&["SCRIPT", "LOAD", zadd_hset])?;
+        let payload = "p".repeat(120);
+        let (port, n) = (s(self.server.port()), s(requests));
+        let c = clients.map(s);
+        let mut args = vec!["-p", &port, "-n", &n, "-r", "100000000", "-q"];
+        if let Some(c) = &c {
+            args.extend(["-c", c]);
+        }
+        if let Some(depth) = pipeline {
+            args.extend(["-P", depth]);
+        }
+        args.extend([
+            "EVALSHA",
+            &sha,
+            "2",
+            "ceil:{x}:z",
+            "ceil:{x}:h",
+            "__rand_int__",
+            &payload,
+        ]);
+        let text = run_captured("redis-benchmark", &args, Duration::from_secs(300))?;
+        parse_benchmark(&text)
+            .values()
+            .next()
+            .copied()
+            .ok_or_else(|| format!("redis-benchmark printed no rate: {text}").into())
+    }
+}
+
 /// Runs a command with a time limit and returns its stdout.
 pub(super) fn run_captured(program: &str, args: &[&str], timeout: Duration) -> Result<String> {
-    let mut child = Command::new(program)
+    run_captured_in(None, program, args, timeout)
+}
+
+/// [`run_captured`] in directory `dir` (the current one when `None`).
+pub(super) fn run_captured_in(
+    dir: Option<&Path>,
+    program: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<String> {
+    let mut command = Command::new(program);
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -94,16 +94,52 @@ impl Orchestrator {
                 None,
             ),
             d(
+                "s1_ceiling_c1",
+                "redis-benchmark -c 1 EVALSHA ZADD+HSET (same rep as S1)".into(),
+                "calls/s",
+                None,
+            ),
+            d(
+                "s1_single_over_c1",
+                "S1 single / redis-benchmark -c 1 EVALSHA (same run)".into(),
+                "×",
+                Some(("≥ 0.9", MedianAtLeast(0.9))),
+            ),
+            d(
+                "s1_concurrent",
+                format!("S1 enqueue concurrent, {} tasks (N={})", p.s1_tasks, p.s1_n),
+                "jobs/s",
+                None,
+            ),
+            d(
                 "s1_bulk",
                 format!("S1 enqueue bulk, chunk 1000 (N={})", p.s1_n),
                 "jobs/s",
                 Some(("≥ 80,000", MedianAtLeast(80_000.0))),
             ),
             d(
+                "s1_conc_over_bulk",
+                format!("S1 concurrent ({} tasks) / S1 bulk, same rep", p.s1_tasks),
+                "×",
+                Some(("≥ 0.6", MedianAtLeast(0.6))),
+            ),
+            d(
                 "s2_bytes_per_job",
-                "S2 memory per pending job".into(),
+                "S2 memory per pending job after S1 bulk".into(),
                 "B/job",
                 Some(("≤ 250", MedianAtMost(250.0))),
+            ),
+            d(
+                "s2_single_bytes_per_job",
+                "S2 memory per pending job after S1 single (receipts incl.)".into(),
+                "B/job",
+                Some(("≤ 250", MedianAtMost(250.0))),
+            ),
+            d(
+                "s2_concurrent_bytes_per_job",
+                "S2 memory per pending job after S1 concurrent".into(),
+                "B/job",
+                None,
             ),
             d(
                 "s2_usage_per_job",
@@ -240,7 +276,25 @@ impl Orchestrator {
             ),
             d(
                 "s3r_server_us_per_job",
-                "S3R Redis script time per job".into(),
+                "S3R Redis time per job, lease + ack (commandstats)".into(),
+                "µs/job",
+                Some(("≤ 8", MedianAtMost(8.0))),
+            ),
+            d(
+                "s3r_split_fetch",
+                "S3R per job in fetch (profile drain, SLOWLOG 0)".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "s3r_split_ack",
+                "S3R per job in ack (profile drain, SLOWLOG 0)".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "s3r_split_other",
+                "S3R per job in other scripts (profile drain)".into(),
                 "µs/job",
                 None,
             ),
@@ -278,6 +332,18 @@ impl Orchestrator {
                 format!("S5 retry: first add → last success (N={})", p.s5_n),
                 "s",
                 Some(("≤ 1.6", MedianAtMost(1.6))),
+            ),
+            d(
+                "s5_s3r_secs",
+                format!("S3R drain time of the same N={} (same rep as S5)", p.s5_n),
+                "s",
+                None,
+            ),
+            d(
+                "s5_retry_ratio",
+                "(S5 total − 1 s retry delay) / S3R drain of the same N".into(),
+                "×",
+                Some(("≤ 2", MedianAtMost(2.0))),
             ),
             d(
                 "s5_not_twice",
@@ -346,6 +412,74 @@ impl Orchestrator {
                 ));
             }
         }
+        let dense = |n: u64| pretty_count(n);
+        let per_ms = |n: u64| n as f64 / p.dense_window_ms.max(1) as f64;
+        for size in &p.scale_sizes {
+            let n = dense(*size);
+            let w = p.dense_window_ms / 1000;
+            self.figures.extend([
+                d(
+                    &format!("dense_enq_srv_{size}"),
+                    format!(
+                        "Dense scale: fill script time, {n} due in {w} s ({}/ms)",
+                        pretty(per_ms(*size))
+                    ),
+                    "µs/job",
+                    None,
+                ),
+                d(
+                    &format!("dense_enq_us_{size}"),
+                    format!("Dense scale: fill wall time, {n} pending"),
+                    "µs/job",
+                    None,
+                ),
+                d(
+                    &format!("dense_fire_srv_{size}"),
+                    format!("Dense scale: fire script time (16/ms) with {n} pending"),
+                    "µs/job",
+                    None,
+                ),
+                d(
+                    &format!("dense_bytes_{size}"),
+                    format!("Dense scale: MEMORY USAGE of the keys / pending, {n}"),
+                    "B/job",
+                    None,
+                ),
+            ]);
+        }
+        let base = p.scale_sizes[0];
+        for size in p.scale_sizes.iter().filter(|s| **s != base) {
+            let (n, b) = (dense(*size), dense(base));
+            self.figures.extend([
+                d(
+                    &format!("dense_ratio_enq_{size}"),
+                    format!("Dense scale ratio, enqueue script time: {n} / {b}"),
+                    "×",
+                    Some(("≤ 1.2", MedianAtMost(1.2))),
+                ),
+                d(
+                    &format!("dense_ratio_fire_{size}"),
+                    format!("Dense scale ratio, fire script time: {n} / {b}"),
+                    "×",
+                    Some(("≤ 1.2", MedianAtMost(1.2))),
+                ),
+            ]);
+        }
+        let top = dense(p.scale_sizes.iter().copied().max().unwrap_or(base));
+        self.figures.extend([
+            d(
+                "dense_slow_calls",
+                format!("Dense scale: bulk calls over 2 ms in the {top} fill (SLOWLOG)"),
+                "calls",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "dense_slow_longest",
+                "Dense scale: longest of those calls (0: none)".into(),
+                "µs",
+                None,
+            ),
+        ]);
         self.figures.extend([
             d(
                 "mass_last_start",
@@ -391,6 +525,90 @@ impl Orchestrator {
                 "Mass expiry: jobs not run exactly once".into(),
                 "jobs",
                 Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "bullmq_dq_s3r_rate",
+                format!(
+                    "dq S3R drain, conc {} (N={}), beside BullMQ's",
+                    p.conc, p.s3_n
+                ),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "bullmq_s3r_rate",
+                format!("BullMQ S3R drain, conc {} (N={})", p.conc, p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_dq_over_bullmq",
+                "S3R dq / BullMQ, same run".into(),
+                "×",
+                Some(("≥ 8", MedianAtLeast(8.0))),
+            ),
+            d(
+                "bullmq_s3r_server_us_per_job",
+                "BullMQ S3R Redis script time per job".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "bullmq_s1_single",
+                format!("BullMQ S1 enqueue single (N={})", p.s1_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "bullmq_s1_bulk",
+                format!("BullMQ S1 enqueue bulk, chunk 1000 (N={})", p.s1_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "bullmq_s1_concurrent",
+                format!("BullMQ S1 enqueue concurrent, {} tasks", p.s1_tasks),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "bullmq_s2_single_bytes_per_job",
+                "BullMQ S2 memory per pending job after single".into(),
+                "B/job",
+                None,
+            ),
+            d(
+                "bullmq_s2_bulk_bytes_per_job",
+                "BullMQ S2 memory per pending job after bulk".into(),
+                "B/job",
+                None,
+            ),
+            d(
+                "bullmq_s2_concurrent_bytes_per_job",
+                "BullMQ S2 memory per pending job after concurrent".into(),
+                "B/job",
+                None,
+            ),
+            d(
+                "bullmq_s3_rate",
+                format!("BullMQ S3 drain, conc {} (N={})", p.conc, p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d("bullmq_s4_p50", "BullMQ S4 lateness p50".into(), "ms", None),
+            d("bullmq_s4_p99", "BullMQ S4 lateness p99".into(), "ms", None),
+            d("bullmq_s4_max", "BullMQ S4 lateness max".into(), "ms", None),
+            d(
+                "bullmq_s5_total",
+                format!("BullMQ S5 retry: first add → last success (N={})", p.s5_n),
+                "s",
+                None,
+            ),
+            d(
+                "bullmq_not_expected",
+                "BullMQ jobs not run as expected (S3R, S3, S4, S5)".into(),
+                "jobs",
+                None,
             ),
         ]);
     }

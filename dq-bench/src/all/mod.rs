@@ -10,6 +10,10 @@
 //! `--quick` is a smoke version (tiny N, one repetition, short windows) for CI; `--big` adds
 //! 10,000,000 pending jobs to the scale scenario (one repetition of that size).
 //!
+//! The `bullmq` section (not in `--quick`) drives the BullMQ peer in `dq-bench/peers/bullmq`
+//! (a Node.js program implementing the same contract) on the same private redis-server, so
+//! dq's figures are read beside BullMQ's from the same run.
+//!
 //! Every wait is bounded; every child process is killed if it outlives its purpose.
 //!
 //! This file holds the orchestration (the plan, the order of sections, the child processes'
@@ -37,6 +41,7 @@ use crate::jobs::now_ms;
 use crate::redis_admin::{self as admin, CmdStat};
 use crate::{Result, Scenario};
 
+mod bullmq;
 mod ceiling;
 mod figures;
 mod limiter;
@@ -65,8 +70,9 @@ pub struct AllArgs {
     /// Repetitions per scenario (default 3; 1 with --quick).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Only these sections, comma-separated: s1, s3, s3c1, s3r, s3r-metrics, profile, s4, s5,
-    /// idle, scale, mass, scaleout, limiter, ceilings (default: all).
+    /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
+    /// s3c1, s3r, s3r-metrics, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
+    /// limiter, ceilings, bullmq (default: all; with --quick all but bullmq).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory of the JSON result (default: bench-results/ at the workspace root).
@@ -82,6 +88,8 @@ struct Plan {
     conc: usize,
     linger_ms: u64,
     s1_n: u64,
+    /// Tasks of S1 `concurrent`.
+    s1_tasks: usize,
     s3_n: u64,
     s3_delay_ms: u64,
     s3c1_n: u64,
@@ -94,6 +102,10 @@ struct Plan {
     scale_big: Option<u64>,
     scale_m: u64,
     scale_delay_ms: u64,
+    /// Dense-due scale variant: the pending jobs are due within this window, ms.
+    dense_window_ms: u64,
+    /// Dense-due scale variant: the window starts this far ahead (never fires in the run), ms.
+    dense_lead_ms: u64,
     mass_n: u64,
     mass_lead_ms: u64,
     bench_requests: u64,
@@ -112,6 +124,7 @@ impl Plan {
                 conc: 50,
                 linger_ms: 500,
                 s1_n: 2_000,
+                s1_tasks: 64,
                 s3_n: 2_000,
                 s3_delay_ms: 1_000,
                 s3c1_n: 300,
@@ -124,6 +137,8 @@ impl Plan {
                 scale_big: None,
                 scale_m: 1_000,
                 scale_delay_ms: 500,
+                dense_window_ms: 60_000,
+                dense_lead_ms: 3_600_000,
                 mass_n: 2_000,
                 mass_lead_ms: 1_500,
                 bench_requests: 20_000,
@@ -138,6 +153,7 @@ impl Plan {
                 conc: 50,
                 linger_ms: 3_000,
                 s1_n: 100_000,
+                s1_tasks: 64,
                 s3_n: 100_000,
                 s3_delay_ms: 5_000,
                 s3c1_n: 20_000,
@@ -150,6 +166,8 @@ impl Plan {
                 scale_big: args.big.then_some(10_000_000),
                 scale_m: 10_000,
                 scale_delay_ms: 1_000,
+                dense_window_ms: 60_000,
+                dense_lead_ms: 3_600_000,
                 mass_n: 100_000,
                 mass_lead_ms: 5_000,
                 bench_requests: 200_000,
@@ -158,6 +176,24 @@ impl Plan {
                 limiter_secs: 30,
             }
         }
+    }
+}
+
+/// A program implementing the SCENARIOS.md contract: this binary (dq) or a peer queue's.
+#[derive(Clone, Debug)]
+struct Peer {
+    /// What the figures call it (`dq`, `bullmq`).
+    name: &'static str,
+    /// The program run.
+    program: PathBuf,
+    /// Arguments before the contract's (`bench.mjs` for the Node.js peer).
+    prefix: Vec<String>,
+}
+
+impl Peer {
+    /// The contract command `args`, after the prefix.
+    fn args(&self, args: &[String]) -> Vec<String> {
+        [self.prefix.clone(), args.to_vec()].concat()
     }
 }
 
@@ -174,6 +210,8 @@ struct Orchestrator {
     server: RedisServer,
     admin: Connection,
     exe: PathBuf,
+    /// This binary as a [`Peer`] (dq).
+    dq: Peer,
     tck: f64,
     figures: Vec<Figure>,
     runs: BTreeMap<String, Vec<Value>>,
@@ -202,6 +240,11 @@ pub fn run(args: AllArgs) -> Result<()> {
         plan,
         admin,
         server,
+        dq: Peer {
+            name: "dq",
+            program: exe.clone(),
+            prefix: Vec::new(),
+        },
         exe,
         tck: clock_ticks(),
         figures: Vec::new(),
@@ -221,9 +264,20 @@ pub fn run(args: AllArgs) -> Result<()> {
         o.plan.reps,
         if o.plan.quick { ", quick" } else { "" }
     );
-    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    // `bullmq` needs Node.js and takes minutes: never part of `--quick` unless named. S2 is
+    // measured in the s1 section (`s2` names it too).
+    let quick = o.plan.quick;
+    let wanted = |name: &str| {
+        if args.only.is_empty() {
+            !(quick && name == "bullmq")
+        } else {
+            args.only
+                .iter()
+                .any(|o| o == name || (o == "s2" && name == "s1"))
+        }
+    };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 14] = [
+    let sections: [(&str, Section); 16] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
@@ -234,11 +288,18 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("s5", Orchestrator::s5),
         ("idle", Orchestrator::idle),
         ("scale", Orchestrator::scale),
+        ("scale-dense", Orchestrator::scale_dense),
         ("mass", Orchestrator::mass),
         ("scaleout", Orchestrator::scaleout),
         ("limiter", Orchestrator::limiter),
         ("ceilings", Orchestrator::ceilings),
+        ("bullmq", Orchestrator::bullmq),
     ];
+    for name in &args.only {
+        if name != "s2" && !sections.iter().any(|(s, _)| s == name) {
+            return Err(format!("--only: no section {name:?}").into());
+        }
+    }
     for (name, section) in sections {
         if !wanted(name) {
             continue;
@@ -314,6 +375,21 @@ impl Orchestrator {
         }
     }
 
+    /// [`Orchestrator::push`] to a figure declared on first use (no target), with its label
+    /// and unit.
+    fn push_labeled(&mut self, key: &str, label: &str, unit: &'static str, value: f64) {
+        if !self.figures.iter().any(|f| f.key == key) {
+            self.figures.push(Figure {
+                key: key.to_owned(),
+                label: label.to_owned(),
+                unit,
+                values: Vec::new(),
+                target: None,
+            });
+        }
+        self.push(key, value);
+    }
+
     fn record(&mut self, section: &str, value: Value) {
         self.runs.entry(section.to_owned()).or_default().push(value);
     }
@@ -344,9 +420,15 @@ impl Orchestrator {
 
     /// Runs `dq-bench enqueue …` to its result line.
     fn enqueue(&self, args: &[String]) -> Result<Value> {
+        let dq = self.dq.clone();
+        self.enqueue_with(&dq, args)
+    }
+
+    /// Runs `<peer> enqueue …` to its result line.
+    fn enqueue_with(&self, peer: &Peer, args: &[String]) -> Result<Value> {
         let mut full = vec![s("enqueue")];
         full.extend(args.iter().cloned());
-        let proc = Proc::spawn(&self.exe, &self.url(), &full)?;
+        let proc = Proc::spawn(&peer.program, &self.url(), &peer.args(&full))?;
         let out = proc.finish(Duration::from_secs(1800))?;
         if num(&out, "/not_created")? > 0.0 {
             return Err(format!("enqueue did not create every job: {out}").into());
@@ -357,6 +439,19 @@ impl Orchestrator {
     /// Starts `dq-bench worker …` and waits for its ready line.
     fn start_worker(
         &self,
+        scenario: Scenario,
+        conc: usize,
+        n: u64,
+        timeout_s: u64,
+    ) -> Result<Running> {
+        let dq = self.dq.clone();
+        self.start_worker_with(&dq, scenario, conc, n, timeout_s)
+    }
+
+    /// Starts `<peer> worker …` and waits for its ready line.
+    fn start_worker_with(
+        &self,
+        peer: &Peer,
         scenario: Scenario,
         conc: usize,
         n: u64,
@@ -376,7 +471,7 @@ impl Orchestrator {
             s(self.plan.linger_ms),
         ];
         let args = [args, self.worker_extra.clone()].concat();
-        let mut proc = Proc::spawn(&self.exe, &self.url(), &args)?;
+        let mut proc = Proc::spawn(&peer.program, &self.url(), &peer.args(&args))?;
         let sampler = Sampler::start(
             self.server.pid(),
             proc.pid(),
@@ -475,11 +570,27 @@ fn summary(section: &str, v: &Value) -> String {
     };
     match section {
         "s1" => format!(
-            "single {} jobs/s (current-thread {}), bulk {} jobs/s, {} B/job",
+            "single {} jobs/s (current-thread {}; -c 1 EVALSHA ceiling {}), concurrent {}, \
+             bulk {} jobs/s; {} B/job after single, {} after bulk",
             f("/single/jobs_per_s"),
             f("/single_current/jobs_per_s"),
+            f("/ceiling_c1_evalsha_rps"),
+            f("/concurrent/jobs_per_s"),
             f("/bulk/jobs_per_s"),
+            f("/s2_single/bytes_per_job"),
             f("/s2/bytes_per_job")
+        ),
+        "bullmq" => format!(
+            "S3R dq {} vs BullMQ {} jobs/s; BullMQ S1 single {} bulk {} concurrent {}, \
+             S3 {} jobs/s, S4 p99 {} ms, S5 {} s",
+            f("/dq_s3r/worker/jobs_per_s"),
+            f("/s3r/worker/jobs_per_s"),
+            f("/s1_single/jobs_per_s"),
+            f("/s1_bulk/jobs_per_s"),
+            f("/s1_concurrent/jobs_per_s"),
+            f("/s3/worker/jobs_per_s"),
+            f("/s4/worker/lateness_ms/p99"),
+            f("/s5/total_secs")
         ),
         "s3" | "s3c1" | "s3r" => format!(
             "{} jobs/s, not once {}, redis {}% worker {}% CPU, evalsha {} µs/call",
@@ -512,9 +623,11 @@ fn summary(section: &str, v: &Value) -> String {
             f("/worker/lateness_ms/max")
         ),
         "s5" => format!(
-            "total {} s, not twice {}",
+            "total {} s, not twice {}; S3R of the same N {} s; (total − 1 s) / S3R {}",
             f("/total_secs"),
-            f("/worker/jobs_not_exactly_expected")
+            f("/worker/jobs_not_exactly_expected"),
+            f("/s3r_same_n/secs"),
+            f("/retry_ratio")
         ),
         "idle" => format!("{} cmd/s per fetcher", f("/cmds_per_s_per_fetcher")),
         "scaleout" => scaleout::summary(v),
@@ -523,7 +636,7 @@ fn summary(section: &str, v: &Value) -> String {
             f("/worker/lateness_ms/max"),
             f("/longest_script_us")
         ),
-        "scale" => {
+        "scale" | "scale-dense" => {
             let Value::Object(m) = v else {
                 return String::new();
             };
@@ -536,10 +649,12 @@ fn summary(section: &str, v: &Value) -> String {
                             .map_or("?".into(), pretty)
                     };
                     format!(
-                        "{} pending: enqueue {} µs, fire {} µs",
+                        "{} pending: enqueue {} µs (script {}), fire {} µs (script {})",
                         pretty_count(k.parse().unwrap_or(0)),
                         g("/enqueue_us_per_job"),
-                        g("/fire_us_per_job")
+                        g("/enqueue_script_us_per_job"),
+                        g("/fire_us_per_job"),
+                        g("/fire_script_us_per_job")
                     )
                 })
                 .collect::<Vec<_>>()

@@ -44,8 +44,13 @@ impl Orchestrator {
                 ));
             }
         }
-        if let Some(profile) = self.runs.get("profile").and_then(|r| r.last()) {
-            t.push_str("\nS3 script costs (one extra drain with SLOWLOG 0 — slower than the runs above):\n");
+        for (section, what) in [("profile", "S3"), ("profile-s3r", "S3R")] {
+            let Some(profile) = self.runs.get(section).and_then(|r| r.last()) else {
+                continue;
+            };
+            t.push_str(&format!(
+                "\n{what} script costs (one extra drain with SLOWLOG 0 — slower than the runs above):\n"
+            ));
             if let Value::Object(classes) = &profile["slowlog"]["classes"] {
                 // Scripts and blocking calls; the commands run inside scripts are in the JSON.
                 let shown = classes

@@ -8,14 +8,22 @@ impl Orchestrator {
 
     pub(super) fn s1(&mut self) -> Result<()> {
         let n = self.plan.s1_n;
+        let tasks = self.plan.s1_tasks;
         let reps = self.plan.reps;
         self.reps("s1", reps, |o, _| {
             let mut rep = serde_json::Map::new();
+            // The round-trip ceiling first, right before `single`, so the ratio pairs
+            // neighbours: one client awaiting each EVALSHA of a one-ZADD-one-HSET script.
+            o.flush()?;
+            let ceiling = o.evalsha_zadd_hset(Some(1), None, n)?;
+            o.push("s1_ceiling_c1", ceiling);
+            rep.insert("ceiling_c1_evalsha_rps".into(), json!(ceiling));
             // `single_current`: the same one-by-one adds from a current-thread runtime, which
             // separates the client runtime's cross-thread wake-ups from dq's own cost.
             for (name, mode, flavor) in [
                 ("single", "single", "multi"),
                 ("single_current", "single", "current"),
+                ("concurrent", "concurrent", "multi"),
                 ("bulk", "bulk", "multi"),
             ] {
                 o.flush()?;
@@ -29,32 +37,52 @@ impl Orchestrator {
                     s(n),
                     s("--chunk"),
                     s(1000),
+                    s("--tasks"),
+                    s(tasks),
                     s("--runtime"),
                     s(flavor),
                 ])?;
                 o.push(&format!("s1_{name}"), num(&r, "/jobs_per_s")?);
                 rep.insert(name.into(), r);
-                if mode == "bulk" {
-                    let used = o.used_memory()?;
-                    let per_job = used.saturating_sub(empty) as f64 / n as f64;
-                    let census = admin::census(&mut o.admin, 10_000)?;
-                    o.push("s2_bytes_per_job", per_job);
-                    o.push(
-                        "s2_usage_per_job",
-                        census.total_usage_bytes as f64 / n as f64,
-                    );
-                    o.push("s2_dbsize", census.dbsize as f64);
-                    rep.insert(
-                        "s2".into(),
-                        json!({
-                            "used_memory_empty": empty,
-                            "used_memory": used,
-                            "bytes_per_job": per_job,
-                            "census": census,
-                        }),
-                    );
+                // S2: memory per pending job right after the enqueue (receipts of the calls
+                // included: they live 30–60 s).
+                let used = o.used_memory()?;
+                let per_job = used.saturating_sub(empty) as f64 / n as f64;
+                match name {
+                    "single" | "concurrent" => {
+                        o.push(&format!("s2_{name}_bytes_per_job"), per_job);
+                        rep.insert(
+                            format!("s2_{name}"),
+                            json!({"used_memory_empty": empty, "used_memory": used,
+                                   "bytes_per_job": per_job}),
+                        );
+                    }
+                    "bulk" => {
+                        let census = admin::census(&mut o.admin, 10_000)?;
+                        o.push("s2_bytes_per_job", per_job);
+                        o.push(
+                            "s2_usage_per_job",
+                            census.total_usage_bytes as f64 / n as f64,
+                        );
+                        o.push("s2_dbsize", census.dbsize as f64);
+                        rep.insert(
+                            "s2".into(),
+                            json!({
+                                "used_memory_empty": empty,
+                                "used_memory": used,
+                                "bytes_per_job": per_job,
+                                "census": census,
+                            }),
+                        );
+                    }
+                    _ => {}
                 }
             }
+            let rate = |k: &str| num(&rep[k], "/jobs_per_s");
+            let (single, conc, bulk) = (rate("single")?, rate("concurrent")?, rate("bulk")?);
+            o.push("s1_single_over_c1", single / ceiling);
+            o.push("s1_conc_over_bulk", conc / bulk);
+            o.flush()?;
             Ok(Value::Object(rep))
         })
     }
@@ -149,6 +177,24 @@ impl Orchestrator {
         conc: usize,
         profile: bool,
     ) -> Result<Value> {
+        let dq = self.dq.clone();
+        self.drain_with(&dq, scenario, n, conc, profile)
+    }
+
+    /// [`Orchestrator::drain`] of any peer's contract commands.
+    ///
+    /// `redis` in the result holds Redis's time in scripts while the worker ran (`INFO
+    /// commandstats` reset just before it starts, read after it exits): with one producer done
+    /// and nothing else connected, every `evalsha`/`evalsha_ro` call is the worker's fetches,
+    /// acks and bookkeeping.
+    pub(super) fn drain_with(
+        &mut self,
+        peer: &Peer,
+        scenario: Scenario,
+        n: u64,
+        conc: usize,
+        profile: bool,
+    ) -> Result<Value> {
         self.flush()?;
         let mut args = vec![
             s("--scenario"),
@@ -161,7 +207,7 @@ impl Orchestrator {
         if scenario == Scenario::S3 {
             args.extend([s("--delay-ms"), s(self.plan.s3_delay_ms)]);
         }
-        let produced = self.enqueue(&args)?;
+        let produced = self.enqueue_with(peer, &args)?;
         if scenario == Scenario::S3 {
             let last_due = num(&produced, "/last_due_ms")? as u64;
             sleep_until_ms(last_due + 1000, Duration::from_secs(60));
@@ -173,16 +219,18 @@ impl Orchestrator {
             self.slowlog_on(0)?;
         }
         self.resetstat()?;
-        let running = self.start_worker(scenario, conc, n, 600)?;
+        let running = self.start_worker_with(peer, scenario, conc, n, 600)?;
         let (worker, cpu) = self.finish_worker(running, Duration::from_secs(700))?;
         let stats = self.commandstats()?;
-        let evalsha = stats.get("evalsha").copied().unwrap_or_default();
+        let evalsha = admin::script_calls(&stats);
         let mut v = json!({
+            "peer": peer.name,
             "enqueue": produced,
             "worker": worker,
             "cpu": cpu,
             "redis": {
                 "evalsha_calls": evalsha.calls,
+                "evalsha_ro_included": stats.contains_key("evalsha_ro"),
                 "evalsha_usec": evalsha.usec,
                 "evalsha_usec_per_call": evalsha.usec_per_call(),
                 "evalsha_calls_per_job": evalsha.calls as f64 / n as f64,
@@ -221,20 +269,45 @@ impl Orchestrator {
         self.cmd::<()>(&["SLOWLOG", "RESET"])
     }
 
-    /// One extra S3 drain with every command in the slow log: the cost of each script.
+    /// One extra S3 drain and one extra S3R drain with every command in the slow log: the
+    /// cost of each script (S3R's split, per job, becomes figures).
     pub(super) fn profile(&mut self) -> Result<()> {
         let (n, conc) = (self.plan.s3_n, self.plan.conc);
-        let result = self.drain(Scenario::S3, n, conc, true);
-        if result.is_err() {
-            let _ = self.slowlog_default();
+        for (scenario, section) in [(Scenario::S3, "profile"), (Scenario::S3R, "profile-s3r")] {
+            let result = self.drain(scenario, n, conc, true);
+            if result.is_err() {
+                let _ = self.slowlog_default();
+            }
+            let v = result?;
+            eprintln!(
+                "   {section} ({} with SLOWLOG 0): {:.0} jobs/s; per job: {}",
+                scenario.name(),
+                num(&v, "/worker/jobs_per_s").unwrap_or(f64::NAN),
+                v["slowlog"]["usec_per_job"]
+            );
+            if scenario == Scenario::S3R
+                && let Value::Object(per_job) = &v["slowlog"]["usec_per_job"]
+            {
+                let mut other = 0.0;
+                for (class, us) in per_job {
+                    let us = us.as_f64().unwrap_or(0.0);
+                    match class.strip_prefix("evalsha:") {
+                        Some("fetch") => self.push("s3r_split_fetch", us),
+                        Some("ack") => self.push("s3r_split_ack", us),
+                        Some(script) if !script.starts_with("keys=") => self.push_labeled(
+                            &format!("s3r_split_{script}"),
+                            &format!("S3R per job in {script} (profile drain)"),
+                            "µs/job",
+                            us,
+                        ),
+                        _ if class.starts_with("eval") => other += us,
+                        _ => {}
+                    }
+                }
+                self.push("s3r_split_other", other);
+            }
+            self.record(section, v);
         }
-        let v = result?;
-        eprintln!(
-            "   profile (S3 with SLOWLOG 0): {:.0} jobs/s; per job: {}",
-            num(&v, "/worker/jobs_per_s").unwrap_or(f64::NAN),
-            v["slowlog"]["usec_per_job"]
-        );
-        self.record("profile", v);
         Ok(())
     }
 
@@ -242,14 +315,33 @@ impl Orchestrator {
 
     pub(super) fn s4(&mut self) -> Result<()> {
         let p = self.plan.clone();
+        let dq = self.dq.clone();
         self.reps("s4", p.reps, |o, _| {
-            o.flush()?;
-            let timeout = (p.s4_lead_ms + p.s4_window_ms) / 1000 + 120;
-            let running = o.start_worker(Scenario::S4, p.conc, p.s4_n, timeout)?;
-            o.wait_blocked(Duration::from_secs(10))?;
-            o.resetstat()?;
-            let start = now_ms() + p.s4_lead_ms;
-            let produced = o.enqueue(&[
+            let v = o.s4_once(&dq)?;
+            for q in ["p50", "p90", "p99", "max"] {
+                o.push(
+                    &format!("s4_{q}"),
+                    num(&v, &format!("/worker/lateness_ms/{q}"))?,
+                );
+            }
+            o.push("s4_not_once", num(&v, "/worker/jobs_not_exactly_expected")?);
+            Ok(v)
+        })
+    }
+
+    /// One S4 run of `peer`: a worker running, N jobs due over a window starting a few
+    /// seconds from now (one by one).
+    pub(super) fn s4_once(&mut self, peer: &Peer) -> Result<Value> {
+        let p = self.plan.clone();
+        self.flush()?;
+        let timeout = (p.s4_lead_ms + p.s4_window_ms) / 1000 + 120;
+        let running = self.start_worker_with(peer, Scenario::S4, p.conc, p.s4_n, timeout)?;
+        self.wait_blocked(Duration::from_secs(10))?;
+        self.resetstat()?;
+        let start = now_ms() + p.s4_lead_ms;
+        let produced = self.enqueue_with(
+            peer,
+            &[
                 s("--scenario"),
                 s("S4"),
                 s("--mode"),
@@ -260,50 +352,67 @@ impl Orchestrator {
                 s(start),
                 s("--window-ms"),
                 s(p.s4_window_ms),
-            ])?;
-            let (worker, _) = o.finish_worker(running, Duration::from_secs(timeout + 30))?;
-            for q in ["p50", "p90", "p99", "max"] {
-                o.push(
-                    &format!("s4_{q}"),
-                    num(&worker, &format!("/lateness_ms/{q}"))?,
-                );
-            }
-            o.push("s4_not_once", num(&worker, "/jobs_not_exactly_expected")?);
-            let stats = o.commandstats()?;
-            Ok(
-                json!({"start_ms": start, "enqueue": produced, "worker": worker,
-                      "commandstats": stats}),
-            )
+            ],
+        )?;
+        let (worker, _) = self.finish_worker(running, Duration::from_secs(timeout + 30))?;
+        let stats = self.commandstats()?;
+        Ok(
+            json!({"peer": peer.name, "start_ms": start, "enqueue": produced, "worker": worker,
+                  "commandstats": stats}),
+        )
+    }
+
+    /// S5, and in the same repetition an S3R drain of the same N: a retry should cost no more
+    /// than a second run, so `(S5 total − 1 s) / S3R drain` is the retry path's figure.
+    pub(super) fn s5(&mut self) -> Result<()> {
+        let p = self.plan.clone();
+        let dq = self.dq.clone();
+        self.reps("s5", p.reps, |o, _| {
+            let drain = o.drain(Scenario::S3R, p.s5_n, p.conc, false)?;
+            let drain_secs = num(&drain, "/worker/secs")?;
+            let mut v = o.s5_once(&dq)?;
+            let total = num(&v, "/total_secs")?;
+            o.push("s5_total", total);
+            o.push(
+                "s5_not_twice",
+                num(&v, "/worker/jobs_not_exactly_expected")?,
+            );
+            o.push("s5_s3r_secs", drain_secs);
+            let ratio = (total - 1.0) / drain_secs;
+            o.push("s5_retry_ratio", ratio);
+            v["s3r_same_n"] = json!({"secs": drain_secs, "run": drain});
+            v["retry_ratio"] = json!(ratio);
+            Ok(v)
         })
     }
 
-    pub(super) fn s5(&mut self) -> Result<()> {
+    /// One S5 run of `peer`: a worker running, N jobs due now (bulk); every first attempt
+    /// fails, the retry 1 s later succeeds. `total_secs`: first add → last success.
+    pub(super) fn s5_once(&mut self, peer: &Peer) -> Result<Value> {
         let p = self.plan.clone();
-        self.reps("s5", p.reps, |o, _| {
-            o.flush()?;
-            let running = o.start_worker(Scenario::S5, p.conc, p.s5_n, 120)?;
-            o.wait_blocked(Duration::from_secs(10))?;
-            o.resetstat()?;
-            let produced = o.enqueue(&[
+        self.flush()?;
+        let running = self.start_worker_with(peer, Scenario::S5, p.conc, p.s5_n, 120)?;
+        self.wait_blocked(Duration::from_secs(10))?;
+        self.resetstat()?;
+        let produced = self.enqueue_with(
+            peer,
+            &[
                 s("--scenario"),
                 s("S5"),
                 s("--mode"),
                 s("bulk"),
                 s("--n"),
                 s(p.s5_n),
-            ])?;
-            let (worker, _) = o.finish_worker(running, Duration::from_secs(150))?;
-            let total =
-                (num(&worker, "/last_done_ms")? - num(&produced, "/first_add_ms")?) / 1000.0;
-            o.push("s5_total", total);
-            o.push("s5_not_twice", num(&worker, "/jobs_not_exactly_expected")?);
-            // Producer and worker together: bulk enqueue, fetch, fail, ack.
-            let stats = o.commandstats()?;
-            Ok(
-                json!({"total_secs": total, "enqueue": produced, "worker": worker,
-                      "commandstats": stats}),
-            )
-        })
+            ],
+        )?;
+        let (worker, _) = self.finish_worker(running, Duration::from_secs(150))?;
+        let total = (num(&worker, "/last_done_ms")? - num(&produced, "/first_add_ms")?) / 1000.0;
+        // Producer and worker together: bulk enqueue, fetch, fail, ack.
+        let stats = self.commandstats()?;
+        Ok(
+            json!({"peer": peer.name, "total_secs": total, "enqueue": produced,
+                  "worker": worker, "commandstats": stats}),
+        )
     }
 
     // ---- idle cost ----------------------------------------------------------------------
@@ -434,6 +543,159 @@ impl Orchestrator {
             "cpu": cpu,
             "fire_us_per_job": num(&worker, "/secs")? * 1e6 / m,
             "fire_script_us_per_job": fire.usec as f64 / m,
+            "fire_evalsha_calls": fire.calls,
+        }))
+    }
+
+    // ---- scale, dense due times --------------------------------------------------------
+
+    /// The scale scenario's second variant: the pending jobs are all due within one 60 s
+    /// window (1,000,000 of them: about 16 per ms), filled with the bulk API and the client's
+    /// default chunk. Enqueue cost per job is Redis's script time during that fill; fire cost
+    /// per job is Redis's script time while a worker fires a batch of measured jobs due just
+    /// as densely (16 per ms), soon, beside the pending ones. During the largest fill the slow
+    /// log records every call over 2 ms.
+    pub(super) fn scale_dense(&mut self) -> Result<()> {
+        let p = self.plan.clone();
+        let base = p.scale_sizes[0];
+        let top = p.scale_sizes.iter().copied().max().unwrap_or(base);
+        self.reps("scale-dense", p.reps, |o, _| {
+            let mut out = serde_json::Map::new();
+            let mut by_size: BTreeMap<u64, [f64; 2]> = BTreeMap::new();
+            for size in p.scale_sizes.clone() {
+                let r = o.scale_dense_one(size, size == top);
+                if size == top {
+                    let _ = o.slowlog_default();
+                }
+                let v = r?;
+                let costs = [
+                    num(&v, "/enqueue_script_us_per_job")?,
+                    num(&v, "/fire_script_us_per_job")?,
+                ];
+                o.push(&format!("dense_enq_srv_{size}"), costs[0]);
+                o.push(&format!("dense_fire_srv_{size}"), costs[1]);
+                o.push(
+                    &format!("dense_enq_us_{size}"),
+                    num(&v, "/enqueue_us_per_job")?,
+                );
+                o.push(
+                    &format!("dense_bytes_{size}"),
+                    num(&v, "/bytes_per_pending_job")?,
+                );
+                if size == top {
+                    o.push("dense_slow_calls", num(&v, "/slowlog/script_calls")?);
+                    o.push("dense_slow_longest", num(&v, "/slowlog/longest_us")?);
+                }
+                by_size.insert(size, costs);
+                out.insert(size.to_string(), v);
+            }
+            if let Some(b) = by_size.get(&base).copied() {
+                for (size, c) in &by_size {
+                    if *size != base {
+                        o.push(&format!("dense_ratio_enq_{size}"), c[0] / b[0]);
+                        o.push(&format!("dense_ratio_fire_{size}"), c[1] / b[1]);
+                    }
+                }
+            }
+            Ok(Value::Object(out))
+        })
+    }
+
+    /// One size of [`Orchestrator::scale_dense`]; with `watch`, the fill runs with the slow
+    /// log at 2,000 µs (the caller restores it).
+    pub(super) fn scale_dense_one(&mut self, pending: u64, watch: bool) -> Result<Value> {
+        let p = self.plan.clone();
+        self.flush()?;
+        let empty = self.used_memory()?;
+        let start = now_ms() + p.dense_lead_ms;
+        if watch {
+            self.slowlog_on(2_000)?;
+        }
+        self.resetstat()?;
+        let fill = self.enqueue(&[
+            s("--scenario"),
+            s("FILL"),
+            s("--mode"),
+            s("bulk"),
+            s("--n"),
+            s(pending),
+            s("--chunk"),
+            s(dq::DEFAULT_BULK_CHUNK),
+            s("--start-ms"),
+            s(start),
+            s("--window-ms"),
+            s(p.dense_window_ms),
+            s("--first-id"),
+            s(1_000_000_000_000u64),
+        ])?;
+        let fill_stats = self.commandstats()?;
+        let enq = admin::script_calls(&fill_stats);
+        let slowlog = if watch {
+            let entries = admin::slowlog(&mut self.admin)?;
+            // The script calls (the bulk chunks); the commands they run are logged apart too.
+            let calls: Vec<u64> = entries
+                .iter()
+                .filter(|e| {
+                    e.args.first().is_some_and(|a| {
+                        a.eq_ignore_ascii_case("evalsha") || a.eq_ignore_ascii_case("eval")
+                    })
+                })
+                .map(|e| e.micros)
+                .collect();
+            self.slowlog_default()?;
+            json!({"threshold_us": 2_000, "entries": entries.len(), "script_calls": calls.len(),
+                   "longest_us": calls.iter().max().copied().unwrap_or(0),
+                   "classes": admin::slow_classes(&entries)})
+        } else {
+            Value::Null
+        };
+        // Memory from the keys themselves (a handful of them): unlike `used_memory`, not
+        // moved by client buffers of the processes before.
+        let usage = admin::census(&mut self.admin, 1_000)?.total_usage_bytes;
+        let used = self.used_memory()?;
+        // The measured jobs: as dense (16 per ms), due half a second from now.
+        let m = p.scale_m;
+        let window = (m / 16).max(1);
+        let produced = self.enqueue(&[
+            s("--scenario"),
+            s("SCALE"),
+            s("--mode"),
+            s("bulk"),
+            s("--n"),
+            s(m),
+            s("--chunk"),
+            s(dq::DEFAULT_BULK_CHUNK),
+            s("--start-ms"),
+            s(now_ms() + 500),
+            s("--window-ms"),
+            s(window),
+        ])?;
+        sleep_until_ms(
+            num(&produced, "/last_due_ms")? as u64 + 1000,
+            Duration::from_secs(60),
+        );
+        self.resetstat()?;
+        let running = self.start_worker(Scenario::Scale, p.conc, m, 600)?;
+        let (worker, cpu) = self.finish_worker(running, Duration::from_secs(700))?;
+        let fire = admin::script_calls(&self.commandstats()?);
+        let mf = m as f64;
+        let pf = pending as f64;
+        Ok(json!({
+            "pending": pending,
+            "window_ms": p.dense_window_ms,
+            "per_ms": pf / p.dense_window_ms.max(1) as f64,
+            "fill": fill,
+            "bytes_per_pending_job": usage as f64 / pf,
+            "used_memory_per_pending_job": used.saturating_sub(empty) as f64 / pf,
+            "enqueue_us_per_job": num(&fill, "/secs")? * 1e6 / pf,
+            "enqueue_script_us_per_job": enq.usec as f64 / pf,
+            "enqueue_evalsha_calls": enq.calls,
+            "slowlog": slowlog,
+            "measured": produced,
+            "worker": worker,
+            "cpu": cpu,
+            "fire_us_per_job": num(&worker, "/secs")? * 1e6 / mf,
+            "fire_script_us_per_job": fire.usec as f64 / mf,
             "fire_evalsha_calls": fire.calls,
         }))
     }
