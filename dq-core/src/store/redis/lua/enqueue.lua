@@ -56,9 +56,10 @@
 --
 -- Order: jobs due in the same millisecond keep their enqueue order (lib.lua: scores
 -- due + k / 4096). Each distinct due millisecond of the call is looked up once (slot_after),
--- before any write, and the call counts on from there; the same lookup tells whether the
--- call's earliest job is earlier than every job already scheduled (then a fetcher's timer
--- may be set too late: wake one).
+-- before any write, and the call counts on from there; the lookup of the call's earliest
+-- due ms also covers every earlier one, which tells whether that job is earlier than every
+-- job already scheduled (then a fetcher's timer may be set too late: wake one). A single
+-- job costs one lookup in all.
 --
 -- Returns an array with one string per job:
 --   '+'  created (by this try, or by an earlier try of this call: the job is still there)
@@ -181,12 +182,9 @@ if applied then
 end
 
 -- Decide every job first (reads only): `now_state` is a key's state after the jobs before
--- it in this call, so a key named twice behaves as in two calls. `slots[due]` is the next k
--- for that due ms (looked up once), `first_below[due]` whether nothing was scheduled before
--- due + 1.
+-- it in this call, so a key named twice behaves as in two calls.
 local results, records, hints, moves = {}, {}, {}, {}
 local now_state, last_move = {}, {}
-local slots, first_below = {}, {}
 local replaced = false
 local earliest_new
 for i = 0, n - 1 do
@@ -210,26 +208,39 @@ for i = 0, n - 1 do
     local new_state = waiting_state(due, now, 'S')
     records[#records + 1] = key
     records[#records + 1] = pack_record(new_state, 0, due, now, 0, payload)
-    local score
     if new_state == 'R' then
       hints[#hints + 1] = key
-    else
-      local k = slots[due]
-      if not k then k, first_below[due] = slot_after(scheduled, due) end
-      score = due + math.min(k, 2047) / 4096
-      slots[due] = k + 1
-      if not earliest_new or due < earliest_new then earliest_new = due end
+      due = nil
+    elseif not earliest_new or due < earliest_new then
+      earliest_new = due
     end
     -- The state to unlink: the one before the call, for a key's first move only (a later
     -- move of the same key supersedes the earlier placement of this call).
     local unlink_state = outcome == '~' and not last_move[key] and state
-    moves[#moves + 1] = {key, unlink_state, score}
+    moves[#moves + 1] = {key, unlink_state, due}
     last_move[key] = #moves
     now_state[key] = new_state
   end
   results[i + 1] = outcome
 end
 if #moves == 0 then return results end
+
+-- Scores, in call order: one lookup per distinct due ms (the earliest one's also tells
+-- whether anything was scheduled before it), then counting on.
+local slots = {}
+local new_earliest = false
+if earliest_new then
+  slots[earliest_new], new_earliest = slot_after(scheduled, earliest_new, true)
+end
+for _, m in ipairs(moves) do
+  local due = m[3]
+  if due then
+    local k = slots[due]
+    if not k then k = slot_after(scheduled, due, false) end
+    m[3] = due + math.min(k, 2047) / 4096
+    slots[due] = k + 1
+  end
+end
 
 -- The receipt's generation: its first entry's time is when it started.
 local began, bad = read_receipts(receipts, 'GETRANGE', 8, 13)
@@ -288,7 +299,7 @@ if #zadd > 0 then call_many('ZADD', scheduled, zadd) end
 call_many('HSET', jobs, records)
 if #hints > 0 then call_many('RPUSH', ready, hints) end
 count(stats, 'enqueued', #moves)
-if #hints > 0 or (earliest_new and first_below[earliest_new]) then
+if #hints > 0 or new_earliest then
   wake(wake_key)
 end
 return results
