@@ -437,7 +437,11 @@ async fn enqueue_receipts_are_14_byte_entries_found_by_retries() {
         .await
         .created_ms;
     let bytes = get_bytes(&h, &current);
-    assert_eq!(bytes.len(), 2 * layout::RECEIPT_ENTRY_LEN, "one entry per call");
+    assert_eq!(
+        bytes.len(),
+        2 * layout::RECEIPT_ENTRY_LEN,
+        "one entry per call"
+    );
     assert_eq!(bytes[..14], layout::receipt_entry(one.id, created));
     assert_eq!(bytes[14..22], many.id.to_be_bytes());
     assert_eq!(get_bytes(&h, &old), b"", "no older generation yet");
@@ -518,14 +522,22 @@ async fn receipt_generations_rotate_only_when_a_receipt_life_old() {
     assert_eq!(get_bytes(&h, &current).len(), 28, "appended, not rotated");
     // B's job is gone: its retry finds the receipt in the older generation (nothing written).
     assert_eq!(
-        store.enqueue(&q, &[job("b")], call(b).retried()).await.unwrap(),
+        store
+            .enqueue(&q, &[job("b")], call(b).retried())
+            .await
+            .unwrap(),
         [EnqueueOutcome::Ended]
     );
 
     // The current generation is now a receipt life old (its first entry, A's): the next call
     // of the bucket rotates it. A's receipt moves to the older generation and is still found;
     // B's (in the generation before, older than a receipt life) is dropped.
-    put_receipts(&h, &current, &[(a, now - life), (0xcccc_0000_0000_0005, now - 100)], 50_000);
+    put_receipts(
+        &h,
+        &current,
+        &[(a, now - life), (0xcccc_0000_0000_0005, now - 100)],
+        50_000,
+    );
     store
         .enqueue(&q, &[job("rotating")], call(0x0002_0000_0000_0005))
         .await
@@ -534,17 +546,30 @@ async fn receipt_generations_rotate_only_when_a_receipt_life_old() {
     assert_eq!(moved.len(), 28, "the whole generation moved");
     assert_eq!(moved[..14], layout::receipt_entry(a, now - life));
     let fresh = get_bytes(&h, &current);
-    assert_eq!(fresh.len(), 14, "a new generation with the rotating call's receipt");
+    assert_eq!(
+        fresh.len(),
+        14,
+        "a new generation with the rotating call's receipt"
+    );
     assert_eq!(fresh[..8], 0x0002_0000_0000_0005u64.to_be_bytes());
     let ttl: i64 = h.server().cmd(&["PTTL", &current]);
-    assert!(ttl > 50_000 && ttl <= 60_000, "a new generation expires in 2 × life: {ttl}");
+    assert!(
+        ttl > 50_000 && ttl <= 60_000,
+        "a new generation expires in 2 × life: {ttl}"
+    );
     assert_eq!(
-        store.enqueue(&q, &[job("a")], call(a).retried()).await.unwrap(),
+        store
+            .enqueue(&q, &[job("a")], call(a).retried())
+            .await
+            .unwrap(),
         [EnqueueOutcome::Ended],
         "A's receipt survived the rotation"
     );
     assert_eq!(
-        store.enqueue(&q, &[job("b")], call(b).retried()).await.unwrap(),
+        store
+            .enqueue(&q, &[job("b")], call(b).retried())
+            .await
+            .unwrap(),
         [EnqueueOutcome::Created],
         "B's receipt was older than a receipt life: a retry then stores the job"
     );
@@ -597,12 +622,22 @@ async fn a_damaged_receipt_key_fails_enqueue_before_it_writes() {
     }
 
     h.server().cmd::<()>(&["HSET", &current, "f", "v"]);
-    fails("first try", current.clone(), EnqueueCall { id, retry: false }).await;
+    fails(
+        "first try",
+        current.clone(),
+        EnqueueCall { id, retry: false },
+    )
+    .await;
     fails("retry", current.clone(), EnqueueCall { id, retry: true }).await;
     h.server().cmd::<()>(&["DEL", &current]);
 
     h.server().cmd::<()>(&["HSET", &old, "f", "v"]);
-    fails("retry, older damaged", old.clone(), EnqueueCall { id, retry: true }).await;
+    fails(
+        "retry, older damaged",
+        old.clone(),
+        EnqueueCall { id, retry: true },
+    )
+    .await;
     // A first try does not touch the older generation while the current one is young.
     store
         .enqueue(&q, &[job("young")], EnqueueCall { id, retry: false })
@@ -682,14 +717,15 @@ async fn dense_due_times_keep_enqueue_order_within_each_millisecond() {
             want.entry(t0 + d)
                 .or_default()
                 .push(solo.key.as_str().to_string());
-            store.enqueue(&q, &[solo], EnqueueCall::new()).await.unwrap();
+            store
+                .enqueue(&q, &[solo], EnqueueCall::new())
+                .await
+                .unwrap();
             i += 1;
         }
         let _ = round;
     }
-    let got: Vec<String> = h
-        .server()
-        .cmd(&["ZRANGE", &keys.scheduled, "0", "-1"]);
+    let got: Vec<String> = h.server().cmd(&["ZRANGE", &keys.scheduled, "0", "-1"]);
     let want: Vec<String> = want.into_values().flatten().collect();
     assert_eq!(got.len(), want.len());
     let first_wrong = got.iter().zip(&want).position(|(g, w)| g != w);

@@ -403,7 +403,13 @@ mod tests {
             parse_key("ns.1", &old).unwrap().name,
             Some(KeyName::OldReceipts)
         );
-        for bad in ["receipts:", "receipts:f", "receipts:F0", "receipts:f0:", "receipts:f0:x"] {
+        for bad in [
+            "receipts:",
+            "receipts:f",
+            "receipts:F0",
+            "receipts:f0:",
+            "receipts:f0:x",
+        ] {
             assert_eq!(KeyName::from_suffix(bad), None, "{bad}");
         }
         assert_eq!(parse_key("ns.1", "ns.1:t:scheduled"), None);
