@@ -183,10 +183,15 @@ end
 
 -- Decide every job first (reads only): `now_state` is a key's state after the jobs before
 -- it in this call, so a key named twice behaves as in two calls.
-local results, records, hints, moves = {}, {}, {}, {}
+local results, records, hints = {}, {}, {}
+-- The moves (jobs created or replaced), in call order, as parallel arrays (no table per job):
+-- key, the state to unlink (or false), due ms (nil when due at once), then score.
+local move_key, move_unlink, move_at = {}, {}, {}
 local now_state, last_move = {}, {}
 local replaced = false
 local earliest_new
+-- Every new record's header ends with created = now and token 0: packed once per call.
+local header_tail = struct.pack('>I6I6', now, 0)
 for i = 0, n - 1 do
   local base = 4 + 5 * i
   local key, mode, value, replace, payload =
@@ -207,7 +212,8 @@ for i = 0, n - 1 do
     due = bound_due(due, now)
     local new_state = waiting_state(due, now, 'S')
     records[#records + 1] = key
-    records[#records + 1] = pack_record(new_state, 0, due, now, 0, payload)
+    -- pack_record(new_state, 0, due, now, 0, payload), in one concatenation.
+    records[#records + 1] = new_state .. '\0' .. struct.pack('>I6', due) .. header_tail .. payload
     if new_state == 'R' then
       hints[#hints + 1] = key
       due = nil
@@ -216,14 +222,16 @@ for i = 0, n - 1 do
     end
     -- The state to unlink: the one before the call, for a key's first move only (a later
     -- move of the same key supersedes the earlier placement of this call).
-    local unlink_state = outcome == '~' and not last_move[key] and state
-    moves[#moves + 1] = {key, unlink_state, due}
-    last_move[key] = #moves
+    local m = #move_key + 1
+    move_key[m], move_at[m] = key, due
+    move_unlink[m] = outcome == '~' and not last_move[key] and state
+    last_move[key] = m
     now_state[key] = new_state
   end
   results[i + 1] = outcome
 end
-if #moves == 0 then return results end
+local moves = #move_key
+if moves == 0 then return results end
 
 -- Scores, in call order: one lookup per distinct due ms (the earliest one's also tells
 -- whether anything was scheduled before it), then counting on.
@@ -232,12 +240,12 @@ local new_earliest = false
 if earliest_new then
   slots[earliest_new], new_earliest = slot_after(scheduled, earliest_new, true)
 end
-for _, m in ipairs(moves) do
-  local due = m[3]
+for m = 1, moves do
+  local due = move_at[m]
   if due then
     local k = slots[due]
     if not k then k = slot_after(scheduled, due, false) end
-    m[3] = due + math.min(k, 2047) / 4096
+    move_at[m] = due + math.min(k, 2047) / 4096
     slots[due] = k + 1
   end
 end
@@ -249,7 +257,7 @@ local rotate = false
 if #began == 6 then
   rotate = now - struct.unpack('>I6', began) >= RECEIPT_MS
 end
-local partial = #moves < n or replaced
+local partial = moves < n or replaced
 
 local checks = {}
 if #hints > 0 then checks = {ready, 'list'} end
@@ -284,8 +292,8 @@ end
 -- Replaced jobs leave their old place; then each key's last placement of this call goes
 -- into scheduled (one variadic ZADD), ready jobs' hints were collected in call order.
 local zadd = {}
-for i, m in ipairs(moves) do
-  local key, unlink_state, score = m[1], m[2], m[3]
+for i = 1, moves do
+  local key, unlink_state, score = move_key[i], move_unlink[i], move_at[i]
   if unlink_state then
     unlink(unlink_state, scheduled, retry, dead, key)
     redis.call('HDEL', hist, key)
@@ -298,7 +306,7 @@ end
 if #zadd > 0 then call_many('ZADD', scheduled, zadd) end
 call_many('HSET', jobs, records)
 if #hints > 0 then call_many('RPUSH', ready, hints) end
-count(stats, 'enqueued', #moves)
+count(stats, 'enqueued', moves)
 if #hints > 0 or new_earliest then
   wake(wake_key)
 end
