@@ -141,6 +141,16 @@ async fn hostile_key_bytes_never_reach_key_names() {
         assert_eq!(parsed.topic, "hostile", "{key:?}");
         let p = parsed.partition;
         assert!(p < 3, "{key:?}");
+        if matches!(parsed.name, Some(KeyName::Receipts)) {
+            // Enqueue receipts: one generation per bucket of call ids, named by the bucket.
+            let bucket = u64::from_str_radix(&parsed.suffix["receipts:".len()..], 16).unwrap();
+            assert_eq!(
+                key,
+                h.partition_keys("hostile", p).enqueue_receipts(bucket)[0],
+                "a job key leaked into a key name"
+            );
+            continue;
+        }
         let name = parsed
             .name
             .filter(|n| KeyName::PARTITION.contains(n))
@@ -309,41 +319,418 @@ async fn key_layout_is_one_hash_tag_per_partition() {
 
 /// Due times past what a record holds (48 bits of ms, year 10889) are capped, never wrapped:
 /// the job stays far in the future and a shift earlier does not bring it to the past.
-/// Enqueue receipts stay bounded with no call doing much: receipts past their life are
-/// removed, at most 64 by any one call, by about one call in ten; the set carries an expiry.
+/// The outcomes of calls that did not create every job (kept in `calls`) stay bounded with no
+/// call doing much: outcomes past their life are removed, at most 64 by any one such call;
+/// the set carries an expiry. Calls that created every job never touch `calls`.
 #[tokio::test]
-async fn enqueue_receipts_are_trimmed_a_few_at_a_time() {
+async fn enqueue_outcomes_are_trimmed_a_few_at_a_time() {
     let h = RedisHarness::new().await;
     let c = h.client().await;
     let t = c.topic("receipts.trim").unwrap();
     t.enqueue(raw(0)).key("first").await.unwrap();
     let calls = h.partition_keys("receipts.trim", 0).calls;
-    // 500 receipts from long ago (score 1 ms), as if left by an earlier burst.
+    assert_eq!(
+        h.server().cmd::<i64>(&["EXISTS", &calls]),
+        0,
+        "a call that created all its jobs stores no outcomes"
+    );
+    // 500 outcomes from long ago (score 1 ms), as if left by an earlier burst.
     let mut add = vec!["ZADD".to_string(), calls.clone()];
     for i in 0..500 {
         add.push("1".into());
-        add.push(format!("old-{i}"));
+        add.push(format!("o{i:016x}:+"));
     }
     let add: Vec<&str> = add.iter().map(String::as_str).collect();
     h.server().cmd::<i64>(&add);
     let old = |server: &RedisServer| server.cmd::<i64>(&["ZCOUNT", &calls, "0", "1"]);
     assert_eq!(old(h.server()), 500);
 
-    // Each call removes at most 64 of them; enough calls remove them all.
+    // Each replacing call (its outcome '~' is stored) removes at most 64 of them; enough
+    // calls remove them all.
     let mut last = 500;
     let mut n = 0;
     while last > 0 {
-        assert!(n < 2_000, "{last} stale receipts left after {n} calls");
-        t.enqueue(raw(n)).key(format!("k-{n}")).await.unwrap();
+        assert!(n < 100, "{last} stale outcomes left after {n} calls");
+        t.enqueue(raw(n)).key("first").replace().await.unwrap();
         let now = old(h.server());
-        assert!(last - now <= 64, "one call removed {} receipts", last - now);
+        assert!(last - now <= 64, "one call removed {} outcomes", last - now);
         last = now;
         n += 1;
     }
     let kept: i64 = h.server().cmd(&["ZCARD", &calls]);
-    assert_eq!(kept, n as i64 + 1, "every fresh receipt is kept");
+    assert_eq!(kept, n as i64, "every fresh outcome is kept");
     let ttl: i64 = h.server().cmd(&["PTTL", &calls]);
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+}
+
+/// Sets `key` to the receipt entries given, with an expiry of `ttl_ms`.
+fn put_receipts(h: &RedisHarness, key: &str, entries: &[(u64, u64)], ttl_ms: u64) {
+    let bytes: Vec<u8> = entries
+        .iter()
+        .flat_map(|(call, at)| layout::receipt_entry(*call, *at))
+        .collect();
+    let mut conn = h.server().connection();
+    let _: () = dq_testkit::redis::cmd("SET")
+        .arg(key)
+        .arg(&bytes[..])
+        .arg("PX")
+        .arg(ttl_ms)
+        .query(&mut conn)
+        .unwrap();
+}
+
+/// The bytes of `key` (empty when absent).
+fn get_bytes(h: &RedisHarness, key: &str) -> Vec<u8> {
+    let mut conn = h.server().connection();
+    let v: Option<Vec<u8>> = dq_testkit::redis::cmd("GET")
+        .arg(key)
+        .query(&mut conn)
+        .unwrap();
+    v.unwrap_or_default()
+}
+
+/// Issue 15, item 3: an enqueue receipt is one 14-byte entry (call id, applied ms) appended
+/// to a string of the call's bucket (`receipts:<low byte of the id>`), which expires by
+/// itself; a retry after a lost reply finds it, for one job as for many.
+#[tokio::test]
+async fn enqueue_receipts_are_14_byte_entries_found_by_retries() {
+    use dq::Due;
+    use dq::store::{EnqueueCall, NewJob};
+    let h = RedisHarness::new().await;
+    let store = h.store();
+    let q = queue("receipts.compact");
+    let keys = h.partition_keys("receipts.compact", 0);
+    let job = |k: String| NewJob {
+        key: jk(&k),
+        payload: raw(7),
+        due: Due::After(HOUR),
+        replace: false,
+    };
+    // Two calls of one bucket (0x2a), one of another.
+    let one = EnqueueCall {
+        id: 0x1111_0000_0000_002a,
+        retry: false,
+    };
+    let many = EnqueueCall {
+        id: 0x2222_0000_0000_002a,
+        retry: false,
+    };
+    let other = EnqueueCall {
+        id: 0x3333_0000_0000_0001,
+        retry: false,
+    };
+    assert_eq!(
+        store.enqueue(&q, &[job("one".into())], one).await.unwrap(),
+        [EnqueueOutcome::Created]
+    );
+    let bulk: Vec<NewJob> = (0..300).map(|i| job(format!("many-{i}"))).collect();
+    let out = store.enqueue(&q, &bulk, many).await.unwrap();
+    assert!(out.iter().all(|o| *o == EnqueueOutcome::Created));
+    store
+        .enqueue(&q, &[job("other".into())], other)
+        .await
+        .unwrap();
+
+    let [current, old] = keys.enqueue_receipts(one.id);
+    assert!(current.ends_with(":receipts:2a"), "{current}");
+    let created = info(&h.client().await.topic("receipts.compact").unwrap(), "one")
+        .await
+        .created_ms;
+    let bytes = get_bytes(&h, &current);
+    assert_eq!(
+        bytes.len(),
+        2 * layout::RECEIPT_ENTRY_LEN,
+        "one entry per call"
+    );
+    assert_eq!(bytes[..14], layout::receipt_entry(one.id, created));
+    assert_eq!(bytes[14..22], many.id.to_be_bytes());
+    assert_eq!(get_bytes(&h, &old), b"", "no older generation yet");
+    let ttl: i64 = h.server().cmd(&["PTTL", &current]);
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+    assert_eq!(
+        get_bytes(&h, &keys.enqueue_receipts(other.id)[0]).len(),
+        14,
+        "another bucket, another key"
+    );
+    assert_eq!(h.server().cmd::<i64>(&["EXISTS", &keys.calls]), 0);
+
+    // The replies were "lost": the retries find their receipts and write nothing.
+    let before = h.store().stats(&q).await.unwrap().enqueued;
+    assert_eq!(
+        store
+            .enqueue(&q, &[job("one".into())], one.retried())
+            .await
+            .unwrap(),
+        [EnqueueOutcome::Created]
+    );
+    let out = store.enqueue(&q, &bulk, many.retried()).await.unwrap();
+    assert_eq!(out.len(), 300);
+    assert!(out.iter().all(|o| *o == EnqueueOutcome::Created), "{out:?}");
+    // Gone since: a retry does not bring it back.
+    assert!(
+        h.client()
+            .await
+            .topic("receipts.compact")
+            .unwrap()
+            .cancel("one")
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        store
+            .enqueue(&q, &[job("one".into())], one.retried())
+            .await
+            .unwrap(),
+        [EnqueueOutcome::Ended]
+    );
+    assert_eq!(h.store().stats(&q).await.unwrap().enqueued, before);
+    assert_eq!(get_bytes(&h, &current).len(), 28, "retries append nothing");
+    h.check_invariants().await;
+}
+
+/// Issue 15, item 3: a receipt generation is rotated (renamed to `receipts:<b>:old`, dropping
+/// the generation before) only once its first entry is ENQUEUE_RECEIPT_LIFE old, so a receipt
+/// written in it is still found after the rotation; a younger generation is not rotated, so
+/// the older one is kept.
+#[tokio::test]
+async fn receipt_generations_rotate_only_when_a_receipt_life_old() {
+    use dq::Due;
+    use dq::store::{EnqueueCall, NewJob};
+    let h = RedisHarness::new().await;
+    let store = h.store();
+    let q = queue("receipts.rotate");
+    let keys = h.partition_keys("receipts.rotate", 0);
+    let life = dq::store::ENQUEUE_RECEIPT_LIFE.as_millis() as u64;
+    let job = |k: &str| NewJob {
+        key: jk(k),
+        payload: raw(1),
+        due: Due::After(HOUR),
+        replace: false,
+    };
+    let call = |id: u64| EnqueueCall { id, retry: false };
+    let now = store.now_ms().await.unwrap();
+
+    // A young current generation (started 10 s ago) holding call A, an older one holding B.
+    let (a, b) = (0xaaaa_0000_0000_0005, 0xbbbb_0000_0000_0005);
+    let [current, old] = keys.enqueue_receipts(a);
+    put_receipts(&h, &current, &[(a, now - 10_000)], 50_000);
+    put_receipts(&h, &old, &[(b, now - 40_000)], 20_000);
+    store
+        .enqueue(&q, &[job("young")], call(0x0001_0000_0000_0005))
+        .await
+        .unwrap();
+    assert_eq!(get_bytes(&h, &current).len(), 28, "appended, not rotated");
+    // B's job is gone: its retry finds the receipt in the older generation (nothing written).
+    assert_eq!(
+        store
+            .enqueue(&q, &[job("b")], call(b).retried())
+            .await
+            .unwrap(),
+        [EnqueueOutcome::Ended]
+    );
+
+    // The current generation is now a receipt life old (its first entry, A's): the next call
+    // of the bucket rotates it. A's receipt moves to the older generation and is still found;
+    // B's (in the generation before, older than a receipt life) is dropped.
+    put_receipts(
+        &h,
+        &current,
+        &[(a, now - life), (0xcccc_0000_0000_0005, now - 100)],
+        50_000,
+    );
+    store
+        .enqueue(&q, &[job("rotating")], call(0x0002_0000_0000_0005))
+        .await
+        .unwrap();
+    let moved = get_bytes(&h, &old);
+    assert_eq!(moved.len(), 28, "the whole generation moved");
+    assert_eq!(moved[..14], layout::receipt_entry(a, now - life));
+    let fresh = get_bytes(&h, &current);
+    assert_eq!(
+        fresh.len(),
+        14,
+        "a new generation with the rotating call's receipt"
+    );
+    assert_eq!(fresh[..8], 0x0002_0000_0000_0005u64.to_be_bytes());
+    let ttl: i64 = h.server().cmd(&["PTTL", &current]);
+    assert!(
+        ttl > 50_000 && ttl <= 60_000,
+        "a new generation expires in 2 × life: {ttl}"
+    );
+    assert_eq!(
+        store
+            .enqueue(&q, &[job("a")], call(a).retried())
+            .await
+            .unwrap(),
+        [EnqueueOutcome::Ended],
+        "A's receipt survived the rotation"
+    );
+    assert_eq!(
+        store
+            .enqueue(&q, &[job("b")], call(b).retried())
+            .await
+            .unwrap(),
+        [EnqueueOutcome::Created],
+        "B's receipt was older than a receipt life: a retry then stores the job"
+    );
+    h.check_invariants().await;
+}
+
+/// A receipt key of the wrong type (damage, a name clash) fails an enqueue with a typed
+/// WRONGTYPE error naming the key, before it writes anything: the current generation on any
+/// call, the older one on a retry or when a rotation would overwrite it. A current generation
+/// that is a string but not whole entries is started afresh.
+#[tokio::test]
+async fn a_damaged_receipt_key_fails_enqueue_before_it_writes() {
+    use dq::Due;
+    use dq::store::{EnqueueCall, NewJob};
+    let h = RedisHarness::new().await;
+    let store = h.store();
+    let q = queue("receipts.damaged");
+    let keys = h.partition_keys("receipts.damaged", 0);
+    let job = |k: &str| NewJob {
+        key: jk(k),
+        payload: raw(1),
+        due: Due::After(HOUR),
+        replace: false,
+    };
+    let id = 0x5555_0000_0000_0009;
+    let [current, old] = keys.enqueue_receipts(id);
+    store
+        .enqueue(&q, &[job("before")], EnqueueCall::new())
+        .await
+        .unwrap();
+
+    let fails = |what: &'static str, key: String, call: EnqueueCall| {
+        let store = store.clone();
+        let h = &h;
+        async move {
+            let before = dump_partition(h);
+            let err = store.enqueue(&q_of(), &[job("x")], call).await.unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(&err, Error::Redis(e) if e.code() == Some("WRONGTYPE"))
+                    && text.contains(&key)
+                    && text.contains("nothing written"),
+                "{what}: {err:?}"
+            );
+            assert!(dump_partition(h) == before, "{what}: written");
+        }
+    };
+    fn q_of() -> Queue {
+        queue("receipts.damaged")
+    }
+
+    h.server().cmd::<()>(&["HSET", &current, "f", "v"]);
+    fails(
+        "first try",
+        current.clone(),
+        EnqueueCall { id, retry: false },
+    )
+    .await;
+    fails("retry", current.clone(), EnqueueCall { id, retry: true }).await;
+    h.server().cmd::<()>(&["DEL", &current]);
+
+    h.server().cmd::<()>(&["HSET", &old, "f", "v"]);
+    fails(
+        "retry, older damaged",
+        old.clone(),
+        EnqueueCall { id, retry: true },
+    )
+    .await;
+    // A first try does not touch the older generation while the current one is young.
+    store
+        .enqueue(&q, &[job("young")], EnqueueCall { id, retry: false })
+        .await
+        .unwrap();
+    // But a rotation would overwrite it: reported instead.
+    let now = store.now_ms().await.unwrap();
+    let life = dq::store::ENQUEUE_RECEIPT_LIFE.as_millis() as u64;
+    put_receipts(&h, &current, &[(1, now - life - 1)], 10_000);
+    fails("rotation", old.clone(), EnqueueCall { id, retry: false }).await;
+    h.server().cmd::<()>(&["DEL", &old]);
+
+    // Not whole entries: the generation starts afresh with this call's receipt.
+    let mut conn = h.server().connection();
+    let _: () = dq_testkit::redis::cmd("SET")
+        .arg(&current)
+        .arg(&b"garbage"[..])
+        .query(&mut conn)
+        .unwrap();
+    store
+        .enqueue(&q, &[job("fresh")], EnqueueCall { id, retry: false })
+        .await
+        .unwrap();
+    let bytes = get_bytes(&h, &current);
+    assert_eq!(bytes.len(), 14);
+    assert_eq!(bytes[..8], id.to_be_bytes());
+    assert_eq!(
+        store
+            .enqueue(&q, &[job("fresh")], EnqueueCall { id, retry: true })
+            .await
+            .unwrap(),
+        [EnqueueOutcome::Created]
+    );
+    h.check_invariants().await;
+}
+
+/// Issue 15, item 4: with dense due times (several jobs per millisecond, interleaved in one
+/// call, and more for the same milliseconds in later calls), jobs due in one millisecond keep
+/// their enqueue order in `scheduled`, inside one bulk call and across calls, with one
+/// lookup per distinct due millisecond.
+#[tokio::test]
+async fn dense_due_times_keep_enqueue_order_within_each_millisecond() {
+    use dq::Due;
+    use dq::store::{EnqueueCall, NewJob};
+    let h = RedisHarness::new().await;
+    let store = h.store();
+    let q = queue("dense.order");
+    let keys = h.partition_keys("dense.order", 0);
+    let t0 = store.now_ms().await.unwrap() + 3_600_000;
+    let at = |ms: u64| Due::At(dq::store::from_unix_ms(ms));
+    // Keys in reverse lexical order, so no tie-break by name can pass.
+    let job = |i: u64, due: u64| NewJob {
+        key: jk(&format!("k-{:05}", 99_999 - i)),
+        payload: raw(i),
+        due: at(due),
+        replace: false,
+    };
+    let mut want: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut i = 0;
+    for round in 0..3 {
+        // One bulk call: 400 jobs over 4 due ms, interleaved; then one single-job call per ms.
+        let bulk: Vec<NewJob> = (0..400)
+            .map(|j| {
+                let n = i + j;
+                job(n, t0 + (j % 4))
+            })
+            .collect();
+        for (j, nj) in bulk.iter().enumerate() {
+            want.entry(t0 + (j as u64 % 4))
+                .or_default()
+                .push(nj.key.as_str().to_string());
+        }
+        i += 400;
+        store.enqueue(&q, &bulk, EnqueueCall::new()).await.unwrap();
+        for d in 0..4 {
+            let solo = job(i, t0 + d);
+            want.entry(t0 + d)
+                .or_default()
+                .push(solo.key.as_str().to_string());
+            store
+                .enqueue(&q, &[solo], EnqueueCall::new())
+                .await
+                .unwrap();
+            i += 1;
+        }
+        let _ = round;
+    }
+    let got: Vec<String> = h.server().cmd(&["ZRANGE", &keys.scheduled, "0", "-1"]);
+    let want: Vec<String> = want.into_values().flatten().collect();
+    assert_eq!(got.len(), want.len());
+    let first_wrong = got.iter().zip(&want).position(|(g, w)| g != w);
+    assert!(first_wrong.is_none(), "out of order at {first_wrong:?}");
+    h.check_invariants().await;
 }
 
 /// A fetch that leased jobs leaves a receipt, in the partition's hash tag, that expires within

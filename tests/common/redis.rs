@@ -204,6 +204,8 @@ impl Harness for RedisHarness {
                                 layout::KeyName::Stats
                                     | layout::KeyName::Wake
                                     | layout::KeyName::Calls
+                                    | layout::KeyName::Receipts
+                                    | layout::KeyName::OldReceipts
                                     | layout::KeyName::FetchReceipt
                             )
                         )

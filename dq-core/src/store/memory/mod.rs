@@ -439,9 +439,9 @@ fn bury(sets: &mut Sets, counters: &mut Counters, rec: &mut Record, key: &JobKey
     counters.buried += 1;
 }
 
-/// Receipts of applied enqueue calls, like the `calls` sorted set: each is kept
-/// `ENQUEUE_RECEIPT_LIFE`. (Redis keeps some longer until a trim reaches them; a receipt found
-/// late is as true as one found early.)
+/// Receipts of applied enqueue calls, like the Redis store's `receipts:<b>` strings: each is
+/// kept `ENQUEUE_RECEIPT_LIFE`. (Redis keeps each between one and two lives, by generation; a
+/// receipt found late is as true as one found early.)
 #[derive(Default)]
 struct Receipts {
     /// Call id → the last ms it is kept.

@@ -331,8 +331,9 @@ impl RedisStore {
     }
 
     /// Runs `script` on partition keys `k`: its KEYS come from the layout's table, in order;
-    /// a fetch receipt in the table is the first of `receipts`, and fetch takes the rest (the
-    /// receipts it deletes) after its own keys.
+    /// each key of the table that `k` does not give (a fetch receipt, enqueue's two receipt
+    /// generations) is the next of `receipts`, and fetch takes the rest (the receipts it
+    /// deletes) after its own keys.
     ///
     /// Every key is in the partition's hash tag, so on a cluster the call goes to the master
     /// of that tag's slot.
@@ -357,7 +358,9 @@ impl RedisStore {
         wait: Option<(usize, Duration)>,
     ) -> Result<(Value, Option<i64>)> {
         debug_assert!(
-            receipts.is_empty() || script.keys.contains(&KeyName::FetchReceipt),
+            receipts.is_empty()
+                || script.keys.contains(&KeyName::FetchReceipt)
+                || script.keys.contains(&KeyName::Receipts),
             "script {} takes no receipts",
             script.name
         );
@@ -463,14 +466,16 @@ impl Store for RedisStore {
         let k = self.keys(queue);
         let s = &SCRIPTS.enqueue;
         let durable = self.options.durable_enqueue;
+        // The two receipt generations of the call's bucket (the same for every try).
+        let receipts = k.enqueue_receipts(call.id);
         let (reply, acked) = self
             .run_waiting(
                 s,
                 &k,
-                &[],
+                &receipts,
                 |inv| {
                     inv.arg(jobs.len())
-                        .arg(call.id)
+                        .arg(&call.id.to_be_bytes()[..])
                         .arg(if call.retry { "1" } else { "0" });
                     for job in jobs {
                         let (mode, value) = match job.due {

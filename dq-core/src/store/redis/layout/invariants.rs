@@ -3,7 +3,8 @@
 //!
 //! The rules (ARCHITECTURE.md §4):
 //! - every key is `<ns>:{<topic>#<p>}:<name>` with a valid topic, a known name and that name's
-//!   type; receipts (`calls`, and `fetch:<call id>` strings) carry an expiry within their life;
+//!   type; receipts (`calls`, the `receipts:<bucket>` and `receipts:<bucket>:old` strings, and
+//!   `fetch:<call id>` strings) carry an expiry within their life;
 //! - every record has a valid header and sits in exactly the structure its state names:
 //!   S → `scheduled` only, F → `retry` only, A → `active` only, D → `dead` only, R → none of
 //!   the sorted sets and at least one hint in `ready` (else no fetch would ever find it);
@@ -465,7 +466,9 @@ impl Snapshot {
             say(format!("is a {ty}, expected a {}", name.redis_type()));
         }
         let life = match name {
-            KeyName::Calls => Some(2 * ENQUEUE_RECEIPT_LIFE.as_millis() as i64),
+            KeyName::Calls | KeyName::Receipts | KeyName::OldReceipts => {
+                Some(2 * ENQUEUE_RECEIPT_LIFE.as_millis() as i64)
+            }
             KeyName::FetchReceipt => Some(FETCH_RECEIPT_LIFE.as_millis() as i64),
             _ => None,
         };
@@ -692,6 +695,8 @@ mod tests {
         snap.keys = vec![
             key("ns:{t#0}:jobs", "hash", -1),
             key("ns:{t#0}:calls", "zset", 30_000),
+            key("ns:{t#0}:receipts:0a", "string", 60_000),
+            key("ns:{t#0}:receipts:0a:old", "string", 1),
             key("ns:{t#0}:fetch:17", "string", 1_000),
         ];
         assert!(snap.violations().is_empty(), "{:?}", snap.violations());
@@ -715,6 +720,8 @@ mod tests {
         snap.keys = vec![
             key("ns:{t#0}:jobs", "string", -1),
             key("ns:{t#0}:calls", "zset", -1),
+            key("ns:{t#0}:receipts:0a", "string", -1),
+            key("ns:{t#0}:receipts:0b:old", "hash", 5),
             key("ns:{t#0}:bogus", "string", -1),
             key("ns:nope", "string", -1),
             key("ns:{bad topic#0}:ready", "list", -1),
@@ -737,6 +744,8 @@ mod tests {
             "`stats` field \"bogus\" = \"-1\" is not a count",
             "ns:{t#0}:jobs: is a string, expected a hash",
             "ns:{t#0}:calls: expires in -1 ms",
+            "ns:{t#0}:receipts:0a: expires in -1 ms",
+            "ns:{t#0}:receipts:0b:old: is a hash, expected a string",
             "ns:{t#0}:bogus: unknown key name \"bogus\"",
             "ns:nope: does not follow",
             "invalid topic name \"bad topic\"",

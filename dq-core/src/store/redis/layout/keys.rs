@@ -33,9 +33,24 @@ pub enum KeyName {
     Stats,
     /// LIST of wake-up tokens for idle fetchers.
     Wake,
-    /// ZSET applied enqueue call id → ms: receipts, kept `ENQUEUE_RECEIPT_LIFE` at least; the
-    /// set expires by itself once no call writes to it.
+    /// ZSET the outcomes of applied enqueue calls that did not create every one of their jobs
+    /// (`o<call id, hex>:<one char per job>` → applied ms; rare), kept `2 ×
+    /// ENQUEUE_RECEIPT_LIFE` at least, past the receipts they complete; the set expires by
+    /// itself once no call writes to it. (Before receipts moved to [`KeyName::Receipts`] it
+    /// held every receipt; a namespace written by an older version may still hold some.)
     Calls,
+    /// STRING `receipts:<bucket>`: the current generation of enqueue receipts of one bucket
+    /// (the low byte of the call id, two hex digits; see [`receipt_bucket`]): fixed-size
+    /// entries of [`RECEIPT_ENTRY_LEN`] bytes, the call id (8 bytes, big-endian) then the ms it
+    /// was applied at (6 bytes, big-endian), appended in order. It becomes
+    /// [`KeyName::OldReceipts`] (by `RENAME`) once its first entry is `ENQUEUE_RECEIPT_LIFE`
+    /// old, so every entry is kept at least that long; it expires `2 × ENQUEUE_RECEIPT_LIFE`
+    /// after its first entry. 256 keys per partition at most, each written only by `enqueue`.
+    Receipts,
+    /// STRING `receipts:<bucket>:old`: the generation of enqueue receipts before
+    /// [`KeyName::Receipts`] of the same bucket, read by retries only; replaced by the next
+    /// rotation, or gone with the expiry it was given as the current generation.
+    OldReceipts,
     /// HASH of the partition's control settings, read by every fetch: `paused`, the rate
     /// share (`rate_n` jobs per `rate_ms`), its GCRA state `tat`, the concurrency share
     /// `conc`, the throttle time `until` (ms), and one field `x:<job key>` → token per
@@ -87,6 +102,8 @@ impl KeyName {
             KeyName::Stats => "stats",
             KeyName::Wake => "wake",
             KeyName::Calls => "calls",
+            KeyName::Receipts => "receipts",
+            KeyName::OldReceipts => "old_receipts",
             KeyName::Control => "control",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
@@ -111,15 +128,26 @@ impl KeyName {
             | KeyName::Topics
             | KeyName::Workers
             | KeyName::Schedules => "hash",
-            KeyName::FetchReceipt => "string",
+            KeyName::FetchReceipt | KeyName::Receipts | KeyName::OldReceipts => "string",
         }
     }
 
-    /// The name a key ends with (`scheduled`, `fetch:17`, …), or `None` for a name dq does
-    /// not use.
+    /// The name a key ends with (`scheduled`, `fetch:17`, `receipts:3f`, `receipts:3f:old`,
+    /// …), or `None` for a name dq does not use.
     pub fn from_suffix(suffix: &str) -> Option<KeyName> {
         if let Some(id) = suffix.strip_prefix(FETCH_RECEIPT) {
             return id.parse::<u64>().is_ok().then_some(KeyName::FetchReceipt);
+        }
+        if let Some(rest) = suffix.strip_prefix(RECEIPTS) {
+            let (bucket, name) = match rest.strip_suffix(OLD) {
+                Some(bucket) => (bucket, KeyName::OldReceipts),
+                None => (rest, KeyName::Receipts),
+            };
+            let hex = bucket.len() == 2
+                && bucket
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            return hex.then_some(name);
         }
         KeyName::PARTITION
             .into_iter()
@@ -135,6 +163,32 @@ impl std::fmt::Display for KeyName {
 
 /// How a fetch receipt's name starts; the call id follows.
 const FETCH_RECEIPT: &str = "fetch:";
+
+/// How an enqueue receipt generation's name starts; the bucket follows (then [`OLD`] for the
+/// older generation).
+const RECEIPTS: &str = "receipts:";
+
+/// How the older generation of an enqueue receipt bucket ends.
+const OLD: &str = ":old";
+
+/// The size of one entry of an enqueue receipt generation ([`KeyName::Receipts`]): the call
+/// id, 8 bytes big-endian, then the ms the call was applied at, 6 bytes big-endian.
+pub const RECEIPT_ENTRY_LEN: usize = 14;
+
+/// The receipt bucket of enqueue call `call`: its low byte. A retry reads the two generations
+/// of its bucket only, about 1/256 of the partition's receipts.
+pub fn receipt_bucket(call: u64) -> u8 {
+    (call & 0xff) as u8
+}
+
+/// One entry of an enqueue receipt generation, as `enqueue.lua` appends it: call `call`,
+/// applied at `applied_ms` (the low 48 bits).
+pub fn receipt_entry(call: u64, applied_ms: u64) -> [u8; RECEIPT_ENTRY_LEN] {
+    let mut e = [0u8; RECEIPT_ENTRY_LEN];
+    e[..8].copy_from_slice(&call.to_be_bytes());
+    e[8..].copy_from_slice(&applied_ms.to_be_bytes()[2..]);
+    e
+}
 
 /// The keys of one partition.
 #[derive(Clone, Debug)]
@@ -163,6 +217,9 @@ pub struct PartitionKeys {
     pub control: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
+    /// `<prefix>receipts:`, the start of every enqueue receipt key (see
+    /// [`Self::enqueue_receipts`]).
+    receipts_prefix: String,
 }
 
 impl PartitionKeys {
@@ -183,11 +240,13 @@ impl PartitionKeys {
             calls: key(KeyName::Calls),
             control: key(KeyName::Control),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
+            receipts_prefix: format!("{prefix}{RECEIPTS}"),
         }
     }
 
     /// The key of `name`, or `None` for [`KeyName::FetchReceipt`] (one key per call: see
-    /// [`Self::fetch_receipt`]) and [`KeyName::Topics`] (namespace-wide: see [`topics_key`]).
+    /// [`Self::fetch_receipt`]), the enqueue receipts (one pair per bucket: see
+    /// [`Self::enqueue_receipts`]) and [`KeyName::Topics`] (namespace-wide: see [`topics_key`]).
     pub fn get(&self, name: KeyName) -> Option<&str> {
         Some(match name {
             KeyName::Scheduled => &self.scheduled,
@@ -201,7 +260,12 @@ impl PartitionKeys {
             KeyName::Wake => &self.wake,
             KeyName::Calls => &self.calls,
             KeyName::Control => &self.control,
-            KeyName::FetchReceipt | KeyName::Topics | KeyName::Workers | KeyName::Schedules => {
+            KeyName::FetchReceipt
+            | KeyName::Receipts
+            | KeyName::OldReceipts
+            | KeyName::Topics
+            | KeyName::Workers
+            | KeyName::Schedules => {
                 return None;
             }
         })
@@ -212,6 +276,15 @@ impl PartitionKeys {
     /// partition's hash tag like every other key, so fetch stays a one-slot script.
     pub fn fetch_receipt(&self, call: u64) -> String {
         format!("{}{call}", self.fetch_receipt_prefix)
+    }
+
+    /// STRINGs, the two generations of enqueue receipts that hold the receipt of enqueue call
+    /// `call`: [`KeyName::Receipts`] then [`KeyName::OldReceipts`] of its
+    /// [`receipt_bucket`]. `enqueue.lua` takes both, so it stays a one-slot script.
+    pub fn enqueue_receipts(&self, call: u64) -> [String; 2] {
+        let current = format!("{}{:02x}", self.receipts_prefix, receipt_bucket(call));
+        let old = format!("{current}{OLD}");
+        [current, old]
     }
 }
 
@@ -268,6 +341,16 @@ mod tests {
     use crate::names::Topic;
 
     #[test]
+    fn receipt_entries_are_id_then_ms() {
+        let e = receipt_entry(0x0102_0304_0506_0708, 0x0a0b_0c0d_0e0f);
+        assert_eq!(
+            e,
+            [1, 2, 3, 4, 5, 6, 7, 8, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f]
+        );
+        assert_eq!(receipt_bucket(0x0102_0304_0506_0708), 8);
+    }
+
+    #[test]
     fn keys_share_one_hash_tag() {
         let k = PartitionKeys::new("dq", &Queue::new(Topic::new("orders.close").unwrap(), 3));
         assert_eq!(k.scheduled, "dq:{orders.close#3}:scheduled");
@@ -277,6 +360,9 @@ mod tests {
             assert!(key.starts_with("dq:{orders.close#3}:"), "{key}");
         }
         assert!(k.fetch_receipt(42).starts_with("dq:{orders.close#3}:"));
+        for key in k.enqueue_receipts(7) {
+            assert!(key.starts_with("dq:{orders.close#3}:receipts:07"), "{key}");
+        }
         assert_eq!(k.get(KeyName::Topics), None);
         assert_eq!(topics_key("dq"), "dq:topics");
         assert_eq!(schedules_key("dq"), "dq:schedules");
@@ -306,6 +392,26 @@ mod tests {
         let p = parse_key("ns.1", "ns.1:{t#0}:bogus").unwrap();
         assert_eq!(p.name, None);
         assert_eq!(parse_key("ns.1", "ns.1:{t#0}:fetch:x").unwrap().name, None);
+        let [current, old] = k.enqueue_receipts(0x1234_5678_9abc_def0);
+        assert_eq!(current, "ns.1:{a.b#12}:receipts:f0");
+        assert_eq!(old, "ns.1:{a.b#12}:receipts:f0:old");
+        assert_eq!(
+            parse_key("ns.1", &current).unwrap().name,
+            Some(KeyName::Receipts)
+        );
+        assert_eq!(
+            parse_key("ns.1", &old).unwrap().name,
+            Some(KeyName::OldReceipts)
+        );
+        for bad in [
+            "receipts:",
+            "receipts:f",
+            "receipts:F0",
+            "receipts:f0:",
+            "receipts:f0:x",
+        ] {
+            assert_eq!(KeyName::from_suffix(bad), None, "{bad}");
+        }
         assert_eq!(parse_key("ns.1", "ns.1:t:scheduled"), None);
         assert_eq!(parse_key("ns.1", "other:{t#0}:scheduled"), None);
         assert_eq!(parse_key("ns.1", "ns.1:{t#x}:scheduled"), None);

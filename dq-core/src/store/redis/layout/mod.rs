@@ -21,7 +21,8 @@ pub use invariants::{
     CONTROL_FIELDS, KeySeen, PartitionSnapshot, STATS_FIELDS, Snapshot, Violation, check_invariants,
 };
 pub use keys::{
-    KeyName, ParsedKey, PartitionKeys, parse_key, schedules_key, topics_key, workers_key,
+    KeyName, ParsedKey, PartitionKeys, RECEIPT_ENTRY_LEN, parse_key, receipt_bucket, receipt_entry,
+    schedules_key, topics_key, workers_key,
 };
 pub use script_keys::{SCRIPT_KEYS, script_keys};
 pub use topic_record::{TOPIC_RECORD_VERSION, TopicRecord};

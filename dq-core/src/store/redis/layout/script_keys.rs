@@ -6,12 +6,24 @@
 use super::KeyName::{self, *};
 
 /// Every script by name (its file is `lua/<name>.lua`), with its KEYS in order. `fetch` may
-/// take further fetch receipts (to delete) after its own keys.
+/// take further fetch receipts (to delete) after its own keys. Keys that
+/// [`PartitionKeys::get`](super::PartitionKeys::get) does not give (a fetch receipt, the
+/// enqueue receipts of the call's bucket) are passed per call.
 pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
     (
         "enqueue",
         &[
-            Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls,
+            Scheduled,
+            Retry,
+            Ready,
+            Dead,
+            Jobs,
+            Hist,
+            Stats,
+            Wake,
+            Calls,
+            Receipts,
+            OldReceipts,
         ],
     ),
     (

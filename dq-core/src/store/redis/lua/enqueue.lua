@@ -8,10 +8,15 @@
 -- KEYS[6] hist       dq:{topic#p}:hist       HASH key -> attempt history
 -- KEYS[7] stats      dq:{topic#p}:stats      HASH counters
 -- KEYS[8] wake       dq:{topic#p}:wake       LIST wake-up tokens
--- KEYS[9] calls      dq:{topic#p}:calls      ZSET receipts: applied call id -> when (ms)
+-- KEYS[9] calls      dq:{topic#p}:calls      ZSET outcomes of applied calls that did not
+--                                            create every job: 'o<id hex>:<outcomes>' -> ms
+-- KEYS[10] receipts  dq:{topic#p}:receipts:<b>      STRING receipts, current generation
+-- KEYS[11] old_receipts dq:{topic#p}:receipts:<b>:old STRING receipts, the generation before
+--   (<b>: the call id's low byte, two hex digits; any pair works as long as every try of a
+--   call names the same one)
 --
 -- ARGV[1]            n, the number of jobs
--- ARGV[2]            call id: the same for every try of one client call
+-- ARGV[2]            call id: 8 bytes, big-endian; the same for every try of one client call
 -- ARGV[3]            '0' first try, '1' a retry after an ambiguous error
 -- then per job i (5 arguments each, starting at ARGV[4 + 5*(i-1)]):
 --   key              job key
@@ -22,21 +27,39 @@
 --
 -- Every argument is checked before the first write; a bad one writes nothing.
 --
--- Receipts: a call that created or replaced a job leaves its id in `calls`, scored with the
--- time. A retry whose id is found there was applied by an earlier try whose reply was lost:
--- it writes nothing and reports what is there now, so a job that has run since is not
--- created again. Receipts are kept at least RECEIPT_MS (clients retry for less): about one
--- call in ten removes up to TRIM older ones, and the set expires 2 * RECEIPT_MS after the
--- last call that wrote to it. Lookups and writes are O(log n); no call does unbounded work.
+-- Receipts: a call that created or replaced a job appends a 14-byte entry, its id (8 bytes)
+-- and the time (6 bytes, ms), to `receipts`, the current generation of its bucket. A retry
+-- whose id is found there or in `old_receipts` was applied by an earlier try whose reply was
+-- lost: it writes nothing and reports what is there now, so a job that has run since is not
+-- created again. Generations: `receipts` starts (with its first entry, and an expiry of
+-- 2 * RECEIPT_MS) when absent; a call that finds its first entry RECEIPT_MS old or more first
+-- RENAMEs it to `old_receipts` (dropping the generation before) and starts a new one. An
+-- entry is written while its generation is younger than RECEIPT_MS, and that generation is
+-- dropped only by the rotation after next, itself RECEIPT_MS after the next generation
+-- started, or by its expiry, 2 * RECEIPT_MS after it started: so every receipt is kept at
+-- least RECEIPT_MS, at most 2 * RECEIPT_MS. A first try costs one GETRANGE (the generation's
+-- age) and one APPEND (plus a RENAME and a PEXPIRE once per generation); a retry's lookup
+-- reads the two strings of its bucket and scans them for its id at entry boundaries.
+-- Bounds: a first try does O(1) receipt work (APPEND is amortised O(1)); a retry's lookup is
+-- O(the bucket's entries), 14 bytes per call of that bucket (1/256 of the partition's calls,
+-- by the id's low byte) in the last 2 * RECEIPT_MS at most.
 --
 -- What the applied try did per job: a job it created or replaced carries the try's time as
--- its `created` ms, the receipt's score. A call that did not create every one of its jobs
--- also stores its outcomes, one character per job, as the member 'o' .. id .. ':' ..
--- outcomes with the same score (found again among the few members of that score); a call
--- that created all its jobs, the common case, stores nothing more. At one score, digits
--- sort before 'o', so a trim by rank removes a receipt before its outcomes: a receipt never
--- outlives them. A retry reports '+' / '~' again for a job the earlier try created or
--- replaced that is still there (same `created` ms and payload, in any state).
+-- its `created` ms, the receipt's time. A call that did not create every one of its jobs
+-- (rare) also stores its outcomes, one character per job, as the member
+-- 'o' .. hex(id) .. ':' .. outcomes of `calls`, scored with that time (found again among the
+-- few members of that score); a call that created all its jobs, the common case, stores
+-- nothing more. Outcomes are kept at least 2 * RECEIPT_MS (each such call removes up to TRIM
+-- older ones; the set expires 2 * RECEIPT_MS after the last one), so a receipt never
+-- outlives its outcomes. A retry reports '+' / '~' again for a job the earlier try created
+-- or replaced that is still there (same `created` ms and payload, in any state).
+--
+-- Order: jobs due in the same millisecond keep their enqueue order (lib.lua: scores
+-- due + k / 4096). Each distinct due millisecond of the call is looked up once (slot_after),
+-- before any write, and the call counts on from there; the lookup of the call's earliest
+-- due ms also covers every earlier one, which tells whether that job is earlier than every
+-- job already scheduled (then a fetcher's timer may be set too late: wake one). A single
+-- job costs one lookup in all.
 --
 -- Returns an array with one string per job:
 --   '+'  created (by this try, or by an earlier try of this call: the job is still there)
@@ -46,23 +69,29 @@
 --   ('A' is also the answer with replace: a running job is never replaced)
 --   'E'  (retries only) an earlier try of this call was applied, and the job is gone since
 --        (it ran, or was cancelled or purged); nothing written
--- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed.
+-- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed; 'WRONGTYPE dq: ...'
+-- when a key holds another type (nothing written).
 --
--- Never fails after a write: the call reads jobs and scheduled, then decides every job, then
--- writes, `calls` first. Checked before that: ready when a job is due at once (its first
--- touch is a write after the receipt); retry, dead and hist when a job is replaced (rare).
--- Counters and wake-ups cannot fail.
+-- Never fails after a write: the call reads jobs, scheduled (one lookup per due ms) and the
+-- age of `receipts` (a GETRANGE that fails cleanly on a damaged key), then decides every
+-- job, then writes, the receipt first. Checked before that: ready when a job is due at once
+-- (its first touch is a write after the receipt); scheduled (not read when every job is due
+-- at once), retry, dead and hist when a job is replaced (rare); calls when outcomes are
+-- stored (rare); old_receipts when a generation is rotated (RENAME would overwrite it: a
+-- damaged one is reported rather than replaced). Counters and wake-ups cannot fail.
 
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local calls, receipts, old_receipts = KEYS[9], KEYS[10], KEYS[11]
 local RECEIPT_MS = 30000
+local ENTRY = 14
 local TRIM = 64
 
 local n, call, is_retry = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 if not n or n < 1 or #ARGV ~= 3 + 5 * n then
   return redis.error_reply('ERR dq bad arguments: job count does not match')
 end
-if call == '' or (is_retry ~= '0' and is_retry ~= '1') then
+if #call ~= 8 or (is_retry ~= '0' and is_retry ~= '1') then
   return redis.error_reply('ERR dq bad arguments: call')
 end
 for i = 0, n - 1 do
@@ -74,19 +103,57 @@ for i = 0, n - 1 do
   end
 end
 
-local calls = KEYS[9]
+-- A read of a receipt generation (`cmd` is GET or GETRANGE): its value, or nil and a
+-- WRONGTYPE error reply when the key holds something else than a string.
+local function read_receipts(key, cmd, ...)
+  local v = redis.pcall(cmd, key, ...)
+  if type(v) == 'table' and v.err then
+    return nil, redis.error_reply('WRONGTYPE dq: ' .. key .. ' holds a '
+      .. redis.call('TYPE', key).ok .. ', not a string; nothing written')
+  end
+  return v
+end
+
+-- The ms at which `call` was applied according to generation `gen` (a string of ENTRY-byte
+-- entries, or false), or nil. Only matches at entry boundaries count; the last one wins.
+local function applied_in(gen)
+  if not gen then return nil end
+  local found
+  local from = 1
+  while true do
+    local at = string.find(gen, call, from, true)
+    if not at then return found end
+    if (at - 1) % ENTRY == 0 and at + ENTRY - 1 <= #gen then
+      found = struct.unpack('>I6', gen, at + 8)
+      from = at + ENTRY
+    else
+      from = at + 1
+    end
+  end
+end
+
+local function hex(s)
+  return (string.gsub(s, '.', function(c) return string.format('%02x', string.byte(c)) end))
+end
+
 local now = now_ms()
 local keys = {}
 for i = 0, n - 1 do keys[i + 1] = ARGV[4 + 5 * i] end
 local olds = hmget(jobs, keys)
-local applied = is_retry == '1' and redis.call('ZSCORE', calls, call)
+local applied
+if is_retry == '1' then
+  local current, bad = read_receipts(receipts, 'GET')
+  if bad then return bad end
+  local older, bad_old = read_receipts(old_receipts, 'GET')
+  if bad_old then return bad_old end
+  applied = applied_in(current) or applied_in(older)
+end
 if applied then
   -- An earlier try of this call was applied at `applied` ms: report, write nothing.
-  applied = tonumber(applied)
   -- The try's outcomes, if it stored them: among the members of its score (the calls of one
-  -- millisecond), the one that starts with 'o' .. id .. ':'.
+  -- millisecond that did not create every job), the one that starts with 'o' .. id .. ':'.
   local outcomes
-  local mark = 'o' .. call .. ':'
+  local mark = 'o' .. hex(call) .. ':'
   for _, m in ipairs(redis.call('ZRANGE', calls, applied, applied, 'BYSCORE')) do
     if string.sub(m, 1, #mark) == mark then outcomes = string.sub(m, #mark + 1) end
   end
@@ -114,16 +181,17 @@ if applied then
   return results
 end
 
--- The earliest scheduled job before this call: a fetcher's timer is set for it, so a new job
--- due earlier must wake one (checked once per call, not per job).
-local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
-local head_due = head[2] and math.floor(tonumber(head[2]))
-
 -- Decide every job first (reads only): `now_state` is a key's state after the jobs before
 -- it in this call, so a key named twice behaves as in two calls.
-local results, records, hints, moves = {}, {}, {}, {}
-local now_state = {}
+local results, records, hints = {}, {}, {}
+-- The moves (jobs created or replaced), in call order, as parallel arrays (no table per job):
+-- key, the state to unlink (or false), due ms (nil when due at once), then score.
+local move_key, move_unlink, move_at = {}, {}, {}
+local now_state, last_move = {}, {}
 local replaced = false
+local earliest_new
+-- Every new record's header ends with created = now and token 0: packed once per call.
+local header_tail = struct.pack('>I6I6', now, 0)
 for i = 0, n - 1 do
   local base = 4 + 5 * i
   local key, mode, value, replace, payload =
@@ -144,54 +212,102 @@ for i = 0, n - 1 do
     due = bound_due(due, now)
     local new_state = waiting_state(due, now, 'S')
     records[#records + 1] = key
-    records[#records + 1] = pack_record(new_state, 0, due, now, 0, payload)
-    if new_state == 'R' then hints[#hints + 1] = key end
-    moves[#moves + 1] = {key, outcome == '~' and state, due}
+    -- pack_record(new_state, 0, due, now, 0, payload), in one concatenation.
+    records[#records + 1] = new_state .. '\0' .. struct.pack('>I6', due) .. header_tail .. payload
+    if new_state == 'R' then
+      hints[#hints + 1] = key
+      due = nil
+    elseif not earliest_new or due < earliest_new then
+      earliest_new = due
+    end
+    -- The state to unlink: the one before the call, for a key's first move only (a later
+    -- move of the same key supersedes the earlier placement of this call).
+    local m = #move_key + 1
+    move_key[m], move_at[m] = key, due
+    move_unlink[m] = outcome == '~' and not last_move[key] and state
+    last_move[key] = m
     now_state[key] = new_state
   end
   results[i + 1] = outcome
 end
-if #moves == 0 then return results end
+local moves = #move_key
+if moves == 0 then return results end
+
+-- Scores, in call order: one lookup per distinct due ms (the earliest one's also tells
+-- whether anything was scheduled before it), then counting on.
+local slots = {}
+local new_earliest = false
+if earliest_new then
+  slots[earliest_new], new_earliest = slot_after(scheduled, earliest_new, true)
+end
+for m = 1, moves do
+  local due = move_at[m]
+  if due then
+    local k = slots[due]
+    if not k then k = slot_after(scheduled, due, false) end
+    move_at[m] = due + math.min(k, 2047) / 4096
+    slots[due] = k + 1
+  end
+end
+
+-- The receipt's generation: its first entry's time is when it started.
+local began, bad = read_receipts(receipts, 'GETRANGE', 8, 13)
+if bad then return bad end
+local rotate = false
+if #began == 6 then
+  rotate = now - struct.unpack('>I6', began) >= RECEIPT_MS
+end
+local partial = moves < n or replaced
 
 local checks = {}
 if #hints > 0 then checks = {ready, 'list'} end
 if replaced then
-  for _, t in ipairs({retry, 'zset', dead, 'zset', hist, 'hash'}) do checks[#checks + 1] = t end
+  for _, t in ipairs({scheduled, 'zset', retry, 'zset', dead, 'zset', hist, 'hash'}) do
+    checks[#checks + 1] = t
+  end
 end
-local bad = check_types(checks)
-if bad then return bad end
+if partial then checks[#checks + 1] = calls; checks[#checks + 1] = 'zset' end
+if rotate then checks[#checks + 1] = old_receipts; checks[#checks + 1] = 'string' end
+local bad_type = check_types(checks)
+if bad_type then return bad_type end
 
 -- Writes: the receipt first (and the outcomes, when not every job was created).
-redis.call('ZADD', calls, now, call)
-if #moves < n or replaced then
-  redis.call('ZADD', calls, now, 'o' .. call .. ':' .. table.concat(results))
+if rotate then redis.call('RENAME', receipts, old_receipts) end
+local entry = call .. struct.pack('>I6', now)
+local len = redis.call('APPEND', receipts, entry)
+if len % ENTRY ~= 0 then
+  -- Damaged (not whole entries, so none would be found again): start the generation afresh.
+  redis.call('DEL', receipts)
+  len = redis.call('APPEND', receipts, entry)
 end
-redis.call('PEXPIRE', calls, 2 * RECEIPT_MS)
--- About one call in ten (the id is random; its last digit decides) removes up to TRIM
--- receipts past their life.
-if string.sub(call, -1) == '0' then
-  local expired = redis.call('ZCOUNT', calls, '-inf', '(' .. (now - RECEIPT_MS))
+if len == ENTRY then redis.call('PEXPIRE', receipts, 2 * RECEIPT_MS) end
+if partial then
+  redis.call('ZADD', calls, now, 'o' .. hex(call) .. ':' .. table.concat(results))
+  redis.call('PEXPIRE', calls, 2 * RECEIPT_MS)
+  local expired = redis.call('ZCOUNT', calls, '-inf', '(' .. (now - 2 * RECEIPT_MS))
   if expired > 0 then
     redis.call('ZREMRANGEBYRANK', calls, 0, math.min(expired, TRIM) - 1)
   end
 end
--- In call order, so that a key named twice is unlinked after its first placing.
-local earliest_new
-for _, m in ipairs(moves) do
-  local key, old_state, due = m[1], m[2], m[3]
-  if old_state then
-    unlink(old_state, scheduled, retry, dead, key)
+-- Replaced jobs leave their old place; then each key's last placement of this call goes
+-- into scheduled (one variadic ZADD), ready jobs' hints were collected in call order.
+local zadd = {}
+for i = 1, moves do
+  local key, unlink_state, score = move_key[i], move_unlink[i], move_at[i]
+  if unlink_state then
+    unlink(unlink_state, scheduled, retry, dead, key)
     redis.call('HDEL', hist, key)
   end
-  if due > now then
-    redis.call('ZADD', scheduled, slot_score(scheduled, due), key)
-    if not earliest_new or due < earliest_new then earliest_new = due end
+  if score and last_move[key] == i then
+    zadd[#zadd + 1] = score
+    zadd[#zadd + 1] = key
   end
 end
+if #zadd > 0 then call_many('ZADD', scheduled, zadd) end
 call_many('HSET', jobs, records)
 if #hints > 0 then call_many('RPUSH', ready, hints) end
-count(stats, 'enqueued', #moves)
-if #hints > 0 or (earliest_new and (not head_due or earliest_new < head_due)) then
+count(stats, 'enqueued', moves)
+if #hints > 0 or new_earliest then
   wake(wake_key)
 end
 return results

@@ -148,6 +148,23 @@ local function slot_score(zset, due)
   return due + k / 4096
 end
 
+-- For jobs due at `due` that join `zset` now: the k of the slot after every job already there
+-- for that millisecond (0 if none), as slot_score finds it, with one O(log n) lookup done
+-- before the caller's first write; a caller that places several jobs due in one millisecond
+-- looks it up once and counts on locally (k, k + 1, ..., capped at 2047 as in slot_score),
+-- which keeps their order. With `earliest` the lookup also covers every earlier millisecond
+-- and the second result says whether `zset` holds no job due before due + 1 (then a job placed
+-- at `due` is its new earliest); without, the range is that millisecond only, which Redis
+-- answers without a walk when it lies past the last (or before the first) member.
+local function slot_after(zset, due, earliest)
+  local last = redis.call('ZREVRANGEBYSCORE', zset, string.format('(%d', due + 1),
+    earliest and '-inf' or due, 'WITHSCORES', 'LIMIT', 0, 1)
+  if not last[2] then return 0, true end
+  local score = tonumber(last[2])
+  if score < due then return 0, false end
+  return math.floor((score - due) * 4096 + 0.5) + 1, false
+end
+
 -- A job's history entries, to pass to `add_history`; a read, so a caller can do it before
 -- its first write. A stored history that does not decode (damaged) counts as empty: it is
 -- started afresh rather than failing the script after its first writes.
