@@ -74,7 +74,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Jobs per script call in bulk enqueue (default 250).
+    /// Jobs per script call in bulk enqueue (default 100).
     pub fn bulk_chunk(mut self, jobs: usize) -> Self {
         self.config.bulk_chunk = jobs;
         self
