@@ -109,15 +109,28 @@ impl Completer {
                     next = self.rx.try_recv().ok();
                 }
             }
-            for (queue, batch) in fails {
+            // Acks and failures are written side by side, each partition's in one call; what
+            // ends meanwhile waits in the channel and makes the next round's batches. Only
+            // the reporting of failures (which may throttle other partitions) runs apart.
+            let write_acks = async {
+                for (queue, batch) in acks {
+                    self.ack(&queue, batch).await;
+                }
+            };
+            let write_fails = async {
+                let mut written = Vec::new();
+                for (queue, batch) in fails {
+                    let result = self.fail(&queue, &batch).await;
+                    written.push((batch, result));
+                }
+                written
+            };
+            let ((), written) = tokio::join!(write_acks, write_fails);
+            for (batch, result) in written {
                 let store = self.store.clone();
-                let in_flight = self.in_flight.clone();
                 let topics = self.topics.clone();
                 let dead = self.dead.clone();
-                failures.spawn(fail(store, in_flight, topics, dead, queue, batch));
-            }
-            for (queue, batch) in acks {
-                self.ack(&queue, batch).await;
+                failures.spawn(report_all(store, topics, dead, batch, result));
             }
             while failures.try_join_next().is_some() {}
         }
@@ -160,6 +173,44 @@ impl Completer {
     }
 }
 
+impl Completer {
+    /// Writes one partition's failures in one `fail_many` call, retried as a whole through
+    /// connection trouble (a failure already written is refused by its token).
+    async fn fail(
+        &self,
+        queue: &Queue,
+        batch: &[Completion],
+    ) -> dq_core::Result<Vec<dq_core::Result<FailOutcome>>> {
+        let limits = self
+            .topics
+            .get(queue.topic.as_str())
+            .map(|t| t.dead_limits)
+            .unwrap_or_default();
+        let attempts: Vec<FailedAttempt> = batch
+            .iter()
+            .filter_map(|c| match &c.outcome {
+                Outcome::Failed { action, error } => Some(FailedAttempt {
+                    key: c.lease.key.clone(),
+                    token: c.lease.token,
+                    action: action.clone(),
+                    error: error.clone(),
+                }),
+                Outcome::Succeeded => None,
+            })
+            .collect();
+        let store = &self.store;
+        let result = (|| async { store.fail_many(queue, &attempts, limits).await })
+            .retry(persist())
+            .when(Error::is_retryable)
+            .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "fail failed; retrying"))
+            .await;
+        for c in batch {
+            self.in_flight.remove(&c.lease.queue, c.lease.token);
+        }
+        result
+    }
+}
+
 /// A handler's throttle holds its own partition (`fail` did that); the topic's other
 /// partitions get the same pause, so no worker leases another job of the topic before then.
 /// Best effort: a partition that cannot be reached is logged and left as it is.
@@ -185,40 +236,14 @@ async fn throttle_other_partitions(
     }
 }
 
-/// Writes one partition's failures in one `fail_many` call (retried as a whole through
-/// connection trouble: a failure already written is refused by its token), then reports each.
-async fn fail(
+/// Reports each written failure of a batch (see [`report`]), or the batch's error.
+async fn report_all(
     store: Arc<dyn Store>,
-    in_flight: InFlight,
     topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
     dead: DeadLetters,
-    queue: Queue,
     batch: Vec<Completion>,
+    result: dq_core::Result<Vec<dq_core::Result<FailOutcome>>>,
 ) {
-    let limits = topics
-        .get(queue.topic.as_str())
-        .map(|t| t.dead_limits)
-        .unwrap_or_default();
-    let attempts: Vec<FailedAttempt> = batch
-        .iter()
-        .filter_map(|c| match &c.outcome {
-            Outcome::Failed { action, error } => Some(FailedAttempt {
-                key: c.lease.key.clone(),
-                token: c.lease.token,
-                action: action.clone(),
-                error: error.clone(),
-            }),
-            Outcome::Succeeded => None,
-        })
-        .collect();
-    let result = (|| async { store.fail_many(&queue, &attempts, limits).await })
-        .retry(persist())
-        .when(Error::is_retryable)
-        .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "fail failed; retrying"))
-        .await;
-    for c in &batch {
-        in_flight.remove(&c.lease.queue, c.lease.token);
-    }
     match result {
         Ok(outcomes) => {
             for (c, outcome) in batch.iter().zip(outcomes) {

@@ -40,9 +40,11 @@
 -- Errors: 'ERR dq bad arguments: ...' (nothing written)
 --
 -- Never fails after a write: every argument is checked first; jobs, hist and control are read
--- (HMGET) and the sets a batch may write (scheduled, retry, ready, dead) are type-checked
--- (check_types) before the first write; after it, only commands that cannot fail on the data
--- they meet. Each job's outcome depends only on its own record, as if failed one by one.
+-- (HMGET), and scheduled or retry (slot_score's ZREVRANGEBYSCORE) when a job goes there,
+-- before the first write; ready and dead, first touched by a write, are type-checked
+-- (check_types) when a job goes there. After the first write only commands that cannot fail
+-- on the data they meet. Each job's outcome depends only on its own record, as if failed one
+-- by one; the writes are one variadic command per key for the whole batch.
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -105,18 +107,16 @@ end
 local live_keys = {}
 for j, i in ipairs(live) do live_keys[j] = keys[i] end
 local histories = hmget(hist, live_keys)
--- every set a job of this batch may be written to
-local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset'})
-if bad then return bad end
 
--- Writes.
-local wake_up = capped
-local buried_any, last_buried = false, nil
-local retried, throttles = 0, 0
-local cancelled = {}
-local slot = {} -- zset .. ms -> last k given in this batch (see slot_score)
-local placed = {[scheduled] = {}, [retry] = {}}
+-- (reads) each job's outcome, its new record and history, and its place; slot_score reads
+-- scheduled or retry (checking its type) before any write.
+local cancelled, buried = {}, {}
 local job_writes, hist_writes = {}, {}
+local to_ready = {}
+local members = {[scheduled] = {}, [retry] = {}}
+local placed = {[scheduled] = {}, [retry] = {}}
+local slot = {} -- set .. ms -> the last k given in this batch (see slot_score)
+local retried, throttles, throttle_until = 0, 0, nil
 local function history(j, attempt, code, err)
   local entries = {}
   local old = histories[j]
@@ -127,10 +127,9 @@ local function history(j, attempt, code, err)
   if #err > MAX_ERROR_LEN then err = string.sub(err, 1, MAX_ERROR_LEN) end
   entries[#entries + 1] = {attempt, now, code, err}
   while #entries > MAX_HISTORY do table.remove(entries, 1) end
-  hist_writes[#hist_writes + 1] = keys[live[j]]
+  hist_writes[#hist_writes + 1] = live_keys[j]
   hist_writes[#hist_writes + 1] = cmsgpack.pack(entries)
 end
-
 for j, i in ipairs(live) do
   local b = 2 + (i - 1) * 5
   local key, rec = keys[i], recs[i]
@@ -144,18 +143,16 @@ for j, i in ipairs(live) do
     history(j, attempts, 'B', err)
     job_writes[#job_writes + 1] = key
     job_writes[#job_writes + 1] = with_header(rec, 'D', attempts, due, owner)
-    redis.call('ZADD', dead, now, key)
-    count(stats, 'buried', 1)
-    buried_any, last_buried = true, i
+    buried[#buried + 1] = now
+    buried[#buried + 1] = key
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 2, now, 0
   else
     local at = bound_due(now + delay, now)
     local code, later, zset = 'F', 'F', retry
     if action == 't' then
       -- the partner is rate-limiting us: the whole partition leases nothing before `at`
-      local until_ms = tonumber(redis.pcall('HGET', control, 'until')) or 0
-      if at > until_ms then redis.pcall('HSET', control, 'until', at) end
       throttles = throttles + 1
+      if not throttle_until or at > throttle_until then throttle_until = at end
     end
     if action == 'd' or action == 't' then
       -- "not yet": the attempt is given back and the job waits like a scheduled one
@@ -166,10 +163,9 @@ for j, i in ipairs(live) do
     job_writes[#job_writes + 1] = key
     job_writes[#job_writes + 1] = with_header(rec, waiting_state(at, now, later), attempts, at, owner)
     if at <= now then
-      redis.call('RPUSH', ready, key)
-      wake_up = true
+      to_ready[#to_ready + 1] = key
     else
-      -- slot_score once per set and ms; later jobs of the batch for that ms follow on
+      -- slot_score once per set and ms; the batch's later jobs for that ms follow on
       local s = zset .. '\0' .. at
       local score
       if slot[s] then
@@ -179,13 +175,22 @@ for j, i in ipairs(live) do
         score = slot_score(zset, at)
         slot[s] = math.floor((score - at) * 4096 + 0.5)
       end
-      redis.call('ZADD', zset, score, key)
+      local m = members[zset]
+      m[#m + 1] = score
+      m[#m + 1] = key
       placed[zset][key] = true
     end
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 1, at, 0
   end
 end
--- (the job writes after the sets': a job is never in two states at once within the script)
+-- the two keys first written without a read before
+local checks = {}
+if #to_ready > 0 then checks[#checks + 1] = ready; checks[#checks + 1] = 'list' end
+if #buried > 0 then checks[#checks + 1] = dead; checks[#checks + 1] = 'zset' end
+local bad = check_types(checks)
+if bad then return bad end
+
+-- Writes.
 call_many('ZREM', active, live_keys)
 if #cancelled > 0 then
   call_many('HDEL', jobs, cancelled)
@@ -195,24 +200,40 @@ end
 if next(cancels) then
   local fields = {}
   for i in pairs(cancels) do fields[#fields + 1] = cancel_field(keys[i]) end
-  redis.pcall('HDEL', control, unpack(fields))
+  call_many('HDEL', control, fields) -- control is a hash: read above
+end
+if throttle_until then
+  local until_ms = tonumber(redis.pcall('HGET', control, 'until')) or 0
+  if throttle_until > until_ms then redis.pcall('HSET', control, 'until', throttle_until) end
+  count(stats, 'throttles', throttles)
 end
 if #hist_writes > 0 then call_many('HSET', hist, hist_writes) end
 if #job_writes > 0 then call_many('HSET', jobs, job_writes) end
+if #to_ready > 0 then call_many('RPUSH', ready, to_ready) end
+if #buried > 0 then
+  call_many('ZADD', dead, buried)
+  count(stats, 'buried', #buried / 2)
+end
 if retried > 0 then count(stats, 'retried', retried) end
-if throttles > 0 then count(stats, 'throttles', throttles) end
--- a new earliest job of a set wakes a fetcher (its wait was computed for a later one)
+local wake_up = capped or #to_ready > 0
 for _, z in ipairs({scheduled, retry}) do
-  if next(placed[z]) then
-    local head = redis.call('ZRANGE', z, 0, 0)
-    if head[1] and placed[z][head[1]] then wake_up = true end
+  if #members[z] > 0 then
+    call_many('ZADD', z, members[z])
+    -- a new earliest job wakes a fetcher (its wait was computed for a later one)
+    if not wake_up then
+      local head = redis.call('ZRANGE', z, 0, 0)
+      if head[1] and placed[z][head[1]] then wake_up = true end
+    end
   end
 end
 if wake_up then wake(wake_key) end
 for i, first in pairs(dups) do
   if reply[3 * first - 2] == 3 then reply[3 * i - 2] = 0 end -- the first deleted it: gone
 end
-if buried_any then
-  reply[3 * last_buried] = trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
+if #buried > 0 then
+  -- (the trim's count goes with the batch's last burial)
+  local last = 0
+  for i = 1, n do if reply[3 * i - 2] == 2 then last = i end end
+  reply[3 * last] = trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
 end
 return reply
