@@ -75,7 +75,7 @@ const MAX_FETCHES_IN_FLIGHT: usize = 2;
 /// for one slot at a time would cost Redis a whole call's fixed cost per job while the pool is
 /// busy, and the first fetch's reply is at most a round trip away anyway.
 fn second_fetch_min(max_batch: usize) -> u32 {
-    u32::try_from((max_batch / 4).max(1)).unwrap_or(u32::MAX)
+    u32::try_from((max_batch / 2).max(1)).unwrap_or(u32::MAX)
 }
 
 /// Due jobs one fetch moves to `ready` beyond those it leases: enough to keep other fetchers
