@@ -217,6 +217,38 @@ pub async fn fail_many_gives_each_job_its_own_outcome<H: Harness>(h: &H) {
         (3, 1, 1, 1),
         "{st:?}"
     );
+    // The same batch again (a retry after its reply was lost): nothing is written twice; a
+    // job no longer leased under its token is refused as stale, a deleted one is gone.
+    let again = h
+        .store()
+        .fail_many(&q, &batch, dq::DeadLimits::default())
+        .await
+        .expect("fail_many repeated");
+    let gone: Vec<bool> = again
+        .iter()
+        .map(|o| match o {
+            Ok(FailOutcome::Gone) => true,
+            Err(dq::Error::StaleToken { .. }) => false,
+            other => panic!("a repeat wrote something: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        gone,
+        [false, false, false, false, true, false, true, false, false]
+    );
+    let counters = |s: dq::TopicStats| {
+        (
+            (s.scheduled, s.ready, s.active, s.retry, s.dead),
+            (s.retried, s.buried, s.cancelled, s.succeeded),
+        )
+    };
+    assert_eq!(
+        counters(t.stats().await.unwrap()),
+        counters(st.clone()),
+        "a repeat changes no counter"
+    );
+    assert_eq!(state(info(&t, "later").await), (JobState::Retry, 1, 1));
+    assert_eq!(state(info(&t, "bury").await), (JobState::Dead, 1, 1));
     // The job due at once is leased again, with its attempt counted; an empty batch is a no-op.
     let again = fetch_one(h, &q, &req()).await;
     assert_eq!((again.key.as_str(), again.attempt), ("now", 2));
