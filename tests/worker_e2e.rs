@@ -197,7 +197,12 @@ async fn many_jobs_failing_at_once_each_retry_once() {
     let client = client_for(dq_testkit::shared()).await;
     let log = Log::default();
     let handles: Vec<_> = (0..2)
-        .map(|_| worker(&client, &log, "e2e.failonce").build().unwrap().start())
+        .map(|_| {
+            worker(&client, &log, "e2e.failonce")
+                .build()
+                .unwrap()
+                .start()
+        })
         .collect();
     let jobs = (0..2000u64).map(|i| JobSpec::new(i).key(format!("job-{i}")));
     client.enqueue_bulk::<fail_once>(jobs).await.unwrap();

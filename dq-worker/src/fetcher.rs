@@ -4,7 +4,7 @@
 //!    never leases a job that cannot start now;
 //! 2. call `fetch` once for that many jobs (the script also promotes due jobs and recovers
 //!    expired leases) and hand each job with its permit to a runner. While one call is in
-//!    flight, slots freed by finished jobs start a second one once a quarter of the batch is
+//!    flight, slots freed by finished jobs start a second one once half the batch is
 //!    free (`second_fetch_min`): a busy pool is not left idle for a round trip, and a busy
 //!    Redis is not spent on one-job fetches (a fetch's fixed cost is many times a job's);
 //! 3. with nothing to do, wait for whichever comes first: a local timer for the delay `fetch`
@@ -70,7 +70,7 @@ pub(crate) struct Fetcher {
 /// while the first is on its way, so slots never wait out a whole round trip.
 const MAX_FETCHES_IN_FLIGHT: usize = 2;
 
-/// Free slots a second fetch (one already in flight) waits for: a quarter of the batch. The
+/// Free slots a second fetch (one already in flight) waits for: half the batch. The
 /// first fetch starts with one free slot (no added latency when the pool is idle); a second one
 /// for one slot at a time would cost Redis a whole call's fixed cost per job while the pool is
 /// busy, and the first fetch's reply is at most a round trip away anyway.

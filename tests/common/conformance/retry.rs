@@ -135,7 +135,16 @@ pub async fn fail_many_gives_each_job_its_own_outcome<H: Harness>(h: &H) {
     let c = h.client().await;
     let t = c.topic("failmany").unwrap();
     let q = queue("failmany");
-    let names = ["later", "now", "defer", "bury", "cancelled", "stale", "gone", "twice"];
+    let names = [
+        "later",
+        "now",
+        "defer",
+        "bury",
+        "cancelled",
+        "stale",
+        "gone",
+        "twice",
+    ];
     for k in names {
         t.enqueue(raw(1)).key(k).await.unwrap();
     }
@@ -180,7 +189,10 @@ pub async fn fail_many_gives_each_job_its_own_outcome<H: Harness>(h: &H) {
     assert!((before + hour..=after + hour).contains(&at(0)));
     assert!((before..=after).contains(&at(1)));
     assert!((before + hour..=after + hour).contains(&at(2)));
-    assert_eq!(out[3].as_ref().ok(), Some(&FailOutcome::Buried { trimmed: 0 }));
+    assert_eq!(
+        out[3].as_ref().ok(),
+        Some(&FailOutcome::Buried { trimmed: 0 })
+    );
     assert_eq!(out[4].as_ref().ok(), Some(&FailOutcome::Cancelled));
     assert!(
         matches!(out[5], Err(dq::Error::StaleToken { .. })),
