@@ -934,6 +934,29 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
     h.check_invariants().await;
 }
 
+/// Issue 15: a fetch leaves `active` stored as a skiplist (a listpack insert scans and shifts
+/// the whole set per lease), through a hint member it adds and removes in the same call: the
+/// set holds exactly the leased jobs.
+#[tokio::test]
+async fn active_is_a_skiplist_holding_only_leased_jobs() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("encoding").unwrap();
+    let q = queue("encoding");
+    let keys = h.partition_keys("encoding", 0);
+    for k in ["a", "b", "c"] {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let d = fetch(&h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&d), ["a", "b", "c"]);
+    let encoding: String = h.server().cmd(&["OBJECT", "ENCODING", &keys.active]);
+    assert_eq!(encoding, "skiplist");
+    let members: Vec<String> = h.server().cmd(&["ZRANGE", &keys.active, "0", "-1"]);
+    assert_eq!(members, ["a", "b", "c"]);
+    ack_all(&h, &q, &d).await;
+    h.check_invariants().await;
+}
+
 /// Issue 15: a damaged record in a batch of failures is refused as stale (fetch buries it)
 /// and left as it is; the rest of the batch is written.
 #[tokio::test]
