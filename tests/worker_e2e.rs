@@ -194,7 +194,11 @@ async fn delayed_job_runs_after_its_delay_and_due_now_runs_at_once() {
 /// own outcome: one failed attempt in its history, one retry, one success, nothing left.
 #[tokio::test]
 async fn many_jobs_failing_at_once_each_retry_once() {
-    let client = client_for(dq_testkit::shared()).await;
+    // A private server, so that its SLOWLOG holds only this test's script calls.
+    let server = RedisServer::start();
+    server.cmd::<()>(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.cmd::<()>(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    let client = client_for(&server).await;
     let log = Log::default();
     let handles: Vec<_> = (0..2)
         .map(|_| {
@@ -233,6 +237,23 @@ async fn many_jobs_failing_at_once_each_retry_once() {
             stats.dead
         ),
         (2000, 2000, 0, 0, 0, 0)
+    );
+    // The failures were written in batches: fewer `fail` calls (the one script with 10 KEYS)
+    // than failures. (One at a time would need the completer to never find a second failure
+    // waiting while a call is in flight, with 32 jobs failing together after each fetch.)
+    type Entry = (i64, i64, i64, Vec<Vec<u8>>, Vec<u8>, Vec<u8>);
+    let log: Vec<Entry> = server.cmd(&["SLOWLOG", "GET", "100000"]);
+    let fail_calls = log
+        .iter()
+        .filter(|(_, _, _, args, _, _)| {
+            args.first()
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"evalsha"))
+                && args.get(2).is_some_and(|n| n == b"10")
+        })
+        .count();
+    assert!(
+        (1..2000).contains(&fail_calls),
+        "{fail_calls} fail calls for 2000 failures"
     );
 }
 
