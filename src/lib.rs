@@ -80,7 +80,7 @@ pub mod store {
     pub use dq_core::client::SchedulerPass;
     pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
-    pub use dq_core::store::{Store, WakeListener, lease_of};
+    pub use dq_core::store::{FailedAttempt, Store, WakeListener, lease_of};
     pub use dq_core::{
         AckOutcome, ControlChange, ControlState, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall,
         Extended, FETCH_RECEIPT_LIFE, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest,

@@ -1113,14 +1113,15 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         let t = c.topic(&topic).unwrap();
         let q = queue(&topic);
         let store = h.store();
-        for k in ["r1", "r2", "r3", "r4", "r5", "r6", "r7"] {
+        let ready = ["r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10"];
+        for k in ready {
             t.enqueue(raw(1)).key(k).await.unwrap();
         }
         for k in ["s1", "s2"] {
             t.enqueue(raw(1)).key(k).delay(HOUR).await.unwrap();
         }
-        let jobs = fetch(&h, &q, &common::conformance::req_max(7)).await.jobs;
-        assert_eq!(keys_of(&jobs), ["r1", "r2", "r3", "r4", "r5", "r6", "r7"]);
+        let jobs = fetch(&h, &q, &common::conformance::req_max(10)).await.jobs;
+        assert_eq!(keys_of(&jobs), ready);
         store
             .fail(
                 &q,
@@ -1196,6 +1197,27 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
                 jobs[3].token,
                 &FailAction::Retry(Duration::ZERO),
                 "x",
+                dq::DeadLimits::default(),
+            ),
+        )
+        .await;
+        // A batch of failures touching every set a failure can go to.
+        let failed = |i: usize, action: FailAction| dq::store::FailedAttempt {
+            key: jobs[i].key.clone(),
+            token: jobs[i].token,
+            action,
+            error: "x".into(),
+        };
+        ok_or_unchanged(
+            &h,
+            &w("fail_many"),
+            store.fail_many(
+                &q,
+                &[
+                    failed(7, FailAction::Retry(HOUR)),
+                    failed(8, FailAction::Defer(Duration::ZERO)),
+                    failed(9, FailAction::Bury),
+                ],
                 dq::DeadLimits::default(),
             ),
         )
@@ -1296,6 +1318,81 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
     let still: Option<String> = h.server().cmd(&["HGET", &keys.jobs, "junk"]);
     assert_eq!(still.as_deref(), Some("Sab"));
     h.server().cmd::<()>(&["HDEL", &keys.jobs, "junk"]);
+    h.check_invariants().await;
+}
+
+/// Issue 15: a fetch leaves `active` stored as a skiplist (a listpack insert scans and shifts
+/// the whole set per lease), through a hint member it adds and removes in the same call: the
+/// set holds exactly the leased jobs.
+#[tokio::test]
+async fn active_is_a_skiplist_holding_only_leased_jobs() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("encoding").unwrap();
+    let q = queue("encoding");
+    let keys = h.partition_keys("encoding", 0);
+    for k in ["a", "b", "c"] {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let d = fetch(&h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&d), ["a", "b", "c"]);
+    let encoding: String = h.server().cmd(&["OBJECT", "ENCODING", &keys.active]);
+    assert_eq!(encoding, "skiplist");
+    let members: Vec<String> = h.server().cmd(&["ZRANGE", &keys.active, "0", "-1"]);
+    assert_eq!(members, ["a", "b", "c"]);
+    ack_all(&h, &q, &d).await;
+    h.check_invariants().await;
+}
+
+/// Issue 15: a damaged record in a batch of failures is refused as stale (fetch buries it)
+/// and left as it is; the rest of the batch is written.
+#[tokio::test]
+async fn damaged_record_in_a_failure_batch_fails_only_itself() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("failbatch").unwrap();
+    let q = queue("failbatch");
+    let keys = h.partition_keys("failbatch", 0);
+    for k in ["a", "b", "c"] {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let d = fetch(&h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&d), ["a", "b", "c"]);
+    h.server().cmd::<()>(&["HSET", &keys.jobs, "b", "Aab"]);
+    let failed = |i: usize, action: FailAction| dq::store::FailedAttempt {
+        key: d[i].key.clone(),
+        token: d[i].token,
+        action,
+        error: "boom".into(),
+    };
+    let out = h
+        .store()
+        .fail_many(
+            &q,
+            &[
+                failed(0, FailAction::Retry(HOUR)),
+                failed(1, FailAction::Retry(HOUR)),
+                failed(2, FailAction::Bury),
+            ],
+            dq::DeadLimits::default(),
+        )
+        .await
+        .expect("fail_many");
+    assert!(
+        matches!(out[0], Ok(dq::store::FailOutcome::Retrying { .. })),
+        "{out:?}"
+    );
+    assert!(matches!(out[1], Err(Error::StaleToken { .. })), "{out:?}");
+    assert_eq!(
+        out[2].as_ref().ok(),
+        Some(&dq::store::FailOutcome::Buried { trimmed: 0 })
+    );
+    let still: Option<String> = h.server().cmd(&["HGET", &keys.jobs, "b"]);
+    assert_eq!(still.as_deref(), Some("Aab"));
+    assert_eq!(info(&t, "a").await.state, JobState::Retry);
+    assert_eq!(info(&t, "c").await.state, JobState::Dead);
+    h.server().cmd::<()>(&["HDEL", &keys.jobs, "b"]);
+    h.server().cmd::<()>(&["ZREM", &keys.active, "b"]);
     h.check_invariants().await;
 }
 

@@ -34,6 +34,15 @@ async fn flaky(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
+#[dq::delayed_job(topic = "e2e.failonce", retry = "fixed(50ms, 1)", concurrency = 32)]
+async fn fail_once(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await?;
+    if ctx.attempt == 1 {
+        return Err(JobError::retry("the first attempt fails"));
+    }
+    Ok(())
+}
+
 #[dq::delayed_job(topic = "e2e.doomed", retry = "100ms, 100ms")]
 async fn doomed(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "ran").await?;
@@ -178,6 +187,74 @@ async fn delayed_job_runs_after_its_delay_and_due_now_runs_at_once() {
         client.stats::<record_job>().await.unwrap().succeeded == 2
     })
     .await;
+}
+
+/// Issue 15: failures are written in batches (`fail_many`, one call per partition for what
+/// failed meanwhile); with 2,000 jobs failing at once on two workers, each job still gets its
+/// own outcome: one failed attempt in its history, one retry, one success, nothing left.
+#[tokio::test]
+async fn many_jobs_failing_at_once_each_retry_once() {
+    // A private server, so that its SLOWLOG holds only this test's script calls.
+    let server = RedisServer::start();
+    server.cmd::<()>(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.cmd::<()>(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    let client = client_for(&server).await;
+    let log = Log::default();
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            worker(&client, &log, "e2e.failonce")
+                .build()
+                .unwrap()
+                .start()
+        })
+        .collect();
+    let jobs = (0..2000u64).map(|i| JobSpec::new(i).key(format!("job-{i}")));
+    client.enqueue_bulk::<fail_once>(jobs).await.unwrap();
+    eventually("2000 jobs succeeded", Duration::from_secs(120), || async {
+        client.stats::<fail_once>().await.unwrap().succeeded == 2000
+    })
+    .await;
+    for h in handles {
+        h.shutdown().await;
+    }
+    let mut runs: HashMap<String, Vec<u32>> = HashMap::new();
+    for r in log.runs() {
+        runs.entry(r.key).or_default().push(r.attempt);
+    }
+    assert_eq!(runs.len(), 2000);
+    for (key, mut attempts) in runs {
+        attempts.sort_unstable();
+        assert_eq!(attempts, [1, 2], "{key}");
+    }
+    let stats = client.stats::<fail_once>().await.unwrap();
+    assert_eq!(
+        (
+            stats.retried,
+            stats.succeeded,
+            stats.ready,
+            stats.active,
+            stats.retry,
+            stats.dead
+        ),
+        (2000, 2000, 0, 0, 0, 0)
+    );
+    // The failures were written in batches: fewer `fail` calls (the one script with 10 KEYS)
+    // than failures. (One at a time would need the completer to never find a second failure
+    // waiting while a call is in flight, with 32 jobs failing together after each fetch.)
+    type Entry = (i64, i64, i64, Vec<Vec<u8>>, Vec<u8>, Vec<u8>);
+    let log: Vec<Entry> = server.cmd(&["SLOWLOG", "GET", "100000"]);
+    let fail_calls = log
+        .iter()
+        .filter(|(_, _, _, args, _, _)| {
+            args.first()
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"evalsha"))
+                && args.get(2).is_some_and(|n| n == b"10")
+        })
+        .count();
+    assert!(
+        (1..2000).contains(&fail_calls),
+        "{fail_calls} fail calls for 2000 failures"
+    );
 }
 
 #[tokio::test]

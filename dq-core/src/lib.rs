@@ -50,7 +50,7 @@ pub use retry::{Jitter, RetryPolicy};
 pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleOutcome, ScheduleRecord};
 pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
-pub use store::{Store, WakeListener};
+pub use store::{FailedAttempt, Store, WakeListener};
 pub use topic::TopicMeta;
 pub use workers::WorkerInfo;
 

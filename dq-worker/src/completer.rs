@@ -2,7 +2,8 @@
 //!
 //! 1. successes are acknowledged in batches — whatever has finished while the previous batch
 //!    was being written goes in the next one, so a busy worker spends one round trip per batch;
-//! 2. failures (retry, defer, bury) are written concurrently, one script call each;
+//! 2. failures (retry, defer, bury) are batched the same way, one `fail_many` call per
+//!    partition for whatever failed meanwhile, written beside the acks (not behind them);
 //! 3. every write is retried on connection trouble with capped backoff: ack and fail are
 //!    idempotent under their token, so a repeat after an ambiguous error does nothing twice;
 //! 4. a buried job is reported to the dead letters (log and `on_dead` hook), once, by the
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use dq_core::{AckOutcome, Error, FailAction, FailOutcome, Queue, Store};
+use dq_core::{AckOutcome, Error, FailAction, FailOutcome, FailedAttempt, Queue, Store};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -93,6 +94,7 @@ impl Completer {
         let mut failures = JoinSet::new();
         while let Some(first) = self.rx.recv().await {
             let mut acks: HashMap<Queue, Vec<Completion>> = HashMap::new();
+            let mut fails: HashMap<Queue, Vec<Completion>> = HashMap::new();
             let mut next = Some(first);
             let mut taken = 0;
             while let Some(c) = next.take() {
@@ -100,19 +102,35 @@ impl Completer {
                 match c.outcome {
                     Outcome::Succeeded => acks.entry(c.lease.queue.clone()).or_default().push(c),
                     Outcome::Failed { .. } => {
-                        let store = self.store.clone();
-                        let in_flight = self.in_flight.clone();
-                        let topics = self.topics.clone();
-                        let dead = self.dead.clone();
-                        failures.spawn(fail(store, in_flight, topics, dead, c));
+                        fails.entry(c.lease.queue.clone()).or_default().push(c);
                     }
                 }
                 if taken < MAX_BATCH {
                     next = self.rx.try_recv().ok();
                 }
             }
-            for (queue, batch) in acks {
-                self.ack(&queue, batch).await;
+            // Acks and failures are written side by side, each partition's in one call; what
+            // ends meanwhile waits in the channel and makes the next round's batches. Only
+            // the reporting of failures (which may throttle other partitions) runs apart.
+            let write_acks = async {
+                for (queue, batch) in acks {
+                    self.ack(&queue, batch).await;
+                }
+            };
+            let write_fails = async {
+                let mut written = Vec::new();
+                for (queue, batch) in fails {
+                    let result = self.fail(&queue, &batch).await;
+                    written.push((batch, result));
+                }
+                written
+            };
+            let ((), written) = tokio::join!(write_acks, write_fails);
+            for (batch, result) in written {
+                let store = self.store.clone();
+                let topics = self.topics.clone();
+                let dead = self.dead.clone();
+                failures.spawn(report_all(store, topics, dead, batch, result));
             }
             while failures.try_join_next().is_some() {}
         }
@@ -155,6 +173,44 @@ impl Completer {
     }
 }
 
+impl Completer {
+    /// Writes one partition's failures in one `fail_many` call, retried as a whole through
+    /// connection trouble (a failure already written is refused by its token).
+    async fn fail(
+        &self,
+        queue: &Queue,
+        batch: &[Completion],
+    ) -> dq_core::Result<Vec<dq_core::Result<FailOutcome>>> {
+        let limits = self
+            .topics
+            .get(queue.topic.as_str())
+            .map(|t| t.dead_limits)
+            .unwrap_or_default();
+        let attempts: Vec<FailedAttempt> = batch
+            .iter()
+            .filter_map(|c| match &c.outcome {
+                Outcome::Failed { action, error } => Some(FailedAttempt {
+                    key: c.lease.key.clone(),
+                    token: c.lease.token,
+                    action: action.clone(),
+                    error: error.clone(),
+                }),
+                Outcome::Succeeded => None,
+            })
+            .collect();
+        let store = &self.store;
+        let result = (|| async { store.fail_many(queue, &attempts, limits).await })
+            .retry(persist())
+            .when(Error::is_retryable)
+            .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "fail failed; retrying"))
+            .await;
+        for c in batch {
+            self.in_flight.remove(&c.lease.queue, c.lease.token);
+        }
+        result
+    }
+}
+
 /// A handler's throttle holds its own partition (`fail` did that); the topic's other
 /// partitions get the same pause, so no worker leases another job of the topic before then.
 /// Best effort: a partition that cannot be reached is logged and left as it is.
@@ -180,30 +236,45 @@ async fn throttle_other_partitions(
     }
 }
 
-async fn fail(
+/// Reports each written failure of a batch (see [`report`]), or the batch's error.
+async fn report_all(
     store: Arc<dyn Store>,
-    in_flight: InFlight,
     topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
     dead: DeadLetters,
-    c: Completion,
+    batch: Vec<Completion>,
+    result: dq_core::Result<Vec<dq_core::Result<FailOutcome>>>,
+) {
+    match result {
+        Ok(outcomes) => {
+            for (c, outcome) in batch.iter().zip(outcomes) {
+                report(&store, &topics, &dead, c, outcome).await;
+            }
+        }
+        Err(e) => {
+            for c in &batch {
+                let _enter = c.span.enter();
+                tracing::error!(
+                    error = %e,
+                    "could not record the failure; the job will run again after its lease expires"
+                );
+            }
+        }
+    }
+}
+
+/// Logs what `fail` did with one job, throttles the topic's other partitions for a
+/// throttle, and reports a buried job to the dead letters.
+async fn report(
+    store: &Arc<dyn Store>,
+    topics: &Arc<HashMap<String, Arc<TopicRuntime>>>,
+    dead: &DeadLetters,
+    c: &Completion,
+    result: dq_core::Result<FailOutcome>,
 ) {
     let Outcome::Failed { action, error } = &c.outcome else {
         return;
     };
     let lease = &c.lease;
-    let limits = topics
-        .get(lease.queue.topic.as_str())
-        .map(|t| t.dead_limits)
-        .unwrap_or_default();
-    let result = (|| async {
-        store
-            .fail(&lease.queue, &lease.key, lease.token, action, error, limits)
-            .await
-    })
-    .retry(persist())
-    .when(Error::is_retryable)
-    .await;
-    in_flight.remove(&lease.queue, lease.token);
     let _enter = c.span.enter();
     match result {
         Ok(FailOutcome::Retrying { at_ms }) => match action {
@@ -216,7 +287,7 @@ async fn fail(
                 let partitions = topics
                     .get(lease.queue.topic.as_str())
                     .map_or(1, |t| t.partitions);
-                throttle_other_partitions(&store, &lease.queue, partitions, *d).await;
+                throttle_other_partitions(store, &lease.queue, partitions, *d).await;
             }
             _ => tracing::warn!(error = %error, retry_at_ms = at_ms, "failed; will retry"),
         },

@@ -4,8 +4,9 @@
 //!    never leases a job that cannot start now;
 //! 2. call `fetch` once for that many jobs (the script also promotes due jobs and recovers
 //!    expired leases) and hand each job with its permit to a runner. While one call is in
-//!    flight, slots freed by finished jobs start a second one: a busy pool is not left idle
-//!    for a round trip;
+//!    flight, slots freed by finished jobs start a second one once half the batch is
+//!    free (`second_fetch_min`): a busy pool is not left idle for a round trip, and a busy
+//!    Redis is not spent on one-job fetches (a fetch's fixed cost is many times a job's);
 //! 3. with nothing to do, wait for whichever comes first: a local timer for the delay `fetch`
 //!    reported (computed from Redis `TIME`), or a wake-up token (a producer queued work due
 //!    now, or a new earliest job) — never a polling interval. The wait is capped so that a
@@ -69,6 +70,14 @@ pub(crate) struct Fetcher {
 /// while the first is on its way, so slots never wait out a whole round trip.
 const MAX_FETCHES_IN_FLIGHT: usize = 2;
 
+/// Free slots a second fetch (one already in flight) waits for: half the batch. The
+/// first fetch starts with one free slot (no added latency when the pool is idle); a second one
+/// for one slot at a time would cost Redis a whole call's fixed cost per job while the pool is
+/// busy, and the first fetch's reply is at most a round trip away anyway.
+fn second_fetch_min(max_batch: usize) -> u32 {
+    u32::try_from((max_batch / 2).max(1)).unwrap_or(u32::MAX)
+}
+
 /// Due jobs one fetch moves to `ready` beyond those it leases: enough to keep other fetchers
 /// busy, small enough that a mass expiry never makes one script call long.
 const PROMOTE_BATCH: usize = 16;
@@ -127,6 +136,7 @@ impl Fetcher {
         let mut backoff = error_backoff();
         let permits = self.topic.permits.clone();
         let max_batch = self.settings.max_batch.clamp(1, self.topic.concurrency);
+        let second_min = second_fetch_min(max_batch);
         let mut in_flight: JoinSet<FetchDone> = JoinSet::new();
         // Set when the last fetch found nothing to do: wait this long (or for a wake-up).
         let mut idle: Option<(tokio::time::Instant, Duration)> = None;
@@ -155,7 +165,8 @@ impl Fetcher {
                 continue;
             }
             // A fetch is in flight. While it is, slots freed by finished jobs start a second
-            // one, so the pool never sits idle for a whole round trip.
+            // one (once `second_min` are free), so the pool never sits idle for a whole round
+            // trip.
             let can_start = in_flight.len() < MAX_FETCHES_IN_FLIGHT;
             tokio::select! {
                 done = in_flight.join_next() => {
@@ -198,7 +209,7 @@ impl Fetcher {
                         }
                     }
                 }
-                p = permits.clone().acquire_owned(), if can_start && idle.is_none() => {
+                p = permits.clone().acquire_many_owned(second_min), if can_start && idle.is_none() => {
                     let Ok(first) = p else { break };
                     self.start_fetch(&mut in_flight, &permits, first, max_batch);
                 }
@@ -297,15 +308,23 @@ impl Fetcher {
         }
     }
 
-    /// Takes what other slots are free beside `first` and starts one fetch for that many jobs.
+    /// Takes what other slots are free beside `first` (one or more permits) and starts one
+    /// fetch for that many jobs.
     fn start_fetch(
         &self,
         in_flight: &mut JoinSet<FetchDone>,
         permits: &Arc<tokio::sync::Semaphore>,
-        first: OwnedSemaphorePermit,
+        mut first: OwnedSemaphorePermit,
         max_batch: usize,
     ) {
-        let mut held = vec![first];
+        let mut held = Vec::with_capacity(max_batch);
+        while first.num_permits() > 1 {
+            match first.split(1) {
+                Some(p) => held.push(p),
+                None => break,
+            }
+        }
+        held.push(first);
         while held.len() < max_batch {
             match permits.clone().try_acquire_owned() {
                 Ok(p) => held.push(p),

@@ -25,6 +25,20 @@ use crate::workers::WorkerInfo;
 pub mod memory;
 pub mod redis;
 
+/// One failed attempt for [`Store::fail_many`]: the job, the token of its lease, what to do
+/// with it, and the error text kept in its history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedAttempt {
+    /// The job.
+    pub key: JobKey,
+    /// The delivery token of the lease that failed.
+    pub token: u64,
+    /// Retry, defer, bury, cancel or throttle.
+    pub action: FailAction,
+    /// The error, kept in the job's history.
+    pub error: String,
+}
+
 /// A place jobs live: Redis, or (for tests and quick starts) memory.
 ///
 /// Every method is one atomic step that validates before it writes. The methods that change a
@@ -69,6 +83,34 @@ pub trait Store: Send + Sync + 'static {
         error: &str,
         dead_limits: DeadLimits,
     ) -> Result<FailOutcome>;
+
+    /// Records many failed attempts of one partition at once: one result per failure, in
+    /// order, each what [`Store::fail`] returns for it alone (a stale token is
+    /// `Err(StaleToken)` in its place; a key named twice is failed once, its later namings
+    /// get what a second call would). An `Err` of the whole call is a store error: repeating
+    /// the call is safe, as a failure already written is refused by its token.
+    ///
+    /// The default calls [`Store::fail`] for each; the Redis store makes it one script call,
+    /// so a worker's failures cost Redis about what its acks do.
+    async fn fail_many(
+        &self,
+        queue: &Queue,
+        failures: &[FailedAttempt],
+        dead_limits: DeadLimits,
+    ) -> Result<Vec<Result<FailOutcome>>> {
+        let mut out = Vec::with_capacity(failures.len());
+        for f in failures {
+            match self
+                .fail(queue, &f.key, f.token, &f.action, &f.error, dead_limits)
+                .await
+            {
+                Err(e @ crate::error::Error::StaleToken { .. }) => out.push(Err(e)),
+                Err(e) => return Err(e),
+                Ok(o) => out.push(Ok(o)),
+            }
+        }
+        Ok(out)
+    }
 
     /// Renews leases to `lease` from now; for each lease whether it is still owned, and
     /// whether a cancel was requested for its running job ([`Extended::CancelRequested`]).

@@ -76,6 +76,7 @@ macro_rules! conformance_suite {
             due::scheduled_and_retry_are_promoted_in_due_order,
             retry::retry_schedule_until_dead,
             retry::defer_spends_no_attempt,
+            retry::fail_many_gives_each_job_its_own_outcome,
             dead_queue::dead_queue_list_requeue_purge,
             dead_queue::dead_queue_cap_trims_oldest,
             dead_queue::dead_queue_retention_trims_old,

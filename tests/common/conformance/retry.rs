@@ -127,3 +127,149 @@ pub async fn defer_spends_no_attempt<H: Harness>(h: &H) {
     assert_eq!(d4.attempt, 2);
     ack_all(h, &q, &[d4]).await;
 }
+
+/// Issue 15: `fail_many` writes a partition's failures in one call, and each job gets what
+/// `fail` alone would give it: retry later, retry at once, defer, bury, a cancel requested
+/// while it ran, a stale token, a job already gone, and a key named twice (failed once).
+pub async fn fail_many_gives_each_job_its_own_outcome<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("failmany").unwrap();
+    let q = queue("failmany");
+    let names = [
+        "later",
+        "now",
+        "defer",
+        "bury",
+        "cancelled",
+        "stale",
+        "gone",
+        "twice",
+    ];
+    for k in names {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let jobs = fetch(h, &q, &req_max(names.len())).await.jobs;
+    assert_eq!(keys_of(&jobs), names);
+    let d = |k: &str| jobs.iter().find(|j| j.key.as_str() == k).unwrap().clone();
+    assert_eq!(
+        t.cancel("cancelled").await.unwrap(),
+        CancelOutcome::CancelRequested
+    );
+    ack_all(h, &q, &[d("gone")]).await;
+    let failed = |k: &str, token: u64, action: FailAction| dq::store::FailedAttempt {
+        key: jk(k),
+        token,
+        action,
+        error: format!("{k} failed"),
+    };
+    let batch = [
+        failed("later", d("later").token, FailAction::Retry(HOUR)),
+        failed("now", d("now").token, FailAction::Retry(ms(0))),
+        failed("defer", d("defer").token, FailAction::Defer(HOUR)),
+        failed("bury", d("bury").token, FailAction::Bury),
+        failed("cancelled", d("cancelled").token, FailAction::Retry(ms(0))),
+        failed("stale", d("stale").token + 1_000_000, FailAction::Bury),
+        failed("gone", d("gone").token, FailAction::Retry(ms(0))),
+        failed("twice", d("twice").token, FailAction::Retry(HOUR)),
+        failed("twice", d("twice").token, FailAction::Bury),
+    ];
+    let before = now(h).await;
+    let out = h
+        .store()
+        .fail_many(&q, &batch, dq::DeadLimits::default())
+        .await
+        .expect("fail_many");
+    let after = now(h).await;
+    assert_eq!(out.len(), batch.len());
+    let at = |i: usize| match out[i] {
+        Ok(FailOutcome::Retrying { at_ms }) => at_ms,
+        ref other => panic!("{}: {other:?}", batch[i].key),
+    };
+    let hour = HOUR.as_millis() as u64;
+    assert!((before + hour..=after + hour).contains(&at(0)));
+    assert!((before..=after).contains(&at(1)));
+    assert!((before + hour..=after + hour).contains(&at(2)));
+    assert_eq!(
+        out[3].as_ref().ok(),
+        Some(&FailOutcome::Buried { trimmed: 0 })
+    );
+    assert_eq!(out[4].as_ref().ok(), Some(&FailOutcome::Cancelled));
+    assert!(
+        matches!(out[5], Err(dq::Error::StaleToken { .. })),
+        "{:?}",
+        out[5]
+    );
+    assert_eq!(out[6].as_ref().ok(), Some(&FailOutcome::Gone));
+    assert!((before + hour..=after + hour).contains(&at(7)));
+    assert!(
+        matches!(out[8], Err(dq::Error::StaleToken { .. })),
+        "the second naming finds the job no longer leased: {:?}",
+        out[8]
+    );
+
+    let state = |i: JobInfo| (i.state, i.attempts, i.history.len());
+    assert_eq!(state(info(&t, "later").await), (JobState::Retry, 1, 1));
+    assert_eq!(state(info(&t, "now").await), (JobState::Ready, 1, 1));
+    assert_eq!(state(info(&t, "defer").await), (JobState::Scheduled, 0, 1));
+    assert_eq!(state(info(&t, "bury").await), (JobState::Dead, 1, 1));
+    assert_eq!(state(info(&t, "stale").await), (JobState::Active, 1, 0));
+    assert_eq!(state(info(&t, "twice").await), (JobState::Retry, 1, 1));
+    assert!(t.job("cancelled").await.unwrap().is_none());
+    assert!(t.job("gone").await.unwrap().is_none());
+    let later = info(&t, "later").await;
+    assert_eq!(later.history[0].error, "later failed");
+    assert_eq!(later.history[0].outcome, AttemptOutcome::Failed);
+    assert_eq!(
+        info(&t, "defer").await.history[0].outcome,
+        AttemptOutcome::Deferred
+    );
+    let st = t.stats().await.unwrap();
+    assert_eq!(
+        (st.retried, st.buried, st.cancelled, st.active),
+        (3, 1, 1, 1),
+        "{st:?}"
+    );
+    // The same batch again (a retry after its reply was lost): nothing is written twice; a
+    // job no longer leased under its token is refused as stale, a deleted one is gone.
+    let again = h
+        .store()
+        .fail_many(&q, &batch, dq::DeadLimits::default())
+        .await
+        .expect("fail_many repeated");
+    let gone: Vec<bool> = again
+        .iter()
+        .map(|o| match o {
+            Ok(FailOutcome::Gone) => true,
+            Err(dq::Error::StaleToken { .. }) => false,
+            other => panic!("a repeat wrote something: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        gone,
+        [false, false, false, false, true, false, true, false, false]
+    );
+    let counters = |s: dq::TopicStats| {
+        (
+            (s.scheduled, s.ready, s.active, s.retry, s.dead),
+            (s.retried, s.buried, s.cancelled, s.succeeded),
+        )
+    };
+    assert_eq!(
+        counters(t.stats().await.unwrap()),
+        counters(st.clone()),
+        "a repeat changes no counter"
+    );
+    assert_eq!(state(info(&t, "later").await), (JobState::Retry, 1, 1));
+    assert_eq!(state(info(&t, "bury").await), (JobState::Dead, 1, 1));
+    // The job due at once is leased again, with its attempt counted; an empty batch is a no-op.
+    let again = fetch_one(h, &q, &req()).await;
+    assert_eq!((again.key.as_str(), again.attempt), ("now", 2));
+    assert!(
+        h.store()
+            .fail_many(&q, &[], dq::DeadLimits::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    ack_all(h, &q, &[again, d("stale")]).await;
+}

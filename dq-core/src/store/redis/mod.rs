@@ -40,7 +40,7 @@ use self::layout::{KeyName, PartitionKeys};
 use self::record::{Record, decode_history};
 use self::scripts::{LuaScript, Reply, SCRIPTS, as_int, codes, script_error, unexpected};
 use self::url::{NodeUrl, Target};
-use super::{Store, WakeListener};
+use super::{FailedAttempt, Store, WakeListener};
 use crate::control::{ControlChange, ControlState, Rate};
 use crate::error::{Error, Result, from_redis};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
@@ -629,45 +629,80 @@ impl Store for RedisStore {
         error: &str,
         dead_limits: DeadLimits,
     ) -> Result<FailOutcome> {
+        let failure = FailedAttempt {
+            key: key.clone(),
+            token,
+            action: action.clone(),
+            error: error.to_owned(),
+        };
+        let mut out = self
+            .fail_many(queue, std::slice::from_ref(&failure), dead_limits)
+            .await?;
+        out.pop()
+            .ok_or_else(|| Error::Protocol("fail: empty reply".into()))?
+    }
+
+    async fn fail_many(
+        &self,
+        queue: &Queue,
+        failures: &[FailedAttempt],
+        dead_limits: DeadLimits,
+    ) -> Result<Vec<Result<FailOutcome>>> {
+        if failures.is_empty() {
+            return Ok(Vec::new());
+        }
         let k = self.keys(queue);
         let s = &SCRIPTS.fail;
-        let (code, delay) = match action {
-            FailAction::Retry(d) => ("r", ms(*d)),
-            FailAction::Defer(d) => ("d", ms(*d)),
-            FailAction::Bury => ("b", 0),
-            FailAction::Cancel => ("c", 0),
-            FailAction::Throttle(d) => ("t", ms(*d)),
-        };
         let reply = self
             .run(s, &k, &[], |inv| {
-                inv.arg(key.as_str())
-                    .arg(token)
-                    .arg(code)
-                    .arg(delay)
-                    .arg(crate::job::truncate_error(error))
-                    .arg(per_partition_cap(dead_limits))
+                inv.arg(per_partition_cap(dead_limits))
                     .arg(ms(dead_limits.retention));
+                for f in failures {
+                    let (code, delay) = match &f.action {
+                        FailAction::Retry(d) => ("r", ms(*d)),
+                        FailAction::Defer(d) => ("d", ms(*d)),
+                        FailAction::Bury => ("b", 0),
+                        FailAction::Cancel => ("c", 0),
+                        FailAction::Throttle(d) => ("t", ms(*d)),
+                    };
+                    inv.arg(f.key.as_str())
+                        .arg(f.token)
+                        .arg(code)
+                        .arg(delay)
+                        .arg(crate::job::truncate_error(&f.error));
+                }
             })
             .await?;
         let mut r = Reply::new(s.name, reply)?;
-        let (code, at, trimmed) = (r.int("code")?, r.int("at")?, r.int("trimmed")?);
-        match code {
-            1 => Ok(FailOutcome::Retrying { at_ms: at as u64 }),
-            2 => {
-                if trimmed > 0 {
-                    tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
-                }
-                Ok(FailOutcome::Buried {
-                    trimmed: trimmed as u64,
-                })
-            }
-            3 => Ok(FailOutcome::Cancelled),
-            0 => Ok(FailOutcome::Gone),
-            -1 => Err(Error::StaleToken {
-                key: key.to_string(),
-            }),
-            other => Err(Error::Protocol(format!("fail: unknown code {other}"))),
+        if r.remaining() != 3 * failures.len() {
+            return Err(Error::Protocol(format!(
+                "fail: {} values for {} failures",
+                r.remaining(),
+                failures.len()
+            )));
         }
+        let mut out = Vec::with_capacity(failures.len());
+        for f in failures {
+            let (code, at, trimmed) = (r.int("code")?, r.int("at")?, r.int("trimmed")?);
+            out.push(match code {
+                1 => Ok(FailOutcome::Retrying { at_ms: at as u64 }),
+                2 => {
+                    if trimmed > 0 {
+                        tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
+                    }
+                    Ok(FailOutcome::Buried {
+                        trimmed: trimmed as u64,
+                    })
+                }
+                3 => Ok(FailOutcome::Cancelled),
+                0 => Ok(FailOutcome::Gone),
+                -1 => Err(Error::StaleToken {
+                    key: f.key.to_string(),
+                }),
+                other => return Err(Error::Protocol(format!("fail: unknown code {other}"))),
+            });
+        }
+        Ok(out)
     }
 
     async fn extend(

@@ -1,4 +1,6 @@
--- fail: an attempt failed; retry the job later, defer it, or bury it.
+-- fail: attempts failed; retry each job later, defer it, or bury it. Many at once (the worker
+-- batches the failures of a partition as it batches acks: one call for all that ended while
+-- the previous call was being written).
 --
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
 -- KEYS[2] retry      dq:{topic#p}:retry
@@ -11,107 +13,227 @@
 -- KEYS[9] wake       dq:{topic#p}:wake
 -- KEYS[10] control   dq:{topic#p}:control   cancel requests, throttle time, concurrency cap
 --
--- ARGV[1] key
--- ARGV[2] delivery token
--- ARGV[3] action: 'r' retry after ARGV[4] ms (the attempt counts)
---                 'd' defer: run again after ARGV[4] ms, the attempt is given back
---                 'b' bury: to the dead queue now
---                 'c' cancel: the job was cancelled while it ran; deleted, not retried
---                 't' throttle: defer by ARGV[4] ms, and lease nothing of this partition
---                     before then (control 'until'); counted in stats 'throttles'
---                 Whatever the action, a job whose cancel was requested is cancelled.
--- ARGV[4] delay, ms (ignored for 'b' and 'c')
--- ARGV[5] error text (kept in the job's history)
--- ARGV[6] dead-queue cap for this partition
--- ARGV[7] dead-queue retention, ms
+-- ARGV[1] dead-queue cap for this partition
+-- ARGV[2] dead-queue retention, ms
+-- then five per failure:
+--   key
+--   delivery token
+--   action: 'r' retry after `delay` ms (the attempt counts)
+--           'd' defer: run again after `delay` ms, the attempt is given back
+--           'b' bury: to the dead queue now
+--           'c' cancel: the job was cancelled while it ran; deleted, not retried
+--           't' throttle: defer by `delay` ms, and lease nothing of this partition
+--               before then (control 'until'); counted in stats 'throttles'
+--           Whatever the action, a job whose cancel was requested is cancelled.
+--   delay, ms (ignored for 'b' and 'c')
+--   error text (kept in the job's history)
 --
--- Returns {code, at_ms, trimmed}
+-- Returns three integers per failure, in order: {code, at_ms, trimmed, ...}
 --   code  1 waiting for the next attempt at at_ms (retry, or scheduled when deferred)
---         2 buried (trimmed: dead jobs removed by cap or retention)
+--         2 buried (trimmed: dead jobs removed by cap or retention, on the batch's last burial)
 --         3 cancelled: deleted, counted as cancelled
 --         0 gone: no such job (e.g. already acked); nothing done
---        -1 stale token: the job exists but this delivery no longer owns it; nothing done
--- Errors: 'ERR dq bad arguments: ...'
+--        -1 stale token: the job exists but this delivery no longer owns it (or its record is
+--           damaged: fetch buries it); nothing done
+--        A key named twice in a batch is failed once, by its first naming; the later ones get
+--        what a second call would: -1 (0 if the first deleted it as cancelled).
+-- Errors: 'ERR dq bad arguments: ...' (nothing written)
 --
--- Never fails after a write: jobs, hist and (for a later time) the target set are read before
--- the first write, ZREM active, so a retry or deferral needs no TYPE call; counters and
--- wake-ups cannot fail. Checked: ready when the job is due at once, dead when burying (each
--- first touched by a write after that one).
+-- Never fails after a write: every argument is checked first; jobs, hist and control are read
+-- (HMGET), and scheduled or retry (slot_score's ZREVRANGEBYSCORE) when a job goes there,
+-- before the first write; ready and dead, first touched by a write, are type-checked
+-- (check_types) when a job goes there. After the first write only commands that cannot fail
+-- on the data they meet. Each job's outcome depends only on its own record, as if failed one
+-- by one; the writes are one variadic command per key for the whole batch.
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control = KEYS[10]
 
-local key, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local delay, err = tonumber(ARGV[4]), ARGV[5]
-local dead_cap, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
-if not token or not delay or delay < 0 or not dead_cap or not retention or not err
-    or (action ~= 'r' and action ~= 'd' and action ~= 'b' and action ~= 'c' and action ~= 't') then
+local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: fail')
 end
+local n = (#ARGV - 2) / 5
+local keys = {}
+for i = 1, n do
+  local b = 2 + (i - 1) * 5
+  local token, action, delay = tonumber(ARGV[b + 2]), ARGV[b + 3], tonumber(ARGV[b + 4])
+  if not token or not delay or delay < 0
+      or (action ~= 'r' and action ~= 'd' and action ~= 'b' and action ~= 'c' and action ~= 't') then
+    return redis.error_reply('ERR dq bad arguments: fail')
+  end
+  keys[i] = ARGV[b + 1]
+end
 
-local rec = redis.call('HGET', jobs, key)
-if not rec then return {0, 0, 0} end
--- not a record (damaged): this delivery cannot own it; fetch buries it
-if not is_record(rec) then return {-1, 0, 0} end
-local state, attempts, due, _, owner = unpack_record(rec)
-if state ~= 'A' or owner ~= token then return {-1, 0, 0} end
+-- (reads) the records, and the control hash: HMGET checks its type before any write
+local recs = hmget(jobs, keys)
+local reply, live = {}, {}
+local seen, dups = {}, {} -- dups: index of a key named again -> index of its first naming
+for i, key in ipairs(keys) do
+  local rec = recs[i]
+  local code = nil
+  if seen[key] then
+    dups[i] = seen[key]
+    code = -1 -- as if failed one after the other: the first leaves the job under no lease
+  elseif not rec then
+    code = 0
+  elseif not is_record(rec) then
+    code = -1 -- damaged: this delivery cannot own it; fetch buries it
+  else
+    local state, _, _, _, owner = unpack_record(rec)
+    if state ~= 'A' or owner ~= tonumber(ARGV[2 + (i - 1) * 5 + 2]) then code = -1 end
+  end
+  if code then
+    reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = code, 0, 0
+  else
+    seen[key] = i
+    live[#live + 1] = i
+  end
+end
+if #live == 0 then return reply end
 
 local now = now_ms()
--- (reads) the control hash, if any: HMGET checks its type before any write
-local capped = false
+local capped, cancels = false, {}
 if redis.call('EXISTS', control) == 1 then
-  local ctl = redis.call('HMGET', control, 'conc', cancel_field(key))
+  local fields = {'conc'}
+  for j, i in ipairs(live) do fields[j + 1] = cancel_field(keys[i]) end
+  local ctl = hmget(control, fields)
   capped = ctl[1] ~= false
-  if ctl[2] then action = 'c' end
+  for j, i in ipairs(live) do
+    if ctl[j + 1] then cancels[i] = true end
+  end
 end
-if action == 'c' then
-  local bad = check_types({hist, 'hash'})
-  if bad then return bad end
-  drop_cancelled(active, jobs, hist, stats, control, key)
-  if capped then wake(wake_key) end
-  return {3, now, 0}
-end
-local entries = read_history(hist, key)
-if action == 'b' then
-  local bad = check_types({dead, 'zset'})
-  if bad then return bad end
-  redis.call('ZREM', active, key)
-  add_history(hist, key, entries, attempts, now, 'B', err)
-  bury(dead, jobs, stats, key, rec, now)
-  if capped then wake(wake_key) end
-  return {2, now, trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)}
-end
+local live_keys = {}
+for j, i in ipairs(live) do live_keys[j] = keys[i] end
+local histories = hmget(hist, live_keys)
 
-local at = bound_due(now + delay, now)
-local code, later, zset = 'F', 'F', retry
-local throttle = action == 't'
-if throttle then action = 'd' end
-if action == 'd' then
-  -- "not yet": the attempt is given back and the job waits like a scheduled one
-  code, later, zset = 'd', 'S', scheduled
+-- (reads) each job's outcome, its new record and history, and its place; slot_score reads
+-- scheduled or retry (checking its type) before any write.
+local cancelled, buried = {}, {}
+local job_writes, hist_writes = {}, {}
+local to_ready = {}
+local members = {[scheduled] = {}, [retry] = {}}
+local placed = {[scheduled] = {}, [retry] = {}}
+local slot = {} -- set .. ms -> the last k given in this batch (see slot_score)
+local retried, throttles, throttle_until = 0, 0, nil
+local function history(j, attempt, code, err)
+  local entries = {}
+  local old = histories[j]
+  if old then
+    local ok, decoded = pcall(cmsgpack.unpack, old)
+    if ok and type(decoded) == 'table' then entries = decoded end
+  end
+  if #err > MAX_ERROR_LEN then err = string.sub(err, 1, MAX_ERROR_LEN) end
+  entries[#entries + 1] = {attempt, now, code, err}
+  while #entries > MAX_HISTORY do table.remove(entries, 1) end
+  hist_writes[#hist_writes + 1] = live_keys[j]
+  hist_writes[#hist_writes + 1] = cmsgpack.pack(entries)
 end
-local score
-if at > now then
-  score = slot_score(zset, at)
-else
-  local bad = check_types({ready, 'list'})
-  if bad then return bad end
+for j, i in ipairs(live) do
+  local b = 2 + (i - 1) * 5
+  local key, rec = keys[i], recs[i]
+  local action, delay, err = ARGV[b + 3], tonumber(ARGV[b + 4]), ARGV[b + 5]
+  local _, attempts, due, _, owner = unpack_record(rec)
+  if cancels[i] then action = 'c' end
+  if action == 'c' then
+    cancelled[#cancelled + 1] = key
+    reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 3, now, 0
+  elseif action == 'b' then
+    history(j, attempts, 'B', err)
+    job_writes[#job_writes + 1] = key
+    job_writes[#job_writes + 1] = with_header(rec, 'D', attempts, due, owner)
+    buried[#buried + 1] = now
+    buried[#buried + 1] = key
+    reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 2, now, 0
+  else
+    local at = bound_due(now + delay, now)
+    local code, later, zset = 'F', 'F', retry
+    if action == 't' then
+      -- the partner is rate-limiting us: the whole partition leases nothing before `at`
+      throttles = throttles + 1
+      if not throttle_until or at > throttle_until then throttle_until = at end
+    end
+    if action == 'd' or action == 't' then
+      -- "not yet": the attempt is given back and the job waits like a scheduled one
+      code, later, zset = 'd', 'S', scheduled
+    end
+    history(j, attempts, code, err)
+    if code == 'd' then attempts = attempts - 1 else retried = retried + 1 end
+    job_writes[#job_writes + 1] = key
+    job_writes[#job_writes + 1] = with_header(rec, waiting_state(at, now, later), attempts, at, owner)
+    if at <= now then
+      to_ready[#to_ready + 1] = key
+    else
+      -- slot_score once per set and ms; the batch's later jobs for that ms follow on
+      local s = zset .. '\0' .. at
+      local score
+      if slot[s] then
+        slot[s] = math.min(slot[s] + 1, 2047)
+        score = at + slot[s] / 4096
+      else
+        score = slot_score(zset, at)
+        slot[s] = math.floor((score - at) * 4096 + 0.5)
+      end
+      local m = members[zset]
+      m[#m + 1] = score
+      m[#m + 1] = key
+      placed[zset][key] = true
+    end
+    reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 1, at, 0
+  end
 end
-redis.call('ZREM', active, key)
-if throttle then
-  -- the partner is rate-limiting us: the whole partition leases nothing before `at`
-  -- (control is a hash or absent: checked above when it exists)
-  local until_ms = tonumber(redis.call('HGET', control, 'until')) or 0
-  if at > until_ms then redis.call('HSET', control, 'until', at) end
-  count(stats, 'throttles', 1)
+-- the two keys first written without a read before
+local checks = {}
+if #to_ready > 0 then checks[#checks + 1] = ready; checks[#checks + 1] = 'list' end
+if #buried > 0 then checks[#checks + 1] = dead; checks[#checks + 1] = 'zset' end
+local bad = check_types(checks)
+if bad then return bad end
+
+-- Writes.
+call_many('ZREM', active, live_keys)
+if #cancelled > 0 then
+  call_many('HDEL', jobs, cancelled)
+  call_many('HDEL', hist, cancelled)
+  count(stats, 'cancelled', #cancelled)
 end
-add_history(hist, key, entries, attempts, now, code, err)
-if action == 'd' then
-  attempts = attempts - 1
-else
-  count(stats, 'retried', 1)
+if next(cancels) then
+  local fields = {}
+  for i in pairs(cancels) do fields[#fields + 1] = cancel_field(keys[i]) end
+  call_many('HDEL', control, fields) -- control is a hash: read above
 end
-redis.call('HSET', jobs, key, with_header(rec, waiting_state(at, now, later), attempts, at, owner))
-if place(zset, ready, key, at, now, score) or capped then wake(wake_key) end
-return {1, at, 0}
+if throttle_until then
+  local until_ms = tonumber(redis.pcall('HGET', control, 'until')) or 0
+  if throttle_until > until_ms then redis.pcall('HSET', control, 'until', throttle_until) end
+  count(stats, 'throttles', throttles)
+end
+if #hist_writes > 0 then call_many('HSET', hist, hist_writes) end
+if #job_writes > 0 then call_many('HSET', jobs, job_writes) end
+if #to_ready > 0 then call_many('RPUSH', ready, to_ready) end
+if #buried > 0 then
+  call_many('ZADD', dead, buried)
+  count(stats, 'buried', #buried / 2)
+end
+if retried > 0 then count(stats, 'retried', retried) end
+local wake_up = capped or #to_ready > 0
+for _, z in ipairs({scheduled, retry}) do
+  if #members[z] > 0 then
+    call_many('ZADD', z, members[z])
+    -- a new earliest job wakes a fetcher (its wait was computed for a later one)
+    if not wake_up then
+      local head = redis.call('ZRANGE', z, 0, 0)
+      if head[1] and placed[z][head[1]] then wake_up = true end
+    end
+  end
+end
+if wake_up then wake(wake_key) end
+for i, first in pairs(dups) do
+  if reply[3 * first - 2] == 3 then reply[3 * i - 2] = 0 end -- the first deleted it: gone
+end
+if #buried > 0 then
+  -- (the trim's count goes with the batch's last burial)
+  local last = 0
+  for i = 1, n do if reply[3 * i - 2] == 2 then last = i end end
+  reply[3 * last] = trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
+end
+return reply

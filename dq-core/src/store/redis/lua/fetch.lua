@@ -91,6 +91,10 @@ for i = 9, #ARGV do
   delays[#delays + 1] = d
 end
 
+-- A member no job key can be (job keys hold no control characters), longer than the
+-- listpack limit (zset-max-listpack-value, 64): see the lease writes below.
+local ACTIVE_ENCODING_HINT = string.rep('\0', 72)
+
 local now = now_ms()
 local trimmed = 0
 local buried = {}
@@ -350,7 +354,14 @@ if n_jobs > 0 then
     out[#out + 1] = key
     out[#out + 1] = leased
   end
+  -- With a member longer than 64 bytes Redis stores `active` as a skiplist (it keeps that
+  -- encoding until the set is empty): a small sorted set is otherwise a flat listpack, where
+  -- every insert scans and shifts the whole set, many times the cost of a job's other work at
+  -- a busy worker's batch sizes. The hint (NUL bytes: never a job key) leaves in the same call.
+  members[#members + 1] = 0
+  members[#members + 1] = ACTIVE_ENCODING_HINT
   call_many('ZADD', active, members)
+  redis.call('ZREM', active, ACTIVE_ENCODING_HINT)
   if rate_t and n_jobs > from_receipt then
     rate_tat = rate_tat + (n_jobs - from_receipt) * rate_t
     redis.call('HSET', control, 'tat', string.format('%.3f', rate_tat))
