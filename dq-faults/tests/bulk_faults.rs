@@ -43,7 +43,7 @@ fn jobs() -> Vec<JobSpec<FaultPayload>> {
         .collect()
 }
 
-/// Scenario 12: Redis reaches `maxmemory` during a bulk of 5,000 jobs (chunks of 250).
+/// Scenario 12: Redis reaches `maxmemory` during a bulk of 5,000 jobs (chunks of `dq::DEFAULT_BULK_CHUNK`).
 /// The error is `BulkPartial`: the chunks before the refused one are reported stored — a
 /// prefix, with their keys, generated ones too — and exactly those are in Redis; the refused
 /// chunk is named. Once memory is free, resending the jobs not stored stores each of them
@@ -83,8 +83,11 @@ async fn bulk_at_maxmemory_reports_what_was_stored_and_resumes_exactly_once() {
         outcomes[stored..].iter().all(Option::is_none),
         "one partition: the stored jobs are a prefix"
     );
-    assert_eq!(stored % 250, 0, "whole chunks: {stored}");
-    assert_eq!(failed, (stored..stored + 250).collect::<Vec<_>>());
+    assert_eq!(stored % dq::DEFAULT_BULK_CHUNK, 0, "whole chunks: {stored}");
+    assert_eq!(
+        failed,
+        (stored..stored + dq::DEFAULT_BULK_CHUNK).collect::<Vec<_>>()
+    );
     // Exactly the jobs reported stored are in Redis, under the keys reported.
     assert_eq!(records_len(&s), stored as u64);
     for (i, o) in outcomes.iter().enumerate().take(stored) {
