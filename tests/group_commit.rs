@@ -354,6 +354,40 @@ async fn proxied(
     (server, proxy, ns, client, look)
 }
 
+type Caller = tokio::task::JoinHandle<dq::Result<dq::Enqueued>>;
+
+/// Holds the replies, starts a leader (key `lead`) and waits until Redis applied its call,
+/// then queues `n` callers (keys `w0`…) behind it and waits until all are queued.
+async fn hold_a_leader_and_queue(
+    proxy: &FaultProxy,
+    client: &Client,
+    t: &TopicClient,
+    look: &TopicClient,
+    n: usize,
+) -> (Caller, Vec<Caller>) {
+    proxy.set_reply_delay(HELD);
+    let lead = {
+        let t = t.clone();
+        tokio::spawn(async move { t.enqueue(vec![0x90]).key("lead").delay(HOUR).await })
+    };
+    eventually("Redis applied the leader's call", WAIT, || async {
+        look.job("lead").await.unwrap().is_some()
+    })
+    .await;
+    let mut waiting = Vec::new();
+    for i in 0..n {
+        let t = t.clone();
+        waiting.push(tokio::spawn(async move {
+            t.enqueue(vec![0x90]).key(format!("w{i}")).delay(HOUR).await
+        }));
+    }
+    eventually(&format!("{n} callers queued"), WAIT, || async {
+        client.enqueues_waiting() == n
+    })
+    .await;
+    (lead, waiting)
+}
+
 /// Ends a held-reply fault: replies flow again, and the connection holding one is closed
 /// (its call is retried with the same call id).
 fn lift(proxy: &FaultProxy) {
@@ -368,26 +402,7 @@ fn lift(proxy: &FaultProxy) {
 async fn a_cancelled_waiting_caller_is_not_sent() {
     let (_server, proxy, _ns, client, look) = proxied(|b| b).await;
     let t = client.topic(TOPIC).unwrap();
-    proxy.set_reply_delay(HELD);
-    let lead = {
-        let t = t.clone();
-        tokio::spawn(async move { t.enqueue(vec![0x90]).key("lead").delay(HOUR).await })
-    };
-    eventually("Redis applied the leader's call", WAIT, || async {
-        look.job("lead").await.unwrap().is_some()
-    })
-    .await;
-    let mut waiting = Vec::new();
-    for i in 0..5 {
-        let t = t.clone();
-        waiting.push(tokio::spawn(async move {
-            t.enqueue(vec![0x90]).key(format!("w{i}")).delay(HOUR).await
-        }));
-    }
-    eventually("five callers queued", WAIT, || async {
-        client.enqueues_waiting() == 5
-    })
-    .await;
+    let (lead, mut waiting) = hold_a_leader_and_queue(&proxy, &client, &t, &look, 5).await;
     let cancelled = waiting.remove(2);
     cancelled.abort();
     assert!(cancelled.await.unwrap_err().is_cancelled());
@@ -427,26 +442,7 @@ async fn a_cancelled_waiting_caller_is_not_sent() {
 async fn a_cancelled_leader_hands_its_lane_over() {
     let (_server, proxy, _ns, client, look) = proxied(|b| b).await;
     let t = client.topic(TOPIC).unwrap();
-    proxy.set_reply_delay(HELD);
-    let lead = {
-        let t = t.clone();
-        tokio::spawn(async move { t.enqueue(vec![0x90]).key("lead").delay(HOUR).await })
-    };
-    eventually("Redis applied the leader's call", WAIT, || async {
-        look.job("lead").await.unwrap().is_some()
-    })
-    .await;
-    let mut waiting = Vec::new();
-    for i in 0..3 {
-        let t = t.clone();
-        waiting.push(tokio::spawn(async move {
-            t.enqueue(vec![0x90]).key(format!("w{i}")).delay(HOUR).await
-        }));
-    }
-    eventually("three callers queued", WAIT, || async {
-        client.enqueues_waiting() == 3
-    })
-    .await;
+    let (lead, waiting) = hold_a_leader_and_queue(&proxy, &client, &t, &look, 3).await;
     lead.abort();
     assert!(lead.await.unwrap_err().is_cancelled());
     eventually("the queued batch was sent", WAIT, || async {
