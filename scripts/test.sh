@@ -26,37 +26,78 @@ fi
 redis-server --version
 redis-cli --version
 if ! command -v cargo-deny >/dev/null 2>&1; then
-  echo "cargo-deny not found; installing it from crates.io (cargo install --locked cargo-deny)"
-  cargo install --locked --quiet cargo-deny
+  # A debug build: cargo-deny's checks take seconds either way, and a release build of it
+  # would take minutes of CI's time on every fresh machine.
+  echo "cargo-deny not found; installing it from crates.io (cargo install --locked --debug cargo-deny)"
+  cargo install --locked --debug --quiet cargo-deny
 fi
 
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
-cargo clippy -p dq --features otel --all-targets -- -D warnings
-cargo check -p dq-core --features tls
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-cargo deny --log-level error check licenses bans sources
-# The published crates, packaged and built from their packages as crates.io would build them.
-# Cargo verifies them through a local registry, and takes a registry crate of a version it has
-# seen as unchanged: it would reuse what it extracted and compiled of our crates on an earlier
-# run. So the verification builds in a target dir of its own, whose dq crates are cleared, and
-# the sources extracted from earlier packages are removed.
-verify=target/package-verify
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/dq-{syntax,macros,core,worker,dashboard,cli}-[0-9]* \
-  "$verify"/debug/.fingerprint/dq* "$verify"/debug/deps/*dq*
-CARGO_TARGET_DIR="$verify" cargo package --quiet --allow-dirty \
-  -p dq-syntax -p dq-macros -p dq-core -p dq-worker -p dq -p dq-dashboard -p dq-cli
+# Every step prints its wall time, and the run ends with all of them, so a slow CI run shows
+# where its minutes went.
+timings=()
+step() {
+  local name=$1 started=$SECONDS
+  shift
+  echo "== $name"
+  "$@"
+  timings+=("$(printf '%5ds  %s' $((SECONDS - started)) "$name")")
+}
+
+# Cargo picks the features of a shared dependency (tokio, redis, hyper…) from the packages a
+# command selects, and builds it again for every distinct pick. Every build below therefore
+# selects the whole workspace with its dev-dependencies (tests, examples), so one build of the
+# dependencies serves them all; the examples and the benchmark run from what the tests built.
+step fmt cargo fmt --all -- --check
+step clippy cargo clippy --workspace --all-targets -- -D warnings
+# The optional features (otel, tls) with the same selection: only dq's crates are checked again.
+step "clippy (otel, tls)" cargo clippy --workspace --all-targets --features dq/otel,dq/tls -- -D warnings
+step rustdoc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+step cargo-deny cargo deny --log-level error check licenses bans sources
+# The published crates, packaged as crates.io would receive them, then checked from their
+# packages: a workspace of the unpacked packages, each depending on the others' packaged sources
+# (not on this tree), checked in one `cargo check`. That fails on a file a package leaves out
+# or a dependency it does not declare, as `cargo package`'s own verification would, without
+# that verification's full debug build of every crate's dependencies, once per crate.
+published=(dq-syntax dq-macros dq-core dq-worker dq dq-dashboard dq-cli)
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
+unpacked=target/package-check
+check_packages() {
+  rm -rf target/package "$unpacked"
+  cargo package --quiet --no-verify --allow-dirty "${published[@]/#/-p}"
+  mkdir -p "$unpacked"
+  local members=() patches=() name
+  for name in "${published[@]}"; do
+    tar -xzf "target/package/$name-$version.crate" -C "$unpacked"
+    members+=("\"$name-$version\"")
+    patches+=("$name = { path = \"$name-$version\" }")
+  done
+  {
+    echo "[workspace]"
+    echo "members = [$(IFS=,; echo "${members[*]}")]"
+    echo 'resolver = "3"'
+    echo "[patch.crates-io]"
+    printf '%s\n' "${patches[@]}"
+  } > "$unpacked/Cargo.toml"
+  cp Cargo.lock "$unpacked/"
+  (cd "$unpacked" && CARGO_TARGET_DIR=../../target cargo check --quiet --workspace)
+}
+step "cargo package" check_packages
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace 2>&1 | tee "$log"
+run_tests() { "$@" 2>&1 | tee -a "$log"; }
+step "cargo test" run_tests cargo test --workspace
 # The otel feature's trace test (compiled only with the feature).
-cargo test -p dq --features otel --test otel_trace 2>&1 | tee -a "$log"
+step "cargo test (otel)" run_tests cargo test --workspace --features dq/otel --test otel_trace
+# Built by `cargo test` above with the same selection; this only confirms they are fresh.
+step "build examples and bins" cargo build --quiet --workspace --bins --examples
 for example in $(ls examples/*.rs 2>/dev/null | xargs -r -n1 basename | sed 's/\.rs$//'); do
-  echo "== example: $example"
-  cargo run --quiet --example "$example"
+  step "example: $example" "target/debug/examples/$example"
 done
-echo "== benchmark smoke run (dq-bench all --quick; figures are not asserted)"
-cargo run --quiet -p dq-bench -- all --quick
+# A smoke run of the benchmark; figures are not asserted.
+step "dq-bench all --quick" target/debug/dq-bench all --quick
+
+echo "== wall time per step"
+printf '%s\n' "${timings[@]}"
 
 # The closing line: every cargo test result above, summed.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
