@@ -32,16 +32,32 @@ if ! command -v cargo-deny >/dev/null 2>&1; then
   cargo install --locked --debug --quiet cargo-deny
 fi
 
-# Every step prints its wall time, and the run ends with all of them, so a slow CI run shows
-# where its minutes went.
+# Every step's wall time is printed when the run ends, passed or failed, so a slow or broken
+# CI run shows where its minutes went.
 timings=()
+log=""
+current=""
+current_started=0
 step() {
-  local name=$1 started=$SECONDS
+  local name=$1
   shift
   echo "== $name"
+  current=$name
+  current_started=$SECONDS
   "$@"
-  timings+=("$(printf '%5ds  %s' $((SECONDS - started)) "$name")")
+  timings+=("$(printf '%5ds  %s' $((SECONDS - current_started)) "$name")")
+  current=""
 }
+finish() {
+  local status=$?
+  echo "== wall time per step"
+  if [ ${#timings[@]} -gt 0 ]; then printf '%s\n' "${timings[@]}"; fi
+  if [ -n "$current" ]; then
+    printf '%5ds  %s (failed, exit %d)\n' $((SECONDS - current_started)) "$current" "$status"
+  fi
+  if [ -n "$log" ]; then rm -f "$log"; fi
+}
+trap finish EXIT
 
 # Cargo picks the features of a shared dependency (tokio, redis, hyper…) from the packages a
 # command selects, and builds it again for every distinct pick. Every build below therefore
@@ -83,7 +99,6 @@ check_packages() {
 }
 step "cargo package" check_packages
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 run_tests() { "$@" 2>&1 | tee -a "$log"; }
 step "cargo test" run_tests cargo test --workspace
 # The otel feature's trace test (compiled only with the feature).
@@ -96,8 +111,6 @@ done
 # A smoke run of the benchmark; figures are not asserted.
 step "dq-bench all --quick" target/debug/dq-bench all --quick
 
-echo "== wall time per step"
-printf '%s\n' "${timings[@]}"
 
 # The closing line: every cargo test result above, summed.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
