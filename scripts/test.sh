@@ -59,6 +59,11 @@ finish() {
 }
 trap finish EXIT
 
+# Where cargo builds (target/, or CARGO_TARGET_DIR when set): the packages, examples and the
+# benchmark binary are taken from there.
+target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+[ -n "$target" ] || { echo "cargo metadata named no target directory" >&2; exit 1; }
+
 # Cargo picks the features of a shared dependency (tokio, redis, hyper…) from the packages a
 # command selects, and builds it again for every distinct pick. Every build below therefore
 # selects the whole workspace with its dev-dependencies (tests, examples), so one build of the
@@ -76,14 +81,14 @@ step cargo-deny cargo deny --log-level error check licenses bans sources
 # that verification's full debug build of every crate's dependencies, once per crate.
 published=(dq-syntax dq-macros dq-core dq-worker dq dq-dashboard dq-cli)
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
-unpacked=target/package-check
+unpacked=$target/package-check
 check_packages() {
-  rm -rf target/package "$unpacked"
+  rm -rf "$target/package" "$unpacked"
   cargo package --quiet --no-verify --allow-dirty "${published[@]/#/-p}"
   mkdir -p "$unpacked"
   local members=() patches=() name
   for name in "${published[@]}"; do
-    tar -xzf "target/package/$name-$version.crate" -C "$unpacked"
+    tar -xzf "$target/package/$name-$version.crate" -C "$unpacked"
     members+=("\"$name-$version\"")
     patches+=("$name = { path = \"$name-$version\" }")
   done
@@ -95,7 +100,7 @@ check_packages() {
     printf '%s\n' "${patches[@]}"
   } > "$unpacked/Cargo.toml"
   cp Cargo.lock "$unpacked/"
-  (cd "$unpacked" && CARGO_TARGET_DIR=../../target cargo check --quiet --workspace)
+  (cd "$unpacked" && CARGO_TARGET_DIR="$target" cargo check --quiet --workspace)
 }
 step "cargo package" check_packages
 log=$(mktemp)
@@ -106,11 +111,10 @@ step "cargo test (otel)" run_tests cargo test --workspace --features dq/otel --t
 # Built by `cargo test` above with the same selection; this only confirms they are fresh.
 step "build examples and bins" cargo build --quiet --workspace --bins --examples
 for example in $(ls examples/*.rs 2>/dev/null | xargs -r -n1 basename | sed 's/\.rs$//'); do
-  step "example: $example" "target/debug/examples/$example"
+  step "example: $example" "$target/debug/examples/$example"
 done
 # A smoke run of the benchmark; figures are not asserted.
-step "dq-bench all --quick" target/debug/dq-bench all --quick
-
+step "dq-bench all --quick" "$target/debug/dq-bench" all --quick
 
 # The closing line: every cargo test result above, summed.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
