@@ -1,10 +1,12 @@
-//! The handler shapes the attribute accepts.
+//! The handler shapes `#[delayed_job]` accepts: each compiles, and each registers its topic.
 
 use dq::{JobContext, JobError};
 use serde::{Deserialize, Serialize};
 
+/// A payload type.
 #[derive(Serialize, Deserialize)]
 pub struct CloseOrder {
+    /// The order to close.
     pub order_id: u64,
 }
 
@@ -74,6 +76,7 @@ async fn r#match(_n: u64) -> Result<(), JobError> {
     Ok(())
 }
 
+/// A public handler in a public module.
 pub mod jobs {
     use super::CloseOrder;
 
@@ -94,7 +97,8 @@ async fn via_reexport(_n: u64) -> Result<(), JobError> {
     Ok(())
 }
 
-fn main() {
+#[test]
+fn every_accepted_shape_registers_its_topic() {
     // Handlers may be declared inside a function body too.
     #[dq::delayed_job(topic = "local")]
     async fn local(_n: u64) -> Result<(), JobError> {
@@ -129,14 +133,22 @@ fn main() {
 
     // A chosen jitter reaches the runtime policy; the default is left out of the text.
     let retry_of = |topic: &str| {
-        let d = dq::handler::registered_jobs().find(|d| d.topic == topic).unwrap();
+        let d = dq::handler::registered_jobs()
+            .find(|d| d.topic == topic)
+            .unwrap();
         dq::RetryPolicy::parse(d.retry).unwrap()
     };
     assert_eq!(retry_of("exact_backoff").jitter(), Some(dq::Jitter::None));
-    assert_eq!(retry_of("spread_tiers").jitter(), Some(dq::Jitter::UpTo(10)));
+    assert_eq!(
+        retry_of("spread_tiers").jitter(),
+        Some(dq::Jitter::UpTo(10))
+    );
     assert_eq!(retry_of("io_result").jitter(), Some(dq::Jitter::None));
     assert_eq!(retry_of("io_error").jitter(), None);
-    assert_eq!(retry_of("string_error").jitter(), Some(dq::Jitter::UpTo(100)));
+    assert_eq!(
+        retry_of("string_error").jitter(),
+        Some(dq::Jitter::UpTo(100))
+    );
 
     let mut topics: Vec<_> = dq::handler::registered_jobs().map(|d| d.topic).collect();
     topics.sort();

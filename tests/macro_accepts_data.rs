@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use dq::{JobContext, JobError};
 
+/// Shared data a handler declares (a database pool, say).
 pub struct Db;
+/// More shared data.
 pub struct Mailer;
 
 mod config {
@@ -38,11 +40,17 @@ async fn via_reexport(_n: u64) -> Result<(), JobError> {
     Ok(())
 }
 
-fn main() {
+#[test]
+fn each_handler_lists_its_data_in_order_by_type() {
     let _ = (close_order, blocking, nothing, via_reexport);
     let needs = |topic: &str| -> Vec<(&'static str, std::any::TypeId)> {
-        let d = dq::handler::registered_jobs().find(|d| d.topic == topic).unwrap();
-        d.data.iter().map(|n| (n.type_name(), n.type_id())).collect()
+        let d = dq::handler::registered_jobs()
+            .find(|d| d.topic == topic)
+            .unwrap();
+        d.data
+            .iter()
+            .map(|n| (n.type_name(), n.type_id()))
+            .collect()
     };
     use std::any::{TypeId, type_name};
     assert_eq!(
@@ -63,5 +71,8 @@ fn main() {
         ]
     );
     assert!(needs("nothing").is_empty());
-    assert_eq!(needs("via.reexport"), [(type_name::<Db>(), TypeId::of::<Db>())]);
+    assert_eq!(
+        needs("via.reexport"),
+        [(type_name::<Db>(), TypeId::of::<Db>())]
+    );
 }
