@@ -53,10 +53,10 @@ impl CompletionSender {
 const MAX_BATCH: usize = 1000;
 
 /// Retries store writes through connection trouble: at least 30 s in all, then the lease
-/// decides. The pause between tries stays short (≤ 250 ms, before jitter) because the
-/// completer writes one round at a time: what handlers finish while a write waits out its
-/// pause is written only after it, so once the store is back those jobs must not wait for a
-/// long pause to end, or their leases (a second, say) run out and the jobs run again.
+/// decides. The pause between tries stays short (250 ms at most, plus up to as much jitter)
+/// because the completer writes one round at a time: what handlers finish while a write waits
+/// out its pause is written only after it, so once the store is back those jobs must not wait
+/// for a long pause to end, or their leases (a second, say) run out and the jobs run again.
 fn persist() -> ExponentialBuilder {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(20))
