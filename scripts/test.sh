@@ -80,17 +80,18 @@ step cargo-deny cargo deny --log-level error check licenses bans sources
 # or a dependency it does not declare, as `cargo package`'s own verification would, without
 # that verification's full debug build of every crate's dependencies, once per crate.
 published=(dq-syntax dq-macros dq-core dq-worker dq dq-dashboard dq-cli)
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 unpacked=$target/package-check
 check_packages() {
   rm -rf "$target/package" "$unpacked"
   cargo package --quiet --no-verify --allow-dirty "${published[@]/#/-p}"
   mkdir -p "$unpacked"
-  local members=() patches=() name
+  local members=() patches=() name dir
   for name in "${published[@]}"; do
-    tar -xzf "$target/package/$name-$version.crate" -C "$unpacked"
-    members+=("\"$name-$version\"")
-    patches+=("$name = { path = \"$name-$version\" }")
+    # The only package of that name: `$target/package` was emptied above.
+    dir=$(basename "$target/package/$name"-[0-9]*.crate .crate)
+    tar -xzf "$target/package/$dir.crate" -C "$unpacked"
+    members+=("\"$dir\"")
+    patches+=("$name = { path = \"$dir\" }")
   done
   {
     echo "[workspace]"
