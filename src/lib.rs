@@ -73,14 +73,18 @@ pub mod payload {
     pub use dq_core::payload::*;
 }
 
-/// The store protocol: the [`Store`](store::Store) trait every store implements (Redis, the
-/// embedded one, or your own), the types its calls take and return, and the Redis store's
-/// layout for tools and tests. Applications need none of it to enqueue or run jobs.
+/// The store protocol: the [`Store`](store::Store) every store implements (Redis, the embedded
+/// one, or your own) — the sum of four roles, [`Produce`](store::Produce),
+/// [`Lease`](store::Lease), [`Operate`](store::Operate) and [`Catalog`](store::Catalog), whose
+/// methods [`prelude`](store::prelude) brings into scope — the types its calls take and
+/// return, and the Redis store's layout for tools and tests. Applications need none of it to enqueue or run jobs.
 pub mod store {
     pub use dq_core::client::SchedulerPass;
     pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
-    pub use dq_core::store::{FailedAttempt, Store, WakeListener, lease_of};
+    pub use dq_core::store::{
+        Catalog, FailedAttempt, Lease, Operate, Produce, Store, WakeListener, lease_of, prelude,
+    };
     pub use dq_core::{
         AckOutcome, ControlChange, ControlState, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall,
         Extended, FETCH_RECEIPT_LIFE, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest,

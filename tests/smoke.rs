@@ -94,19 +94,18 @@ async fn a_long_multibyte_error_keeps_the_history_readable() {
         .remove(0);
     // 1023 ASCII bytes then 2-byte characters: byte 1024 falls inside a character.
     let error = format!("{}{}", "x".repeat(1023), "é".repeat(100));
-    let action = dq::store::FailAction::Retry(Duration::from_secs(60));
-    client
+    let failure = dq::store::FailedAttempt {
+        key: d.key.clone(),
+        token: d.token,
+        action: dq::store::FailAction::Retry(Duration::from_secs(60)),
+        error,
+    };
+    let out = client
         .store()
-        .fail(
-            &q,
-            &d.key,
-            d.token,
-            &action,
-            &error,
-            dq::DeadLimits::default(),
-        )
+        .fail_many(&q, &[failure], dq::DeadLimits::default())
         .await
         .unwrap();
+    out[0].as_ref().unwrap();
     let info = client.job::<ping>("k").await.unwrap().unwrap();
     assert_eq!(info.history[0].error, "x".repeat(1023));
 }

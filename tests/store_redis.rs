@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use common::Harness;
-use common::conformance::{HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
+use common::conformance::{FailOne, HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
 use common::redis::RedisHarness;
 use dq::store::redis::layout::{self, KeyName, parse_key};
 use dq::store::{FailAction, FetchCall, FetchRequest, Queue, RedisOptions, RedisStore};
@@ -230,7 +230,7 @@ async fn key_layout_is_one_hash_tag_per_partition() {
                 0 => {} // stays active
                 1 => {
                     store
-                        .fail(
+                        .fail_one(
                             &q,
                             &d.key,
                             d.token,
@@ -243,7 +243,7 @@ async fn key_layout_is_one_hash_tag_per_partition() {
                 }
                 2 => {
                     store
-                        .fail(
+                        .fail_one(
                             &q,
                             &d.key,
                             d.token,
@@ -1012,7 +1012,7 @@ async fn counters_at_their_maximum_never_fail_a_call() {
                 ..dq::DeadLimits::default()
             };
             store
-                .fail(&d.queue, &d.key, d.token, &action, "boom", limits)
+                .fail_one(&d.queue, &d.key, d.token, &action, "boom", limits)
                 .await
         }
     };
@@ -1048,7 +1048,7 @@ async fn counters_at_their_maximum_never_fail_a_call() {
     let g = fetch(&h, &q, &req()).await.jobs;
     assert_eq!(keys_of(&g), ["g"]);
     store
-        .fail(
+        .fail_one(
             &q,
             &g[0].key,
             g[0].token,
@@ -1123,7 +1123,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         let jobs = fetch(&h, &q, &common::conformance::req_max(10)).await.jobs;
         assert_eq!(keys_of(&jobs), ready);
         store
-            .fail(
+            .fail_one(
                 &q,
                 &jobs[2].key,
                 jobs[2].token,
@@ -1178,7 +1178,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         ok_or_unchanged(
             &h,
             &w("fail"),
-            store.fail(
+            store.fail_one(
                 &q,
                 &jobs[1].key,
                 jobs[1].token,
@@ -1191,7 +1191,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         ok_or_unchanged(
             &h,
             &w("fail, due at once"),
-            store.fail(
+            store.fail_one(
                 &q,
                 &jobs[3].key,
                 jobs[3].token,
@@ -1226,7 +1226,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         ok_or_unchanged(
             &h,
             &w("bury"),
-            store.fail(
+            store.fail_one(
                 &q,
                 &jobs[6].key,
                 jobs[6].token,
@@ -1260,7 +1260,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
             ok_or_unchanged(
                 &h,
                 &w("bury"),
-                store.fail(
+                store.fail_one(
                     &q,
                     &d.key,
                     d.token,
@@ -1292,7 +1292,7 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
         .cmd::<()>(&["HSET", &keys.hist, "x", "\u{1}not msgpack"]);
     let out = h
         .store()
-        .fail(
+        .fail_one(
             &q,
             &d[0].key,
             d[0].token,
@@ -1421,7 +1421,7 @@ async fn listing_works_at_maxmemory() {
         let jobs = fetch_as(&store, &q).await;
         if let Some(d) = jobs.first() {
             store
-                .fail(
+                .fail_one(
                     &q,
                     &d.key,
                     d.token,

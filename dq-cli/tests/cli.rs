@@ -84,17 +84,17 @@ impl World {
                 }
                 for d in reply.jobs {
                     let err = left.remove(d.key.as_str()).expect("a job of this test");
-                    store
-                        .fail(
-                            &q,
-                            &d.key,
-                            d.token,
-                            &FailAction::Bury,
-                            err,
-                            DeadLimits::default(),
-                        )
+                    let failure = dq_core::FailedAttempt {
+                        key: d.key.clone(),
+                        token: d.token,
+                        action: FailAction::Bury,
+                        error: err.to_owned(),
+                    };
+                    let out = store
+                        .fail_many(&q, &[failure], DeadLimits::default())
                         .await
                         .unwrap();
+                    out[0].as_ref().unwrap();
                 }
             }
         }

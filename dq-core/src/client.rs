@@ -22,14 +22,14 @@ use backon::{ExponentialBuilder, Retryable};
 use crate::control::{ControlChange, Rate, TopicControl};
 use crate::error::{BulkStored, Error, Result};
 use crate::inspect::{Cursor, JobPage, JobView, ListChunk, ListFrom, ListPos, Page};
-pub use crate::job::Enqueued;
-use crate::job::{
-    CancelOutcome, DeadLimits, Due, EnqueueCall, EnqueueOutcome, Job, JobInfo, JobState, NewDue,
-    NewJob, Queue, RescheduleOutcome, TopicStats,
-};
+use crate::job::{Due, Job, JobInfo, JobState, Queue};
 use crate::names::{JobKey, Topic};
 use crate::payload::{self, DEFAULT_MAX_PAYLOAD};
 use crate::store::Store;
+use crate::store::lease::DeadLimits;
+use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};
+pub use crate::store::produce::Enqueued;
+use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob};
 use crate::topic::TopicMeta;
 
 mod group;
@@ -606,7 +606,7 @@ impl std::fmt::Debug for TopicClient {
 }
 
 /// How long after its first try an enqueue call is still retried. Shorter than
-/// [`ENQUEUE_RECEIPT_LIFE`](crate::job::ENQUEUE_RECEIPT_LIFE) by a margin, so that a retry always
+/// [`ENQUEUE_RECEIPT_LIFE`](crate::store::produce::ENQUEUE_RECEIPT_LIFE) by a margin, so that a retry always
 /// finds the receipt of an earlier try that was applied.
 pub const ENQUEUE_RETRY_WINDOW: Duration = Duration::from_secs(20);
 
@@ -1098,7 +1098,10 @@ impl TopicClient {
         let mut all = Vec::new();
         for queue in self.queues() {
             // Each partition's first offset+limit are enough to find the merged page.
-            all.extend(self.client.store.dead(&queue, 0, offset + limit).await?);
+            let first = (self.client.store)
+                .list(&queue, JobState::Dead, &ListFrom::Start, offset + limit)
+                .await?;
+            all.extend(first.jobs.into_iter().map(|(_, job)| job));
         }
         all.sort_by_key(|j| (j.died_ms, j.key.clone()));
         Ok(all.into_iter().skip(offset).take(limit).collect())

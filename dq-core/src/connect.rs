@@ -11,9 +11,9 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 
 use crate::client::{Client, ClientConfig, GroupCommit};
 use crate::error::{Error, Result};
-use crate::job::DeadLimits;
 use crate::names::Topic;
 use crate::store::Store;
+use crate::store::lease::DeadLimits;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 

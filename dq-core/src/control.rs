@@ -137,7 +137,7 @@ pub struct ControlChange {
     pub throttle: Option<Duration>,
 }
 
-/// One partition's control settings as stored, read by [`Store::control`](crate::store::Store::control).
+/// One partition's control settings as stored, read by [`Operate::control`](crate::store::Operate::control).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ControlState {
     /// Leasing is paused.

@@ -262,7 +262,7 @@ pub struct ListPos {
 }
 
 /// Where one partition's part of a listing starts
-/// ([`Store::list`](crate::store::Store::list)).
+/// ([`Operate::list`](crate::store::Operate::list)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ListFrom {
     /// From the beginning.
@@ -273,7 +273,7 @@ pub enum ListFrom {
     Index(u64),
 }
 
-/// What to do to dead jobs in bulk ([`Store::act_on_dead`](crate::store::Store::act_on_dead),
+/// What to do to dead jobs in bulk ([`Operate::act_on_dead`](crate::store::Operate::act_on_dead),
 /// [`DeadSweep`](crate::client::DeadSweep)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeadAction {

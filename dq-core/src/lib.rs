@@ -1,5 +1,5 @@
-//! dq-core: the job model, the `Store` trait with its Redis implementation, retry policies,
-//! and the `Client` applications enqueue with.
+//! dq-core: the job model, the `Store` (by role) with its Redis and embedded implementations,
+//! retry policies, and the `Client` applications enqueue with.
 //!
 //! Users depend on the `dq` facade crate, which re-exports what they need from here.
 
@@ -39,16 +39,17 @@ pub use handler::{
 pub use inspect::{
     AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
 };
-pub use job::{
-    AckOutcome, AttemptOutcome, AttemptRecord, CancelOutcome, DeadLimits, Delivery, Due,
-    ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, Extended, FETCH_RECEIPT_LIFE, FailAction,
-    FailOutcome, FetchCall, FetchReply, FetchRequest, Job, JobInfo, JobState, MAX_DUE_MS, NewDue,
-    NewJob, Queue, RescheduleOutcome, TopicStats,
-};
+pub use job::{AttemptOutcome, AttemptRecord, Due, Job, JobInfo, JobState, MAX_DUE_MS, Queue};
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};
 pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleOutcome, ScheduleRecord};
+pub use store::lease::{
+    AckOutcome, DeadLimits, Delivery, Extended, FETCH_RECEIPT_LIFE, FailAction, FailOutcome,
+    FetchCall, FetchReply, FetchRequest,
+};
 pub use store::memory::MemoryStore;
+pub use store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};
+pub use store::produce::{ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, NewJob};
 pub use store::redis::{RedisOptions, RedisStore, ServerReport};
 pub use store::{FailedAttempt, Store, WakeListener};
 pub use topic::TopicMeta;

@@ -7,7 +7,7 @@
 //! scheduler (`dq-worker`); each one, for a tick that is due within [`SCHEDULE_LOOKAHEAD`],
 //! enqueues the tick's job *by key* — `<schedule name>@<tick unix ms>`, due at the tick — and
 //! then moves the schedule's cursor (its next tick) forward with a compare-and-set
-//! ([`Store::advance_schedule`](crate::store::Store::advance_schedule)). Two workers that race
+//! ([`Catalog::advance_schedule`](crate::store::Catalog::advance_schedule)). Two workers that race
 //! enqueue the same key (the second gets `Exists`) and only one of them moves the cursor; a
 //! worker that dies between the two steps leaves the cursor where it was, and the next
 //! scheduler enqueues the same key again, which finds the job (or the enqueue call's receipt:

@@ -1,6 +1,6 @@
 //! Live workers: what each running worker says about itself in its heartbeat
 //! ([`WorkerInfo`]), and how long a heartbeat lasts. Workers write it (`dq-worker`'s heartbeat
-//! task, through [`Store::beat_worker`](crate::store::Store::beat_worker)); tools read it with
+//! task, through [`Catalog::beat_worker`](crate::store::Catalog::beat_worker)); tools read it with
 //! [`Client::workers`](crate::Client::workers). A worker that stops beating — crashed, frozen,
 //! cut off — drops out of the list once its heartbeat expires.
 

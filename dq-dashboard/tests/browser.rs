@@ -349,17 +349,13 @@ async fn traffic(client: dq_core::Client, topic: &'static str) {
             if (round + n as u64).is_multiple_of(4) {
                 let action = FailAction::Retry(Duration::from_secs(3600));
                 let limits = dq_core::DeadLimits::default();
-                let _ = client
-                    .store()
-                    .fail(
-                        &queue,
-                        &d.key,
-                        d.token,
-                        &action,
-                        "HTTP 502 from receiver",
-                        limits,
-                    )
-                    .await;
+                let failure = dq_core::FailedAttempt {
+                    key: d.key.clone(),
+                    token: d.token,
+                    action,
+                    error: "HTTP 502 from receiver".into(),
+                };
+                let _ = client.store().fail_many(&queue, &[failure], limits).await;
             } else {
                 let _ = client
                     .store()
@@ -384,16 +380,16 @@ async fn make_retry(client: &dq_core::Client, topic: &str, key: &str, error: &st
         .await
         .unwrap();
     let d = &reply.jobs[0];
-    client
+    let failure = dq_core::FailedAttempt {
+        key: d.key.clone(),
+        token: d.token,
+        action: FailAction::Retry(Duration::from_secs(3600)),
+        error: error.to_owned(),
+    };
+    let out = client
         .store()
-        .fail(
-            &queue,
-            &d.key,
-            d.token,
-            &FailAction::Retry(Duration::from_secs(3600)),
-            error,
-            dq_core::DeadLimits::default(),
-        )
+        .fail_many(&queue, &[failure], dq_core::DeadLimits::default())
         .await
         .unwrap();
+    out[0].as_ref().unwrap();
 }

@@ -414,17 +414,17 @@ async fn read_only_calls_work_at_maxmemory() {
         call: dq::store::FetchCall::new(),
     };
     let d = store.fetch(&queue, &req).await.unwrap().jobs.remove(0);
-    store
-        .fail(
-            &queue,
-            &d.key,
-            d.token,
-            &dq::store::FailAction::Bury,
-            "buried by the test",
-            dq::DeadLimits::default(),
-        )
+    let failure = dq::store::FailedAttempt {
+        key: d.key.clone(),
+        token: d.token,
+        action: dq::store::FailAction::Bury,
+        error: "buried by the test".into(),
+    };
+    let mut out = store
+        .fail_many(&queue, &[failure], dq::DeadLimits::default())
         .await
         .unwrap();
+    out.remove(0).unwrap();
     cap_memory(&s, 1 << 20);
     let err = fill(&mut s, "fill", Duration::from_secs(3600)).await;
     assert!(matches!(err, Error::OutOfMemory), "{err:?}");

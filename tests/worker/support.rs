@@ -7,10 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dq::store::WakeListener;
 use dq::store::{
-    AckOutcome, EnqueueCall, FailAction, FailOutcome, FetchReply, FetchRequest, NewJob, Queue,
-    Store,
+    AckOutcome, Catalog, EnqueueCall, FailOutcome, FailedAttempt, FetchReply, FetchRequest, Lease,
+    NewJob, Operate, Produce, Queue, Store, WakeListener,
 };
 use dq::{
     CancelOutcome, DeadLimits, EnqueueOutcome, JobInfo, JobKey, NewDue, RescheduleOutcome, Topic,
@@ -87,7 +86,7 @@ pub const WAIT: Duration = Duration::from_secs(30);
 pub struct NoExtend(pub Arc<dyn Store>);
 
 #[async_trait]
-impl Store for NoExtend {
+impl Produce for NoExtend {
     async fn enqueue(
         &self,
         q: &Queue,
@@ -96,22 +95,23 @@ impl Store for NoExtend {
     ) -> dq::Result<Vec<EnqueueOutcome>> {
         self.0.enqueue(q, jobs, call).await
     }
+}
+
+#[async_trait]
+impl Lease for NoExtend {
     async fn fetch(&self, q: &Queue, r: &FetchRequest) -> dq::Result<FetchReply> {
         self.0.fetch(q, r).await
     }
     async fn ack(&self, q: &Queue, done: &[(JobKey, u64)]) -> dq::Result<Vec<AckOutcome>> {
         self.0.ack(q, done).await
     }
-    async fn fail(
+    async fn fail_many(
         &self,
         q: &Queue,
-        key: &JobKey,
-        token: u64,
-        action: &FailAction,
-        error: &str,
+        failures: &[FailedAttempt],
         limits: DeadLimits,
-    ) -> dq::Result<FailOutcome> {
-        self.0.fail(q, key, token, action, error, limits).await
+    ) -> dq::Result<Vec<dq::Result<FailOutcome>>> {
+        self.0.fail_many(q, failures, limits).await
     }
     async fn extend(
         &self,
@@ -124,6 +124,13 @@ impl Store for NoExtend {
     async fn release(&self, q: &Queue, leases: &[(JobKey, u64)]) -> dq::Result<Vec<bool>> {
         self.0.release(q, leases).await
     }
+    async fn wake_listener(&self, q: &Queue) -> dq::Result<Box<dyn WakeListener>> {
+        self.0.wake_listener(q).await
+    }
+}
+
+#[async_trait]
+impl Operate for NoExtend {
     async fn cancel(&self, q: &Queue, key: &JobKey) -> dq::Result<CancelOutcome> {
         self.0.cancel(q, key).await
     }
@@ -157,9 +164,6 @@ impl Store for NoExtend {
     ) -> dq::Result<dq::store::ListChunk> {
         self.0.list(q, state, from, limit).await
     }
-    async fn dead(&self, q: &Queue, offset: usize, limit: usize) -> dq::Result<Vec<JobInfo>> {
-        self.0.dead(q, offset, limit).await
-    }
     async fn requeue_dead(&self, q: &Queue, keys: &[JobKey]) -> dq::Result<Vec<bool>> {
         self.0.requeue_dead(q, keys).await
     }
@@ -174,6 +178,11 @@ impl Store for NoExtend {
     ) -> dq::Result<Vec<bool>> {
         self.0.act_on_dead(q, action, seen).await
     }
+}
+
+/// Keeps no schedules (the trait's defaults), as before.
+#[async_trait]
+impl Catalog for NoExtend {
     async fn register_topic(&self, topic: &Topic, partitions: u16) -> dq::Result<TopicMeta> {
         self.0.register_topic(topic, partitions).await
     }
@@ -194,8 +203,5 @@ impl Store for NoExtend {
     }
     async fn now_ms(&self) -> dq::Result<u64> {
         self.0.now_ms().await
-    }
-    async fn wake_listener(&self, q: &Queue) -> dq::Result<Box<dyn WakeListener>> {
-        self.0.wake_listener(q).await
     }
 }

@@ -27,7 +27,8 @@ use tokio::sync::{Notify, oneshot};
 
 use super::TopicClient;
 use crate::error::{Error, Result};
-use crate::job::{EnqueueCall, EnqueueOutcome, NewJob, Queue};
+use crate::job::Queue;
+use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob};
 
 /// Default largest number of queued single enqueues sent in one call ([`GroupCommit::max_batch`]).
 pub const DEFAULT_GROUP_BATCH: usize = 128;

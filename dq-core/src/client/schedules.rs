@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use super::{Client, JobSpec, retry_harmless};
 use crate::error::{Error, Result};
-use crate::job::{Due, EnqueueCall, EnqueueOutcome, Job, from_unix_ms};
+use crate::job::{Due, Job, from_unix_ms};
 use crate::names::Topic;
 use crate::payload;
 use crate::schedule::{
     MAX_TICKS_PER_PASS, NO_MORE_TICKS, SCHEDULE_LOOKAHEAD, Schedule, ScheduleInfo, ScheduleOutcome,
     ScheduleRecord, check_schedule_name, tick_call_id, tick_key,
 };
+use crate::store::produce::{EnqueueCall, EnqueueOutcome};
 
 /// What one scheduler pass did ([`Client::run_schedules`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

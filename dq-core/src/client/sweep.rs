@@ -128,7 +128,7 @@ pub struct SweepProgress {
 /// first and stops at the first job that died after that, so jobs requeued by the sweep
 /// that fail again are not swept twice, and it always ends. Each step reads one page of the
 /// dead queue (one read-only call per partition), then requeues or deletes the matches of
-/// that page (one [`Store::act_on_dead`](crate::store::Store::act_on_dead) call per
+/// that page (one [`Operate::act_on_dead`](crate::store::Operate::act_on_dead) call per
 /// partition): the filter is checked on the page as read, and each job is acted on only if
 /// it is still dead with the time of death listed — one that was requeued (and perhaps died
 /// again, with another error) in between is left alone. Stopping between steps (an

@@ -86,17 +86,17 @@ pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
         .iter()
         .find(|d| d.key == key)
         .expect("the job just enqueued is ready");
-    store
-        .fail(
-            &queue,
-            &d.key,
-            d.token,
-            &FailAction::Bury,
-            error,
-            DeadLimits::default(),
-        )
+    let failure = dq_core::FailedAttempt {
+        key: d.key.clone(),
+        token: d.token,
+        action: FailAction::Bury,
+        error: error.to_owned(),
+    };
+    let out = store
+        .fail_many(&queue, &[failure], DeadLimits::default())
         .await
         .unwrap();
+    out[0].as_ref().unwrap();
     let others: Vec<(JobKey, u64)> = reply
         .jobs
         .iter()

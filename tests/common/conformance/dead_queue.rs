@@ -19,15 +19,7 @@ async fn bury_all<H: Harness>(
     let mut out = Vec::new();
     for (i, d) in jobs.iter().enumerate() {
         out.push(
-            h.store()
-                .fail(
-                    q,
-                    &d.key,
-                    d.token,
-                    &FailAction::Bury,
-                    &format!("fatal {i}"),
-                    limits,
-                )
+            fail_with(h, d, FailAction::Bury, &format!("fatal {i}"), limits)
                 .await
                 .unwrap(),
         );
@@ -44,7 +36,7 @@ pub async fn dead_queue_list_requeue_purge<H: Harness>(h: &H) {
     let keys = ["k0", "k1", "k2", "k3", "k4"];
     bury_all(h, &t, &q, &keys, DeadLimits::default()).await;
 
-    let dead = h.store().dead(&q, 0, 10).await.unwrap();
+    let dead = dead_page(h, &q, 0, 10).await;
     assert_eq!(
         dead.iter().map(|j| j.key.to_string()).collect::<Vec<_>>(),
         keys
@@ -58,7 +50,7 @@ pub async fn dead_queue_list_requeue_purge<H: Harness>(h: &H) {
     }
     let died: Vec<u64> = dead.iter().map(|j| j.died_ms.unwrap()).collect();
     assert!(died.windows(2).all(|w| w[0] <= w[1]));
-    let page = h.store().dead(&q, 1, 2).await.unwrap();
+    let page = dead_page(h, &q, 1, 2).await;
     assert_eq!(
         page.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
         ["k1", "k2"]
@@ -68,7 +60,7 @@ pub async fn dead_queue_list_requeue_purge<H: Harness>(h: &H) {
         page.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
         ["k3", "k4"]
     );
-    assert!(h.store().dead(&q, 5, 10).await.unwrap().is_empty());
+    assert!(dead_page(h, &q, 5, 10).await.is_empty());
 
     // Requeue: back to ready, attempts reset, history kept; only dead jobs move.
     assert_eq!(t.requeue_dead(&["k1", "k3", "missing"]).await.unwrap(), 2);
@@ -97,7 +89,7 @@ pub async fn dead_queue_list_requeue_purge<H: Harness>(h: &H) {
     // Purge the oldest N.
     bury_all(h, &t, &q, &["m0", "m1", "m2"], DeadLimits::default()).await;
     assert_eq!(h.store().purge_dead(&q, &[], 2).await.unwrap(), 2);
-    let left = h.store().dead(&q, 0, 10).await.unwrap();
+    let left = dead_page(h, &q, 0, 10).await;
     assert_eq!(
         left.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
         ["m2"]
@@ -127,7 +119,7 @@ pub async fn dead_queue_cap_trims_oldest<H: Harness>(h: &H) {
         out,
         [0, 0, 0, 1, 1, 1].map(|trimmed| FailOutcome::Buried { trimmed })
     );
-    let dead = h.store().dead(&q, 0, 10).await.unwrap();
+    let dead = dead_page(h, &q, 0, 10).await;
     assert_eq!(
         dead.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
         ["j3", "j4", "j5"]

@@ -195,16 +195,64 @@ pub async fn fail<H: Harness>(
     action: FailAction,
     error: &str,
 ) -> dq::Result<FailOutcome> {
+    fail_with(h, d, action, error, DeadLimits::default()).await
+}
+
+/// Fails a delivery with `action` and `error` under `limits`.
+pub async fn fail_with<H: Harness>(
+    h: &H,
+    d: &Delivery,
+    action: FailAction,
+    error: &str,
+    limits: DeadLimits,
+) -> dq::Result<FailOutcome> {
     h.store()
-        .fail(
-            &d.queue,
-            &d.key,
-            d.token,
-            &action,
-            error,
-            DeadLimits::default(),
-        )
+        .fail_one(&d.queue, &d.key, d.token, &action, error, limits)
         .await
+}
+
+/// One failed attempt on any store, as a `fail_many` of one: what a test that fails a single
+/// delivery calls.
+#[async_trait::async_trait]
+pub trait FailOne: dq::store::Lease {
+    /// Records one failed attempt of `key` under `token`; its outcome, or `StaleToken`.
+    async fn fail_one(
+        &self,
+        q: &Queue,
+        key: &JobKey,
+        token: u64,
+        action: &FailAction,
+        error: &str,
+        limits: DeadLimits,
+    ) -> dq::Result<FailOutcome> {
+        let failure = dq::store::FailedAttempt {
+            key: key.clone(),
+            token,
+            action: action.clone(),
+            error: error.to_owned(),
+        };
+        let mut out = self.fail_many(q, &[failure], limits).await?;
+        assert_eq!(out.len(), 1, "one outcome per failure");
+        out.remove(0)
+    }
+}
+
+impl<S: dq::store::Lease + ?Sized> FailOne for S {}
+
+/// A page of `q`'s dead queue, oldest death first: `limit` jobs after skipping `offset`, read
+/// through the store's `list` of `dead`.
+pub async fn dead_page<H: Harness>(h: &H, q: &Queue, offset: usize, limit: usize) -> Vec<JobInfo> {
+    let chunk = h
+        .store()
+        .list(q, JobState::Dead, &dq::store::ListFrom::Start, offset + limit)
+        .await
+        .unwrap();
+    chunk
+        .jobs
+        .into_iter()
+        .skip(offset)
+        .map(|(_, j)| j)
+        .collect()
 }
 
 /// A runtime for the property tests (which are plain `#[test]`s).

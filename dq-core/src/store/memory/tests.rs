@@ -1,12 +1,68 @@
 //! Unit tests of the embedded store: its own details (clock, receipts, wake-ups, audit) that
 //! the conformance suite, which runs against both stores, does not reach.
 
-use super::*;
-use crate::job::Extended;
-use crate::job::from_unix_ms;
-use crate::names::Topic;
-use crate::retry::RetryPolicy;
+use std::time::Duration;
+
+use async_trait::async_trait;
 use tokio::time::advance;
+
+use super::MemoryStore;
+use super::clock::{MAX_DUE, ms};
+use crate::job::{MAX_HISTORY, from_unix_ms};
+use crate::retry::RetryPolicy;
+use crate::store::prelude::*;
+use crate::store::{Lease, Operate};
+use crate::*;
+
+/// One failed attempt, through `fail_many` (what the retired single `fail` did).
+#[async_trait]
+trait FailOne: Lease {
+    async fn fail_one(
+        &self,
+        q: &Queue,
+        key: &JobKey,
+        token: u64,
+        action: &FailAction,
+        error: &str,
+        limits: DeadLimits,
+    ) -> Result<FailOutcome> {
+        let failure = FailedAttempt {
+            key: key.clone(),
+            token,
+            action: action.clone(),
+            error: error.to_owned(),
+        };
+        let mut out = self
+            .fail_many(q, std::slice::from_ref(&failure), limits)
+            .await?;
+        out.pop().expect("one outcome per failure")
+    }
+}
+
+impl<S: Lease> FailOne for S {}
+
+/// A page of the dead queue by offset, through the `list` of `dead`.
+#[async_trait]
+trait DeadPage: Operate {
+    async fn dead_page(&self, q: &Queue, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+        let chunk = self
+            .list(
+                q,
+                JobState::Dead,
+                &crate::inspect::ListFrom::Start,
+                offset + limit,
+            )
+            .await?;
+        Ok(chunk
+            .jobs
+            .into_iter()
+            .skip(offset)
+            .map(|(_, j)| j)
+            .collect())
+    }
+}
+
+impl<S: Operate> DeadPage for S {}
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -68,7 +124,7 @@ fn keys(reply: &FetchReply) -> Vec<&str> {
 
 async fn fail(store: &MemoryStore, d: &Delivery, action: FailAction) -> Result<FailOutcome> {
     store
-        .fail(
+        .fail_one(
             &queue(),
             &d.key,
             d.token,
@@ -266,7 +322,7 @@ async fn expired_leases_retry_then_go_dead() {
     assert_eq!(job.died_ms, Some(job.history[2].at_ms));
     let s = store.stats(&queue()).await.unwrap();
     assert_eq!((s.expired, s.retried, s.buried, s.dead), (3, 2, 1, 1));
-    let dead = store.dead(&queue(), 0, 10).await.unwrap();
+    let dead = store.dead_page(&queue(), 0, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].key, key("k"));
     assert_sound(&store);
@@ -584,7 +640,7 @@ async fn fail_retry_defer_and_bounded_history() {
     // a zero delay goes straight back to ready
     let long = "é".repeat(1000);
     let out = store
-        .fail(
+        .fail_one(
             &queue(),
             &d.key,
             d.token,
@@ -639,7 +695,7 @@ async fn release_requeue_purge_and_dead_trim() {
     for d in &r.jobs {
         advance(Duration::from_millis(1)).await;
         let out = store
-            .fail(&q, &d.key, d.token, &FailAction::Bury, "x", limits)
+            .fail_one(&q, &d.key, d.token, &FailAction::Bury, "x", limits)
             .await
             .unwrap();
         trimmed.push(out);
@@ -649,13 +705,13 @@ async fn release_requeue_purge_and_dead_trim() {
         [0, 0, 1].map(|trimmed| FailOutcome::Buried { trimmed })
     );
     // oldest death first: a died first and was trimmed
-    let dead = store.dead(&q, 0, 10).await.unwrap();
+    let dead = store.dead_page(&q, 0, 10).await.unwrap();
     assert_eq!(
         dead.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
         ["b", "c"]
     );
     assert!(dead[0].died_ms < dead[1].died_ms);
-    assert_eq!(store.dead(&q, 1, 10).await.unwrap().len(), 1);
+    assert_eq!(store.dead_page(&q, 1, 10).await.unwrap().len(), 1);
     assert_eq!(store.stats(&q).await.unwrap().trimmed, 1);
 
     put(&store, "z", Due::Now).await;
@@ -686,7 +742,7 @@ async fn release_requeue_purge_and_dead_trim() {
     put(&store, "old", Due::Now).await;
     let d = fetch_one(&store).await;
     store
-        .fail(&q, &d.key, d.token, &FailAction::Bury, "x", limits)
+        .fail_one(&q, &d.key, d.token, &FailAction::Bury, "x", limits)
         .await
         .unwrap();
     advance(Duration::from_secs(3600)).await;

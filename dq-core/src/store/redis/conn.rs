@@ -50,6 +50,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::io::tcp::socket2::TcpKeepalive;
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{
     Cmd, ConnectionAddr, ErrorKind, RedisFuture, RedisResult, Script, ServerErrorKind, Value,
@@ -447,7 +448,7 @@ impl SentinelTarget {
                 )));
             }
         };
-        super::node_client(&self.nodes.url(&host, port))
+        node_client(&self.nodes.url(&host, port))
     }
 }
 
@@ -720,6 +721,22 @@ impl SharedConnection {
             Err(e) => tracing::error!(error = %e, "cannot replace a timed-out Redis connection"),
         }
     }
+}
+
+/// A client for one node, with TCP keepalive.
+pub(super) fn node_client(url: &str) -> redis::RedisResult<redis::Client> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url)?;
+    let tcp = info.tcp_settings().clone().set_keepalive(keepalive());
+    redis::Client::open(info.set_tcp_settings(tcp))
+}
+
+/// TCP keepalive for every connection: a peer that vanished without closing (a dead host, a
+/// NAT that dropped its mapping) is found after about 30 s even when the connection is idle.
+pub(super) fn keepalive() -> TcpKeepalive {
+    TcpKeepalive::new()
+        .with_time(Duration::from_secs(15))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3)
 }
 
 #[cfg(test)]

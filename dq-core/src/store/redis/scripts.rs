@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use super::layout::{KeyName, script_keys};
+use super::layout::{KeyName, script_table};
 use crate::error::{Error, Result};
 
 const LIB: &str = include_str!("lua/lib.lua");
@@ -27,93 +27,80 @@ pub(crate) struct LuaScript {
     pub body: &'static str,
 }
 
-macro_rules! script {
-    ($name:literal) => {
-        script!($name, "")
-    };
-    ($name:literal, $shebang:expr) => {{
-        let source = format!(
-            "{}{LIB}\n{}",
-            $shebang,
-            include_str!(concat!("lua/", $name, ".lua"))
-        );
+/// What a script declares to Redis (7.0+) in its shebang line, as the script list says.
+#[derive(Clone, Copy)]
+enum Flags {
+    /// None: Redis refuses the script at `maxmemory`.
+    Writes,
+    /// Scripts that only move, shrink or rewrite jobs keep working when Redis is at
+    /// `maxmemory`: acks, leases and failures must never stall behind a full server.
+    AllowOom,
+    /// Scripts that only read declare it, which also lets them run at `maxmemory`: reading a
+    /// job, the stats or a listing must work when the server is full, when they matter most.
+    /// (A `MULTI` of the same reads is refused there: Redis denies every queued command at
+    /// `maxmemory`.)
+    NoWrites,
+}
+
+impl Flags {
+    fn shebang(self) -> &'static str {
+        match self {
+            Flags::Writes => "",
+            Flags::AllowOom => "#!lua flags=allow-oom\n",
+            Flags::NoWrites => "#!lua flags=no-writes\n",
+        }
+    }
+}
+
+impl LuaScript {
+    /// `lib.lua` then `body`, under `flags`' shebang.
+    fn new(name: &'static str, flags: Flags, keys: &'static [KeyName], body: &'static str) -> Self {
+        let source = format!("{}{LIB}\n{body}", flags.shebang());
         LuaScript {
-            name: $name,
-            keys: script_keys($name).expect(concat!("the layout lists the KEYS of ", $name)),
+            name,
+            keys,
             script: Script::new(&source),
             source,
-            metrics: crate::metrics::StoreOpMetrics::new($name),
+            metrics: crate::metrics::StoreOpMetrics::new(name),
             #[cfg(test)]
-            body: include_str!(concat!("lua/", $name, ".lua")),
+            body,
         }
-    }};
+    }
 }
 
-/// Scripts that only move, shrink or read jobs keep working when Redis is at `maxmemory`:
-/// acks, leases and failures must never stall behind a full server. Only `enqueue`, which
-/// adds jobs, is refused there (with a typed `OutOfMemory`, before it writes anything).
-const ALLOW_OOM: &str = "#!lua flags=allow-oom\n";
+/// Builds [`Scripts`] from the layout's list: a field per script, its text from
+/// `lua/<name>.lua`.
+macro_rules! loaded_scripts {
+    ($($(#[doc = $doc:literal])* $name:ident ($flag:ident): [$($key:ident),* $(,)?];)*) => {
+        /// All scripts, loaded.
+        pub(crate) struct Scripts {
+            $($(#[doc = $doc])* pub $name: LuaScript,)*
+        }
 
-/// Scripts that only read declare it (Redis >= 7.0), which also lets them run at
-/// `maxmemory`: reading a job, the stats or the dead queue must work when the server is full,
-/// when they matter most. (A `MULTI` of the same reads is refused there: Redis denies every
-/// queued command at `maxmemory`.)
-const NO_WRITES: &str = "#!lua flags=no-writes\n";
+        impl Scripts {
+            fn load() -> Scripts {
+                Scripts {
+                    $($name: LuaScript::new(
+                        stringify!($name),
+                        Flags::$flag,
+                        &[$(KeyName::$key),*],
+                        include_str!(concat!("lua/", stringify!($name), ".lua")),
+                    ),)*
+                }
+            }
 
-/// All scripts.
-pub(crate) struct Scripts {
-    pub enqueue: LuaScript,
-    pub fetch: LuaScript,
-    pub ack: LuaScript,
-    pub fail: LuaScript,
-    pub extend: LuaScript,
-    pub release: LuaScript,
-    pub cancel: LuaScript,
-    pub reschedule: LuaScript,
-    pub requeue_dead: LuaScript,
-    pub purge_dead: LuaScript,
-    pub dead_act: LuaScript,
-    pub stats: LuaScript,
-    pub job: LuaScript,
-    pub dead_page: LuaScript,
-    pub list: LuaScript,
-    pub control: LuaScript,
-    /// Namespace-wide: the topic registry (see `layout::topics_key`).
-    pub topic: LuaScript,
-    /// Namespace-wide: the live workers' heartbeats (see `layout::workers_key`).
-    pub workers: LuaScript,
-    /// Namespace-wide: the periodic schedules (see `layout::schedules_key`).
-    pub schedules: LuaScript,
+            /// Every script, in the list's order.
+            #[cfg(test)]
+            fn all(&self) -> Vec<&LuaScript> {
+                vec![$(&self.$name),*]
+            }
+        }
+    };
 }
+script_table!(loaded_scripts);
 
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    enqueue: script!("enqueue"),
-    fetch: script!("fetch", ALLOW_OOM),
-    ack: script!("ack", ALLOW_OOM),
-    fail: script!("fail", ALLOW_OOM),
-    extend: script!("extend", ALLOW_OOM),
-    release: script!("release", ALLOW_OOM),
-    cancel: script!("cancel", ALLOW_OOM),
-    reschedule: script!("reschedule", ALLOW_OOM),
-    requeue_dead: script!("requeue_dead", ALLOW_OOM),
-    purge_dead: script!("purge_dead", ALLOW_OOM),
-    dead_act: script!("dead_act", ALLOW_OOM),
-    stats: script!("stats", NO_WRITES),
-    job: script!("job", NO_WRITES),
-    dead_page: script!("dead_page", NO_WRITES),
-    list: script!("list", NO_WRITES),
-    // Pausing must work when the server is full.
-    control: script!("control", ALLOW_OOM),
-    // No flags: an existing topic is only read, which works at `maxmemory`; recording a new
-    // one there fails with OOM like an enqueue (its jobs could not be stored either).
-    topic: script!("topic"),
-    // A heartbeat replaces a value of the same size: it must go on at `maxmemory`, or every
-    // worker would look dead exactly when the server is full.
-    workers: script!("workers", ALLOW_OOM),
-    // Moving a cursor rewrites a value of the same size: schedules keep ticking at
-    // `maxmemory` (their jobs' enqueues are refused there, as any enqueue).
-    schedules: script!("schedules", ALLOW_OOM),
-});
+/// The scripts, loaded on first use.
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::load);
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
 /// the Rust wrapper has a bug, so that is a protocol error; OOM keeps its own meaning.
@@ -226,28 +213,7 @@ mod tests {
     /// Rust wrapper, and the script uses no other.
     #[test]
     fn headers_match_key_lists_in_order() {
-        let s = &*SCRIPTS;
-        let all = [
-            &s.enqueue,
-            &s.fetch,
-            &s.ack,
-            &s.fail,
-            &s.extend,
-            &s.release,
-            &s.cancel,
-            &s.reschedule,
-            &s.requeue_dead,
-            &s.purge_dead,
-            &s.dead_act,
-            &s.stats,
-            &s.job,
-            &s.dead_page,
-            &s.list,
-            &s.control,
-            &s.topic,
-            &s.workers,
-            &s.schedules,
-        ];
+        let all = SCRIPTS.all();
         assert_eq!(
             all.len(),
             crate::store::redis::layout::SCRIPT_KEYS.len(),
@@ -270,6 +236,12 @@ mod tests {
                 script.name
             );
             let names: Vec<&str> = documented.iter().map(|(_, n)| *n).collect();
+            assert_eq!(
+                crate::store::redis::layout::script_keys(script.name),
+                Some(script.keys),
+                "script {}: loaded with the layout's KEYS",
+                script.name
+            );
             let table: Vec<&str> = script.keys.iter().map(|k| k.as_str()).collect();
             assert_eq!(
                 names, table,
@@ -314,7 +286,7 @@ mod tests {
     /// The receipt life in `enqueue.lua` is the one the client's retry window is built on.
     #[test]
     fn receipt_life_matches() {
-        let ms = crate::job::ENQUEUE_RECEIPT_LIFE.as_millis();
+        let ms = crate::store::produce::ENQUEUE_RECEIPT_LIFE.as_millis();
         assert!(
             SCRIPTS
                 .enqueue

@@ -30,8 +30,10 @@ use super::{
     workers_key,
 };
 use crate::error::{Result, from_redis};
-use crate::job::{ENQUEUE_RECEIPT_LIFE, FETCH_RECEIPT_LIFE, JobState, Queue};
+use crate::job::{JobState, Queue};
 use crate::names::{JobKey, Topic};
+use crate::store::lease::FETCH_RECEIPT_LIFE;
+use crate::store::produce::ENQUEUE_RECEIPT_LIFE;
 use crate::store::redis::RedisStore;
 
 /// The fields the `control` hash may hold besides cancel requests (`x:<job key>`).

@@ -24,5 +24,6 @@ pub use keys::{
     KeyName, ParsedKey, PartitionKeys, RECEIPT_ENTRY_LEN, parse_key, receipt_bucket, receipt_entry,
     schedules_key, topics_key, workers_key,
 };
+pub(crate) use script_keys::script_table;
 pub use script_keys::{SCRIPT_KEYS, script_keys};
 pub use topic_record::{TOPIC_RECORD_VERSION, TopicRecord};

@@ -1,77 +1,88 @@
-//! Which keys each Lua script takes, in the order it takes them: the one table the store's
-//! script calls are built from, and that tools read to tell script calls apart (the
-//! benchmark's slow-log classes). A unit test checks every entry against the `-- KEYS[i]`
-//! lines of its script's header.
+//! Every Lua script, declared once: its name (its file is `lua/<name>.lua`), its flags and the
+//! keys it takes, in the order it takes them. The store's loaded scripts (`scripts.rs`) and
+//! the public KEYS table that tools read (the benchmark's slow-log classes) both come from
+//! this list; a unit test checks every entry against the `-- KEYS[i]` lines of its script's
+//! header.
 
 use super::KeyName::{self, *};
 
-/// Every script by name (its file is `lua/<name>.lua`), with its KEYS in order. `fetch` may
-/// take further fetch receipts (to delete) after its own keys. Keys that
-/// [`PartitionKeys::get`](super::PartitionKeys::get) does not give (a fetch receipt, the
-/// enqueue receipts of the call's bucket) are passed per call.
-pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[
-    (
-        "enqueue",
-        &[
-            Scheduled,
-            Retry,
-            Ready,
-            Dead,
-            Jobs,
-            Hist,
-            Stats,
-            Wake,
-            Calls,
-            Receipts,
-            OldReceipts,
-        ],
-    ),
-    (
-        "fetch",
-        &[
-            Scheduled,
-            Retry,
-            Ready,
-            Active,
-            Dead,
-            Jobs,
-            Hist,
-            Stats,
-            Wake,
-            Control,
-            FetchReceipt,
-        ],
-    ),
-    ("ack", &[Active, Jobs, Hist, Stats, Control, Wake]),
-    (
-        "fail",
-        &[
-            Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
-        ],
-    ),
-    ("extend", &[Active, Jobs, Control]),
-    (
-        "release",
-        &[Active, Ready, Jobs, Wake, Hist, Stats, Control],
-    ),
-    ("cancel", &[Scheduled, Retry, Jobs, Hist, Stats, Control]),
-    ("reschedule", &[Scheduled, Retry, Ready, Jobs, Wake]),
-    ("requeue_dead", &[Dead, Ready, Jobs, Wake]),
-    ("purge_dead", &[Dead, Jobs, Hist]),
-    ("dead_act", &[Dead, Ready, Jobs, Hist, Wake]),
-    (
-        "stats",
-        &[Scheduled, Retry, Ready, Active, Dead, Jobs, Stats, Control],
-    ),
-    ("control", &[Control, Wake]),
-    ("job", &[Active, Dead, Jobs, Hist]),
-    ("dead_page", &[Dead, Jobs, Hist]),
-    ("list", &[Scheduled, Retry, Ready, Active, Dead, Jobs, Hist]),
-    // Namespace-wide, never with a partition's keys (another slot on a cluster).
-    ("topic", &[Topics]),
-    ("workers", &[Workers]),
-    ("schedules", &[Schedules]),
-];
+/// The one list of scripts: hands `$then!` one entry per script,
+/// `/// doc` `name (Flags): [KeyName, …];`. Flags: `Writes` (refused at `maxmemory`, like an
+/// enqueue), `AllowOom` (runs at `maxmemory`: it only moves, shrinks or rewrites), `NoWrites`
+/// (reads only; also runs at `maxmemory`).
+///
+/// Adding a script: its `.lua` file with the contract header, one entry here, one method in
+/// one role file per store, one conformance body (ARCHITECTURE.md §5).
+macro_rules! script_table {
+    ($then:ident) => {
+        $then! {
+            /// Stores one job or a bulk chunk; leaves the call's receipt. Refused at `maxmemory`
+            /// (with a typed `OutOfMemory`, before it writes): it adds jobs.
+            enqueue (Writes): [
+                Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls, Receipts,
+                OldReceipts,
+            ];
+            /// Recovers expired leases, promotes due jobs, leases ready ones. May take further
+            /// fetch receipts (to delete) after its own keys.
+            fetch (AllowOom): [
+                Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
+                FetchReceipt,
+            ];
+            /// Deletes succeeded jobs whose token still owns them.
+            ack (AllowOom): [Active, Jobs, Hist, Stats, Control, Wake];
+            /// Records failed attempts: retry, defer, bury, cancel or throttle each.
+            fail (AllowOom): [
+                Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
+            ];
+            /// Renews leases; reports which are still owned.
+            extend (AllowOom): [Active, Jobs, Control];
+            /// Hands running jobs back to the front of `ready`.
+            release (AllowOom): [Active, Ready, Jobs, Wake, Hist, Stats, Control];
+            /// Cancels a waiting job, or asks a running one to stop.
+            cancel (AllowOom): [Scheduled, Retry, Jobs, Hist, Stats, Control];
+            /// Gives a waiting job a new due time.
+            reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake];
+            /// Moves dead jobs back to `ready`.
+            requeue_dead (AllowOom): [Dead, Ready, Jobs, Wake];
+            /// Deletes dead jobs by key, or the oldest n.
+            purge_dead (AllowOom): [Dead, Jobs, Hist];
+            /// Requeues or deletes dead jobs still dead with the time of death listed.
+            dead_act (AllowOom): [Dead, Ready, Jobs, Hist, Wake];
+            /// Depths and counters of a partition.
+            stats (NoWrites): [Scheduled, Retry, Ready, Active, Dead, Jobs, Stats, Control];
+            /// Pause, rate, concurrency share and throttle: must work when the server is full.
+            control (AllowOom): [Control, Wake];
+            /// One job's record, history, lease deadline or time of death.
+            job (NoWrites): [Active, Dead, Jobs, Hist];
+            /// A page of one state.
+            list (NoWrites): [Scheduled, Retry, Ready, Active, Dead, Jobs, Hist];
+            /// Namespace-wide: the topic registry. An existing topic is only read, which works
+            /// at `maxmemory`; recording a new one there fails like an enqueue.
+            topic (Writes): [Topics];
+            /// Namespace-wide: the live workers' heartbeats. A beat replaces a value of the
+            /// same size: it must go on at `maxmemory`, or every worker would look dead exactly
+            /// when the server is full.
+            workers (AllowOom): [Workers];
+            /// Namespace-wide: the periodic schedules. Moving a cursor rewrites a value of the
+            /// same size: schedules keep ticking at `maxmemory` (their enqueues are refused
+            /// there, as any enqueue).
+            schedules (AllowOom): [Schedules];
+        }
+    };
+}
+pub(crate) use script_table;
+
+/// Builds [`SCRIPT_KEYS`] from the list.
+macro_rules! key_table {
+    ($($(#[doc = $doc:literal])* $name:ident ($flag:ident): [$($key:ident),* $(,)?];)*) => {
+        /// Every script by name (its file is `lua/<name>.lua`), with its KEYS in order. `fetch`
+        /// may take further fetch receipts (to delete) after its own keys. Keys that
+        /// [`PartitionKeys::get`](super::PartitionKeys::get) does not give (a fetch receipt,
+        /// the enqueue receipts of the call's bucket) are passed per call.
+        pub const SCRIPT_KEYS: &[(&str, &[KeyName])] = &[$((stringify!($name), &[$($key),*])),*];
+    };
+}
+script_table!(key_table);
 
 /// The KEYS of script `name`, in order, or `None` for a name that is not a script.
 pub fn script_keys(name: &str) -> Option<&'static [KeyName]> {

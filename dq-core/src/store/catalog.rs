@@ -1,0 +1,82 @@
+//! The namespace's records: the topic registry (§3), the live workers' heartbeats, the periodic
+//! schedules (§13), and the store's clock. Each is namespace-wide, outside every partition
+//! (on a Redis Cluster, a slot of its own), so these calls take no [`Queue`](crate::job::Queue).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::names::Topic;
+use crate::schedule::{ScheduleOutcome, ScheduleRecord};
+use crate::topic::TopicMeta;
+use crate::workers::WorkerInfo;
+
+/// What a store keeps for the whole namespace, beside its partitions.
+#[async_trait]
+pub trait Catalog: Send + Sync + 'static {
+    /// Records `partitions` as `topic`'s partition count if the topic has no metadata yet —
+    /// the first caller wins, atomically — and returns the metadata stored (the first
+    /// caller's). The client compares it with its own configuration
+    /// ([`Error::TopicMismatch`]).
+    async fn register_topic(&self, topic: &Topic, partitions: u16) -> Result<TopicMeta>;
+
+    /// Every topic with metadata in this store (for Redis: this namespace), by name.
+    async fn topics(&self) -> Result<Vec<TopicMeta>>;
+
+    /// Deletes `topic`'s metadata, so that the next client to use it records its own count.
+    /// Refused with [`Error::TopicNotEmpty`] while any partition of the recorded count holds
+    /// a job (in any state); returns the metadata deleted, or `None` if there was none. Not
+    /// atomic with the clients using the topic: stop its producers and workers first.
+    async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>>;
+
+    /// Records or renews a live worker's heartbeat (`worker.id` names it): it lasts `ttl`
+    /// from now (the store's clock) unless renewed. Namespace-wide.
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()>;
+
+    /// The workers whose heartbeat has not expired, by id, with the store's beat and expiry
+    /// times; expired heartbeats are removed on the way.
+    async fn workers(&self) -> Result<Vec<WorkerInfo>>;
+
+    /// Removes a worker's heartbeat at once (a worker that stopped cleanly); `true` if there
+    /// was one.
+    async fn remove_worker(&self, id: &str) -> Result<bool>;
+
+    /// Stores a periodic schedule (namespace-wide, by `record.name`): a new name is
+    /// [`ScheduleOutcome::Created`]; a name whose stored definition is byte for byte
+    /// `record.definition` is left as it is, cursor included ([`ScheduleOutcome::Unchanged`]);
+    /// another definition is replaced, cursor and all ([`ScheduleOutcome::Updated`]).
+    ///
+    /// The default refuses: a store that keeps no schedules.
+    async fn put_schedule(&self, record: &ScheduleRecord) -> Result<ScheduleOutcome> {
+        let _ = record;
+        Err(no_schedules())
+    }
+
+    /// Deletes a schedule by name; `true` if there was one.
+    async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        let _ = name;
+        Err(no_schedules())
+    }
+
+    /// Every stored schedule, by name.
+    async fn schedules(&self) -> Result<Vec<ScheduleRecord>> {
+        Err(no_schedules())
+    }
+
+    /// Moves schedule `name`'s cursor from `from_ms` to `to_ms`, only if it is still
+    /// `from_ms` (compare-and-set: of schedulers that race, one wins); `true` if moved.
+    /// `false` also for a schedule that no longer exists.
+    async fn advance_schedule(&self, name: &str, from_ms: u64, to_ms: u64) -> Result<bool> {
+        let _ = (name, from_ms, to_ms);
+        Err(no_schedules())
+    }
+
+    /// The store's clock, in ms (Redis `TIME` for Redis).
+    async fn now_ms(&self) -> Result<u64>;
+}
+
+/// The error of a store that keeps no schedules (the trait's default methods).
+fn no_schedules() -> Error {
+    Error::InvalidConfig("this store does not keep periodic schedules".into())
+}

@@ -1,0 +1,525 @@
+//! The lease protocol in memory: the mirrors of `fetch.lua`, `ack.lua`, `fail.lua`,
+//! `extend.lua` and `release.lua`, and the wake-up listener (a [`Notify`] per partition, whose
+//! one stored permit is the Redis `wake` list's token).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use super::clock::{bound_due, ms};
+use super::partition::{
+    Control, Counters, Later, MAX_ATTEMPTS, Partition, Place, TRIM_LIMIT, bury,
+};
+use super::receipts::FetchReceipt;
+use super::store::MemoryStore;
+use crate::error::{Error, Result};
+use crate::job::{AttemptOutcome, JobState, Queue};
+use crate::names::JobKey;
+use crate::store::lease::{
+    AckOutcome, DeadLimits, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
+    FetchReply, FetchRequest, Lease, WakeListener,
+};
+
+impl Partition {
+    /// Mirrors `fetch.lua`: recover expired leases, promote due jobs, lease ready ones.
+    fn fetch(&mut self, queue: &Queue, request: &FetchRequest, now: u64) -> FetchReply {
+        let lease_ms = ms(request.lease).max(1);
+        let cap = request.dead_limits.cap.max(1);
+        let retention_ms = ms(request.dead_limits.retention);
+        let mut trimmed = 0;
+        let mut buried = Vec::new();
+        let call = request.call;
+        let mut jobs = Vec::new();
+        let mut token: Option<u64> = None;
+        // One counter bump for the whole call; tokens are base+1 .. base+max_jobs.
+        let mut next_token = |counters: &mut Counters| {
+            let next = match token {
+                Some(t) => t + 1,
+                None => {
+                    let base = counters.token;
+                    counters.token = base.saturating_add(request.max_jobs as u64);
+                    base + 1
+                }
+            };
+            token = Some(next);
+            next
+        };
+
+        // 0. this call's receipt: a stale try does nothing; a retry leases the jobs still
+        //    held under the recorded tokens again, spending no attempt
+        self.fetch_receipts.prune(now);
+        if let Some(receipt) = self.fetch_receipts.get(call.id, now) {
+            if receipt.try_no > call.retry {
+                return FetchReply {
+                    next_in: Some(Duration::ZERO),
+                    ..FetchReply::default()
+                };
+            }
+            if call.is_retry() {
+                let deadline = now + lease_ms;
+                for (key, old) in receipt.leases.iter().take(request.max_jobs) {
+                    let Some(rec) = self.jobs.get_mut(key) else {
+                        continue;
+                    };
+                    let Place::Active(was) = rec.place else {
+                        continue;
+                    };
+                    if rec.token != *old {
+                        continue;
+                    }
+                    self.sets.active.remove(&(was, key.clone()));
+                    let next = next_token(&mut self.counters);
+                    rec.place = Place::Active(deadline);
+                    rec.token = next;
+                    self.sets.active.insert((deadline, key.clone()));
+                    jobs.push(rec.delivery(queue, key.clone(), now, deadline));
+                }
+            }
+        }
+
+        // 1. expired leases: deadline < now
+        let expired: Vec<(u64, JobKey)> = self
+            .sets
+            .active
+            .iter()
+            .take_while(|(deadline, _)| *deadline < now)
+            .take(request.recover_batch)
+            .cloned()
+            .collect();
+        for (deadline, key) in expired {
+            self.sets.active.remove(&(deadline, key.clone()));
+            if self.control.cancels.remove(&key).is_some() {
+                // its cancel was requested while it ran: it ends as cancelled
+                self.jobs.remove(&key);
+                self.counters.cancelled += 1;
+                continue;
+            }
+            let Some(rec) = self.jobs.get_mut(&key) else {
+                continue;
+            };
+            self.counters.expired += 1;
+            rec.add_history(now, AttemptOutcome::LeaseExpired, "lease expired");
+            let delay = (rec.attempts as usize)
+                .checked_sub(1)
+                .and_then(|i| request.lease_expiry_retries.get(i));
+            match delay {
+                Some(delay) => {
+                    let at = bound_due(i128::from(now) + i128::from(ms(*delay)), now);
+                    rec.due_ms = at;
+                    rec.place = self.sets.insert_later(Later::Retry, &key, at);
+                    self.counters.retried += 1;
+                }
+                None => {
+                    bury(&mut self.sets, &mut self.counters, rec, &key, now);
+                    buried.push(key);
+                }
+            }
+        }
+        if !buried.is_empty() {
+            trimmed += self.trim_dead(now, cap, retention_ms, TRIM_LIMIT);
+        }
+
+        // limits, as fetch.lua applies them
+        let from_receipt = jobs.len();
+        let mut max_jobs = request.max_jobs.max(from_receipt);
+        let mut limited = false;
+        let mut limit_wait: i64 = -1;
+        let mut gcra = None;
+        if self.control.exists() {
+            let c = &self.control;
+            let mut allowed = max_jobs - from_receipt;
+            if c.paused {
+                allowed = 0;
+            } else if let Some(until) = c.until.filter(|u| *u > now) {
+                allowed = 0;
+                limit_wait = (until - now) as i64;
+            }
+            if let Some(conc) = c.conc
+                && allowed > 0
+            {
+                let room = (conc as usize).saturating_sub(self.sets.active.len());
+                allowed = allowed.min(room);
+            }
+            if let Some(rate) = c.rate
+                && allowed > 0
+            {
+                let (t, tau) = Control::gcra(rate);
+                let tat = c.tat.max(now as f64);
+                let budget = (((now as f64 + tau - tat) / t).floor() + 1.0).max(0.0) as usize;
+                if budget < allowed {
+                    allowed = budget;
+                    limit_wait = -2;
+                }
+                gcra = Some((t, tau, tat));
+            }
+            if from_receipt + allowed < max_jobs {
+                limited = true;
+                max_jobs = from_receipt + allowed;
+            }
+        }
+
+        // 2. lease ready jobs, FIFO; 3. then take the due jobs of both sets merged by due
+        //    ms (scheduled first on a tie), at most room + promote_batch of them: the first
+        //    `room` are leased (ready is empty by then, so they are next in line), the rest
+        //    wait in ready — as fetch.lua does
+        let mut promote_more = false;
+        for pass in 0..2 {
+            if pass == 1 {
+                let limit = max_jobs - jobs.len() + request.promote_batch;
+                let mut due: Vec<(u64, u8, (u64, u64))> = Vec::new();
+                for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
+                    due.extend(
+                        set.keys()
+                            .take_while(|(due, _)| *due <= now)
+                            .take(limit)
+                            .map(|slot| (slot.0, rank, *slot)),
+                    );
+                }
+                due.sort();
+                due.truncate(limit);
+                promote_more = limit > 0 && due.len() == limit;
+                for (_, rank, slot) in due {
+                    let set = if rank == 0 {
+                        &mut self.sets.scheduled
+                    } else {
+                        &mut self.sets.retry
+                    };
+                    let Some(key) = set.remove(&slot) else {
+                        continue;
+                    };
+                    let place = self.sets.push_ready_back(&key);
+                    if let Some(rec) = self.jobs.get_mut(&key) {
+                        rec.place = place;
+                    }
+                }
+            }
+            while jobs.len() < max_jobs {
+                let Some((_, key)) = self.sets.ready.pop_first() else {
+                    break;
+                };
+                let Some(rec) = self.jobs.get_mut(&key) else {
+                    continue;
+                };
+                let next = next_token(&mut self.counters);
+                let deadline = now + lease_ms;
+                rec.place = Place::Active(deadline);
+                rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
+                rec.token = next;
+                self.sets.active.insert((deadline, key.clone()));
+                jobs.push(rec.delivery(queue, key, now, deadline));
+            }
+        }
+
+        if let Some((t, _, tat)) = &mut gcra
+            && jobs.len() > from_receipt
+        {
+            *tat += (jobs.len() - from_receipt) as f64 * *t;
+            self.control.tat = *tat;
+        }
+
+        // 4. what next
+        let next_in = if limited && (!self.sets.ready.is_empty() || promote_more) {
+            // a limit holds due work back: no chained wake-up
+            if limit_wait == -2
+                && let Some((t, tau, tat)) = gcra
+            {
+                let k = (tau / t / 2.0).floor().max(1.0);
+                limit_wait = ((tat - tau + (k - 1.0) * t - now as f64).ceil() as i64).max(1);
+            }
+            let head = self
+                .sets
+                .active
+                .first()
+                .map(|(deadline, _)| (deadline + 1).saturating_sub(now) as i64);
+            match (limit_wait, head) {
+                (w, Some(h)) if w < 0 || h < w => Some(h as u64),
+                (w, _) if w >= 0 => Some(w as u64),
+                _ => None,
+            }
+        } else if !self.sets.ready.is_empty() || promote_more {
+            if !jobs.is_empty() {
+                self.wake();
+            }
+            Some(0)
+        } else {
+            let heads = [
+                self.sets
+                    .scheduled
+                    .first_key_value()
+                    .map(|((due, _), _)| *due),
+                self.sets.retry.first_key_value().map(|((due, _), _)| *due),
+                // a lease expires once now > deadline
+                self.sets.active.first().map(|(deadline, _)| deadline + 1),
+            ];
+            let next = heads.into_iter().flatten().min();
+            if jobs.is_empty() && retention_ms > 0 {
+                trimmed += self.trim_dead(now, cap, retention_ms, TRIM_LIMIT);
+            }
+            next.map(|at| at.saturating_sub(now))
+        };
+
+        // 6. the receipt, for a call that leased something (or any retry)
+        if !jobs.is_empty() || call.is_retry() {
+            let leases = jobs.iter().map(|d| (d.key.clone(), d.token)).collect();
+            let life = ms(FetchCall::receipt_life(request.lease)).max(1);
+            let receipt = FetchReceipt {
+                try_no: call.retry,
+                leases,
+                until: now + life,
+            };
+            self.fetch_receipts.insert(call.id, receipt);
+        }
+
+        FetchReply {
+            jobs,
+            next_in: next_in.map(Duration::from_millis),
+            buried,
+            trimmed,
+        }
+    }
+
+    /// Mirrors `ack.lua`.
+    fn ack(&mut self, done: &[(JobKey, u64)]) -> Vec<AckOutcome> {
+        let mut out = Vec::with_capacity(done.len());
+        for (key, token) in done {
+            let outcome = match self.jobs.get(key) {
+                None => AckOutcome::Gone,
+                Some(rec) if rec.state() != JobState::Active || rec.token != *token => {
+                    AckOutcome::Stale
+                }
+                Some(rec) => {
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.jobs.remove(key);
+                    self.control.cancels.remove(key);
+                    self.counters.succeeded += 1;
+                    AckOutcome::Acked
+                }
+            };
+            out.push(outcome);
+        }
+        if self.control.conc.is_some() && out.contains(&AckOutcome::Acked) {
+            self.wake();
+        }
+        out
+    }
+
+    /// Mirrors `fail.lua`; `Err` only for a stale token.
+    fn fail(
+        &mut self,
+        key: &JobKey,
+        token: u64,
+        action: &FailAction,
+        error: &str,
+        dead_limits: DeadLimits,
+        now: u64,
+    ) -> Result<FailOutcome> {
+        let Some(rec) = self.jobs.get_mut(key) else {
+            return Ok(FailOutcome::Gone);
+        };
+        if rec.state() != JobState::Active || rec.token != token {
+            return Err(Error::StaleToken {
+                key: key.to_string(),
+            });
+        }
+        let capped = self.control.conc.is_some();
+        if matches!(action, FailAction::Cancel) || self.control.cancels.contains_key(key) {
+            self.sets.unlink(key, rec.place, rec.due_ms);
+            self.jobs.remove(key);
+            self.control.cancels.remove(key);
+            self.counters.cancelled += 1;
+            if capped {
+                self.wake();
+            }
+            return Ok(FailOutcome::Cancelled);
+        }
+        self.sets.unlink(key, rec.place, rec.due_ms);
+        if capped {
+            // a slot of the concurrency share is free
+            self.wake.notify_one();
+        }
+        let (delay, outcome, later) = match action {
+            FailAction::Cancel => unreachable!("handled above"),
+            FailAction::Throttle(d) => {
+                let at = bound_due(i128::from(now) + i128::from(ms(*d)), now);
+                if self.control.until.is_none_or(|u| at > u) {
+                    self.control.until = Some(at);
+                }
+                self.counters.throttles += 1;
+                (d, AttemptOutcome::Deferred, Later::Scheduled)
+            }
+            FailAction::Bury => {
+                rec.add_history(now, AttemptOutcome::Buried, error);
+                bury(&mut self.sets, &mut self.counters, rec, key, now);
+                let trimmed = self.trim_dead(
+                    now,
+                    dead_limits.cap.max(1),
+                    ms(dead_limits.retention),
+                    TRIM_LIMIT,
+                );
+                return Ok(FailOutcome::Buried { trimmed });
+            }
+            FailAction::Defer(d) => (d, AttemptOutcome::Deferred, Later::Scheduled),
+            FailAction::Retry(d) => (d, AttemptOutcome::Failed, Later::Retry),
+        };
+        let at = bound_due(i128::from(now) + i128::from(ms(*delay)), now);
+        rec.add_history(now, outcome, error);
+        if matches!(later, Later::Scheduled) {
+            // "not yet": the attempt is given back and the job waits like a scheduled one
+            rec.attempts = rec.attempts.saturating_sub(1);
+        } else {
+            self.counters.retried += 1;
+        }
+        let (place, wake) = self.sets.place(later, key, at, now);
+        rec.place = place;
+        rec.due_ms = at;
+        if wake {
+            self.wake();
+        }
+        Ok(FailOutcome::Retrying { at_ms: at })
+    }
+
+    /// Mirrors `extend.lua`.
+    fn extend(&mut self, leases: &[(JobKey, u64)], lease: Duration, now: u64) -> Vec<Extended> {
+        let deadline = now + ms(lease).max(1);
+        leases
+            .iter()
+            .map(|(key, token)| match self.jobs.get_mut(key) {
+                Some(rec) if rec.state() == JobState::Active && rec.token == *token => {
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    rec.place = Place::Active(deadline);
+                    self.sets.active.insert((deadline, key.clone()));
+                    if self.control.cancels.contains_key(key) {
+                        Extended::CancelRequested
+                    } else {
+                        Extended::Held
+                    }
+                }
+                _ => Extended::Lost,
+            })
+            .collect()
+    }
+
+    /// Mirrors `release.lua`: back to the front of `ready`, the attempt given back.
+    fn release(&mut self, leases: &[(JobKey, u64)]) -> Vec<bool> {
+        let mut released = false;
+        // Backwards, so the jobs end at the front of ready in the order given.
+        let mut out: Vec<bool> = leases
+            .iter()
+            .rev()
+            .map(|(key, token)| match self.jobs.get_mut(key) {
+                Some(rec)
+                    if rec.state() == JobState::Active
+                        && rec.token == *token
+                        && self.control.cancels.contains_key(key) =>
+                {
+                    // its cancel was requested: it ends as cancelled, never runs again
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.jobs.remove(key);
+                    self.control.cancels.remove(key);
+                    self.counters.cancelled += 1;
+                    true
+                }
+                Some(rec) if rec.state() == JobState::Active && rec.token == *token => {
+                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    rec.attempts = rec.attempts.saturating_sub(1);
+                    rec.place = self.sets.push_ready_front(key);
+                    released = true;
+                    true
+                }
+                _ => false,
+            })
+            .collect();
+        out.reverse();
+        if released {
+            self.wake();
+        }
+        out
+    }
+}
+
+fn warn_trimmed(queue: &Queue, trimmed: u64) {
+    if trimmed > 0 {
+        tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
+    }
+}
+
+#[async_trait]
+impl Lease for MemoryStore {
+    async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply> {
+        request.validate()?;
+        let reply = self.write(queue, |p, now| p.fetch(queue, request, now));
+        warn_trimmed(queue, reply.trimmed);
+        Ok(reply)
+    }
+
+    async fn ack(&self, queue: &Queue, done: &[(JobKey, u64)]) -> Result<Vec<AckOutcome>> {
+        if done.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write(queue, |p, _| p.ack(done)))
+    }
+
+    async fn fail_many(
+        &self,
+        queue: &Queue,
+        failures: &[FailedAttempt],
+        dead_limits: DeadLimits,
+    ) -> Result<Vec<Result<FailOutcome>>> {
+        if failures.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One step at one time, as `fail.lua` takes the whole batch.
+        let out: Vec<Result<FailOutcome>> = self.write(queue, |p, now| {
+            failures
+                .iter()
+                .map(|f| p.fail(&f.key, f.token, &f.action, &f.error, dead_limits, now))
+                .collect()
+        });
+        for outcome in &out {
+            if let Ok(FailOutcome::Buried { trimmed }) = outcome {
+                warn_trimmed(queue, *trimmed);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn extend(
+        &self,
+        queue: &Queue,
+        leases: &[(JobKey, u64)],
+        lease: Duration,
+    ) -> Result<Vec<Extended>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write(queue, |p, now| p.extend(leases, lease, now)))
+    }
+
+    async fn release(&self, queue: &Queue, leases: &[(JobKey, u64)]) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write(queue, |p, _| p.release(leases)))
+    }
+
+    async fn wake_listener(&self, queue: &Queue) -> Result<Box<dyn WakeListener>> {
+        let wake = self.write(queue, |p, _| p.wake.clone());
+        Ok(Box::new(MemoryWakeListener { wake }))
+    }
+}
+
+/// Waits on the partition's [`Notify`]: a stored permit is the Redis `wake` list's one token.
+struct MemoryWakeListener {
+    wake: Arc<Notify>,
+}
+
+#[async_trait]
+impl WakeListener for MemoryWakeListener {
+    async fn wait(&mut self, max_wait: Duration) -> Result<bool> {
+        Ok(tokio::time::timeout(max_wait, self.wake.notified())
+            .await
+            .is_ok())
+    }
+}

@@ -1,0 +1,217 @@
+//! The operator's role: what tools and the client do to jobs that are not theirs to run —
+//! cancel or reschedule a waiting job, pause or limit a partition, look a job up, read the
+//! stats, list a state page by page, and requeue or purge the dead. With what each call takes
+//! and reports.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+
+use crate::control::{ControlChange, ControlState};
+use crate::error::{Error, Result};
+use crate::inspect::{DeadAction, ListChunk, ListFrom};
+use crate::job::{JobInfo, JobState, Queue, check_due_ms, now_plus, unix_ms};
+use crate::names::JobKey;
+
+/// Acting on and reading jobs by key or by state: what operators and tools need of a store.
+#[async_trait]
+pub trait Operate: Send + Sync + 'static {
+    /// Cancels a job that has not started; for a running one, records a cancel request that
+    /// the next `extend` of its lease reports
+    /// ([`CancelOutcome::CancelRequested`]), and that `fail_many`, `release` and lease
+    /// recovery honour (the job is deleted as cancelled, never retried).
+    async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome>;
+
+    /// Gives a scheduled, ready or retry job a new due time.
+    async fn reschedule(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        due: NewDue,
+    ) -> Result<RescheduleOutcome>;
+
+    /// Changes this partition's control settings as `change` says (nothing, for a default
+    /// change) and returns them as stored. A change wakes the partition's fetchers.
+    /// `fetch` enforces them: nothing is leased while paused or throttled; at most the rate's
+    /// budget and the concurrency share minus the jobs running are leased.
+    async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState>;
+
+    /// Everything known about one job, or `None`.
+    async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>>;
+
+    /// Depths and counters of one partition.
+    async fn stats(&self, queue: &Queue) -> Result<TopicStats>;
+
+    /// Up to `limit` jobs in `state`, from `from`, in the partition's listing order, each with
+    /// its place; reads only (it works at Redis's `maxmemory`).
+    ///
+    /// `scheduled` and `retry` are ordered by due time, `active` by lease deadline, `dead` by
+    /// time of death, ties as the store keeps them, then by key; `from` is
+    /// [`ListFrom::Start`] or [`ListFrom::After`] a place. `ready` is in queue order; `from`
+    /// is `Start` or a queue position ([`ListFrom::Index`]); a call skips a bounded number of
+    /// stale entries and reports where it stopped in [`ListChunk::next_index`]. Another
+    /// combination is refused with [`Error::InvalidConfig`].
+    async fn list(
+        &self,
+        queue: &Queue,
+        state: JobState,
+        from: &ListFrom,
+        limit: usize,
+    ) -> Result<ListChunk>;
+
+    /// Moves dead jobs back to `ready` with attempts reset; `true` for each one moved.
+    async fn requeue_dead(&self, queue: &Queue, keys: &[JobKey]) -> Result<Vec<bool>>;
+
+    /// Deletes the named dead jobs, or (with `keys` empty) the oldest `limit`; returns how many.
+    async fn purge_dead(&self, queue: &Queue, keys: &[JobKey], limit: usize) -> Result<u64>;
+
+    /// Requeues or deletes dead jobs, each only if it is still dead with the time of death
+    /// given — as a listing of `dead` reported it ([`JobInfo::died_ms`]); `true` for each one
+    /// acted on, in order (a key named twice is acted on once). A sweep by filter acts
+    /// through this, so a job that was requeued and died again since it was listed, whose
+    /// error or age the filter has not seen, is left alone. At most [`MAX_DEAD_ACT`] jobs per
+    /// call.
+    async fn act_on_dead(
+        &self,
+        queue: &Queue,
+        action: DeadAction,
+        seen: &[(JobKey, u64)],
+    ) -> Result<Vec<bool>>;
+}
+
+/// Most jobs one [`Operate::act_on_dead`] call takes.
+pub const MAX_DEAD_ACT: usize = 1000;
+
+/// Refuses an [`Operate::act_on_dead`] call of more than [`MAX_DEAD_ACT`] jobs.
+pub(crate) fn check_act_len(seen: &[(JobKey, u64)]) -> Result<()> {
+    if seen.len() > MAX_DEAD_ACT {
+        return Err(Error::InvalidConfig(format!(
+            "{} dead jobs in one call; at most {MAX_DEAD_ACT}",
+            seen.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a concurrency share of 0 and an invalid rate before a control change is written
+/// (both stores).
+pub(crate) fn check_control(change: &ControlChange) -> Result<()> {
+    if let Some(Some(rate)) = change.rate {
+        rate.check()?;
+    }
+    if change.concurrency == Some(Some(0)) {
+        return Err(Error::InvalidConfig(
+            "a concurrency share must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What `cancel` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The job was scheduled, ready or in retry, and is gone; it will never run.
+    Cancelled,
+    /// The job is running now: a cancel request was recorded. The worker holding it learns
+    /// it on its next lease extension, its handler's `ctx.cancelled()` fires, and the job ends
+    /// as cancelled, never retried (unless the handler finishes successfully first).
+    CancelRequested,
+    /// No job has this key.
+    NotFound,
+    /// The job is in the dead queue; it was not touched (purge it instead).
+    Dead,
+    /// Reported only when the client retried the call after an ambiguous error (a timeout or
+    /// a connection dropped after the request was sent): no job has this key now, and the
+    /// earlier try may be what cancelled it — or the job ended otherwise in between (it ran,
+    /// or was purged). Either way it will not run. (A cancel leaves no receipt, so the two
+    /// cannot be told apart; a retry after a try that surely never reached the store reports
+    /// `NotFound` as usual.)
+    Gone,
+}
+
+/// A new due time for `reschedule`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewDue {
+    /// At this wall-clock time.
+    At(SystemTime),
+    /// This long after now.
+    After(Duration),
+    /// Moved from its current due time by this many ms (negative: earlier).
+    ///
+    /// Unlike `At` and `After`, a shift is relative: repeating it after an ambiguous error
+    /// (a timeout) shifts again, so the client never retries it and surfaces the error. Where
+    /// a retry must be harmless, read the job's `due_ms` and reschedule `At` the time you
+    /// want.
+    Shift(i64),
+}
+
+impl NewDue {
+    /// Refuses a due time dq cannot store (past [`MAX_DUE_MS`](crate::job::MAX_DUE_MS)), and
+    /// a shift larger than the whole range. A shift within range that would move a job past
+    /// `MAX_DUE_MS` stops there.
+    pub fn check(&self) -> Result<()> {
+        match *self {
+            NewDue::After(d) => check_due_ms(now_plus(d)),
+            NewDue::At(t) => check_due_ms(u128::from(unix_ms(t))),
+            NewDue::Shift(delta) => check_due_ms(u128::from(delta.unsigned_abs())),
+        }
+    }
+}
+
+/// What `reschedule` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RescheduleOutcome {
+    /// Now due at this time (store ms); `ready` if that is not in the future.
+    Rescheduled {
+        /// The new due time (store ms).
+        due_ms: u64,
+    },
+    /// The job is running now; it was not touched.
+    Running,
+    /// The job is in the dead queue; it was not touched (requeue it instead).
+    Dead,
+    /// No job has this key.
+    NotFound,
+}
+
+/// Counters and depths of one topic (summed over its partitions).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopicStats {
+    /// Jobs waiting for their due time.
+    pub scheduled: u64,
+    /// Jobs due and waiting for a worker.
+    pub ready: u64,
+    /// Jobs running.
+    pub active: u64,
+    /// Jobs waiting for a retry.
+    pub retry: u64,
+    /// Jobs in the dead queue.
+    pub dead: u64,
+    /// Jobs ever enqueued (created or replaced).
+    pub enqueued: u64,
+    /// Jobs that succeeded.
+    pub succeeded: u64,
+    /// Failed attempts that were scheduled for retry.
+    pub retried: u64,
+    /// Jobs moved to the dead queue.
+    pub buried: u64,
+    /// Leases that expired and were recovered.
+    pub expired: u64,
+    /// Jobs cancelled.
+    pub cancelled: u64,
+    /// Dead jobs removed by the dead queue's cap or retention.
+    pub trimmed: u64,
+    /// How long the most overdue job (due but not started) has waited, in ms.
+    pub oldest_overdue_ms: u64,
+    /// Jobs whose due time has come but that are still in `scheduled` or `retry` (a worker
+    /// moves them to `ready` on its next fetch); with `ready`, what is due and not running.
+    pub overdue: u64,
+    /// Leasing is paused ([`TopicClient::pause`](crate::TopicClient::pause)).
+    pub paused: bool,
+    /// A limit holds due work back now: the rate limit's budget is spent, the global
+    /// concurrency cap is reached with work waiting, or a handler asked to slow the topic
+    /// down. Lateness this causes is not an error.
+    pub throttled: bool,
+    /// Times a handler asked to slow the topic down ([`FailAction::Throttle`]).
+    pub throttles: u64,
+}

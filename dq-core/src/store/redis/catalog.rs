@@ -1,0 +1,284 @@
+//! The namespace's records on Redis, each a hash of its own outside every partition (on a
+//! cluster, a slot of its own), touched only by calls of its own, never inside a partition's
+//! script:
+//!
+//! - the topic registry `<ns>:topics`, topic → metadata record ([`layout::TopicRecord`]):
+//!   `topic.lua`, `HGETALL`, `HDEL`. A client reads it once per topic per process (it caches
+//!   it);
+//! - the live workers `<ns>:workers`, worker id → heartbeat: `workers.lua`;
+//! - the periodic schedules `<ns>:schedules`, name → `<cursor_ms>|<definition>`:
+//!   `schedules.lua`;
+//!
+//! and the store's clock, Redis `TIME`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::layout::{self, PartitionKeys, TopicRecord};
+use super::scripts::{SCRIPTS, unexpected};
+use super::store::{RedisStore, ms};
+use crate::error::{Error, Result, from_redis};
+use crate::job::Queue;
+use crate::names::Topic;
+use crate::schedule::{ScheduleOutcome, ScheduleRecord, check_schedule_name};
+use crate::store::catalog::Catalog;
+use crate::topic::TopicMeta;
+use crate::workers::WorkerInfo;
+
+#[async_trait]
+impl Catalog for RedisStore {
+    async fn register_topic(&self, topic: &Topic, partitions: u16) -> Result<TopicMeta> {
+        let s = &SCRIPTS.topic;
+        let key = self.topics_key();
+        let partitions = partitions.to_string();
+        let reply = self
+            .run_on_key(s, &key, &[topic.as_str().as_bytes(), partitions.as_bytes()])
+            .await?;
+        let text = match &reply {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(t) => t.clone(),
+            _ => return Err(unexpected(s.name, "topic record", &reply)),
+        };
+        let record = TopicRecord::decode(&text)?;
+        Ok(TopicMeta::new(
+            topic.clone(),
+            record.partitions,
+            record.created_ms,
+        ))
+    }
+
+    /// Every topic of the registry, by name (one `HGETALL`: a namespace has few topics).
+    async fn topics(&self) -> Result<Vec<TopicMeta>> {
+        let key = self.topics_key();
+        let mut all: Vec<(String, String)> = self
+            .conn
+            .call(async |conn| redis::cmd("HGETALL").arg(&key).query_async(conn).await)
+            .await
+            .map_err(from_redis)?;
+        all.sort();
+        all.into_iter()
+            .map(|(name, text)| {
+                let topic = Topic::new(name.clone()).map_err(|e| {
+                    Error::Protocol(format!("topic registry holds an invalid topic: {e}"))
+                })?;
+                let record = TopicRecord::decode(&text)?;
+                Ok(TopicMeta::new(topic, record.partitions, record.created_ms))
+            })
+            .collect()
+    }
+
+    /// Counts the records of every partition of the recorded count (`HLEN` of each `jobs`
+    /// hash, one call per partition: each is its own slot), and deletes the registry field
+    /// only if all are empty. Counters and delivery tokens stay (tokens must never repeat on a partition).
+    async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>> {
+        let Some(record) = self.topic_record(topic).await? else {
+            return Ok(None);
+        };
+        let mut jobs: u64 = 0;
+        for p in 0..record.partitions {
+            let k = PartitionKeys::new(&self.options.namespace, &Queue::new(topic.clone(), p));
+            let n: u64 = self
+                .conn
+                .call(async |conn| redis::cmd("HLEN").arg(&k.jobs).query_async(conn).await)
+                .await
+                .map_err(from_redis)?;
+            jobs += n;
+        }
+        if jobs > 0 {
+            return Err(Error::TopicNotEmpty {
+                topic: topic.to_string(),
+                jobs,
+            });
+        }
+        let key = self.topics_key();
+        let _: u64 = self
+            .conn
+            .call(async |conn| {
+                redis::cmd("HDEL")
+                    .arg(&key)
+                    .arg(topic.as_str())
+                    .query_async(conn)
+                    .await
+            })
+            .await
+            .map_err(from_redis)?;
+        Ok(Some(TopicMeta::new(
+            topic.clone(),
+            record.partitions,
+            record.created_ms,
+        )))
+    }
+
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()> {
+        worker.validate(ttl)?;
+        let record = worker.encode()?;
+        let ttl_ms = ms(ttl).to_string();
+        self.workers_call(&[b"beat", worker.id.as_bytes(), ttl_ms.as_bytes(), &record])
+            .await?;
+        Ok(())
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let s = &SCRIPTS.workers;
+        let reply = self.workers_call(&[b"list"]).await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected(s.name, "array", &reply));
+        };
+        let int = |v: &Value| -> Result<u64> {
+            match v {
+                Value::BulkString(b) => std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| unexpected(s.name, "time", v)),
+                _ => Err(unexpected(s.name, "time", v)),
+            }
+        };
+        let mut out = Vec::with_capacity(items.len() / 3);
+        for triple in items.chunks(3) {
+            let [expires, beat, Value::BulkString(record)] = triple else {
+                return Err(Error::Protocol(format!(
+                    "{}: a heartbeat is not (expiry, beat, record)",
+                    s.name
+                )));
+            };
+            out.push(WorkerInfo::decode(record, int(beat)?, int(expires)?)?);
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    async fn remove_worker(&self, id: &str) -> Result<bool> {
+        let s = &SCRIPTS.workers;
+        match self.workers_call(&[b"remove", id.as_bytes()]).await? {
+            Value::Int(n) => Ok(n > 0),
+            other => Err(unexpected(s.name, "count", &other)),
+        }
+    }
+
+    async fn put_schedule(&self, record: &ScheduleRecord) -> Result<ScheduleOutcome> {
+        record.validate()?;
+        let cursor = record.next_ms.to_string();
+        let reply = self
+            .schedules_call(&[
+                b"put",
+                record.name.as_bytes(),
+                cursor.as_bytes(),
+                &record.definition,
+            ])
+            .await?;
+        match reply {
+            Value::Int(1) => Ok(ScheduleOutcome::Created),
+            Value::Int(2) => Ok(ScheduleOutcome::Updated),
+            Value::Int(0) => Ok(ScheduleOutcome::Unchanged),
+            other => Err(unexpected(SCRIPTS.schedules.name, "put outcome", &other)),
+        }
+    }
+
+    async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        check_schedule_name(name)?;
+        match self.schedules_call(&[b"remove", name.as_bytes()]).await? {
+            Value::Int(n) => Ok(n > 0),
+            other => Err(unexpected(SCRIPTS.schedules.name, "count", &other)),
+        }
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleRecord>> {
+        let s = &SCRIPTS.schedules;
+        let reply = self.schedules_call(&[b"list"]).await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected(s.name, "array", &reply));
+        };
+        let mut out = Vec::with_capacity(items.len() / 3);
+        for triple in items.chunks(3) {
+            let [
+                Value::BulkString(name),
+                Value::BulkString(cursor),
+                Value::BulkString(definition),
+            ] = triple
+            else {
+                return Err(Error::Protocol(format!(
+                    "{}: a schedule is not (name, cursor, definition)",
+                    s.name
+                )));
+            };
+            let name = String::from_utf8_lossy(name).into_owned();
+            let next_ms = std::str::from_utf8(cursor)
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .ok_or_else(|| {
+                    Error::Protocol(format!("{}: schedule {name:?} has no cursor", s.name))
+                })?;
+            out.push(ScheduleRecord {
+                name,
+                next_ms,
+                definition: definition.clone(),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn advance_schedule(&self, name: &str, from_ms: u64, to_ms: u64) -> Result<bool> {
+        check_schedule_name(name)?;
+        let (from, to) = (from_ms.to_string(), to_ms.to_string());
+        match self
+            .schedules_call(&[b"advance", name.as_bytes(), from.as_bytes(), to.as_bytes()])
+            .await?
+        {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected(
+                SCRIPTS.schedules.name,
+                "advance outcome",
+                &other,
+            )),
+        }
+    }
+
+    async fn now_ms(&self) -> Result<u64> {
+        let (secs, micros): (u64, u64) = self
+            .conn
+            .call(async |conn| redis::cmd("TIME").query_async(conn).await)
+            .await
+            .map_err(from_redis)?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+}
+
+/// The namespace-wide calls' own helpers.
+impl RedisStore {
+    /// The registry's key in this namespace.
+    fn topics_key(&self) -> String {
+        layout::topics_key(&self.options.namespace)
+    }
+
+    /// `topic`'s record in the registry, if any.
+    async fn topic_record(&self, topic: &Topic) -> Result<Option<TopicRecord>> {
+        let key = self.topics_key();
+        let text: Option<String> = self
+            .conn
+            .call(async |conn| {
+                redis::cmd("HGET")
+                    .arg(&key)
+                    .arg(topic.as_str())
+                    .query_async(conn)
+                    .await
+            })
+            .await
+            .map_err(from_redis)?;
+        text.map(|t| TopicRecord::decode(&t)).transpose()
+    }
+
+    /// Runs `workers.lua` with `args` after the op.
+    async fn workers_call(&self, args: &[&[u8]]) -> Result<Value> {
+        let key = layout::workers_key(&self.options.namespace);
+        self.run_on_key(&SCRIPTS.workers, &key, args).await
+    }
+
+    /// Runs `schedules.lua` with `args` after the op.
+    async fn schedules_call(&self, args: &[&[u8]]) -> Result<Value> {
+        let key = layout::schedules_key(&self.options.namespace);
+        self.run_on_key(&SCRIPTS.schedules, &key, args).await
+    }
+}

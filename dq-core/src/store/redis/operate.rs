@@ -1,0 +1,355 @@
+//! The operator's calls on Redis: `cancel.lua`, `reschedule.lua`, `control.lua`, `job.lua`,
+//! `stats.lua`, `list.lua`, and the dead queue's `requeue_dead.lua`, `purge_dead.lua` and
+//! `dead_act.lua`. The reads (`job`, `stats`, `list`) are declared `no-writes`, so they work at
+//! `maxmemory`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::record::{Record, decode_history};
+use super::scripts::{Reply, SCRIPTS, as_int, codes, unexpected};
+use super::store::{RedisStore, key_of, ms};
+use crate::control::{ControlChange, ControlState, Rate};
+use crate::error::{Error, Result};
+use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
+use crate::job::{JobInfo, JobState, Queue, unix_ms};
+use crate::names::JobKey;
+use crate::store::operate::{
+    CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, check_act_len, check_control,
+};
+
+#[async_trait]
+impl Operate for RedisStore {
+    async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.cancel;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str());
+            })
+            .await?;
+        match codes(s.name, reply, 1)?[0] {
+            b'S' | b'R' | b'F' => Ok(CancelOutcome::Cancelled),
+            b'C' => Ok(CancelOutcome::CancelRequested),
+            b'D' => Ok(CancelOutcome::Dead),
+            b'N' => Ok(CancelOutcome::NotFound),
+            other => Err(Error::Protocol(format!(
+                "cancel: unknown code {:?}",
+                other as char
+            ))),
+        }
+    }
+
+    async fn reschedule(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        due: NewDue,
+    ) -> Result<RescheduleOutcome> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.reschedule;
+        let (mode, value): (&str, i64) = match due {
+            // Saturate: a huge time must stay far away, not wrap to a negative "now".
+            NewDue::At(t) => ("a", i64::try_from(unix_ms(t)).unwrap_or(i64::MAX)),
+            NewDue::After(d) => ("d", i64::try_from(ms(d)).unwrap_or(i64::MAX)),
+            NewDue::Shift(delta) => ("s", delta),
+        };
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str()).arg(mode).arg(value);
+            })
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let code = r.string("code")?;
+        let due_ms = r.int("due")?;
+        match code.as_str() {
+            "K" => Ok(RescheduleOutcome::Rescheduled {
+                due_ms: due_ms as u64,
+            }),
+            "A" => Ok(RescheduleOutcome::Running),
+            "D" => Ok(RescheduleOutcome::Dead),
+            "N" => Ok(RescheduleOutcome::NotFound),
+            other => Err(Error::Protocol(format!(
+                "reschedule: unknown code {other:?}"
+            ))),
+        }
+    }
+
+    async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.control;
+        check_control(change)?;
+        let paused = match change.paused {
+            None => "",
+            Some(true) => "1",
+            Some(false) => "0",
+        };
+        let rate = match change.rate {
+            None => String::new(),
+            Some(None) => "-".into(),
+            Some(Some(r)) => format!("{}/{}", r.count, r.per_ms()),
+        };
+        let conc = match change.concurrency {
+            None => String::new(),
+            Some(None) => "-".into(),
+            Some(Some(n)) => n.to_string(),
+        };
+        let throttle = change
+            .throttle
+            .map(|d| ms(d).to_string())
+            .unwrap_or_default();
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(paused).arg(&rate).arg(&conc).arg(&throttle);
+            })
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let paused = r.int("paused")? != 0;
+        let num = |text: String, what: &str| -> Result<Option<u64>> {
+            if text.is_empty() {
+                return Ok(None);
+            }
+            text.parse()
+                .map(Some)
+                .map_err(|_| Error::Protocol(format!("control: {what} {text:?} is not a number")))
+        };
+        let rate_n = num(r.string("rate_n")?, "rate_n")?;
+        let rate_ms = num(r.string("rate_ms")?, "rate_ms")?;
+        let conc = num(r.string("conc")?, "conc")?;
+        let until = num(r.string("until")?, "until")?;
+        Ok(ControlState {
+            paused,
+            rate: match (rate_n, rate_ms) {
+                (Some(n), Some(ms)) => Some(Rate {
+                    count: u32::try_from(n).unwrap_or(u32::MAX),
+                    per: Duration::from_millis(ms),
+                }),
+                _ => None,
+            },
+            concurrency: conc.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            throttled_until_ms: until,
+        })
+    }
+
+    async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.job;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str());
+            })
+            .await?;
+        let (rec, hist, lease, died): (Option<Vec<u8>>, Option<Vec<u8>>, Option<f64>, Option<f64>) =
+            redis::from_redis_value(reply)
+                .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
+        let Some(rec) = rec else { return Ok(None) };
+        let rec = Record::decode(rec)?;
+        let history = hist
+            .map(|h| decode_history(&h))
+            .transpose()?
+            .unwrap_or_default();
+        Ok(Some(JobInfo {
+            key: key.clone(),
+            state: rec.state,
+            due_ms: rec.due_ms,
+            created_ms: rec.created_ms,
+            attempts: rec.attempts,
+            lease_deadline_ms: lease
+                .filter(|_| rec.state == JobState::Active)
+                .map(|m| m as u64),
+            died_ms: died
+                .filter(|_| rec.state == JobState::Dead)
+                .map(|m| m as u64),
+            history,
+            payload: rec.payload,
+        }))
+    }
+
+    async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.stats;
+        let reply = self.run(s, &k, &[], |_| {}).await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let mut st = TopicStats {
+            scheduled: r.int("scheduled")? as u64,
+            ready: r.int("ready")? as u64,
+            active: r.int("active")? as u64,
+            retry: r.int("retry")? as u64,
+            dead: r.int("dead")? as u64,
+            oldest_overdue_ms: r.int("oldest_overdue")?.max(0) as u64,
+            overdue: r.int("overdue")?.max(0) as u64,
+            ..TopicStats::default()
+        };
+        while r.remaining() >= 2 {
+            let field = r.string("counter")?;
+            let value = r.int("counter value")?.max(0) as u64;
+            match field.as_str() {
+                "enqueued" => st.enqueued = value,
+                "succeeded" => st.succeeded = value,
+                "retried" => st.retried = value,
+                "buried" => st.buried = value,
+                "expired" => st.expired = value,
+                "cancelled" => st.cancelled = value,
+                "trimmed" => st.trimmed = value,
+                "throttles" => st.throttles = value,
+                "paused" => st.paused = value > 0,
+                "throttled" => st.throttled = value > 0,
+                _ => {}
+            }
+        }
+        Ok(st)
+    }
+
+    async fn list(
+        &self,
+        queue: &Queue,
+        state: JobState,
+        from: &ListFrom,
+        limit: usize,
+    ) -> Result<ListChunk> {
+        let k = self.keys(queue);
+        let s = &SCRIPTS.list;
+        let sorted = state != JobState::Ready;
+        let (after_score, after_key, position) = match (sorted, from) {
+            (_, ListFrom::Start) => (String::new(), "", 0),
+            (true, ListFrom::After(pos)) => (
+                // Display prints the shortest text that parses back to the same double.
+                f64::from_bits(pos.order.0).to_string(),
+                pos.key.as_str(),
+                0,
+            ),
+            (false, ListFrom::Index(i)) => (String::new(), "", *i),
+            _ => {
+                return Err(Error::InvalidConfig(format!(
+                    "the {state} listing cannot start from {from:?}"
+                )));
+            }
+        };
+        if limit == 0 {
+            return Ok(ListChunk::default());
+        }
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(if sorted { "z" } else { "r" })
+                    .arg(&[state.code()][..])
+                    .arg(limit);
+                if sorted {
+                    inv.arg(&after_score).arg(after_key);
+                } else {
+                    inv.arg(position);
+                }
+            })
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let more = r.int("more")? != 0;
+        let next_index = r.int("next position")?.max(0) as u64;
+        if r.remaining() % 4 != 0 {
+            return Err(Error::Protocol(
+                "list: reply is not key, place, record, history groups".into(),
+            ));
+        }
+        let mut jobs = Vec::with_capacity(r.remaining() / 4);
+        while r.remaining() > 0 {
+            let key = key_of(r.bytes("key")?)?;
+            let place = r.string("place")?;
+            let bad_place = || Error::Protocol(format!("list: place {place:?} is not a number"));
+            let (order, time) = if sorted {
+                let score: f64 = place.parse().map_err(|_| bad_place())?;
+                // Scores are never negative, so their bits sort as they do.
+                ((score.to_bits(), 0), score as u64)
+            } else {
+                ((place.parse().map_err(|_| bad_place())?, 0), 0)
+            };
+            let rec = Record::decode(r.bytes("record")?)?;
+            let hist = r.optional_bytes("history")?;
+            let info = JobInfo {
+                key: key.clone(),
+                state: rec.state,
+                due_ms: rec.due_ms,
+                created_ms: rec.created_ms,
+                attempts: rec.attempts,
+                lease_deadline_ms: (state == JobState::Active).then_some(time),
+                died_ms: (state == JobState::Dead).then_some(time),
+                history: hist
+                    .map(|h| decode_history(&h))
+                    .transpose()?
+                    .unwrap_or_default(),
+                payload: rec.payload,
+            };
+            jobs.push((ListPos { order, key }, info));
+        }
+        Ok(ListChunk {
+            jobs,
+            next_index,
+            more,
+        })
+    }
+
+    async fn requeue_dead(&self, queue: &Queue, keys: &[JobKey]) -> Result<Vec<bool>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.requeue_dead;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                for key in keys {
+                    inv.arg(key.as_str());
+                }
+            })
+            .await?;
+        Ok(codes(s.name, reply, keys.len())?
+            .into_iter()
+            .map(|c| c == b'1')
+            .collect())
+    }
+
+    async fn purge_dead(&self, queue: &Queue, keys: &[JobKey], limit: usize) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.purge_dead;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(limit);
+                for key in keys {
+                    inv.arg(key.as_str());
+                }
+            })
+            .await?;
+        as_int(&reply)
+            .map(|n| n.max(0) as u64)
+            .ok_or_else(|| unexpected(s.name, "count", &reply))
+    }
+
+    async fn act_on_dead(
+        &self,
+        queue: &Queue,
+        action: DeadAction,
+        seen: &[(JobKey, u64)],
+    ) -> Result<Vec<bool>> {
+        if seen.is_empty() {
+            return Ok(Vec::new());
+        }
+        check_act_len(seen)?;
+        let k = self.keys(queue);
+        let s = &SCRIPTS.dead_act;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(match action {
+                    DeadAction::Requeue => "R",
+                    DeadAction::Purge => "P",
+                });
+                for (key, died) in seen {
+                    inv.arg(key.as_str()).arg(*died);
+                }
+            })
+            .await?;
+        Ok(codes(s.name, reply, seen.len())?
+            .into_iter()
+            .map(|c| c == b'1')
+            .collect())
+    }
+}

@@ -1,0 +1,83 @@
+//! The producer's call on Redis: `enqueue.lua`, one call per job or bulk chunk (with `WAIT`
+//! in the same pipeline when enqueues are durable).
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::scripts::{SCRIPTS, unexpected};
+use super::store::{RedisStore, ms, state_of};
+use crate::error::{Error, Result};
+use crate::job::{Due, Queue, unix_ms};
+use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
+
+#[async_trait]
+impl Produce for RedisStore {
+    async fn enqueue(
+        &self,
+        queue: &Queue,
+        jobs: &[NewJob],
+        call: EnqueueCall,
+    ) -> Result<Vec<EnqueueOutcome>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(queue);
+        let s = &SCRIPTS.enqueue;
+        let durable = self.options.durable_enqueue;
+        // The two receipt generations of the call's bucket (the same for every try).
+        let receipts = k.enqueue_receipts(call.id);
+        let (reply, acked) = self
+            .run_waiting(
+                s,
+                &k,
+                &receipts,
+                |inv| {
+                    inv.arg(jobs.len())
+                        .arg(&call.id.to_be_bytes()[..])
+                        .arg(if call.retry { "1" } else { "0" });
+                    for job in jobs {
+                        let (mode, value) = match job.due {
+                            Due::Now => ("n", 0),
+                            Due::After(d) => ("d", ms(d)),
+                            Due::At(t) => ("a", unix_ms(t)),
+                        };
+                        inv.arg(job.key.as_str())
+                            .arg(mode)
+                            .arg(value)
+                            .arg(if job.replace { "1" } else { "0" })
+                            .arg(&job.payload[..]);
+                    }
+                },
+                durable,
+            )
+            .await?;
+        if let (Some((wanted, _)), Some(acked)) = (durable, acked)
+            && usize::try_from(acked).unwrap_or(0) < wanted
+        {
+            return Err(Error::NotReplicated {
+                acked: usize::try_from(acked).unwrap_or(0),
+                wanted,
+            });
+        }
+        let Value::Array(items) = reply else {
+            return Err(unexpected(s.name, "outcomes", &reply));
+        };
+        if items.len() != jobs.len() {
+            return Err(Error::Protocol(format!(
+                "enqueue: {} outcomes for {} jobs",
+                items.len(),
+                jobs.len()
+            )));
+        }
+        items
+            .into_iter()
+            .map(|v| match &v {
+                Value::BulkString(b) if b.as_slice() == b"+" => Ok(EnqueueOutcome::Created),
+                Value::BulkString(b) if b.as_slice() == b"~" => Ok(EnqueueOutcome::Replaced),
+                Value::BulkString(b) if b.as_slice() == b"E" => Ok(EnqueueOutcome::Ended),
+                Value::BulkString(b) if b.len() == 1 => Ok(EnqueueOutcome::Exists(state_of(b[0])?)),
+                _ => Err(unexpected(s.name, "outcome", &v)),
+            })
+            .collect()
+    }
+}
