@@ -11,13 +11,15 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use dq_core::{Cursor, JobInfo, JobState, Page, TopicClient, TopicMeta, TopicStats};
+use dq_core::{
+    Cursor, DeadAction, JobState, MAX_SWEEP_CHUNK, Page, TopicClient, TopicMeta, TopicStats,
+};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Deserialize;
 
 use crate::chart;
-use crate::dead::{self, DeadAction};
+use crate::dead;
 use crate::security;
 use crate::state::Shared;
 
@@ -203,22 +205,8 @@ async fn live_workers(shared: &Shared) -> Markup {
 
 /// `/`: every topic's depths, rates and lateness, and the charts of all topics.
 async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
-    let topics = shared.client.topics().await?;
-    let mut rows = Vec::with_capacity(topics.len());
-    for meta in &topics {
-        let tc = shared.topic_client(meta)?;
-        rows.push((meta, tc.stats().await?));
-    }
-    let mut total = TopicStats::default();
-    for (_, s) in &rows {
-        total.scheduled += s.scheduled;
-        total.ready += s.ready;
-        total.active += s.active;
-        total.retry += s.retry;
-        total.dead += s.dead;
-        total.overdue += s.overdue;
-        total.oldest_overdue_ms = total.oldest_overdue_ms.max(s.oldest_overdue_ms);
-    }
+    let rows = shared.client.admin().stats().await?;
+    let total: TopicStats = rows.iter().map(|(_, s)| s).sum();
     let (charts, rates) = {
         let history = shared
             .history
@@ -245,6 +233,7 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
                     th { "Topic" } th.n { "Partitions" } th.n { "Scheduled" } th.n { "Ready" }
                     th.n { "Active" } th.n { "Retry" } th.n { "Dead" } th.n title="Due but still in scheduled or retry: a worker moves them to ready on its next fetch" { "Due, not moved" }
                     th.n title="How long the most overdue job (due, not started) has waited" { "Oldest overdue" } th.n { "Succeeded / min" } th.n { "Failed / min" }
+                    th.n title="Times a handler asked to slow the topic down (a partner's rate limit)" { "Throttles" }
                 } }
                 tbody {
                     @for ((meta, s), r) in rows.iter().zip(&rates.0) {
@@ -254,6 +243,7 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
                             (stat_cells(s))
                             td.n data-stat="succeeded_per_min" { (rate(r.map(|r| r.0))) }
                             td.n data-stat="failed_per_min" { (rate(r.map(|r| r.1))) }
+                            td.n data-stat="throttles" { (s.throttles) }
                         }
                     }
                 }
@@ -263,6 +253,7 @@ async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
                         (stat_cells(&total))
                         td.n { (rate(rates.1.map(|r| r.0))) }
                         td.n { (rate(rates.1.map(|r| r.1))) }
+                        td.n data-stat="throttles" { (total.throttles) }
                     }
                 }
             }
@@ -295,7 +286,7 @@ fn stat_cells(s: &TopicStats) -> Markup {
 }
 
 /// The three charts of `topic` (or all topics) over the sampled hour.
-fn charts(shared: &Shared, samples: &[crate::sampler::Sample], topic: Option<&str>) -> Markup {
+fn charts(shared: &Shared, samples: &[crate::history::Sample], topic: Option<&str>) -> Markup {
     let now = Instant::now();
     let span = chart::span(samples, now, shared.opts.sample_every);
     html! {
@@ -386,6 +377,7 @@ async fn topic_page(
         h1 { (name) " " small.muted { (meta.partitions) " partition" @if meta.partitions != 1 { "s" } } }
         @if stats.paused { p.error #leasing { "Paused: no worker leases this topic's jobs until it is resumed." } }
         @else if stats.throttled { p.muted #leasing { "Throttled: a rate or concurrency limit holds due jobs back (lateness, not an error)." } }
+        p.muted #throttles { "Throttles: " span data-stat="throttles" { (stats.throttles) } " (times a handler asked to slow the topic down)" }
         form.search method="get" action=(base) {
             input type="text" name="key" placeholder="Find a job by key" value=[missing.as_deref()] required;
             button type="submit" { "Find" }
@@ -459,28 +451,13 @@ async fn dead_page(
     let after = parse_cursor(q.after.as_deref())?;
     let stats = tc.stats().await?;
     let (groups, scanned) = dead::group_errors(&tc).await?;
-    // Whole pages only (a cursor marks the end of a page), until a page's worth matched or
-    // ten pages were read.
-    let mut jobs: Vec<JobInfo> = Vec::new();
-    let mut next = None;
-    let mut page = match after {
+    // The library's filtered listing: whole pages, a bounded read per call.
+    let page = match after {
         Some(c) => Page::after(c, PAGE),
         None => Page::first(PAGE),
     };
-    for _ in 0..10 {
-        let listed = tc.list(JobState::Dead, page).await?;
-        jobs.extend(
-            listed
-                .jobs
-                .into_iter()
-                .filter(|j| dead::matches(j, &filter)),
-        );
-        next = listed.next;
-        match &next {
-            Some(c) if jobs.len() < PAGE => page = Page::after(c.clone(), PAGE),
-            _ => break,
-        }
-    }
+    let listed = tc.list_dead(&dead::filter_of(&filter), page).await?;
+    let (jobs, next) = (listed.jobs, listed.next);
     let now_ms = shared.client.store().now_ms().await?;
     let base = dead_link(&shared, &name);
     let filter_q = if filter.is_empty() {
@@ -635,7 +612,7 @@ async fn dead_action(
                 return Err(bad("no job selected"));
             }
             let mut n = 0;
-            for chunk in selected.chunks(dead::CHUNK) {
+            for chunk in selected.chunks(MAX_SWEEP_CHUNK) {
                 n += match action {
                     DeadAction::Requeue => tc.requeue_dead(chunk).await?,
                     DeadAction::Purge => tc.purge_dead(chunk).await?,
@@ -643,7 +620,8 @@ async fn dead_action(
             }
             n
         } else if field("confirm") == Some("yes") {
-            dead::apply_to_matching_dead(&tc, &filter, action).await?
+            let sweep = tc.sweep_dead(action, dead::filter_of(&filter)).await?;
+            sweep.run().await?.done
         } else {
             // Every job matching a filter is one click from gone: ask once more.
             return confirm_page(&shared, &name, &tc, action, &filter).await;
