@@ -15,11 +15,11 @@ pub use dq_macros::delayed_job;
 // Producing and managing jobs.
 pub use dq_core::client::DEFAULT_BULK_CHUNK;
 pub use dq_core::{
-    CancelOutcome, DeadLimits, Due, EnqueueOutcome, MAX_DUE_MS, NewDue, RescheduleOutcome,
-};
-pub use dq_core::{
     Admin, Client, ClientBuilder, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec,
     TopicClient,
+};
+pub use dq_core::{
+    CancelOutcome, DeadLimits, Due, EnqueueOutcome, MAX_DUE_MS, NewDue, RescheduleOutcome,
 };
 pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 
 use clap::Parser;
 use dq_core::{
-    CancelOutcome, Client, Cursor, DeadAction, DeadFilter, EnqueueOutcome, JobPage,
-    NewDue, Page, RescheduleOutcome, Topic, TopicClient, TopicMeta,
+    CancelOutcome, Client, Cursor, DeadAction, DeadFilter, EnqueueOutcome, JobPage, NewDue, Page,
+    RescheduleOutcome, Topic, TopicClient, TopicMeta,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;

@@ -27,12 +27,14 @@ mod sweep;
 mod topic;
 mod typed;
 
-pub use self::config::{ClientConfig, DEFAULT_BULK_CHUNK, DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
+pub use self::config::{
+    ClientConfig, DEFAULT_BULK_CHUNK, DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER,
+};
 pub use self::enqueue::{Enqueue, JobSpec};
 pub use self::handle::{Client, TopicClient};
 pub use self::retrying::ENQUEUE_RETRY_WINDOW;
 pub use self::schedules::SchedulerPass;
 pub use self::sweep::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
-pub use admin::Admin;
 pub use crate::inspect::DeadAction;
 pub use crate::job::Enqueued;
+pub use admin::Admin;

@@ -20,7 +20,6 @@ use crate::job::{Due, EnqueueCall, EnqueueOutcome, Enqueued, NewJob, Queue};
 use crate::names::JobKey;
 use crate::payload;
 
-
 /// A job to enqueue: its payload, and optionally its key, due time and `replace`. Built like
 /// a single enqueue (`JobSpec::new(p).key(k).delay(d)`), and passed in a list to
 /// [`Client::enqueue_bulk`]:
@@ -45,7 +44,6 @@ pub struct JobSpec<P> {
     /// Replace an existing job with the same key.
     pub replace: bool,
 }
-
 
 impl<P> JobSpec<P> {
     /// A job due now with a generated key.

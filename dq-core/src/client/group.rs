@@ -57,7 +57,6 @@ pub(crate) struct Route {
     pub linger: Duration,
 }
 
-
 /// One lane per (partition, partition count) with a sender active.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct LaneKey {

@@ -262,5 +262,4 @@ impl TopicClient {
     pub(super) fn queues(&self) -> impl Iterator<Item = Queue> + '_ {
         (0..self.partitions).map(|p| Queue::new(self.topic.clone(), p))
     }
-
 }

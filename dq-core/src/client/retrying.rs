@@ -9,7 +9,6 @@ use backon::{ExponentialBuilder, Retryable};
 
 use crate::error::Result;
 
-
 /// How long after its first try an enqueue call is still retried. Shorter than
 /// [`ENQUEUE_RECEIPT_LIFE`](crate::job::ENQUEUE_RECEIPT_LIFE) by a margin, so that a retry always
 /// finds the receipt of an earlier try that was applied.
@@ -28,7 +27,10 @@ pub(super) fn retrying() -> ExponentialBuilder {
 /// connection trouble for up to [`ENQUEUE_RETRY_WINDOW`]. Also says whether an earlier try
 /// that failed may have been applied (its reply lost), which a later outcome may need to
 /// account for.
-pub(super) async fn retry_harmless<T, Fut>(call: impl FnMut() -> Fut, repeatable: bool) -> Result<(T, bool)>
+pub(super) async fn retry_harmless<T, Fut>(
+    call: impl FnMut() -> Fut,
+    repeatable: bool,
+) -> Result<(T, bool)>
 where
     Fut: Future<Output = Result<T>>,
 {
