@@ -108,7 +108,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     worker.shutdown().await;
 
     let topic = client.topic("webhooks.deliver")?;
-    for dead in topic.dead_jobs(0, 10).await? {
+    for dead in topic
+        .list(dq::JobState::Dead, dq::Page::first(10))
+        .await?
+        .jobs
+    {
         println!("dead: {} after {} attempt(s)", dead.key, dead.attempts);
         for h in &dead.history {
             println!("      attempt {}: {:?} {}", h.attempt, h.outcome, h.error);

@@ -13,15 +13,13 @@ pub mod testing;
 pub use dq_macros::delayed_job;
 
 // Producing and managing jobs.
-#[allow(deprecated)]
-pub use dq_core::BulkJob;
 pub use dq_core::client::DEFAULT_BULK_CHUNK;
 pub use dq_core::{
-    CancelOutcome, DeadLimits, Due, EnqueueOutcome, MAX_DUE_MS, NewDue, RescheduleOutcome,
+    Admin, Client, ClientBuilder, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec,
+    TopicClient,
 };
 pub use dq_core::{
-    Client, ClientBuilder, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec,
-    TopicClient,
+    CancelOutcome, DeadLimits, Due, EnqueueOutcome, MAX_DUE_MS, NewDue, RescheduleOutcome,
 };
 pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 
@@ -58,6 +56,7 @@ pub use dq_worker::{
 /// dq's metrics (the `metrics` crate's facade): their names, [`metrics::describe`] and the
 /// optional queue-depth collector [`metrics::spawn_stats_collector`].
 pub mod metrics {
+    pub use dq_core::client::admin::{collect_once, spawn_stats_collector};
     pub use dq_core::metrics::*;
 }
 

@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use dq_core::{Client, Job, JobInfo, JobState, TopicStats};
+use dq_core::{Client, Job, JobInfo, JobState, MAX_PAGE, Page, TopicStats};
 use dq_worker::{ShutdownReport, Worker, WorkerBuilder, WorkerError, WorkerHandle};
 
 /// Most rounds [`TestQueue::settle`] takes before it reports that jobs never settle.
@@ -137,23 +137,17 @@ impl TestQueue {
         if self.worker.as_ref().is_some_and(|w| w.running() > 0) {
             return false;
         }
-        self.stats()
-            .await
-            .iter()
-            .all(|s| s.ready == 0 && s.active == 0 && s.overdue == 0)
+        let s = self.stats().await;
+        s.ready == 0 && s.active == 0 && s.overdue == 0
     }
 
-    /// Stats of every topic the worker runs.
-    async fn stats(&self) -> Vec<TopicStats> {
-        let mut all = Vec::with_capacity(self.topics.len());
-        for topic in &self.topics {
-            let topic = self
-                .client
-                .topic(topic)
-                .expect("topics come from the worker");
-            all.push(topic.stats().await.expect("embedded store"));
-        }
-        all
+    /// Stats of every topic the worker runs, summed.
+    async fn stats(&self) -> TopicStats {
+        self.client
+            .admin()
+            .stats_total(&self.topics)
+            .await
+            .expect("embedded store")
     }
 
     /// Lets `duration` pass, running each job at its due time on the way, then settles.
@@ -171,12 +165,8 @@ impl TestQueue {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             self.settle().await;
-            let waiting: u64 = self
-                .stats()
-                .await
-                .iter()
-                .map(|s| s.scheduled + s.retry)
-                .sum();
+            let s = self.stats().await;
+            let waiting = s.scheduled + s.retry;
             if waiting == 0 {
                 return;
             }
@@ -215,12 +205,22 @@ impl TestQueue {
 
     /// The dead jobs of `J`'s topic, oldest first.
     pub async fn dead<J: Job>(&self) -> Vec<JobInfo> {
-        self.client
-            .topic(J::TOPIC)
-            .expect("valid topic")
-            .dead_jobs(0, usize::MAX / 2)
-            .await
-            .expect("embedded store")
+        let topic = self.client.topic(J::TOPIC).expect("valid topic");
+        let mut all = Vec::new();
+        let mut page = Page::first(MAX_PAGE);
+        // Bounded: each page but the last holds jobs, and the dead queue is finite.
+        for _ in 0..usize::MAX {
+            let listed = topic
+                .list(JobState::Dead, page)
+                .await
+                .expect("embedded store");
+            all.extend(listed.jobs);
+            match listed.next {
+                Some(next) => page = Page::after(next, MAX_PAGE),
+                None => break,
+            }
+        }
+        all
     }
 
     /// The store's clock now, in ms (to compare with due times and attempt times).

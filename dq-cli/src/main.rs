@@ -7,15 +7,14 @@ mod cli;
 mod fail;
 mod view;
 
-use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::Parser;
 use dq_core::{
-    CancelOutcome, Client, ClientConfig, Cursor, DeadAction, DeadFilter, EnqueueOutcome, JobPage,
-    NewDue, Page, RescheduleOutcome, Topic, TopicClient, TopicMeta,
+    CancelOutcome, Client, Cursor, DeadAction, DeadFilter, EnqueueOutcome, JobPage, NewDue, Page,
+    RescheduleOutcome, Topic, TopicClient, TopicMeta,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -106,19 +105,11 @@ impl Ctx {
         Ok(self.topics.iter().find(|m| m.topic.as_str() == name))
     }
 
-    /// A client of topic `name` with `partitions` partitions, on the same connection.
-    fn topic_with(&self, name: &str, partitions: u16) -> Outcome<TopicClient> {
-        let config = ClientConfig {
-            partitions: HashMap::from([(name.to_owned(), partitions)]),
-            ..ClientConfig::default()
-        };
-        Ok(Client::from_store(self.client.store().clone(), config).topic(name)?)
-    }
-
-    /// A client of recorded topic `name`; not found if the namespace has no record of it.
+    /// A client of recorded topic `name`, with its recorded partition count; not found if
+    /// the namespace has no record of it.
     fn topic(&self, name: &str) -> Outcome<TopicClient> {
         match self.meta(name)? {
-            Some(m) => self.topic_with(name, m.partitions),
+            Some(m) => Ok(self.client.admin().topic(m)),
             None => Err(self.no_topic(name)),
         }
     }
@@ -156,21 +147,13 @@ impl Ctx {
 
     /// The stats of one topic or all, once or (with --watch) every interval.
     async fn stats(&self, a: StatsArgs) -> Outcome {
-        let topics: Vec<(String, u16)> = match &a.topic {
-            Some(name) => {
-                let t = self.topic(name)?;
-                vec![(name.clone(), t.partitions())]
+        let clients = match &a.topic {
+            Some(name) => vec![self.topic(name)?],
+            None => {
+                let admin = self.client.admin();
+                self.topics.iter().map(|m| admin.topic(m)).collect()
             }
-            None => self
-                .topics
-                .iter()
-                .map(|m| (m.topic.to_string(), m.partitions))
-                .collect(),
         };
-        let clients = topics
-            .iter()
-            .map(|(name, p)| self.topic_with(name, *p))
-            .collect::<Outcome<Vec<_>>>()?;
         let clear = a.watch && !a.json && std::io::stdout().is_terminal();
         let rounds = if a.watch {
             a.count.unwrap_or(u64::MAX)
@@ -584,7 +567,7 @@ impl Ctx {
         }
         let value: serde_json::Value = serde_json::from_str(&a.payload)
             .map_err(|e| Failure::new(Exit::BadInput, format!("--json is not valid JSON: {e}")))?;
-        let t = self.topic_with(&a.topic, partitions)?;
+        let t = self.client.admin().topic_with(&a.topic, partitions)?;
         let bytes = dq_core::payload::encode(&value, self.client.config().max_payload)?;
         let mut call = t.enqueue(bytes);
         if let Some(key) = &a.key {

@@ -107,6 +107,8 @@ pub struct Counters {
     pub cancelled: u64,
     /// Dead jobs trimmed by cap or retention.
     pub trimmed: u64,
+    /// Times a handler asked to slow the topic down (a partner's rate limit).
+    pub throttles: u64,
 }
 
 impl StatsView {
@@ -130,6 +132,7 @@ impl StatsView {
                 expired: s.expired,
                 cancelled: s.cancelled,
                 trimmed: s.trimmed,
+                throttles: s.throttles,
             },
             workers: None,
             paused: s.paused,
@@ -187,7 +190,7 @@ pub fn stats_detail(r: &StatsView) -> String {
          dead            {}\noverdue         {}\noldest overdue  {}\nlive workers    {}\n\
          leasing         {}\n\
          counters        enqueued {}, succeeded {}, retried {}, buried {}, expired {}, \
-         cancelled {}, trimmed {}\n",
+         cancelled {}, trimmed {}, throttles {}\n",
         r.topic,
         r.partitions,
         r.scheduled,
@@ -209,7 +212,8 @@ pub fn stats_detail(r: &StatsView) -> String {
         c.buried,
         c.expired,
         c.cancelled,
-        c.trimmed
+        c.trimmed,
+        c.throttles
     )
 }
 

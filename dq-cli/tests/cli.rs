@@ -296,6 +296,7 @@ async fn stats_shows_depths_and_counters() {
     assert_eq!(s["dead"], 2);
     assert_eq!(s["counters"]["enqueued"], 7);
     assert_eq!(s["counters"]["buried"], 2);
+    assert_eq!(s["counters"]["throttles"], 0);
     assert_eq!(s["workers"], 0, "no live worker yet");
     // Two live workers serve the topic, a third serves another one.
     for topics in [vec!["multi"], vec!["multi", "other"], vec!["other"]] {

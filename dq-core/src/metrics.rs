@@ -1,8 +1,9 @@
 //! dq's metrics, through the [`metrics`] crate's facade: dq records, the application picks
 //! the exporter (Prometheus, StatsD, …) by installing a recorder; without one every record is
 //! a no-op. This module names every metric dq emits, records the producer's and the Redis
-//! store's, and runs the optional queue-depth collector ([`spawn_stats_collector`]). The
-//! worker's are recorded by `dq-worker`'s own `metrics` module, with these names.
+//! store's. The optional queue-depth collector that sets the gauges marked "collector" is
+//! `dq_core::client::admin::spawn_stats_collector` (facade: `dq::metrics::spawn_stats_collector`),
+//! beside the operator API it reads with. The worker's are recorded by `dq-worker`'s own `metrics` module, with these names.
 //!
 //! Labels are bounded: `topic` (the application's topic names), `op` (a store operation's
 //! fixed name), `outcome` and `state` (fixed names). Never a job key.
@@ -28,8 +29,6 @@
 //! job runs (a worker's per-topic handles are registered on its topic's first job).
 
 use std::time::Duration;
-
-use crate::client::Client;
 
 /// Counter: jobs stored by enqueue, created or replaced (`topic`).
 pub const JOBS_ENQUEUED: &str = "dq_jobs_enqueued_total";
@@ -176,61 +175,4 @@ impl StoreOpMetrics {
             errors.increment(1);
         }
     }
-}
-
-/// Starts the optional queue-depth collector on the current tokio runtime: every `every`, it
-/// reads the stats of every topic registered in the store (one `stats` call per partition)
-/// and sets `dq_queue_jobs{topic,state}` and `dq_queue_oldest_overdue_seconds{topic}`, and
-/// counts the live workers (`dq_workers_live`). One
-/// per deployment is enough (the figures are the store's, not the process's); abort the
-/// returned handle to stop it. A failed read is logged at WARN and tried again next time.
-pub fn spawn_stats_collector(client: Client, every: Duration) -> tokio::task::JoinHandle<()> {
-    let every = every.max(Duration::from_millis(10));
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            if let Err(e) = collect_once(&client).await {
-                tracing::warn!(error = %e, "stats collector: could not read the queues");
-            }
-        }
-    })
-}
-
-/// One round of the stats collector: sets the queue gauges of every registered topic. A
-/// topic whose stats cannot be read is logged at WARN and skipped (its gauges keep their
-/// last values); only a failure to list the topics is an error.
-pub async fn collect_once(client: &Client) -> crate::Result<()> {
-    metrics::gauge!(WORKERS_LIVE).set(client.workers().await?.len() as f64);
-    for meta in client.topics().await? {
-        let stats = match client
-            .topic_with(meta.topic.clone(), meta.partitions)
-            .stats()
-            .await
-        {
-            Ok(stats) => stats,
-            Err(e) => {
-                tracing::warn!(
-                    topic = %meta.topic,
-                    error = %e,
-                    "stats collector: could not read the topic"
-                );
-                continue;
-            }
-        };
-        let topic = meta.topic.to_string();
-        for (state, n) in QUEUE_STATES.into_iter().zip([
-            stats.scheduled,
-            stats.ready,
-            stats.active,
-            stats.retry,
-            stats.dead,
-        ]) {
-            metrics::gauge!(QUEUE_JOBS, "topic" => topic.clone(), "state" => state).set(n as f64);
-        }
-        metrics::gauge!(QUEUE_OLDEST_OVERDUE, "topic" => topic)
-            .set(stats.oldest_overdue_ms as f64 / 1000.0);
-    }
-    Ok(())
 }

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use maud::{Markup, html};
 
-use crate::sampler::{Sample, WINDOW};
+use crate::history::{Sample, WINDOW};
 
 /// One line of a chart.
 pub(crate) struct Series {

@@ -1,68 +1,22 @@
-//! Bulk work on the dead queue: requeue or purge every dead job whose last error matches a
-//! filter, page by page in bounded chunks so Redis never stalls; and grouping dead jobs by
-//! their error for the dead-queue page.
+//! Dead jobs grouped by the error they died of, for the dead-queue page; and the dashboard's
+//! error-text filter as the library's [`DeadFilter`], so that listing and bulk requeue or purge
+//! go through the library's filtered listing and sweep (`dq_core::client`).
 
-use dq_core::{JobInfo, JobState, Page, TopicClient};
-
-/// Dead jobs read (and acted on) per step of [`apply_to_matching_dead`]: one listing call
-/// and at most one requeue or purge call per partition, each on at most this many jobs.
-pub const CHUNK: usize = 200;
-
-/// What to do with dead jobs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeadAction {
-    /// Back to `ready`, attempts reset.
-    Requeue,
-    /// Deleted.
-    Purge,
-}
+use dq_core::{DeadFilter, JobInfo, JobState, Page, TopicClient};
 
 /// The error a dead job died of: the last of its history (empty when it has none).
 pub fn last_error(job: &JobInfo) -> &str {
     job.history.last().map_or("", |a| a.error.as_str())
 }
 
-/// Whether `job`'s last error contains `filter` (every job matches an empty filter).
-pub fn matches(job: &JobInfo, filter: &str) -> bool {
-    filter.is_empty() || last_error(job).contains(filter)
-}
-
-/// Requeues or purges every dead job of `topic` whose last error contains `filter` (every
-/// dead job for an empty filter); returns how many were requeued or purged.
-///
-/// Walks the dead queue oldest death first, [`CHUNK`] jobs per step, acting on each step's
-/// matches with the per-key calls. Bounded: it reads at most the queue's depth at the start
-/// plus one chunk, so jobs that die while it runs (a requeued job failing again) do not keep
-/// it going.
-pub async fn apply_to_matching_dead(
-    topic: &TopicClient,
-    filter: &str,
-    action: DeadAction,
-) -> dq_core::Result<u64> {
-    let depth = topic.stats().await?.dead;
-    let max_steps = depth / CHUNK as u64 + 2;
-    let mut page = Page::first(CHUNK);
-    let mut done = 0;
-    for _ in 0..max_steps {
-        let listed = topic.list(JobState::Dead, page).await?;
-        let keys: Vec<&str> = listed
-            .jobs
-            .iter()
-            .filter(|j| matches(j, filter))
-            .map(|j| j.key.as_ref())
-            .collect();
-        if !keys.is_empty() {
-            done += match action {
-                DeadAction::Requeue => topic.requeue_dead(&keys).await?,
-                DeadAction::Purge => topic.purge_dead(&keys).await?,
-            };
-        }
-        match listed.next {
-            Some(next) => page = Page::after(next, CHUNK),
-            None => break,
-        }
+/// The filter of the dashboard's error text: every dead job for an empty text, else those
+/// whose last error contains it.
+pub(crate) fn filter_of(text: &str) -> DeadFilter {
+    if text.is_empty() {
+        DeadFilter::all()
+    } else {
+        DeadFilter::all().error_contains(text)
     }
-    Ok(done)
 }
 
 /// Most dead jobs read to group them by error on one page view.

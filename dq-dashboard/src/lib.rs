@@ -32,6 +32,7 @@
 
 mod chart;
 mod dead;
+mod history;
 mod pages;
 mod sampler;
 mod security;
@@ -40,7 +41,7 @@ mod state;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use dead::{CHUNK as DEAD_CHUNK, DeadAction, apply_to_matching_dead, last_error};
+pub use dead::last_error;
 pub use security::Auth;
 
 /// How a dashboard behaves: read-only or not, who may see it, where it is mounted, how often
@@ -111,7 +112,10 @@ impl DashboardOptions {
 /// stats sampler on the current Tokio runtime (or on the first request, when called outside
 /// one).
 pub fn router(client: dq_core::Client, opts: DashboardOptions) -> axum::Router {
-    let shared = state::Shared::new(client, opts);
+    let shared = std::sync::Arc::new(state::Shared::new(client, opts));
+    if tokio::runtime::Handle::try_current().is_ok() {
+        sampler::ensure(&shared);
+    }
     pages::routes(shared)
 }
 

@@ -126,7 +126,7 @@ pub(crate) async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
-    shared.ensure_sampler();
+    crate::sampler::ensure(&shared);
     let mut response = match check(&shared, &request) {
         Some(refused) => refused,
         None => next.run(request).await,

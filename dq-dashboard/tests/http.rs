@@ -6,9 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cell, csrf_of, make_dead, make_ready, make_scheduled, serve};
+use common::{cell, csrf_of, make_dead, make_ready, make_scheduled, make_throttled, serve};
 use dq_core::JobState;
-use dq_dashboard::{Auth, DashboardOptions, DeadAction, apply_to_matching_dead};
+use dq_dashboard::{Auth, DashboardOptions};
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 
@@ -132,6 +132,33 @@ async fn pages_show_the_numbers_of_stats() {
     );
     let topics = client.topics().await.unwrap();
     assert!(topics.iter().all(|m| m.topic.as_ref() != "ghost"));
+}
+
+#[tokio::test]
+async fn throttles_are_shown_on_the_overview_and_the_topic_page() {
+    let client = common::client("dash-throttles").await;
+    make_throttled(&client, "api", "t1").await;
+    make_scheduled(&client, "mail", "later-", 1).await;
+    let stats = client.topic("api").unwrap().stats().await.unwrap();
+    assert_eq!(stats.throttles, 1, "{stats:?}");
+    let served = serve(client.clone(), opts()).await;
+
+    let (status, page) = get(&served.url).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(cell(&page, "api", "throttles").as_deref(), Some("1"));
+    assert_eq!(cell(&page, "mail", "throttles").as_deref(), Some("0"));
+    assert_eq!(
+        cell(&page, "", "throttles").as_deref(),
+        Some("1"),
+        "total row"
+    );
+
+    let (status, page) = get(&format!("{}/topics/api", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("<span data-stat=\"throttles\">1</span>"),
+        "{page}"
+    );
 }
 
 #[tokio::test]
@@ -262,9 +289,10 @@ async fn requeue_and_purge_one_a_selection_and_all_matching() {
 
 #[tokio::test]
 async fn matching_requeue_walks_the_dead_queue_in_chunks() {
-    // More dead jobs than two chunks, two errors interleaved: exactly the matches move.
+    // More dead jobs than two chunks of the library's sweep, two errors interleaved: exactly
+    // the matches move.
     let client = common::client("dash-chunks").await;
-    let n = 2 * dq_dashboard::DEAD_CHUNK + 50;
+    let n = 2 * dq_core::MAX_SWEEP_CHUNK + 50;
     for i in 0..n {
         let error = if i % 2 == 0 {
             "timeout talking to bank"
@@ -274,19 +302,43 @@ async fn matching_requeue_walks_the_dead_queue_in_chunks() {
         make_dead(&client, "bank", &format!("k{i}"), error).await;
     }
     let tc = client.topic("bank").unwrap();
-    let moved = apply_to_matching_dead(&tc, "timeout", DeadAction::Requeue)
-        .await
-        .unwrap();
-    assert_eq!(moved, n.div_ceil(2) as u64);
+    let served = serve(client.clone(), opts()).await;
+    let dead_url = format!("{}/topics/bank/dead", served.url);
+    let token = csrf_of(&get(&dead_url).await.1).unwrap();
+    let r = post(
+        &dead_url,
+        &[
+            ("csrf", &token),
+            ("do", "requeue-matching"),
+            ("error", "timeout"),
+            ("confirm", "yes"),
+        ],
+    )
+    .await;
+    let moved = n.div_ceil(2);
+    assert_eq!(
+        r.headers()["location"],
+        format!("/topics/bank/dead?error=timeout&done=requeued&n={moved}").as_str()
+    );
     let stats = tc.stats().await.unwrap();
     assert_eq!(
         (stats.ready, stats.dead),
         (n.div_ceil(2) as u64, (n / 2) as u64)
     );
-    let purged = apply_to_matching_dead(&tc, "", DeadAction::Purge)
-        .await
-        .unwrap();
-    assert_eq!(purged, (n / 2) as u64);
+    let r = post(
+        &dead_url,
+        &[
+            ("csrf", &token),
+            ("do", "purge-matching"),
+            ("error", ""),
+            ("confirm", "yes"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        r.headers()["location"],
+        format!("/topics/bank/dead?done=purged&n={}", n / 2).as_str()
+    );
     assert_eq!(tc.stats().await.unwrap().dead, 0);
 }
 

@@ -442,9 +442,10 @@ async fn read_only_calls_work_at_maxmemory() {
     let stats = topic.stats().await.expect("stats() at maxmemory");
     assert_eq!(stats.dead, 1, "{stats:?}");
     let dead = topic
-        .dead_jobs(0, 10)
+        .list(JobState::Dead, dq::Page::first(10))
         .await
-        .expect("dead jobs at maxmemory");
+        .expect("dead jobs at maxmemory")
+        .jobs;
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].history.len(), 1, "{dead:?}");
     store.now_ms().await.expect("now_ms() at maxmemory");

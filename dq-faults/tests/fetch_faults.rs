@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use dq::AttemptOutcome;
+use dq::{AttemptOutcome, JobState, MAX_PAGE, Page};
 use dq_faults::ledger::{Kind, now_ms};
 use dq_faults::{ONCE_TOPIC, OnceJob, Scenario};
 use dq_testkit::ServerOptions;
@@ -84,13 +84,18 @@ async fn lost_fetch_replies_spend_no_attempt() {
         .filter(|e| e.kind == Kind::Start)
         .map(|e| e.key.as_str())
         .collect();
-    let dead = s
-        .client
-        .topic(ONCE_TOPIC)
-        .unwrap()
-        .dead_jobs(0, JOBS as usize)
-        .await
-        .unwrap();
+    let topic = s.client.topic(ONCE_TOPIC).unwrap();
+    let mut dead = Vec::new();
+    let mut page = Page::first(MAX_PAGE);
+    // Bounded: at most JOBS dead jobs, a full page at a time.
+    for _ in 0..=JOBS as usize / MAX_PAGE {
+        let listed = topic.list(JobState::Dead, page).await.unwrap();
+        dead.extend(listed.jobs);
+        match listed.next {
+            Some(next) => page = Page::after(next, MAX_PAGE),
+            None => break,
+        }
+    }
     let never_ran: Vec<String> = dead
         .iter()
         .filter(|j| {

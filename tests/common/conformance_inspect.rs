@@ -319,7 +319,11 @@ pub async fn list_orders_time_states_across_partitions<H: Harness>(h: &H) {
     assert!(dead.iter().all(|j| j.died_ms.is_some()));
     assert_eq!(
         list_all(&t, JobState::Dead, 10).await.len(),
-        t.dead_jobs(0, 10).await.unwrap().len()
+        t.list(JobState::Dead, Page::first(10))
+            .await
+            .unwrap()
+            .jobs
+            .len()
     );
     assert_eq!(t.purge_all_dead().await.unwrap(), 2);
 }

@@ -20,72 +20,42 @@
 //! dropped plain call would be.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
 
-use super::TopicClient;
 use crate::error::{Error, Result};
 use crate::job::Queue;
-use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob};
+use crate::store::produce::{EnqueueOutcome, NewJob};
 
-/// Default largest number of queued single enqueues sent in one call ([`GroupCommit::max_batch`]).
-pub const DEFAULT_GROUP_BATCH: usize = 128;
+/// What sends one batch: a single enqueue call of `jobs` to `queue` under one call id,
+/// through the client's retry path. The topic client implements it (`enqueue.rs`), so that
+/// lanes need nothing of the client.
+pub(crate) trait BatchSend: Send + Sync + 'static {
+    /// One enqueue call of `jobs` to `queue`.
+    fn send_batch<'a>(
+        &'a self,
+        queue: &'a Queue,
+        jobs: &'a [NewJob],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<EnqueueOutcome>>> + Send + 'a>>;
+}
 
-/// Longest linger accepted ([`GroupCommit::linger`]): every enqueue may wait that long for
-/// company, so a longer one is surely a mistake.
-pub const MAX_GROUP_LINGER: Duration = Duration::from_secs(1);
-
-/// How concurrent single enqueues are coalesced
-/// ([`ClientBuilder::group_commit`](crate::connect::ClientBuilder::group_commit)); on by
-/// default, with [`GroupCommit::default`].
-///
-/// While an enqueue call to a partition is in flight, later single enqueues to the same
-/// partition (from any clone of the client) queue, and go together, in arrival order, as the
-/// next call — one script call and one round trip for all of them, each caller still getting
-/// its own outcome or error.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupCommit {
-    /// Most callers sent in one call (default [`DEFAULT_GROUP_BATCH`]; at least 1). A batch
-    /// never holds more than the client's [`bulk_chunk`](crate::client::ClientConfig::bulk_chunk)
-    /// either: that is the client's one bound on the jobs of one script call, which keeps each
-    /// call in the low milliseconds so that Redis never stalls its other clients.
+/// How one caller's lane is sent: the lanes of its client, what sends a batch, and the
+/// settings.
+pub(crate) struct Route {
+    /// The lanes of the caller's client and its clones.
+    pub lanes: Arc<Lanes>,
+    /// What sends a batch.
+    pub sender: Arc<dyn BatchSend>,
+    /// The caller's partition count (the sender checks the topic with it).
+    pub partitions: u16,
+    /// Most callers per call.
     pub max_batch: usize,
-    /// How long each batch waits for more callers before it is sent, unless it is full
-    /// (default zero: none, and an enqueue to an idle partition is sent at once by its own
-    /// caller). At most [`MAX_GROUP_LINGER`]. A linger adds up to its length to every enqueue;
-    /// it only helps when callers arrive faster than round trips return, and even then a
-    /// zero linger already coalesces them.
+    /// How long each batch waits for company.
     pub linger: Duration,
-}
-
-impl Default for GroupCommit {
-    fn default() -> Self {
-        GroupCommit {
-            max_batch: DEFAULT_GROUP_BATCH,
-            linger: Duration::ZERO,
-        }
-    }
-}
-
-impl GroupCommit {
-    /// Refuses settings that cannot work: a `max_batch` of 0, or a linger over
-    /// [`MAX_GROUP_LINGER`].
-    pub fn check(&self) -> Result<()> {
-        if self.max_batch == 0 {
-            return Err(Error::InvalidConfig(
-                "group commit max_batch must be at least 1".into(),
-            ));
-        }
-        if self.linger > MAX_GROUP_LINGER {
-            return Err(Error::InvalidConfig(format!(
-                "group commit linger {:?} is over the most accepted ({MAX_GROUP_LINGER:?})",
-                self.linger
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// One lane per (partition, partition count) with a sender active.
@@ -135,32 +105,29 @@ impl Lanes {
     }
 }
 
-/// What one sender needs: the topic client to send with, the lane, and the settings.
+/// What one sender needs: the lanes, what sends, the lane, and the settings.
 #[derive(Clone)]
 struct Sender {
-    topic: TopicClient,
+    lanes: Arc<Lanes>,
+    send: Arc<dyn BatchSend>,
     key: LaneKey,
     max_batch: usize,
     linger: Duration,
 }
 
 /// Enqueues one validated job of `queue` (the topic already checked) through its lane.
-pub(super) async fn enqueue(
-    topic: &TopicClient,
-    gc: GroupCommit,
-    queue: Queue,
-    job: NewJob,
-) -> Result<EnqueueOutcome> {
+pub(crate) async fn enqueue(route: Route, queue: Queue, job: NewJob) -> Result<EnqueueOutcome> {
     let sender = Sender {
-        max_batch: gc.max_batch.min(topic.client.config.bulk_chunk).max(1),
-        linger: gc.linger,
+        max_batch: route.max_batch.max(1),
+        linger: route.linger,
         key: LaneKey {
             queue,
-            partitions: topic.partitions,
+            partitions: route.partitions,
         },
-        topic: topic.clone(),
+        lanes: route.lanes,
+        send: route.sender,
     };
-    let lanes = &topic.client.lanes;
+    let lanes = &sender.lanes;
     let lead = {
         let mut map = lanes.lock();
         match map.get_mut(&sender.key) {
@@ -231,7 +198,7 @@ struct Handover(Sender);
 
 impl Drop for Handover {
     fn drop(&mut self) {
-        let mut map = self.0.topic.client.lanes.lock();
+        let mut map = self.0.lanes.lock();
         let queued = map
             .get(&self.0.key)
             .is_some_and(|lane| !lane.waiting.is_empty());
@@ -265,7 +232,7 @@ fn spawn_flusher(sender: Sender) {
 /// removes the lane and the callers still queued get an error.
 async fn flush(mut stop: Stop) {
     let sender = &stop.sender;
-    let lanes = &sender.topic.client.lanes;
+    let lanes = &sender.lanes;
     // Bounded by the callers: each round answers or drops at least one queued caller, or
     // ends.
     loop {
@@ -331,13 +298,7 @@ struct Stop {
 impl Drop for Stop {
     fn drop(&mut self) {
         if self.armed {
-            let lane = self
-                .sender
-                .topic
-                .client
-                .lanes
-                .lock()
-                .remove(&self.sender.key);
+            let lane = self.sender.lanes.lock().remove(&self.sender.key);
             drop(lane); // outside the lock: the callers' receivers wake with an error
         }
     }
@@ -347,7 +308,7 @@ impl Sender {
     /// Takes the next batch: up to `max_batch` queued callers, oldest first, skipping (and
     /// dropping) those that went away while queued — their jobs are never sent.
     fn take(&self) -> Vec<Waiter> {
-        let mut map = self.topic.client.lanes.lock();
+        let mut map = self.lanes.lock();
         let Some(lane) = map.get_mut(&self.key) else {
             return Vec::new();
         };
@@ -365,9 +326,7 @@ impl Sender {
 
     /// One enqueue call of `jobs`, under one call id, through the client's retry path.
     async fn send(&self, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
-        crate::metrics::enqueue_batch(self.topic.topic.as_str(), jobs.len());
-        self.topic
-            .send_enqueue(&self.key.queue, jobs, EnqueueCall::new())
-            .await
+        crate::metrics::enqueue_batch(self.key.queue.topic.as_str(), jobs.len());
+        self.send.send_batch(&self.key.queue, jobs).await
     }
 }

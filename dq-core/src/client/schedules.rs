@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use super::{Client, JobSpec, retry_harmless};
+use super::enqueue::JobSpec;
+use super::handle::Client;
+use super::retrying::retry_harmless;
 use crate::error::{Error, Result};
 use crate::job::{Due, Job, from_unix_ms};
 use crate::names::Topic;

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::TopicClient;
+use super::handle::TopicClient;
 use crate::error::{Error, Result};
 use crate::inspect::{Cursor, DeadAction, JobPage, MAX_PAGE, Page};
 use crate::job::{JobInfo, JobState, MAX_ERROR_LEN, Queue};

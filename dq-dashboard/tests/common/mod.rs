@@ -61,6 +61,20 @@ pub fn payload(json: serde_json::Value) -> Vec<u8> {
 /// Enqueues `key` due now, leases it and buries it with `error`: a dead job with one
 /// attempt in its history (other ready jobs stay ready). The topic must have one partition.
 pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
+    lease_and_fail(client, topic, key, &FailAction::Bury, error).await;
+}
+
+/// Enqueues `key` due now, leases it and fails it as a handler that met a partner's rate
+/// limit would: the topic is throttled for a minute and counts one throttle. The topic must
+/// have one partition.
+pub async fn make_throttled(client: &Client, topic: &str, key: &str) {
+    let action = FailAction::Throttle(Duration::from_secs(60));
+    lease_and_fail(client, topic, key, &action, "rate limited").await;
+}
+
+/// Enqueues `key` due now, leases it and fails it with `action` and `error` (other ready
+/// jobs stay ready). The topic must have one partition.
+async fn lease_and_fail(client: &Client, topic: &str, key: &str, action: &FailAction, error: &str) {
     let tc = client.topic(topic).unwrap();
     assert_eq!(
         tc.partitions(),
@@ -89,7 +103,7 @@ pub async fn make_dead(client: &Client, topic: &str, key: &str, error: &str) {
     let failure = dq_core::FailedAttempt {
         key: d.key.clone(),
         token: d.token,
-        action: FailAction::Bury,
+        action: action.clone(),
         error: error.to_owned(),
     };
     let out = store

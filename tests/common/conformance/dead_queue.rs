@@ -55,7 +55,12 @@ pub async fn dead_queue_list_requeue_purge<H: Harness>(h: &H) {
         page.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
         ["k1", "k2"]
     );
-    let page = t.dead_jobs(3, 10).await.unwrap();
+    let first = t.list(JobState::Dead, dq::Page::first(3)).await.unwrap();
+    let page = t
+        .list(JobState::Dead, dq::Page::after(first.next.unwrap(), 10))
+        .await
+        .unwrap()
+        .jobs;
     assert_eq!(
         page.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
         ["k3", "k4"]

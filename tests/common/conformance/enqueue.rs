@@ -234,7 +234,13 @@ pub async fn replace_revives_a_dead_job<H: Harness>(h: &H) {
         (JobState::Ready, 0, 5)
     );
     assert!(i.history.is_empty());
-    assert!(t.dead_jobs(0, 10).await.unwrap().is_empty());
+    assert!(
+        t.list(JobState::Dead, dq::Page::first(10))
+            .await
+            .unwrap()
+            .jobs
+            .is_empty()
+    );
     assert_eq!(t.stats().await.unwrap().dead, 0);
 
     let d = fetch_one(h, &q, &req()).await;

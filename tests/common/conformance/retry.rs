@@ -72,7 +72,11 @@ pub async fn retry_schedule_until_dead<H: Harness>(h: &H) {
         ]
     );
     assert!(i.history.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
-    let dead = t.dead_jobs(0, 10).await.unwrap();
+    let dead = t
+        .list(JobState::Dead, dq::Page::first(10))
+        .await
+        .unwrap()
+        .jobs;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].history.len(), 4);
     let st = t.stats().await.unwrap();

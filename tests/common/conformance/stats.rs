@@ -219,7 +219,11 @@ pub async fn no_leftovers_after_mixed_workload<H: Harness>(h: &H) {
         }
     }
     // Requeue one dead job and finish it; purge the rest.
-    let dead = t.dead_jobs(0, 100).await.unwrap();
+    let dead = t
+        .list(JobState::Dead, dq::Page::first(100))
+        .await
+        .unwrap()
+        .jobs;
     assert_eq!(dead.len(), buried);
     let revived = dead[0].key.to_string();
     assert_eq!(t.requeue_dead(&[revived.as_str()]).await.unwrap(), 1);

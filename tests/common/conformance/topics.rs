@@ -125,7 +125,12 @@ pub async fn mismatch_is_a_typed_error_before_any_write<H: Harness>(h: &H) {
         4,
         1,
     );
-    assert_mismatch(t.dead_jobs(0, 10).await, "meta.split", 4, 1);
+    assert_mismatch(
+        t.list(JobState::Dead, dq::Page::first(10)).await,
+        "meta.split",
+        4,
+        1,
+    );
     assert_mismatch(t.requeue_dead(&["job-0"]).await, "meta.split", 4, 1);
     assert_mismatch(t.purge_dead(&["job-0"]).await, "meta.split", 4, 1);
     assert_mismatch(t.purge_all_dead().await, "meta.split", 4, 1);

@@ -1,0 +1,395 @@
+//! Enqueueing: [`JobSpec`] (a job to enqueue), the [`Enqueue`] builder a single enqueue
+//! awaits, and the [`TopicClient`] calls that validate jobs and send them — one at a time
+//! (through group commit when it is on), or in bulk by chunks — retried through connection
+//! trouble with no double effect.
+
+use std::collections::HashMap;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+
+use backon::Retryable;
+
+use super::group::{self, BatchSend};
+use super::handle::TopicClient;
+use super::retrying::{ENQUEUE_RETRY_WINDOW, retrying};
+use crate::error::{BulkStored, Error, Result};
+use crate::job::{Due, EnqueueCall, EnqueueOutcome, Enqueued, NewJob, Queue};
+use crate::names::JobKey;
+use crate::payload;
+
+/// A job to enqueue: its payload, and optionally its key, due time and `replace`. Built like
+/// a single enqueue (`JobSpec::new(p).key(k).delay(d)`), and passed in a list to
+/// [`Client::enqueue_bulk`]:
+///
+/// ```no_run
+/// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+/// # struct close_order;
+/// # impl dq_core::Job for close_order { type Payload = u64; const TOPIC: &'static str = "orders.close"; }
+/// use dq_core::JobSpec;
+/// let specs = (1..=3).map(|id| JobSpec::new(id).key(format!("order-{id}")));
+/// client.enqueue_bulk::<close_order>(specs).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct JobSpec<P> {
+    /// The payload.
+    pub payload: P,
+    /// Its key; generated if `None`.
+    pub key: Option<String>,
+    /// When it is due.
+    pub due: Due,
+    /// Replace an existing job with the same key.
+    pub replace: bool,
+}
+
+impl<P> JobSpec<P> {
+    /// A job due now with a generated key.
+    pub fn new(payload: P) -> Self {
+        JobSpec {
+            payload,
+            key: None,
+            due: Due::Now,
+            replace: false,
+        }
+    }
+
+    /// Sets the job's key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Makes the job due `delay` from now.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.due = Due::After(delay);
+        self
+    }
+
+    /// Makes the job due at `time`.
+    pub fn at(mut self, time: SystemTime) -> Self {
+        self.due = Due::At(time);
+        self
+    }
+
+    /// Replaces an existing pending or dead job with the same key.
+    pub fn replace(mut self) -> Self {
+        self.replace = true;
+        self
+    }
+}
+
+/// A pending enqueue; `.await` it to send.
+#[must_use = "an enqueue does nothing until awaited"]
+pub struct Enqueue {
+    topic: Result<TopicClient>,
+    payload: Result<Vec<u8>>,
+    key: Option<String>,
+    due: Due,
+    replace: bool,
+}
+
+impl Enqueue {
+    pub(super) fn new(topic: Result<TopicClient>, payload: Result<Vec<u8>>) -> Self {
+        Enqueue {
+            topic,
+            payload,
+            key: None,
+            due: Due::Now,
+            replace: false,
+        }
+    }
+
+    /// The job's key (default: a generated, time-sortable key). An existing job with this key
+    /// is kept and reported as [`EnqueueOutcome::Exists`] — unless `.replace()` is set.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Due `delay` after now (by the store's clock).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.due = Due::After(delay);
+        self
+    }
+
+    /// Due at `time` (at once if it has passed).
+    pub fn at(mut self, time: SystemTime) -> Self {
+        self.due = Due::At(time);
+        self
+    }
+
+    /// Replace an existing job with the same key: a scheduled, ready, retry or dead job is
+    /// replaced atomically (new payload and due time, attempts and history start again).
+    /// A running job is never replaced: the outcome is then `Exists(Active)`.
+    pub fn replace(mut self) -> Self {
+        self.replace = true;
+        self
+    }
+
+    async fn send(self) -> Result<Enqueued> {
+        let topic = self.topic?;
+        let payload = self.payload?;
+        let (queue, job) = topic.new_job(JobSpec {
+            payload,
+            key: self.key,
+            due: self.due,
+            replace: self.replace,
+        })?;
+        let key = job.key.clone();
+        let outcome = topic.enqueue_one(queue, job).await?;
+        Ok(Enqueued { key, outcome })
+    }
+}
+
+impl IntoFuture for Enqueue {
+    type Output = Result<Enqueued>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Enqueued>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+impl TopicClient {
+    /// Enqueues one job with a raw MessagePack payload.
+    pub fn enqueue(&self, payload: Vec<u8>) -> Enqueue {
+        let checked =
+            payload::check_size(&payload, self.client.config.max_payload).map(|()| payload);
+        Enqueue::new(Ok(self.clone()), checked)
+    }
+
+    /// Enqueues many jobs with raw payloads; every job is validated before any is written, and
+    /// a bad one is refused as [`Error::BulkItem`] (its index in `jobs`, its key, and the
+    /// item's own error as `source`): nothing is written then.
+    ///
+    /// Jobs are sent in calls (chunks) of at most `bulk_chunk` jobs per partition, partition
+    /// by partition, each in the order given; each call is atomic and is retried inside
+    /// through connection trouble with no double effect (keys, generated ones too, and a call
+    /// id are fixed before its first try; see [`ENQUEUE_RETRY_WINDOW`]). The bulk as a whole
+    /// is not atomic:
+    ///
+    /// - An error other than [`Error::BulkPartial`] means that no chunk was stored (for a
+    ///   retryable error, the first chunk may have been, as for a single enqueue).
+    /// - [`Error::BulkPartial`] means that some chunks were stored before one failed (e.g.
+    ///   with [`Error::OutOfMemory`] at Redis's `maxmemory`): its `outcomes` has one entry per
+    ///   job, `Some` for each job stored (with its key, generated ones too) and `None` for
+    ///   each job not stored. To resume, send again exactly the jobs whose entry is `None`:
+    ///   every job is then stored once. (If `source` is retryable, the chunk named by
+    ///   `failed` may have been stored: resending those jobs with keys creates no second job
+    ///   while the first exists; give every job a key where that matters.)
+    ///
+    /// ```no_run
+    /// # async fn demo(t: dq_core::TopicClient, jobs: Vec<dq_core::JobSpec<Vec<u8>>>) -> dq_core::Result<()> {
+    /// match t.enqueue_bulk(jobs.clone()).await {
+    ///     Err(dq_core::Error::BulkPartial { outcomes, .. }) => {
+    ///         // Later (e.g. once memory is free): the jobs not stored, each once.
+    ///         let rest = jobs
+    ///             .into_iter()
+    ///             .zip(outcomes.outcomes())
+    ///             .filter(|(_, stored)| stored.is_none())
+    ///             .map(|(job, _)| job)
+    ///             .collect();
+    ///         t.enqueue_bulk(rest).await?;
+    ///     }
+    ///     other => { other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_bulk(&self, jobs: Vec<JobSpec<Vec<u8>>>) -> Result<Vec<Enqueued>> {
+        // Validate everything first: nothing is written if any job is bad.
+        let n = jobs.len();
+        let mut by_partition: HashMap<u16, (Vec<usize>, Vec<NewJob>)> = HashMap::new();
+        for (i, job) in jobs.into_iter().enumerate() {
+            let key = job.key.clone();
+            let (queue, job) = self
+                .new_job(job)
+                .map_err(|e| e.in_bulk_item(i, key.as_deref()))?;
+            let (indices, jobs) = by_partition.entry(queue.partition).or_default();
+            indices.push(i);
+            jobs.push(job);
+        }
+        let mut out: Vec<Option<Enqueued>> = vec![None; n];
+        let chunk = self.client.config.bulk_chunk.max(1);
+        let mut partitions: Vec<_> = by_partition.into_iter().collect();
+        partitions.sort_by_key(|(p, _)| *p);
+        let mut stored_any = false;
+        for (partition, (indices, jobs)) in partitions {
+            let queue = Queue::new(self.topic.clone(), partition);
+            for (indices, jobs) in indices.chunks(chunk).zip(jobs.chunks(chunk)) {
+                let outcomes = match self.store_enqueue(&queue, jobs).await {
+                    Ok(outcomes) => outcomes,
+                    Err(source) if stored_any => {
+                        return Err(Error::BulkPartial {
+                            outcomes: BulkStored::new(out),
+                            failed: indices.to_vec(),
+                            source: Box::new(source),
+                        });
+                    }
+                    Err(e) => return Err(e),
+                };
+                stored_any = true;
+                for ((i, job), outcome) in indices.iter().zip(jobs).zip(outcomes) {
+                    out[*i] = Some(Enqueued {
+                        key: job.key.clone(),
+                        outcome,
+                    });
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| Error::Protocol("enqueue lost an outcome".into())))
+            .collect()
+    }
+
+    /// Validates one job and finds its partition.
+    fn new_job(&self, job: JobSpec<Vec<u8>>) -> Result<(Queue, NewJob)> {
+        payload::check_size(&job.payload, self.client.config.max_payload)?;
+        // The producer's trace context travels in front of the payload (not counted in its
+        // limit): see `crate::trace`.
+        #[cfg(feature = "otel")]
+        let job = match crate::trace::current_traceparent() {
+            Some(tp) => JobSpec {
+                payload: crate::trace::wrap(&tp, job.payload),
+                ..job
+            },
+            None => job,
+        };
+        job.due.check()?;
+        let key = match job.key {
+            Some(k) => JobKey::new(k)?,
+            None => JobKey::generate(),
+        };
+        Ok((
+            self.queue_of(&key),
+            NewJob {
+                key,
+                payload: job.payload,
+                due: job.due,
+                replace: job.replace,
+            },
+        ))
+    }
+
+    /// One enqueue call to the store, retried through connection trouble. Keys and the call
+    /// id are fixed before the first try, and every retry says it is one: a retry after a try
+    /// that was applied (its reply lost) finds the call's receipt and writes nothing, even if
+    /// the job has run and gone in between. Retries stop [`ENQUEUE_RETRY_WINDOW`] after the
+    /// first try, well inside the receipt's life. The topic's partition count is checked
+    /// first (cached after the first call).
+    async fn store_enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
+        self.store_enqueue_as(queue, jobs, EnqueueCall::new()).await
+    }
+
+    /// One job as [`TopicClient::store_enqueue`] stores it, under a given call (a periodic
+    /// tick's: an id derived from its key, so that schedulers repeating each other's call
+    /// find its receipt).
+    pub(crate) async fn enqueue_as(
+        &self,
+        job: JobSpec<Vec<u8>>,
+        call: EnqueueCall,
+    ) -> Result<EnqueueOutcome> {
+        let (queue, job) = self.new_job(job)?;
+        let mut outcomes = self.store_enqueue_as(&queue, &[job], call).await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))
+    }
+
+    /// One validated single job, coalesced with concurrent ones to the same partition when
+    /// group commit is on ([`GroupCommit`]): the topic is checked for this caller first, so
+    /// a mismatch is its own error; the call is then [`TopicClient::send_enqueue`] of one
+    /// job, or of a batch of callers.
+    async fn enqueue_one(&self, queue: Queue, job: NewJob) -> Result<EnqueueOutcome> {
+        self.ensure().await?;
+        match self.client.config.group_commit {
+            Some(gc) => {
+                let route = group::Route {
+                    lanes: self.client.lanes.clone(),
+                    sender: Arc::new(self.clone()),
+                    partitions: self.partitions,
+                    max_batch: gc.max_batch.min(self.client.config.bulk_chunk),
+                    linger: gc.linger,
+                };
+                group::enqueue(route, queue, job).await
+            }
+            None => self
+                .send_enqueue(&queue, std::slice::from_ref(&job), EnqueueCall::new())
+                .await?
+                .pop()
+                .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into())),
+        }
+    }
+
+    /// [`TopicClient::store_enqueue`] whose first try is `first`.
+    async fn store_enqueue_as(
+        &self,
+        queue: &Queue,
+        jobs: &[NewJob],
+        first: EnqueueCall,
+    ) -> Result<Vec<EnqueueOutcome>> {
+        self.ensure().await?;
+        self.send_enqueue(queue, jobs, first).await
+    }
+
+    /// [`TopicClient::store_enqueue_as`] without the topic check (done by the caller): one
+    /// store call, the same call id on every try, retried through connection trouble for up
+    /// to [`ENQUEUE_RETRY_WINDOW`]; counts the jobs stored.
+    pub(super) async fn send_enqueue(
+        &self,
+        queue: &Queue,
+        jobs: &[NewJob],
+        first: EnqueueCall,
+    ) -> Result<Vec<EnqueueOutcome>> {
+        let store = &self.client.store;
+        let started = tokio::time::Instant::now();
+        let tries = &AtomicU32::new(0);
+        (move || async move {
+            let call = match tries.fetch_add(1, Ordering::Relaxed) {
+                0 => first,
+                _ => first.retried(),
+            };
+            store.enqueue(queue, jobs, call).await
+        })
+        .retry(retrying())
+        .when(|e| e.is_retryable() && started.elapsed() < ENQUEUE_RETRY_WINDOW)
+        .await
+        .inspect(|outcomes| {
+            let stored = outcomes
+                .iter()
+                .filter(|o| matches!(o, EnqueueOutcome::Created | EnqueueOutcome::Replaced))
+                .count();
+            crate::metrics::enqueued(self.topic.as_str(), stored as u64);
+        })
+    }
+}
+
+impl BulkStored {
+    fn new(entries: Vec<Option<Enqueued>>) -> Self {
+        BulkStored {
+            stored: entries.iter().flatten().count(),
+            len: entries.len(),
+            entries: Arc::new(entries),
+        }
+    }
+
+    /// One entry per job of the bulk, in the order given: `Some` (its key, generated keys
+    /// too, and its outcome) for a job that was stored, `None` for one that was not.
+    pub fn outcomes(&self) -> &[Option<Enqueued>] {
+        self.entries
+            .downcast_ref::<Vec<Option<Enqueued>>>()
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+impl BatchSend for TopicClient {
+    fn send_batch<'a>(
+        &'a self,
+        queue: &'a Queue,
+        jobs: &'a [NewJob],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<EnqueueOutcome>>> + Send + 'a>> {
+        Box::pin(self.send_enqueue(queue, jobs, EnqueueCall::new()))
+    }
+}

@@ -1,0 +1,265 @@
+//! The two handles, [`Client`] and [`TopicClient`], and what every call goes through: the
+//! check of a topic's partition count against the store's record, once per topic per client
+//! (a mismatch is [`Error::TopicMismatch`] before anything is written).
+//!
+//! Both types live here because each holds or makes the other; their calls live in their own
+//! files (`typed.rs`, `topic.rs`, `enqueue.rs`, `list.rs`, `sweep.rs`, `schedules.rs`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::config::ClientConfig;
+use super::group::Lanes;
+use super::retrying::retry_harmless;
+use crate::error::{Error, Result};
+use crate::job::Queue;
+use crate::names::{JobKey, Topic};
+use crate::store::Store;
+use crate::topic::TopicMeta;
+
+/// The handle applications use to enqueue and manage jobs. Cheap to clone; share it.
+#[derive(Clone)]
+pub struct Client {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: Arc<ClientConfig>,
+    /// Each topic's metadata as read from the store, once per topic for this client, its
+    /// clones and the workers built from it (a cell per topic: concurrent first calls share
+    /// one round trip).
+    pub(super) topics: Arc<Mutex<HashMap<Topic, Arc<tokio::sync::OnceCell<TopicMeta>>>>>,
+    /// Bumped when this client stores or removes a periodic schedule, so that a scheduler on
+    /// it looks at once (see `client/schedules.rs`).
+    pub(super) schedules_changed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Group commit's lanes: one per partition with an enqueue call in flight (see
+    /// `client/group.rs`).
+    pub(super) lanes: Arc<Lanes>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client on an existing store.
+    pub fn from_store(store: Arc<dyn Store>, config: ClientConfig) -> Client {
+        Client {
+            store,
+            config: Arc::new(config),
+            topics: Arc::default(),
+            schedules_changed: Arc::new(tokio::sync::watch::Sender::new(0)),
+            lanes: Arc::default(),
+        }
+    }
+
+    /// How many single enqueues are queued behind a call in flight now, waiting for group
+    /// commit to send them (for tests: a caller has joined its lane once this counts it).
+    #[doc(hidden)]
+    pub fn enqueues_waiting(&self) -> usize {
+        self.lanes.waiting()
+    }
+
+    /// The store behind this client (for the worker and for tests).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The client's settings.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The untyped API of `topic` with a given partition count (the store's, for tools that
+    /// read every registered topic whatever this client is configured with).
+    pub(crate) fn topic_with(&self, topic: Topic, partitions: u16) -> TopicClient {
+        TopicClient {
+            client: self.clone(),
+            topic,
+            partitions,
+        }
+    }
+
+    /// The untyped API of one topic: raw MessagePack payloads, any topic name.
+    pub fn topic(&self, name: &str) -> Result<TopicClient> {
+        let topic = Topic::new(name)?;
+        let partitions = self.config.partitions_of(name);
+        Ok(TopicClient {
+            client: self.clone(),
+            topic,
+            partitions,
+        })
+    }
+
+    /// Checks this client's partition count for topic `name` against the store's record of
+    /// the topic, recording this client's count if the topic has none yet (the first client
+    /// to use a topic — producer, worker or tool — fixes its count); returns the topic's
+    /// metadata. Every call on a topic does this implicitly before anything else, and a worker
+    /// does it for each of its topics when it starts: call it directly to fail fast at
+    /// start-up.
+    ///
+    /// One store round trip per topic for the life of this client (and its clones): the
+    /// answer is kept. A count different from the one recorded is
+    /// [`Error::TopicMismatch`] — producers and workers that disagreed would otherwise store
+    /// jobs in partitions no fetcher reads. To change a topic's count, see
+    /// [`Client::reset_topic`].
+    ///
+    /// Retried inside through connection trouble, as every call is (recording is harmless
+    /// to repeat).
+    pub async fn check_topic(&self, name: &str) -> Result<TopicMeta> {
+        let topic = Topic::new(name)?;
+        self.ensure_topic(&topic, self.config.partitions_of(name))
+            .await
+    }
+
+    /// [`Client::check_topic`] with a single try, for a caller that retries by itself (the
+    /// worker's fetchers, which show each failed try in their health).
+    #[doc(hidden)]
+    pub async fn check_topic_once(&self, name: &str) -> Result<TopicMeta> {
+        let topic = Topic::new(name)?;
+        self.checked(
+            &topic,
+            self.config.partitions_of(name),
+            false,
+            TopicMeta::clone,
+        )
+        .await
+    }
+
+    /// [`Client::check_topic`] for a validated topic and this client's count for it.
+    pub(super) async fn ensure_topic(&self, topic: &Topic, configured: u16) -> Result<TopicMeta> {
+        self.checked(topic, configured, true, TopicMeta::clone)
+            .await
+    }
+
+    /// Checks `configured` against `topic`'s record (read once, then kept) and passes the
+    /// record to `f`. Every call on a topic comes through here: after the first, it costs a
+    /// map lookup and no allocation.
+    pub(super) async fn checked<T>(
+        &self,
+        topic: &Topic,
+        configured: u16,
+        retry: bool,
+        f: impl FnOnce(&TopicMeta) -> T,
+    ) -> Result<T> {
+        let cell = {
+            let mut cache = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
+            match cache.get(topic) {
+                Some(cell) => cell.clone(),
+                None => cache.entry(topic.clone()).or_default().clone(),
+            }
+        };
+        let store = &self.store;
+        let meta = cell
+            .get_or_try_init(|| async {
+                // Recording is idempotent (the first record wins): safe to retry.
+                retry_harmless(|| store.register_topic(topic, configured), retry)
+                    .await
+                    .map(|(meta, _)| meta)
+            })
+            .await?;
+        if meta.partitions != configured {
+            return Err(Error::TopicMismatch {
+                topic: topic.to_string(),
+                stored: meta.partitions,
+                configured,
+            });
+        }
+        Ok(f(meta))
+    }
+
+    /// The live workers of the store (for Redis: of this client's namespace), by id: each
+    /// running worker beats every few seconds (see `WorkerBuilder::heartbeat` in dq-worker),
+    /// and one that stops beating — crashed, frozen, cut off from Redis — is left out once
+    /// its heartbeat expires (three beats). One store round trip; what tools show as
+    /// "processes". An empty list while jobs are due means nothing runs them.
+    pub async fn workers(&self) -> Result<Vec<crate::workers::WorkerInfo>> {
+        self.store.workers().await
+    }
+
+    /// Every topic recorded in the store (for Redis: in this client's namespace), by name,
+    /// with its metadata: the topics some producer or worker has used.
+    pub async fn topics(&self) -> Result<Vec<TopicMeta>> {
+        self.store.topics().await
+    }
+
+    /// Deletes topic `name`'s metadata, so that the next client to use it records its own
+    /// partition count; returns the metadata deleted (`None`: the topic had none). Refused
+    /// with [`Error::TopicNotEmpty`] while the topic holds any job, dead ones included.
+    ///
+    /// This is how a topic's partition count is changed; jobs are never moved between
+    /// partitions, so the topic must be empty:
+    ///
+    /// 1. stop the topic's producers;
+    /// 2. let its workers drain it (`stats()` shows nothing scheduled, ready, active or in
+    ///    retry), then stop them; requeue or purge its dead jobs;
+    /// 3. `client.reset_topic(name)` (refused, changing nothing, if a job is left);
+    /// 4. start producers and workers with the new `.partitions(name, n)`: the first one
+    ///    records it.
+    ///
+    /// A process that kept running across the reset still holds the old count (each client
+    /// reads a topic's record once): restart every process that uses the topic. This
+    /// client forgets its own copy.
+    pub async fn reset_topic(&self, name: &str) -> Result<Option<TopicMeta>> {
+        let topic = Topic::new(name)?;
+        let reset = self.store.reset_topic(&topic).await?;
+        self.topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&topic);
+        Ok(reset)
+    }
+}
+
+/// The untyped API of one topic: raw MessagePack payloads.
+#[derive(Clone)]
+pub struct TopicClient {
+    pub(super) client: Client,
+    pub(super) topic: Topic,
+    pub(super) partitions: u16,
+}
+
+impl std::fmt::Debug for TopicClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicClient")
+            .field("topic", &self.topic)
+            .field("partitions", &self.partitions)
+            .finish()
+    }
+}
+
+impl TopicClient {
+    /// The topic.
+    pub fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
+    /// How many partitions this client is configured with for the topic (every call checks
+    /// it against the store's record first: see [`TopicClient::check`]).
+    pub fn partitions(&self) -> u16 {
+        self.partitions
+    }
+
+    /// Checks this client's partition count against the topic's record in the store
+    /// (recording it if the topic has none): see [`Client::check_topic`]. Every call of
+    /// this type does it after validating its input and before its first store call.
+    pub async fn check(&self) -> Result<TopicMeta> {
+        self.client.ensure_topic(&self.topic, self.partitions).await
+    }
+
+    /// [`TopicClient::check`] without the copy, for every call's first step.
+    pub(super) async fn ensure(&self) -> Result<()> {
+        self.client
+            .checked(&self.topic, self.partitions, true, |_| ())
+            .await
+    }
+
+    pub(super) fn queue_of(&self, key: &JobKey) -> Queue {
+        Queue::new(self.topic.clone(), key.partition(self.partitions))
+    }
+
+    pub(super) fn queues(&self) -> impl Iterator<Item = Queue> + '_ {
+        (0..self.partitions).map(|p| Queue::new(self.topic.clone(), p))
+    }
+}

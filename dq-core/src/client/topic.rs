@@ -1,0 +1,234 @@
+//! [`TopicClient`]'s calls on jobs already stored: cancel, reschedule, look up, pause and
+//! limits, stats, and requeue or purge of named dead jobs. Enqueueing is in `enqueue.rs`,
+//! listing in `list.rs`, the dead-queue sweep in `sweep.rs`.
+
+use std::collections::HashMap;
+
+use super::handle::TopicClient;
+use super::retrying::retry_harmless;
+use crate::control::{ControlChange, Rate, TopicControl};
+use crate::error::Result;
+use crate::job::{CancelOutcome, JobInfo, NewDue, Queue, RescheduleOutcome, TopicStats};
+use crate::names::JobKey;
+
+impl TopicClient {
+    /// Cancels a job: one that has not started is removed ([`CancelOutcome::Cancelled`]);
+    /// for one running now, a cancel request is recorded ([`CancelOutcome::CancelRequested`]):
+    /// the worker holding it learns it on its next lease extension (every third of the
+    /// lease), its handler's `ctx.cancelled()` fires, and the job ends as cancelled without a
+    /// retry — unless the handler succeeds first. A worker that crashed, released the job at
+    /// shutdown or had its lease expire ends it as cancelled too.
+    ///
+    /// Retried inside through connection trouble (as enqueue is; for up to
+    /// [`ENQUEUE_RETRY_WINDOW`](crate::ENQUEUE_RETRY_WINDOW)): cancelling is harmless to repeat. A retry after a try whose
+    /// reply was lost (it may have cancelled the job) that finds no job reports
+    /// [`CancelOutcome::Gone`], not `NotFound`: the job will not run, but whether this call
+    /// cancelled it or it ended otherwise in between is not known.
+    pub async fn cancel(&self, key: &str) -> Result<CancelOutcome> {
+        let key = JobKey::new(key)?;
+        self.ensure().await?;
+        let (queue, store) = (&self.queue_of(&key), &self.client.store);
+        let (outcome, ambiguous) = retry_harmless(|| store.cancel(queue, &key), true).await?;
+        if outcome == CancelOutcome::Cancelled {
+            crate::metrics::cancelled(self.topic.as_str());
+        }
+        Ok(match outcome {
+            CancelOutcome::NotFound if ambiguous => CancelOutcome::Gone,
+            other => other,
+        })
+    }
+
+    /// Gives a scheduled, ready or retry job a new due time.
+    ///
+    /// [`NewDue::At`] and [`NewDue::After`] are retried inside through connection trouble (for
+    /// up to [`ENQUEUE_RETRY_WINDOW`](crate::ENQUEUE_RETRY_WINDOW)), as enqueue is: repeating them sets the same time again
+    /// — for `After`, counted from the try that was applied last, so at most the retry window
+    /// later than from the first try (as if the call had been sent that much later); the
+    /// reported `due_ms` is the one stored. Each outcome is the job as the last try found it.
+    /// [`NewDue::Shift`] is relative and would shift twice: it is never retried, and an
+    /// error after which it may have been applied is returned as is.
+    pub async fn reschedule(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
+        let key = JobKey::new(key)?;
+        due.check()?;
+        self.ensure().await?;
+        let (queue, store) = (&self.queue_of(&key), &self.client.store);
+        let repeatable = !matches!(due, NewDue::Shift(_));
+        retry_harmless(|| store.reschedule(queue, &key, due), repeatable)
+            .await
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// Everything known about a job, or `None`: times in store ms, the payload as MessagePack
+    /// ([`JobInfo::decode`] decodes it).
+    pub async fn job(&self, key: &str) -> Result<Option<JobInfo>> {
+        let key = JobKey::new(key)?;
+        self.ensure().await?;
+        self.client.store.job(&self.queue_of(&key), &key).await
+    }
+
+    /// Pauses the topic: from the next wake-up of each fetcher (at once, for an idle one) no
+    /// worker leases another of its jobs, until [`TopicClient::resume`]. Running jobs go on;
+    /// waiting jobs keep their due times; enqueue, cancel and reschedule still work. Stored
+    /// in the store, so it holds for every worker, and across their restarts. Returns the
+    /// topic's settings as stored.
+    pub async fn pause(&self) -> Result<TopicControl> {
+        self.change(ControlChange {
+            paused: Some(true),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
+    /// Resumes a paused topic; its fetchers are woken at once.
+    pub async fn resume(&self) -> Result<TopicControl> {
+        self.change(ControlChange {
+            paused: Some(false),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
+    /// Sets (or with `None` removes) a rate limit across every worker of the topic: at most
+    /// `rate.count` jobs leased per `rate.per`, enforced by the store's fetch with Redis time.
+    /// Each partition holds an equal share (the count over `partitions × per`). Jobs held
+    /// back start late; that lateness is not an error.
+    pub async fn set_rate(&self, rate: Option<Rate>) -> Result<TopicControl> {
+        if let Some(rate) = &rate {
+            rate.check()?;
+        }
+        self.change(ControlChange {
+            rate: Some(rate),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
+    /// Sets (or with `None` removes) a cap on the jobs of this topic running at once across
+    /// every worker. Each partition enforces its own share (the shares add up to `cap`), so
+    /// `cap` must be at least the partition count; with jobs spread unevenly over partitions
+    /// fewer than `cap` may run at once, never more.
+    pub async fn set_concurrency(&self, cap: Option<u32>) -> Result<TopicControl> {
+        if let Some(cap) = cap {
+            crate::control::check_concurrency(cap, self.partitions)?;
+        }
+        self.change(ControlChange {
+            concurrency: Some(cap),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
+    /// The topic's pause, limits and throttle, as stored.
+    pub async fn control(&self) -> Result<TopicControl> {
+        self.change(ControlChange::default()).await
+    }
+
+    /// Applies `change` to every partition (each with its share of a limit), in order; each
+    /// call is harmless to repeat, so each is retried through connection trouble.
+    async fn change(&self, change: ControlChange) -> Result<TopicControl> {
+        self.ensure().await?;
+        let mut out = TopicControl::default();
+        let store = &self.client.store;
+        for queue in self.queues() {
+            let share = ControlChange {
+                paused: change.paused,
+                rate: change.rate.map(|r| r.map(|r| r.share(self.partitions))),
+                concurrency: change.concurrency.map(|c| {
+                    c.map(|c| {
+                        crate::control::concurrency_share(c, self.partitions, queue.partition)
+                    })
+                }),
+                throttle: change.throttle,
+            };
+            let (state, _) = retry_harmless(|| store.control(&queue, &share), true).await?;
+            out.paused |= state.paused;
+            if queue.partition == 0 {
+                out.rate = state.rate.map(|r| Rate {
+                    count: r.count,
+                    per: r.per / u32::from(self.partitions.max(1)),
+                });
+            }
+            out.concurrency = match (out.concurrency, state.concurrency) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+            out.throttled_until_ms = out.throttled_until_ms.max(state.throttled_until_ms);
+        }
+        Ok(out)
+    }
+
+    /// Depths and counters, summed over the topic's partitions.
+    pub async fn stats(&self) -> Result<TopicStats> {
+        self.ensure().await?;
+        let mut total = TopicStats::default();
+        for queue in self.queues() {
+            total += self.client.store.stats(&queue).await?;
+        }
+        Ok(total)
+    }
+
+    /// Moves dead jobs back to ready with their attempts reset; returns how many moved.
+    pub async fn requeue_dead(&self, keys: &[&str]) -> Result<u64> {
+        let groups = self.group(keys)?;
+        self.ensure().await?;
+        let mut moved = 0;
+        for (queue, keys) in groups {
+            moved += self
+                .client
+                .store
+                .requeue_dead(&queue, &keys)
+                .await?
+                .into_iter()
+                .filter(|m| *m)
+                .count() as u64;
+        }
+        Ok(moved)
+    }
+
+    /// Deletes the named dead jobs; returns how many were deleted.
+    pub async fn purge_dead(&self, keys: &[&str]) -> Result<u64> {
+        let groups = self.group(keys)?;
+        self.ensure().await?;
+        let mut purged = 0;
+        for (queue, keys) in groups {
+            purged += self
+                .client
+                .store
+                .purge_dead(&queue, &keys, keys.len())
+                .await?;
+        }
+        Ok(purged)
+    }
+
+    /// Deletes every dead job of the topic, in bounded batches; returns how many.
+    pub async fn purge_all_dead(&self) -> Result<u64> {
+        self.ensure().await?;
+        let mut purged = 0;
+        for queue in self.queues() {
+            // Bounded: each round deletes up to 1000; stop when a round deletes nothing.
+            for _ in 0..1_000_000 {
+                let n = self.client.store.purge_dead(&queue, &[], 1000).await?;
+                purged += n;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
+    }
+
+    fn group(&self, keys: &[&str]) -> Result<Vec<(Queue, Vec<JobKey>)>> {
+        let mut groups: HashMap<u16, Vec<JobKey>> = HashMap::new();
+        for k in keys {
+            let key = JobKey::new(*k)?;
+            groups
+                .entry(key.partition(self.partitions))
+                .or_default()
+                .push(key);
+        }
+        Ok(groups
+            .into_iter()
+            .map(|(p, keys)| (Queue::new(self.topic.clone(), p), keys))
+            .collect())
+    }
+}

@@ -1,0 +1,87 @@
+//! `/topics/{topic}/jobs/{key}`: one job's state, times, attempts and payload.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use dq_core::JobState;
+use maud::html;
+
+use super::layout::{
+    PageResult, csrf_field, dead_link, layout, not_found, topic_link, topic_of, when,
+};
+use crate::state::Shared;
+
+/// `/topics/{topic}/jobs/{key}`: one job's state, times, attempts and payload.
+pub(super) async fn job_page(
+    State(shared): State<Arc<Shared>>,
+    Path((name, key)): Path<(String, String)>,
+) -> PageResult {
+    let (meta, tc) = topic_of(&shared, &name).await?;
+    let job = tc
+        .job(&key)
+        .await?
+        .ok_or_else(|| not_found(format!("no job {key:?} in topic {name:?}")))?;
+    let now_ms = shared.client.store().now_ms().await?;
+    let payload =
+        match rmp_serde::from_slice::<serde_json::Value>(dq_core::trace::split(&job.payload).1) {
+            Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+            Err(e) => format!(
+                "(not decodable as MessagePack: {e})\n{}",
+                job.payload
+                    .iter()
+                    .take(512)
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ),
+        };
+    let rw = !shared.opts.read_only;
+    let partition = job.key.partition(meta.partitions);
+    let body = html! {
+        h1 { "Job " code { (key) } }
+        table.kv #job {
+            tr { th { "Topic" } td { a href=(topic_link(&shared, &name)) { (name) } " (partition " (partition) ")" } }
+            tr { th { "State" } td data-field="state" { span class={"state " (job.state.as_str())} { (job.state.as_str()) } } }
+            tr { th { (if job.state == JobState::Retry { "Next attempt" } else { "Due" }) } td { (when(job.due_ms, now_ms)) } }
+            tr { th { "Enqueued" } td { (when(job.created_ms, now_ms)) } }
+            tr { th { "Attempts" } td data-field="attempts" { (job.attempts) } }
+            @if let Some(d) = job.lease_deadline_ms { tr { th { "Lease until" } td { (when(d, now_ms)) } } }
+            @if let Some(d) = job.died_ms { tr { th { "Died" } td { (when(d, now_ms)) } } }
+        }
+        @if rw && job.state == JobState::Dead {
+            form.job-actions method="post" action=(dead_link(&shared, &name)) {
+                (csrf_field(&shared))
+                input type="hidden" name="back" value=(key);
+                button name="requeue" value=(key) { "Requeue" }
+                button.danger name="purge" value=(key) { "Purge" }
+            }
+        }
+        h2 { "Attempts" }
+        @if job.history.is_empty() { p.muted { "No failed attempt recorded." } } @else {
+            table.jobs #history {
+                thead { tr { th.n { "#" } th { "Ended" } th { "Outcome" } th { "Error" } } }
+                tbody {
+                    @for a in &job.history {
+                        tr {
+                            td.n { (a.attempt) }
+                            td { (when(a.at_ms, now_ms)) }
+                            td { (format!("{:?}", a.outcome)) }
+                            td.err { (a.error) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Payload" }
+        pre.payload { (payload) }
+    };
+    let crumbs = html! {
+        a href=(shared.home()) { "Topics" } " / " a href=(topic_link(&shared, &name)) { (name) } " / " span { (key) }
+    };
+    Ok(layout(
+        &shared,
+        &format!("{name} / {key}"),
+        false,
+        crumbs,
+        body,
+    ))
+}
