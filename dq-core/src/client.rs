@@ -36,5 +36,5 @@ pub use self::retrying::ENQUEUE_RETRY_WINDOW;
 pub use self::schedules::SchedulerPass;
 pub use self::sweep::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};
 pub use crate::inspect::DeadAction;
-pub use crate::job::Enqueued;
+pub use crate::store::produce::Enqueued;
 pub use admin::Admin;

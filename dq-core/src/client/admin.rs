@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use super::handle::{Client, TopicClient};
 use crate::error::Result;
-use crate::job::TopicStats;
 use crate::metrics::{QUEUE_JOBS, QUEUE_OLDEST_OVERDUE, QUEUE_STATES, WORKERS_LIVE};
 use crate::names::Topic;
+use crate::store::operate::TopicStats;
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 

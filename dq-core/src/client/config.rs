@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::job::DeadLimits;
 use crate::payload::DEFAULT_MAX_PAYLOAD;
+use crate::store::lease::DeadLimits;
 
 /// Largest number of jobs sent in one enqueue script call by bulk enqueue: small enough that
 /// one call stays under ~2 ms of Redis time even with a million jobs due within a minute

@@ -16,9 +16,10 @@ use super::group::{self, BatchSend};
 use super::handle::TopicClient;
 use super::retrying::{ENQUEUE_RETRY_WINDOW, retrying};
 use crate::error::{BulkStored, Error, Result};
-use crate::job::{Due, EnqueueCall, EnqueueOutcome, Enqueued, NewJob, Queue};
+use crate::job::{Due, Queue};
 use crate::names::JobKey;
 use crate::payload;
+use crate::store::produce::{EnqueueCall, EnqueueOutcome, Enqueued, NewJob};
 
 /// A job to enqueue: its payload, and optionally its key, due time and `replace`. Built like
 /// a single enqueue (`JobSpec::new(p).key(k).delay(d)`), and passed in a list to

@@ -8,8 +8,9 @@ use super::handle::TopicClient;
 use super::retrying::retry_harmless;
 use crate::control::{ControlChange, Rate, TopicControl};
 use crate::error::Result;
-use crate::job::{CancelOutcome, JobInfo, NewDue, Queue, RescheduleOutcome, TopicStats};
+use crate::job::{JobInfo, Queue};
 use crate::names::JobKey;
+use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};
 
 impl TopicClient {
     /// Cancels a job: one that has not started is removed ([`CancelOutcome::Cancelled`]);

@@ -7,10 +7,10 @@ use super::handle::{Client, TopicClient};
 use crate::control::{Rate, TopicControl};
 use crate::error::Result;
 use crate::inspect::{JobPage, JobView, Page};
-use crate::job::{
-    CancelOutcome, Enqueued, Job, JobInfo, JobState, NewDue, RescheduleOutcome, TopicStats,
-};
+use crate::job::{Job, JobInfo, JobState};
 use crate::payload;
+use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};
+use crate::store::produce::Enqueued;
 
 impl Client {
     fn typed<J: Job>(&self) -> Result<TopicClient> {
