@@ -99,9 +99,9 @@ fn check(reference: &str) -> Result<(), String> {
         }
         "ui" => {
             let cases = rust_files(&root().join("dq-macros/tests/ui"));
-            let found = cases.iter().any(|f| {
-                matches(&f.file_stem().unwrap().to_string_lossy(), name)
-            });
+            let found = cases
+                .iter()
+                .any(|f| matches(&f.file_stem().unwrap().to_string_lossy(), name));
             found
                 .then_some(())
                 .ok_or_else(|| format!("no compile-fail case `{name}`"))
@@ -120,7 +120,10 @@ fn check(reference: &str) -> Result<(), String> {
                 .filter(|f| f.to_string_lossy().contains(module))
                 .collect();
             if files.is_empty() {
-                return Err(format!("no file of module `{module}` under {}", dir.display()));
+                return Err(format!(
+                    "no file of module `{module}` under {}",
+                    dir.display()
+                ));
             }
             files
                 .iter()

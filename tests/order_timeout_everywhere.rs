@@ -38,8 +38,6 @@ async fn the_example_runs_on_a_redis_cluster() {
 #[tokio::test]
 async fn the_example_runs_through_sentinel() {
     let set = dq_testkit::shared_sentinel();
-    let summary = order_timeout::run(client(&set.url()).await)
-        .await
-        .unwrap();
+    let summary = order_timeout::run(client(&set.url()).await).await.unwrap();
     assert_eq!(summary, EXPECTED);
 }

@@ -124,7 +124,10 @@ async fn the_worker_builder_overrides_the_declared_concurrency() {
     let client = client().await;
     let in_flight = InFlight::default();
     let jobs = (0..8u64).map(|i| JobSpec::new(i).key(format!("o{i}")));
-    client.enqueue_bulk::<overridden_to_two>(jobs).await.unwrap();
+    client
+        .enqueue_bulk::<overridden_to_two>(jobs)
+        .await
+        .unwrap();
     let worker = Worker::builder(client.clone())
         .topics(["conc.overridden"])
         .concurrency("conc.overridden", 2)
