@@ -4,7 +4,9 @@
 //! here). Some customers pay: their timer is cancelled by order id. The unpaid orders are
 //! closed on time by the worker running inside this process.
 //!
-//! Run: `cargo run --example order_timeout` (embedded store), or with `REDIS_URL=redis://…`.
+//! Run: `cargo run --example order_timeout` (embedded store), or with `REDIS_URL` naming a
+//! Redis: `redis://…`, a cluster (`redis+cluster://…`) or Sentinel (`redis+sentinel://…`).
+//! `tests/order_timeout_everywhere.rs` runs [`run`] on a Redis Cluster and through Sentinel.
 
 mod common;
 
@@ -81,8 +83,31 @@ async fn close_order(job: CloseOrder, ctx: dq::JobContext) -> Result<(), dq::Job
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_logs();
-    let timeline = common::Timeline::start();
     let client = common::connect("order_timeout").await;
+    let summary = run(client).await?;
+    assert_eq!(summary.closed, 7, "every unpaid order is closed");
+    Ok(())
+}
+
+/// What a run of the demo ended with.
+#[derive(Debug, PartialEq)]
+pub struct Summary {
+    /// Orders paid in time (their timers were cancelled).
+    pub paid: usize,
+    /// Orders the worker closed.
+    pub closed: usize,
+    /// Timers that fired and succeeded.
+    pub fired: u64,
+    /// Timers cancelled by a payment.
+    pub cancelled: u64,
+    /// Timers still waiting or running at the end.
+    pub pending: u64,
+}
+
+/// The demo on any store: creates ten orders, pays three, lets the worker close the rest,
+/// prints the timeline and returns the summary.
+pub async fn run(client: dq::Client) -> Result<Summary, Box<dyn std::error::Error>> {
+    let timeline = common::Timeline::start();
     let orders = Orders::default();
 
     let worker = dq::Worker::builder(client.clone())
@@ -120,18 +145,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     worker.shutdown().await;
 
     let stats = client.stats::<close_order>().await?;
+    let summary = Summary {
+        paid: orders.count(OrderState::Paid),
+        closed: orders.count(OrderState::Closed),
+        fired: stats.succeeded,
+        cancelled: stats.cancelled,
+        pending: stats.scheduled + stats.ready + stats.retry + stats.active,
+    };
     println!(
         "summary: 10 orders, {} paid, {} closed on time; {} timers fired, {} cancelled, {} still pending",
-        orders.count(OrderState::Paid),
-        orders.count(OrderState::Closed),
-        stats.succeeded,
-        stats.cancelled,
-        stats.scheduled + stats.ready + stats.retry + stats.active,
+        summary.paid, summary.closed, summary.fired, summary.cancelled, summary.pending,
     );
-    assert_eq!(
-        orders.count(OrderState::Closed),
-        7,
-        "every unpaid order is closed"
-    );
-    Ok(())
+    Ok(summary)
 }

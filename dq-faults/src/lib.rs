@@ -4,7 +4,7 @@
 //! worker whose handlers append to a [ledger] — against a private `redis-server` each, inject
 //! faults (kill, pause or poison a worker; kill, fill, flush or corrupt Redis; cut, delay or
 //! black-hole the network with [`dq_testkit::proxy::FaultProxy`]), and then [check] that the
-//! promises of the README's "Guarantees" held: every accepted job ended exactly once in succeeded, cancelled or dead, nothing is
+//! promises of docs/GUARANTEES.md held: every accepted job ended exactly once in succeeded, cancelled or dead, nothing is
 //! stuck, duplicates only for runs in flight at a fault, and the store's structures agree.
 //!
 //! This file holds what tests and binary share (the payload, the topics) and [`Scenario`], the

@@ -274,7 +274,7 @@ async fn proxy_cuts_every_connection_repeatedly() {
     s.stop_workers();
 }
 
-/// Found by this suite (README "Guarantees": repeated calls have no double effect): enqueue-by-key was idempotent only while the job
+/// Found by this suite (docs/GUARANTEES.md: repeated calls have no double effect): enqueue-by-key was idempotent only while the job
 /// existed. An enqueue whose reply is lost is retried by the client; if a worker ran and acked
 /// the job in between, the retry created the job a second time and it ran twice — with no
 /// worker or Redis fault at all. Now the retry presents its call id, finds the receipt the
