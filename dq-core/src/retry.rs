@@ -10,12 +10,17 @@
 //! one of three ways:
 //!
 //! - the handler succeeds: the job is acked and gone;
-//! - the handler fails: the worker asks the topic's policy, [`RetryPolicy::delay_after`]`(attempt)`,
-//!   and the job waits in `retry` for that delay, or is `dead` when the policy says `None`
-//!   (a permanent error buries at once; a deferral or a rate limit spends no attempt);
+//! - the handler fails: the worker asks the topic's policy,
+//!   [`RetryPolicy::delay_after`]`(attempt)`, and the job waits in `retry` for that delay, or
+//!   is `dead` when the policy says `None`. (A permanent error buries at once; an error that
+//!   names its own delay keeps it while attempts are left; a deferral or a rate limit spends
+//!   no attempt.)
 //! - the lease runs out (the worker died or hung): the next fetch of the partition recovers
 //!   the job as a failed attempt ("lease expired") and asks **the same policy**, sent along
 //!   with the fetch, for the same answer: retry after `delay_after(attempt)`, or dead.
+//!
+//! A job in `retry` is leased again when due, like a scheduled one, for its next attempt; a
+//! dead job stays in the dead queue until it is requeued (attempts reset), purged or trimmed.
 //!
 //! So every retry delay, whoever notices the failure, comes from one function,
 //! [`RetryPolicy::delay_with`]: a pure function of the policy, the attempt and one random
@@ -304,12 +309,7 @@ impl RetryPolicy {
                 delay_ms,
                 retries,
                 jitter_pct,
-            } => vec![
-                2,
-                u64::from(*jitter_pct),
-                *delay_ms,
-                u64::from(*retries),
-            ],
+            } => vec![2, u64::from(*jitter_pct), *delay_ms, u64::from(*retries)],
             RetrySpec::Exponential {
                 initial_ms,
                 max_ms,

@@ -35,7 +35,10 @@ async fn expire_one_by_one<H: Harness>(h: &H, q: &Queue, policy: &RetryPolicy, k
     };
     for _ in keys {
         let reply = fetch(h, q, &one).await;
-        assert!(reply.jobs.is_empty() && reply.buried.is_empty(), "{reply:?}");
+        assert!(
+            reply.jobs.is_empty() && reply.buried.is_empty(),
+            "{reply:?}"
+        );
     }
 }
 
@@ -95,7 +98,10 @@ pub async fn lease_expiry_retries_without_jitter_are_exact<H: Harness>(h: &H) {
     let deadline = again.iter().map(|d| d.lease_deadline_ms).max().unwrap();
     until_store_time(h, deadline).await;
     let reply = fetch(h, &q, &lease).await;
-    assert!(reply.jobs.is_empty() && reply.buried.is_empty(), "{reply:?}");
+    assert!(
+        reply.jobs.is_empty() && reply.buried.is_empty(),
+        "{reply:?}"
+    );
     assert_eq!(expiry_delays(&t, &keys).await, [3_600_000, 3_600_000]);
     let st = t.stats().await.unwrap();
     assert_eq!((st.expired, st.retried, st.retry), (4, 4, 2), "{st:?}");

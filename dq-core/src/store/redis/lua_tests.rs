@@ -32,7 +32,10 @@ fn lib_table(name: &str) -> BTreeMap<String, String> {
     body.split(',')
         .map(|pair| {
             let (k, v) = pair.split_once('=').expect("name = 'x'");
-            (k.trim().to_string(), v.trim().trim_matches('\'').to_string())
+            (
+                k.trim().to_string(),
+                v.trim().trim_matches('\'').to_string(),
+            )
         })
         .collect()
 }
@@ -82,7 +85,12 @@ fn state_table_is_job_state_code() {
         let letter = table
             .get(state.as_str())
             .unwrap_or_else(|| panic!("lib.lua's STATE has no {}", state.as_str()));
-        assert_eq!(letter.as_bytes(), [state.code()], "STATE.{}", state.as_str());
+        assert_eq!(
+            letter.as_bytes(),
+            [state.code()],
+            "STATE.{}",
+            state.as_str()
+        );
         assert_eq!(JobState::from_code(state.code()), Some(state));
     }
 }
@@ -122,8 +130,8 @@ fn no_script_spells_a_state_letter() {
         let text = std::fs::read_to_string(&path).expect("readable");
         let lines: Vec<&str> = text.lines().collect();
         for (n, literal) in string_literals(&text) {
-            let spells_state = !literal.is_empty()
-                && literal.chars().all(|c| letters.contains(&c.to_string()));
+            let spells_state =
+                !literal.is_empty() && literal.chars().all(|c| letters.contains(&c.to_string()));
             if spells_state && !declares_constants(lines[n - 1]) {
                 found.push(format!("{}:{n}: '{literal}'", path.display()));
             }
@@ -188,8 +196,8 @@ fn some_policies(rng: &mut impl Rng) -> Vec<RetryPolicy> {
             1 => RetryPolicy::fixed(some_delay(rng), rng.random_range(0..=12)).unwrap(),
             _ => {
                 let initial = some_delay(rng).max(Duration::from_millis(1));
-                let max = (initial + some_delay(rng))
-                    .min(Duration::from_millis(dq_syntax::MAX_DELAY_MS));
+                let max =
+                    (initial + some_delay(rng)).min(Duration::from_millis(dq_syntax::MAX_DELAY_MS));
                 RetryPolicy::exponential(initial, max, rng.random_range(0..=100)).unwrap()
             }
         };
