@@ -462,6 +462,37 @@ mod tests {
         );
     }
 
+    /// `delay_with` is the documented formula: `base + floor(base × pct × u / 100)`, the
+    /// exponential base doubling and everything capped at `max`; `delay_after` stays within it.
+    #[test]
+    fn delay_with_is_the_jitter_formula() {
+        let d = |ms: u64| Some(Duration::from_millis(ms));
+        let fixed = RetryPolicy::parse("fixed(1s, 3); jitter = 10%").unwrap();
+        assert_eq!(fixed.delay_with(1, 0.0), d(1000));
+        assert_eq!(fixed.delay_with(2, 0.5), d(1050));
+        assert_eq!(fixed.delay_with(3, 0.99999), d(1099));
+        assert_eq!(fixed.delay_with(4, 0.5), None);
+        assert_eq!(fixed.delay_with(0, 0.5), None);
+
+        let exp = RetryPolicy::parse("exponential(100ms, 1s, 5, jitter = 50%)").unwrap();
+        let at = |u: f64| (1..=5).map(|a| exp.delay_with(a, u)).collect::<Vec<_>>();
+        assert_eq!(at(0.0), [d(100), d(200), d(400), d(800), d(1000)]);
+        assert_eq!(at(0.5), [d(125), d(250), d(500), d(1000), d(1000)]);
+
+        // Without jitter the draw does not matter.
+        let exact = RetryPolicy::parse("15s, 3m").unwrap();
+        for u in [0.0, 0.3, 0.999] {
+            assert_eq!(exact.delay_with(2, u), d(180_000));
+        }
+        for _ in 0..100 {
+            let got = fixed.delay_after(1).unwrap();
+            assert!(
+                (d(1000).unwrap()..=d(1100).unwrap()).contains(&got),
+                "{got:?}"
+            );
+        }
+    }
+
     #[test]
     fn construction_validates() {
         assert!(RetryPolicy::fixed(Duration::from_secs(1), 101).is_err());
