@@ -1029,7 +1029,7 @@ async fn counters_at_their_maximum_never_fail_a_call() {
     // A lease that expires: recovered as a failed attempt (expired, retried).
     let short = dq::store::FetchRequest {
         lease: Duration::from_millis(1),
-        lease_expiry_retries: vec![HOUR],
+        retry_policy: dq::RetryPolicy::fixed(HOUR, 1).unwrap(),
         ..req()
     };
     let e = fetch(&h, &q, &short).await.jobs;

@@ -136,7 +136,7 @@ fn fetch_request() -> FetchRequest {
         lease: Duration::from_secs(300),
         promote_batch: 1000,
         recover_batch: 100,
-        lease_expiry_retries: Vec::new(),
+        retry_policy: dq_core::RetryPolicy::none(),
         dead_limits: DeadLimits::default(),
         call: FetchCall::new(),
     }

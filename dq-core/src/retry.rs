@@ -2,6 +2,41 @@
 //!
 //! A policy is a small value, validated when it is built. The default is the tiered schedule
 //! 15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h: nine retries, ten attempts in all.
+//!
+//! # A job's life
+//!
+//! A job is `scheduled` (due later) or `ready` (due now); a fetch leases it (`active`),
+//! counting one attempt and giving it a token and a lease deadline. Its attempt then ends in
+//! one of three ways:
+//!
+//! - the handler succeeds: the job is acked and gone;
+//! - the handler fails: the worker asks the topic's policy,
+//!   [`RetryPolicy::delay_after`]`(attempt)`, and the job waits in `retry` for that delay, or
+//!   is `dead` when the policy says `None`. (A permanent error buries at once; an error that
+//!   names its own delay keeps it while attempts are left; a deferral or a rate limit spends
+//!   no attempt.)
+//! - the lease runs out (the worker died or hung): the next fetch of the partition recovers
+//!   the job as a failed attempt ("lease expired") and asks **the same policy**, sent along
+//!   with the fetch, for the same answer: retry after `delay_after(attempt)`, or dead.
+//!
+//! A job in `retry` is leased again when due, like a scheduled one, for its next attempt; a
+//! dead job stays in the dead queue until it is requeued (attempts reset), purged or trimmed.
+//!
+//! So every retry delay, whoever notices the failure, comes from one function,
+//! [`RetryPolicy::delay_with`]: a pure function of the policy, the attempt and one random
+//! draw. The worker and the embedded store call it in Rust with a fresh draw per failure;
+//! Redis recovers expired leases inside `fetch.lua`, which runs its Lua mirror (`retry_delay`
+//! in `lib.lua`) on the policy's parameters ([`RetryPolicy::script_args`]) with a draw of
+//! Redis's `math.random`, seeded afresh by every fetch call, for every job. A test holds the
+//! two to the same answers over many (policy, attempt, draw) triples.
+//!
+//! # Jitter
+//!
+//! A policy with jitter `pct` adds to each delay `base` a random share of itself:
+//! `base + floor(base × pct × u / 100)` ms for a draw `u` in [0, 1), computed in `f64` in that
+//! order (the same IEEE operations in Rust and in Lua give the same result); exponential
+//! delays are then capped at `max`. Jitter is dq's own formula, not a library's; `backon`
+//! only paces the client's own retries of store calls.
 
 use std::time::Duration;
 
@@ -65,13 +100,14 @@ fn ms(d: Duration) -> Result<u64> {
     Ok(ms as u64)
 }
 
-/// `delay` plus a random 0 to `pct` % of itself, in whole ms (exactly `delay` for 0 %).
-fn with_jitter(delay: Duration, pct: u32) -> Duration {
+/// `base_ms` plus its jitter share for the draw `unit` (see the module docs): exactly
+/// `base_ms` for 0 %. `lib.lua`'s `jittered` is the same expression.
+fn jittered(base_ms: u64, pct: u32, unit: f64) -> u64 {
     if pct == 0 {
-        return delay;
+        return base_ms;
     }
-    let share = f64::from(pct) / 100.0 * rand::random::<f64>();
-    Duration::from_millis(delay.mul_f64(1.0 + share).as_millis() as u64)
+    let extra = (base_ms as f64 * f64::from(pct) * unit / 100.0).floor();
+    base_ms.saturating_add(extra as u64)
 }
 
 fn count(retries: u32) -> Result<u32> {
@@ -201,40 +237,96 @@ impl RetryPolicy {
     }
 
     /// The delay before the next attempt after attempt `attempt` (from 1) failed, or `None` when
-    /// the job is out of attempts.
+    /// the job is out of attempts: [`delay_with`](Self::delay_with) with a fresh random draw.
+    /// Both kinds of failure ask it: a handler's error (the worker) and an expired lease (the
+    /// store, see the module docs).
     pub fn delay_after(&self, attempt: u32) -> Option<Duration> {
+        self.delay_with(attempt, rand::random::<f64>())
+    }
+
+    /// The delay after attempt `attempt` failed, for the random draw `unit` in [0, 1): the
+    /// deterministic core of [`delay_after`](Self::delay_after), `None` when the job is out of
+    /// attempts. Without jitter `unit` does not matter. `lib.lua`'s `retry_delay` computes
+    /// the same function in Redis (a test holds them together).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use dq_core::RetryPolicy;
+    /// let p = RetryPolicy::parse("fixed(10s, 2); jitter = 50%")?;
+    /// assert_eq!(p.delay_with(1, 0.0), Some(Duration::from_secs(10)));
+    /// assert_eq!(p.delay_with(2, 0.5), Some(Duration::from_millis(12_500)));
+    /// assert_eq!(p.delay_with(3, 0.5), None);
+    /// # Ok::<(), dq_core::Error>(())
+    /// ```
+    pub fn delay_with(&self, attempt: u32, unit: f64) -> Option<Duration> {
         if attempt == 0 || attempt > self.retries() {
             return None;
         }
+        let unit = unit.clamp(0.0, 1.0);
         let i = (attempt - 1) as usize;
-        Some(match &self.0 {
+        let ms = match &self.0 {
             RetrySpec::None => return None,
             RetrySpec::Tiered {
                 delays_ms,
                 jitter_pct,
-            } => with_jitter(Duration::from_millis(delays_ms[i]), *jitter_pct),
+            } => jittered(delays_ms[i], *jitter_pct, unit),
             RetrySpec::Fixed {
                 delay_ms,
                 jitter_pct,
                 ..
-            } => with_jitter(Duration::from_millis(*delay_ms), *jitter_pct),
+            } => jittered(*delay_ms, *jitter_pct, unit),
             RetrySpec::Exponential {
                 initial_ms,
                 max_ms,
                 jitter_pct,
                 ..
             } => {
-                // Whole ms, exactly doubling (backon's float steps give 200.000003 ms), so
-                // that a policy without jitter has exactly the delays it names.
+                // Whole ms, exactly doubling, so that a policy without jitter has exactly the
+                // delays it names.
                 let doubling = 1u64.checked_shl(i as u32).unwrap_or(u64::MAX);
-                let base = Duration::from_millis(initial_ms.saturating_mul(doubling).min(*max_ms));
-                with_jitter(base, *jitter_pct).min(Duration::from_millis(*max_ms))
+                let base = initial_ms.saturating_mul(doubling).min(*max_ms);
+                jittered(base, *jitter_pct, unit).min(*max_ms)
             }
-        })
+        };
+        Some(Duration::from_millis(ms))
     }
 
-    /// Every retry delay in order (for exponential, a jittered sample). The store uses it to
-    /// retry jobs whose lease expired, since no handler is there to ask.
+    /// The policy as the store's scripts take it (`lib.lua`'s `read_retry_policy`): a kind,
+    /// the jitter percentage, then the kind's numbers: none `[0, 0]`; tiered
+    /// `[1, pct, delay ms…]`; fixed `[2, pct, delay ms, retries]`; exponential
+    /// `[3, pct, initial ms, max ms, retries]`.
+    pub fn script_args(&self) -> Vec<u64> {
+        match &self.0 {
+            RetrySpec::None => vec![0, 0],
+            RetrySpec::Tiered {
+                delays_ms,
+                jitter_pct,
+            } => [1, u64::from(*jitter_pct)]
+                .into_iter()
+                .chain(delays_ms.iter().copied())
+                .collect(),
+            RetrySpec::Fixed {
+                delay_ms,
+                retries,
+                jitter_pct,
+            } => vec![2, u64::from(*jitter_pct), *delay_ms, u64::from(*retries)],
+            RetrySpec::Exponential {
+                initial_ms,
+                max_ms,
+                retries,
+                jitter_pct,
+            } => vec![
+                3,
+                u64::from(*jitter_pct),
+                *initial_ms,
+                *max_ms,
+                u64::from(*retries),
+            ],
+        }
+    }
+
+    /// One draw of every retry delay in order (each jittered afresh): the policy as a reader
+    /// sees it. Neither the worker nor a store uses it; each failure draws its own delay.
     pub fn schedule(&self) -> Vec<Duration> {
         (1..=self.retries())
             .map_while(|a| self.delay_after(a))
@@ -368,6 +460,37 @@ mod tests {
             fixed.with_jitter(Jitter::None).unwrap(),
             RetryPolicy::fixed(Duration::from_secs(1), 2).unwrap()
         );
+    }
+
+    /// `delay_with` is the documented formula: `base + floor(base × pct × u / 100)`, the
+    /// exponential base doubling and everything capped at `max`; `delay_after` stays within it.
+    #[test]
+    fn delay_with_is_the_jitter_formula() {
+        let d = |ms: u64| Some(Duration::from_millis(ms));
+        let fixed = RetryPolicy::parse("fixed(1s, 3); jitter = 10%").unwrap();
+        assert_eq!(fixed.delay_with(1, 0.0), d(1000));
+        assert_eq!(fixed.delay_with(2, 0.5), d(1050));
+        assert_eq!(fixed.delay_with(3, 0.99999), d(1099));
+        assert_eq!(fixed.delay_with(4, 0.5), None);
+        assert_eq!(fixed.delay_with(0, 0.5), None);
+
+        let exp = RetryPolicy::parse("exponential(100ms, 1s, 5, jitter = 50%)").unwrap();
+        let at = |u: f64| (1..=5).map(|a| exp.delay_with(a, u)).collect::<Vec<_>>();
+        assert_eq!(at(0.0), [d(100), d(200), d(400), d(800), d(1000)]);
+        assert_eq!(at(0.5), [d(125), d(250), d(500), d(1000), d(1000)]);
+
+        // Without jitter the draw does not matter.
+        let exact = RetryPolicy::parse("15s, 3m").unwrap();
+        for u in [0.0, 0.3, 0.999] {
+            assert_eq!(exact.delay_with(2, u), d(180_000));
+        }
+        for _ in 0..100 {
+            let got = fixed.delay_after(1).unwrap();
+            assert!(
+                (d(1000).unwrap()..=d(1100).unwrap()).contains(&got),
+                "{got:?}"
+            );
+        }
     }
 
     #[test]

@@ -409,7 +409,7 @@ async fn read_only_calls_work_at_maxmemory() {
         lease: Duration::from_secs(60),
         promote_batch: 10,
         recover_batch: 10,
-        lease_expiry_retries: Vec::new(),
+        retry_policy: dq::RetryPolicy::none(),
         dead_limits: dq::DeadLimits::default(),
         call: dq::store::FetchCall::new(),
     };

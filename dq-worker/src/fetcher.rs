@@ -336,7 +336,7 @@ impl Fetcher {
             lease: self.settings.lease,
             promote_batch: PROMOTE_BATCH,
             recover_batch: 100,
-            lease_expiry_retries: self.topic.lease_expiry_retries.clone(),
+            retry_policy: self.topic.policy.clone(),
             dead_limits: self.topic.dead_limits,
             call: FetchCall::new(),
         };

@@ -17,9 +17,9 @@ use crate::error::WorkerError;
 pub(crate) struct TopicRuntime {
     pub descriptor: &'static JobDescriptor,
     pub topic: Topic,
+    /// The topic's retry policy: asked after a handler's error, and sent with every fetch so
+    /// that the store asks it for jobs whose lease expired.
     pub policy: RetryPolicy,
-    /// The policy's delays, for jobs whose lease expired (computed once).
-    pub lease_expiry_retries: Vec<Duration>,
     pub timeout: Option<Duration>,
     pub concurrency: usize,
     pub partitions: u16,
@@ -116,7 +116,6 @@ pub(crate) fn resolve(
             );
             Ok(Arc::new(TopicRuntime {
                 descriptor: d,
-                lease_expiry_retries: policy.schedule(),
                 policy,
                 timeout: d.timeout_ms.map(Duration::from_millis),
                 concurrency,

@@ -205,9 +205,10 @@ pub struct FetchRequest {
     pub promote_batch: usize,
     /// Most expired leases recovered per call.
     pub recover_batch: usize,
-    /// Retry delays for a job whose lease expired after attempt `i+1` (the topic's policy);
-    /// past the end of the list the job is dead with reason "lease expired".
-    pub lease_expiry_retries: Vec<Duration>,
+    /// The topic's retry policy: a job whose lease expired after attempt `n` waits
+    /// [`RetryPolicy::delay_after`](crate::RetryPolicy::delay_after)`(n)`, drawn afresh for
+    /// each job, or is dead ("lease expired") when the policy has no more retries.
+    pub retry_policy: crate::retry::RetryPolicy,
     /// Dead-queue limits applied when a recovered job is buried.
     pub dead_limits: DeadLimits,
     /// Which call and try this is: a retry after an ambiguous error gets back what an earlier
@@ -231,12 +232,10 @@ impl FetchRequest {
         if self.max_jobs > MAX_FETCH_JOBS
             || self.promote_batch > MAX_FETCH_BATCH
             || self.recover_batch > MAX_FETCH_BATCH
-            || self.lease_expiry_retries.len() > dq_syntax::MAX_RETRIES as usize
         {
             return Err(crate::error::Error::InvalidConfig(format!(
                 "fetch limits too large: at most {MAX_FETCH_JOBS} jobs, batches of \
-                 {MAX_FETCH_BATCH}, {} retry delays",
-                dq_syntax::MAX_RETRIES
+                 {MAX_FETCH_BATCH}"
             )));
         }
         Ok(())
@@ -250,7 +249,7 @@ impl Default for FetchRequest {
             lease: Duration::from_secs(30),
             promote_batch: 1000,
             recover_batch: 100,
-            lease_expiry_retries: crate::retry::RetryPolicy::default().schedule(),
+            retry_policy: crate::retry::RetryPolicy::default(),
             dead_limits: DeadLimits::default(),
             call: FetchCall::new(),
         }

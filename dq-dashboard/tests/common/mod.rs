@@ -129,7 +129,7 @@ pub fn fetch_one() -> FetchRequest {
         lease: Duration::from_secs(60),
         promote_batch: 100,
         recover_batch: 100,
-        lease_expiry_retries: Vec::new(),
+        retry_policy: dq_core::RetryPolicy::none(),
         dead_limits: DeadLimits::default(),
         call: FetchCall::new(),
     }

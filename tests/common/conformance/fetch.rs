@@ -104,7 +104,7 @@ pub async fn fetch_recovers_at_most_its_batch<H: Harness>(h: &H) {
     let r = FetchRequest {
         lease: ms(50),
         recover_batch: 2,
-        lease_expiry_retries: vec![HOUR],
+        retry_policy: RetryPolicy::fixed(HOUR, 1).unwrap(),
         ..req()
     };
     let jobs = fetch(h, &q, &r).await.jobs;

@@ -3,14 +3,14 @@
 use super::*;
 
 /// A lease that expires is recovered by the next fetch as a failed attempt ("lease expired"),
-/// retried per `lease_expiry_retries`, and after the last attempt the job is dead.
+/// retried per the fetch's retry policy, and after the last attempt the job is dead.
 pub async fn expired_lease_is_a_failed_attempt<H: Harness>(h: &H) {
     let c = h.client().await;
     let t = c.topic("lease.expiry").unwrap();
     let q = queue("lease.expiry");
     let r = FetchRequest {
         lease: ms(100),
-        lease_expiry_retries: vec![ms(0), ms(0)],
+        retry_policy: RetryPolicy::fixed(ms(0), 2).unwrap(),
         ..req()
     };
     t.enqueue(raw(1)).key("k").await.unwrap();

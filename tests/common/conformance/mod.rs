@@ -37,6 +37,7 @@ pub mod enqueue;
 pub mod fetch;
 pub mod group_commit;
 pub mod lease;
+pub mod lease_retry;
 pub mod limits;
 pub mod receipts;
 pub mod retry;
@@ -73,6 +74,8 @@ macro_rules! conformance_suite {
             lease::stale_tokens_change_nothing,
             lease::release_gives_the_attempt_back_at_the_front,
             lease::release_of_many_keeps_their_order,
+            lease_retry::lease_expiry_retries_draw_their_own_jitter,
+            lease_retry::lease_expiry_retries_without_jitter_are_exact,
             due::scheduled_and_retry_are_promoted_in_due_order,
             retry::retry_schedule_until_dead,
             retry::defer_spends_no_attempt,

@@ -209,7 +209,7 @@ pub async fn retried_fetch_finds_its_receipt<H: Harness>(h: &H) {
     t.enqueue(raw(1)).key("f-5").await.unwrap();
     let short = FetchRequest {
         lease: ms(150),
-        lease_expiry_retries: vec![ms(0)],
+        retry_policy: RetryPolicy::fixed(ms(0), 1).unwrap(),
         call: FetchCall::new(),
         ..r.clone()
     };

@@ -25,7 +25,7 @@ pub async fn stats_count_states_and_counters<H: Harness>(h: &H) {
     t.enqueue(raw(1)).key("e1").await.unwrap();
     let r = FetchRequest {
         lease: ms(50),
-        lease_expiry_retries: vec![HOUR],
+        retry_policy: RetryPolicy::fixed(HOUR, 1).unwrap(),
         ..req()
     };
     let e = fetch_one(h, &q, &r).await;
@@ -179,7 +179,7 @@ pub async fn no_leftovers_after_mixed_workload<H: Harness>(h: &H) {
     let mut buried = 0;
     let lease_expiry = FetchRequest {
         lease: ms(50),
-        lease_expiry_retries: vec![ms(0)],
+        retry_policy: RetryPolicy::fixed(ms(0), 1).unwrap(),
         ..req()
     };
     let deadline = Instant::now() + WAIT;

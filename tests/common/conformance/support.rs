@@ -78,7 +78,7 @@ pub fn req() -> FetchRequest {
         lease: LONG_LEASE,
         promote_batch: 1000,
         recover_batch: 100,
-        lease_expiry_retries: Vec::new(),
+        retry_policy: RetryPolicy::none(),
         dead_limits: DeadLimits::default(),
         call: FetchCall::new(),
     }

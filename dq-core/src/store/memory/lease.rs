@@ -101,12 +101,9 @@ impl Partition {
             };
             self.counters.expired += 1;
             rec.add_history(now, AttemptOutcome::LeaseExpired, "lease expired");
-            let delay = (rec.attempts as usize)
-                .checked_sub(1)
-                .and_then(|i| request.lease_expiry_retries.get(i));
-            match delay {
+            match request.retry_policy.delay_after(rec.attempts) {
                 Some(delay) => {
-                    let at = bound_due(i128::from(now) + i128::from(ms(*delay)), now);
+                    let at = bound_due(i128::from(now) + i128::from(ms(delay)), now);
                     rec.due_ms = at;
                     rec.place = self.sets.insert_later(Later::Retry, &key, at);
                     self.counters.retried += 1;

@@ -279,7 +279,7 @@ async fn expired_leases_retry_then_go_dead() {
     let request = FetchRequest {
         max_jobs: 1,
         lease: Duration::from_secs(30),
-        lease_expiry_retries: vec![SEC, 2 * SEC],
+        retry_policy: RetryPolicy::tiered([SEC, 2 * SEC]).unwrap(),
         ..FetchRequest::default()
     };
     let mut tokens = Vec::new();
@@ -506,7 +506,7 @@ async fn stale_tokens_are_refused() {
     let request = FetchRequest {
         max_jobs: 1,
         lease: SEC,
-        lease_expiry_retries: vec![Duration::ZERO],
+        retry_policy: RetryPolicy::fixed(Duration::ZERO, 1).unwrap(),
         ..FetchRequest::default()
     };
     let first = store.fetch(&q, &request).await.unwrap().jobs.remove(0);

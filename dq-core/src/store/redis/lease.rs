@@ -37,10 +37,9 @@ impl Lease for RedisStore {
                     .arg(per_partition_cap(request.dead_limits))
                     .arg(ms(request.dead_limits.retention))
                     .arg(ms(FetchCall::receipt_life(request.lease)).max(1))
-                    .arg(call.retry);
-                for d in &request.lease_expiry_retries {
-                    inv.arg(ms(*d));
-                }
+                    .arg(call.retry)
+                    .arg(rand::random::<u32>() >> 1)
+                    .arg(request.retry_policy.script_args());
             })
             .await?;
         let mut r = Reply::new(s.name, reply)?;

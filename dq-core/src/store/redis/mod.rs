@@ -22,6 +22,8 @@ mod checks;
 mod conn;
 pub mod layout;
 mod lease;
+#[cfg(test)]
+mod lua_tests;
 mod operate;
 mod produce;
 mod record;

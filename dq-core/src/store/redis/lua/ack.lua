@@ -33,16 +33,18 @@ end
 local keys = {}
 for i = 1, #ARGV, 2 do keys[#keys + 1] = ARGV[i] end
 local recs = hmget(jobs, keys)
+-- Reply codes (AckOutcome), not states.
+local ACKED, STALE, GONE = 'A', 'S', 'G'
 local codes, done, seen = {}, {}, {}
 for i, key in ipairs(keys) do
   local rec = recs[i]
   if seen[key] or not rec then
-    codes[i] = 'G' -- gone (or named twice: acked once)
-  elseif not is_record(rec) or string.sub(rec, 1, 1) ~= 'A'
+    codes[i] = GONE -- gone (or named twice: acked once)
+  elseif not is_record(rec) or state_of(rec) ~= STATE.active
       or token_of(rec) ~= tonumber(ARGV[2 * i]) then
-    codes[i] = 'S'
+    codes[i] = STALE
   else
-    codes[i] = 'A'
+    codes[i] = ACKED
     seen[key] = true
     done[#done + 1] = key
   end

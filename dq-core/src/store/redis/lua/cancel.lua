@@ -28,14 +28,14 @@ if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key
 
 local rec = redis.call('HGET', jobs, key)
 if not rec then return 'N' end
-if not is_record(rec) then return 'D' end
-local state = string.sub(rec, 1, 1)
-if state == 'A' then
+if not is_record(rec) then return STATE.dead end
+local state = state_of(rec)
+if state == STATE.active then
   -- the only write: HSET raises, writing nothing, on a control key of another type
   redis.call('HSET', control, cancel_field(key), token_of(rec))
   return 'C'
 end
-if state == 'D' then return state end
+if state == STATE.dead then return state end
 local has_hist = redis.call('HEXISTS', hist, key) == 1
 unlink(state, scheduled, retry, nil, key)
 redis.call('HDEL', jobs, key)

@@ -20,9 +20,11 @@
 -- ZREM dead is the first write. Checked: ready (requeue) or hist (purge), once, before it.
 
 local dead, ready, jobs, hist, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- The action codes of ARGV[1], not states.
+local REQUEUE, PURGE = 'R', 'P'
 local action = ARGV[1]
 local n = (#ARGV - 1) / 2
-if (action ~= 'R' and action ~= 'P') or n < 1 or n > 1000 or n ~= math.floor(n) then
+if (action ~= REQUEUE and action ~= PURGE) or n < 1 or n > 1000 or n ~= math.floor(n) then
   return redis.error_reply('ERR dq bad arguments: action, pairs')
 end
 
@@ -37,7 +39,7 @@ for i = 1, n do
     local score = redis.call('ZSCORE', dead, key)
     if score and tonumber(score) == died then
       local rec = redis.call('HGET', jobs, key)
-      if is_record(rec) and string.sub(rec, 1, 1) == 'D' then
+      if is_record(rec) and state_of(rec) == STATE.dead then
         take[i], seen[key], any = true, true, true
       end
     end
@@ -45,7 +47,7 @@ for i = 1, n do
 end
 if not any then return string.rep('0', n) end
 local bad
-if action == 'R' then bad = check_types({ready, 'list'}) else bad = check_types({hist, 'hash'}) end
+if action == REQUEUE then bad = check_types({ready, 'list'}) else bad = check_types({hist, 'hash'}) end
 if bad then return bad end
 
 local now = now_ms()
@@ -55,10 +57,10 @@ for i = 1, n do
   if take[i] then
     local key = ARGV[2 * i]
     redis.call('ZREM', dead, key)
-    if action == 'R' then
+    if action == REQUEUE then
       local rec = redis.call('HGET', jobs, key)
       local _, _, _, _, token = unpack_record(rec)
-      redis.call('HSET', jobs, key, with_header(rec, 'R', 0, now, token))
+      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, 0, now, token))
       redis.call('RPUSH', ready, key)
     else
       redis.call('HDEL', jobs, key)
@@ -67,5 +69,5 @@ for i = 1, n do
     codes[i] = '1'
   end
 end
-if action == 'R' then wake(wake_key) end
+if action == REQUEUE then wake(wake_key) end
 return table.concat(codes)

@@ -164,7 +164,7 @@ if applied then
     if not old then
       results[i + 1] = 'E'
     elseif not is_record(old) then
-      results[i + 1] = 'D' -- a damaged value is no job of this call's; nothing written
+      results[i + 1] = STATE.dead -- a damaged value is no job of this call's; nothing written
     else
       -- Still the job that try stored: created at its time, with this call's payload (a job
       -- stored in the same ms by another call would have to carry the same payload too).
@@ -197,9 +197,9 @@ for i = 0, n - 1 do
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
   local outcome = '+'
-  local state = now_state[key] or (olds[i + 1] and string.sub(olds[i + 1], 1, 1))
+  local state = now_state[key] or (olds[i + 1] and state_of(olds[i + 1]))
   if state then
-    if replace == '1' and state ~= 'A' then
+    if replace == '1' and state ~= STATE.active then
       outcome = '~'
       replaced = true
     else
@@ -210,11 +210,11 @@ for i = 0, n - 1 do
     local due = now
     if mode == 'd' then due = now + value elseif mode == 'a' then due = value end
     due = bound_due(due, now)
-    local new_state = waiting_state(due, now, 'S')
+    local new_state = waiting_state(due, now, STATE.scheduled)
     records[#records + 1] = key
     -- pack_record(new_state, 0, due, now, 0, payload), in one concatenation.
     records[#records + 1] = new_state .. '\0' .. struct.pack('>I6', due) .. header_tail .. payload
-    if new_state == 'R' then
+    if new_state == STATE.ready then
       hints[#hints + 1] = key
       due = nil
     elseif not earliest_new or due < earliest_new then

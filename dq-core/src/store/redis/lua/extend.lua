@@ -37,7 +37,7 @@ for i = 2, #ARGV, 2 do
   local ok = '0'
   if is_record(rec) then
     local state, _, _, _, owner = unpack_record(rec)
-    if state == 'A' and owner == token then
+    if state == STATE.active and owner == token then
       redis.call('ZADD', active, 'XX', deadline, key)
       ok = '1'
       if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then ok = '2' end

@@ -82,7 +82,7 @@ for i, key in ipairs(keys) do
     code = -1 -- damaged: this delivery cannot own it; fetch buries it
   else
     local state, _, _, _, owner = unpack_record(rec)
-    if state ~= 'A' or owner ~= tonumber(ARGV[2 + (i - 1) * 5 + 2]) then code = -1 end
+    if state ~= STATE.active or owner ~= tonumber(ARGV[2 + (i - 1) * 5 + 2]) then code = -1 end
   end
   if code then
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = code, 0, 0
@@ -140,15 +140,15 @@ for j, i in ipairs(live) do
     cancelled[#cancelled + 1] = key
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 3, now, 0
   elseif action == 'b' then
-    history(j, attempts, 'B', err)
+    history(j, attempts, HISTORY.buried, err)
     job_writes[#job_writes + 1] = key
-    job_writes[#job_writes + 1] = with_header(rec, 'D', attempts, due, owner)
+    job_writes[#job_writes + 1] = with_header(rec, STATE.dead, attempts, due, owner)
     buried[#buried + 1] = now
     buried[#buried + 1] = key
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 2, now, 0
   else
     local at = bound_due(now + delay, now)
-    local code, later, zset = 'F', 'F', retry
+    local code, later, zset = HISTORY.failed, STATE.retry, retry
     if action == 't' then
       -- the partner is rate-limiting us: the whole partition leases nothing before `at`
       throttles = throttles + 1
@@ -156,10 +156,10 @@ for j, i in ipairs(live) do
     end
     if action == 'd' or action == 't' then
       -- "not yet": the attempt is given back and the job waits like a scheduled one
-      code, later, zset = 'd', 'S', scheduled
+      code, later, zset = HISTORY.deferred, STATE.scheduled, scheduled
     end
     history(j, attempts, code, err)
-    if code == 'd' then attempts = attempts - 1 else retried = retried + 1 end
+    if code == HISTORY.deferred then attempts = attempts - 1 else retried = retried + 1 end
     job_writes[#job_writes + 1] = key
     job_writes[#job_writes + 1] = with_header(rec, waiting_state(at, now, later), attempts, at, owner)
     if at <= now then

@@ -1,7 +1,9 @@
 -- fetch: the worker's one call per round trip. In order:
 --   0. (retries) find this call's receipt and lease its jobs again, under fresh tokens;
 --   1. recover at most ARGV[4] expired leases: each counts as a failed attempt
---      ("lease expired") and goes to retry after the topic's delay, or to dead;
+--      ("lease expired") and goes to retry after the delay the topic's retry policy gives
+--      that attempt (`retry_delay`, the mirror of RetryPolicy::delay_with, with a fresh
+--      draw of math.random per job), or to dead when the policy has no more;
 --   2. pop up to ARGV[1] ready keys, skipping stale hints, and lease them with fresh tokens;
 --   3. take the due jobs of scheduled and retry, merged by due time: lease them directly while
 --      room is left, then move at most ARGV[3] more to ready;
@@ -52,7 +54,10 @@
 -- ARGV[6] dead-queue retention, ms
 -- ARGV[7] receipt life, ms (> 0)
 -- ARGV[8] try of this call: 0 the first, n the n-th retry
--- ARGV[9..] retry delay in ms after attempt 1, 2, ... for jobs whose lease expired
+-- ARGV[9] random seed, an integer in [0, 2^31), drawn afresh by the caller for every call:
+--         seeds math.random, which gives each recovered job its own jitter draw
+-- ARGV[10..] the topic's retry policy, as RetryPolicy::script_args writes it (lib.lua's
+--         read_retry_policy): what a job whose lease expired after attempt n waits
 --
 -- Returns {now, next_ms, trimmed, n_jobs, n_buried, key1, record1, ..., buried_key1, ...}
 --   now      Redis TIME in ms (the lease start)
@@ -84,12 +89,12 @@ end
 if not (receipt_ms and try_no and receipt_key) or receipt_ms <= 0 or try_no < 0 then
   return redis.error_reply('ERR dq bad arguments: fetch call')
 end
-local delays = {}
-for i = 9, #ARGV do
-  local d = tonumber(ARGV[i])
-  if not d or d < 0 then return redis.error_reply('ERR dq bad arguments: retry delay') end
-  delays[#delays + 1] = d
+local seed = tonumber(ARGV[9])
+if not seed or seed < 0 or seed >= 2147483648 or seed ~= math.floor(seed) then
+  return redis.error_reply('ERR dq bad arguments: random seed')
 end
+local policy, policy_error = read_retry_policy(ARGV, 10)
+if not policy then return redis.error_reply('ERR dq bad arguments: ' .. policy_error) end
 
 -- A member no job key can be (job keys hold no control characters), longer than the
 -- listpack limit (zset-max-listpack-value, 64): see the lease writes below.
@@ -131,7 +136,7 @@ if receipt and try_no > 0 then
     local recs = hmget(jobs, keys)
     for i, key in ipairs(keys) do
       local rec = recs[i]
-      if rec and is_record(rec) and not seen[key] and string.sub(rec, 1, 1) == 'A'
+      if rec and is_record(rec) and not seen[key] and state_of(rec) == STATE.active
           and token_of(rec) == tokens[i] then
         seen[key] = true
         lease_keys[#lease_keys + 1] = key
@@ -148,8 +153,8 @@ local function bury_corrupt(key, rec)
   redis.call('ZREM', scheduled, key)
   redis.call('ZREM', retry, key)
   redis.call('ZREM', active, key)
-  redis.call('HSET', jobs, key, pack_record('D', 0, now, now, 0, rec))
-  add_history(hist, key, read_history(hist, key), 0, now, 'B', 'corrupt record')
+  redis.call('HSET', jobs, key, pack_record(STATE.dead, 0, now, now, 0, rec))
+  add_history(hist, key, read_history(hist, key), 0, now, HISTORY.buried, 'corrupt record')
   redis.call('ZADD', dead, now, key)
   count(stats, 'buried', 1)
   buried[#buried + 1] = key
@@ -163,6 +168,9 @@ if #expired > 0 then
   local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
     jobs, 'hash', hist, 'hash', stats, 'hash'})
   if bad then return bad end
+  -- Redis 7 does not reseed math.random between calls (older versions reset it to one
+  -- seed): either way, the caller's seed makes this call's draws its own.
+  math.randomseed(seed)
 end
 -- (a receipt's job, seen above, is leased again below and not charged)
 for _, key in ipairs(expired) do
@@ -171,18 +179,18 @@ for _, key in ipairs(expired) do
     local rec = redis.call('HGET', jobs, key)
     if rec and not is_record(rec) then
       bury_corrupt(key, rec)
-    elseif rec and string.sub(rec, 1, 1) == 'A'
+    elseif rec and state_of(rec) == STATE.active
         and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       -- its cancel was requested while it ran: it ends as cancelled, never retried
       drop_cancelled(active, jobs, hist, stats, control, key)
-    elseif rec and string.sub(rec, 1, 1) == 'A' then
+    elseif rec and state_of(rec) == STATE.active then
       local _, attempts, due, _, token = unpack_record(rec)
       count(stats, 'expired', 1)
-      add_history(hist, key, read_history(hist, key), attempts, now, 'L', 'lease expired')
-      local delay = delays[attempts]
+      add_history(hist, key, read_history(hist, key), attempts, now, HISTORY.lease_expired, 'lease expired')
+      local delay = retry_delay(policy, attempts, math.random())
       if delay then
         local at = bound_due(now + delay, now)
-        redis.call('HSET', jobs, key, with_header(rec, 'F', attempts, at, token))
+        redis.call('HSET', jobs, key, with_header(rec, STATE.retry, attempts, at, token))
         redis.call('ZADD', retry, slot_score(retry, at), key)
         count(stats, 'retried', 1)
       else
@@ -257,7 +265,7 @@ while #lease_keys < max_jobs and rounds < 4 do
     local rec = recs[i]
     if rec and not is_record(rec) then
       if not seen[key] then corrupt(key, rec) end
-    elseif rec and not seen[key] and string.sub(rec, 1, 1) == 'R' then
+    elseif rec and not seen[key] and state_of(rec) == STATE.ready then
       seen[key] = true
       lease_keys[#lease_keys + 1] = key
       lease_recs[#lease_recs + 1] = rec
@@ -295,10 +303,10 @@ if #taken > 0 then
   local recs = hmget(jobs, taken)
   for i, key in ipairs(taken) do
     local rec = recs[i]
-    local state = rec and string.sub(rec, 1, 1)
+    local state = rec and state_of(rec)
     if rec and not is_record(rec) and not seen[key] then
       corrupt(key, rec)
-    elseif (state == 'S' or state == 'F') and not seen[key] then
+    elseif (state == STATE.scheduled or state == STATE.retry) and not seen[key] then
       seen[key] = true
       if #lease_keys < max_jobs then
         lease_keys[#lease_keys + 1] = key
@@ -306,7 +314,7 @@ if #taken > 0 then
       else
         local _, attempts, due, _, old_token = unpack_record(rec)
         records[#records + 1] = key
-        records[#records + 1] = with_header(rec, 'R', attempts, due, old_token)
+        records[#records + 1] = with_header(rec, STATE.ready, attempts, due, old_token)
         hints[#hints + 1] = key
       end
     end
@@ -343,7 +351,7 @@ if n_jobs > 0 then
     token = token + 1
     -- a receipt's job keeps its attempt: its earlier lease never reached a worker
     local spent = i <= from_receipt and 0 or 1
-    local leased = pack_record('A', attempts + spent, due, created, token,
+    local leased = pack_record(STATE.active, attempts + spent, due, created, token,
       string.sub(rec, HEADER_LEN + 1))
     leases[#leases + 1] = key
     leases[#leases + 1] = token
@@ -393,19 +401,19 @@ if scan then
       bury_corrupt(key, rec)
     else
       local state, _, due = unpack_record(rec)
-      if state == 'S' and not redis.call('ZSCORE', scheduled, key) then
+      if state == STATE.scheduled and not redis.call('ZSCORE', scheduled, key) then
         redis.call('ZADD', scheduled, slot_score(scheduled, due), key)
         repaired = repaired + 1
-      elseif state == 'F' and not redis.call('ZSCORE', retry, key) then
+      elseif state == STATE.retry and not redis.call('ZSCORE', retry, key) then
         redis.call('ZADD', retry, slot_score(retry, due), key)
         repaired = repaired + 1
-      elseif state == 'A' and not redis.call('ZSCORE', active, key) then
+      elseif state == STATE.active and not redis.call('ZSCORE', active, key) then
         redis.call('ZADD', active, now, key) -- recovered as an expired lease next time
         repaired = repaired + 1
-      elseif state == 'D' and not redis.call('ZSCORE', dead, key) then
+      elseif state == STATE.dead and not redis.call('ZSCORE', dead, key) then
         redis.call('ZADD', dead, now, key)
         repaired = repaired + 1
-      elseif state == 'R' and ready_empty then
+      elseif state == STATE.ready and ready_empty then
         redis.call('RPUSH', ready, key)
         ready_left = true
         repaired = repaired + 1

@@ -2,19 +2,31 @@
 --
 -- A job record is one value in the partition's `jobs` hash, field = job key:
 --   20-byte header, struct '>c1BI6I6I6':
---     state    1 char   S scheduled, R ready, A active, F retry, D dead
+--     state    1 char   STATE below (S scheduled, R ready, A active, F retry, D dead)
 --     attempts u8      attempts started (a release or a deferral gives one back)
 --     due      u48     due time, ms (for F: the next attempt; for D: unchanged)
 --     created  u48     first enqueue, ms
 --     token    u48     delivery token of the current/last lease (0 before the first)
 --   followed by the payload bytes, opaque here.
 -- A job's failed attempts live in the `hist` hash (same field), a cmsgpack array of
--- {attempt, at_ms, code, error}; codes: F failed, L lease expired, d deferred, B buried.
+-- {attempt, at_ms, code, error}; codes: HISTORY below.
 --
 -- Sorted-set scores are `due + k / 4096`, k one more than that of the last job already in the
 -- set for the same millisecond (at most 2047), so jobs due in the same millisecond come out in
 -- the order they were queued. A job is due when its score is below now + 1. Due times are
 -- capped at MAX_DUE, the largest value the record's 48-bit field holds.
+
+-- The job states, by name: the letter each is stored as (a record's first byte) and answered
+-- as. The one place a script spells a state letter: JobState::code in Rust is held to this
+-- table by a test, which also fails on a state letter written anywhere else.
+local STATE = {scheduled = 'S', ready = 'R', active = 'A', retry = 'F', dead = 'D'}
+
+-- Which states exist, by letter.
+local IS_STATE = {}
+for _, letter in pairs(STATE) do IS_STATE[letter] = true end
+
+-- How an attempt ended, as a history entry's code (AttemptOutcome in Rust).
+local HISTORY = {failed = 'F', lease_expired = 'L', deferred = 'd', buried = 'B'}
 
 local HEADER = '>c1BI6I6I6'
 local HEADER_LEN = 20
@@ -28,7 +40,12 @@ end
 
 -- True for a value that is a well-formed record (a header and a known state).
 local function is_record(rec)
-  return rec and #rec >= HEADER_LEN and string.find('SRAFD', string.sub(rec, 1, 1), 1, true) ~= nil
+  return rec and #rec >= HEADER_LEN and IS_STATE[string.sub(rec, 1, 1)] == true
+end
+
+-- The state letter of a record (its first byte), read without decoding the header.
+local function state_of(rec)
+  return string.sub(rec, 1, 1)
 end
 
 -- Returns state, attempts, due, created, token of a record (the payload is not copied).
@@ -225,25 +242,25 @@ end
 -- Moves an active/failed job to the dead queue.
 local function bury(dead, jobs, stats, key, rec, now)
   local _, attempts, due, _, token = unpack_record(rec)
-  redis.call('HSET', jobs, key, with_header(rec, 'D', attempts, due, token))
+  redis.call('HSET', jobs, key, with_header(rec, STATE.dead, attempts, due, token))
   redis.call('ZADD', dead, now, key)
   count(stats, 'buried', 1)
 end
 
 -- Removes a job from whichever waiting structure holds it (ready hints are left to go stale).
 local function unlink(state, scheduled, retry, dead, key)
-  if state == 'S' then
+  if state == STATE.scheduled then
     redis.call('ZREM', scheduled, key)
-  elseif state == 'F' then
+  elseif state == STATE.retry then
     redis.call('ZREM', retry, key)
-  elseif state == 'D' then
+  elseif state == STATE.dead then
     redis.call('ZREM', dead, key)
   end
 end
 
--- The state a waiting job has at `due`: ready if due now, else `later` (S or F).
+-- The state a waiting job has at `due`: ready if due now, else `later` (scheduled or retry).
 local function waiting_state(due, now, later)
-  if due <= now then return 'R' end
+  if due <= now then return STATE.ready end
   return later
 end
 
@@ -275,6 +292,62 @@ local function drop_cancelled(active, jobs, hist, stats, control, key)
   redis.call('HDEL', hist, key)
   redis.call('HDEL', control, cancel_field(key))
   count(stats, 'cancelled', 1)
+end
+
+-- ---- retry delays: the Lua mirror of RetryPolicy::delay_with (dq-core/src/retry.rs) ----
+-- A test runs these on Redis against the Rust function over many (policy, attempt, draw)
+-- triples: change both or neither.
+
+-- Reads a retry policy from `args` (ARGV) at `from`, as RetryPolicy::script_args writes it:
+-- kind, jitter %, then none (0): nothing; tiered (1): delay ms of each retry; fixed (2):
+-- delay ms, retries; exponential (3): initial ms, max ms, retries.
+-- Returns the policy, or nil and the reason it is malformed.
+local function read_retry_policy(args, from)
+  local kind, pct = tonumber(args[from]), tonumber(args[from + 1])
+  if not kind or not pct or pct < 0 or pct > 100 then return nil, 'retry policy' end
+  local nums = {}
+  for i = from + 2, #args do
+    local n = tonumber(args[i])
+    if not n or n < 0 then return nil, 'retry policy numbers' end
+    nums[#nums + 1] = n
+  end
+  if kind == 0 and #nums == 0 then
+    return {retries = 0, pct = 0}
+  elseif kind == 1 and #nums <= 100 then
+    return {retries = #nums, pct = pct, delays = nums}
+  elseif kind == 2 and #nums == 2 and nums[2] <= 100 then
+    return {retries = nums[2], pct = pct, fixed = nums[1]}
+  elseif kind == 3 and #nums == 3 and nums[1] > 0 and nums[2] >= nums[1] and nums[3] <= 100 then
+    return {retries = nums[3], pct = pct, initial = nums[1], max = nums[2]}
+  end
+  return nil, 'retry policy kind'
+end
+
+-- `base` ms plus its jitter share for the draw `unit` in [0, 1): base + floor(base * pct *
+-- unit / 100), in this order (doubles, as in Rust).
+local function jittered(base, pct, unit)
+  if pct == 0 then return base end
+  if unit < 0 then unit = 0 elseif unit > 1 then unit = 1 end
+  return base + math.floor(base * pct * unit / 100)
+end
+
+-- The delay in ms before the next attempt after attempt `attempt` failed, for the draw
+-- `unit`; nil when the job is out of attempts (it is dead).
+local function retry_delay(policy, attempt, unit)
+  if attempt < 1 or attempt > policy.retries then return nil end
+  if policy.delays then return jittered(policy.delays[attempt], policy.pct, unit) end
+  if policy.fixed then return jittered(policy.fixed, policy.pct, unit) end
+  if policy.initial then
+    -- exactly doubling in whole ms, capped at max
+    local base = policy.initial
+    for _ = 2, attempt do
+      base = base * 2
+      if base >= policy.max then base = policy.max break end
+    end
+    if base > policy.max then base = policy.max end
+    return math.min(jittered(base, policy.pct, unit), policy.max)
+  end
+  return nil
 end
 
 -- ---- end of lib.lua ----

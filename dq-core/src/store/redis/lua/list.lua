@@ -27,8 +27,9 @@
 
 local records, hist = KEYS[6], KEYS[7]
 local mode, state, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local index = ({S = KEYS[1], F = KEYS[2], R = KEYS[3], A = KEYS[4], D = KEYS[5]})[state or '']
-if (mode ~= 'z' and mode ~= 'r') or not index or (mode == 'r') ~= (state == 'R')
+local index = ({[STATE.scheduled] = KEYS[1], [STATE.retry] = KEYS[2], [STATE.ready] = KEYS[3],
+  [STATE.active] = KEYS[4], [STATE.dead] = KEYS[5]})[state or '']
+if (mode ~= 'z' and mode ~= 'r') or not index or (mode == 'r') ~= (state == STATE.ready)
     or not limit or limit <= 0 then
   return redis.error_reply('ERR dq bad arguments: mode, state, limit')
 end
@@ -76,7 +77,7 @@ if mode == 'z' then
     local found = hmget(records, got)
     for i, key in ipairs(got) do
       local rec = found[i]
-      if is_record(rec) and string.sub(rec, 1, 1) == state then
+      if is_record(rec) and state_of(rec) == state then
         keys[#keys + 1], places[#places + 1], recs[#recs + 1] = key, page[2 * i], rec
       end
     end
@@ -92,7 +93,7 @@ else
     read = i
     if not seen[key] then
       local rec = redis.call('HGET', records, key)
-      if is_record(rec) and string.sub(rec, 1, 1) == state then
+      if is_record(rec) and state_of(rec) == state then
         seen[key] = true
         keys[#keys + 1], places[#places + 1], recs[#recs + 1] = key, tostring(from + i - 1), rec
       end

@@ -42,17 +42,17 @@ for i = #ARGV - 1, 1, -2 do
   local ok = '0'
   if is_record(rec) then
     local state, attempts, due, _, owner = unpack_record(rec)
-    if state == 'A' and owner == token and has_control
+    if state == STATE.active and owner == token and has_control
         and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       drop_cancelled(active, jobs, hist, stats, control, key)
       ok = '1'
-    elseif state == 'A' and owner == token then
+    elseif state == STATE.active and owner == token then
       if released == 0 then
         local bad = check_types({ready, 'list'})
         if bad then return bad end
       end
       redis.call('ZREM', active, key)
-      redis.call('HSET', jobs, key, with_header(rec, 'R', attempts - 1, due, owner))
+      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, attempts - 1, due, owner))
       redis.call('LPUSH', ready, key)
       released = released + 1
       ok = '1'

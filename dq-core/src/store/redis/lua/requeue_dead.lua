@@ -22,7 +22,7 @@ local checked = false
 for _, key in ipairs(ARGV) do
   local ok = '0'
   local rec = redis.call('HGET', jobs, key)
-  if is_record(rec) and string.sub(rec, 1, 1) == 'D' then
+  if is_record(rec) and state_of(rec) == STATE.dead then
     if not checked then
       local bad = check_types({ready, 'list'})
       if bad then return bad end
@@ -30,7 +30,7 @@ for _, key in ipairs(ARGV) do
     end
     if redis.call('ZREM', dead, key) == 1 then
       local _, _, _, _, token = unpack_record(rec)
-      redis.call('HSET', jobs, key, with_header(rec, 'R', 0, now, token))
+      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, 0, now, token))
       redis.call('RPUSH', ready, key)
       moved = moved + 1
       ok = '1'

@@ -31,26 +31,26 @@ end
 
 local rec = redis.call('HGET', jobs, key)
 if not rec then return {'N', 0} end
-if not is_record(rec) then return {'D', 0} end
+if not is_record(rec) then return {STATE.dead, 0} end
 local state, attempts, due, _, token = unpack_record(rec)
-if state == 'A' or state == 'D' then return {state, 0} end
+if state == STATE.active or state == STATE.dead then return {state, 0} end
 
 local now = now_ms()
 local at
 if mode == 'a' then at = value elseif mode == 'd' then at = now + value else at = due + value end
 at = bound_due(at, now)
 
-local new_state = waiting_state(at, now, 'S')
+local new_state = waiting_state(at, now, STATE.scheduled)
 local score
-if new_state ~= 'R' then
+if new_state ~= STATE.ready then
   score = slot_score(scheduled, at)
-elseif state ~= 'R' then
+elseif state ~= STATE.ready then
   local bad = check_types({ready, 'list'})
   if bad then return bad end
 end
 unlink(state, scheduled, retry, nil, key)
 redis.call('HSET', jobs, key, with_header(rec, new_state, attempts, at, token))
-if new_state == 'R' and state == 'R' then
+if new_state == STATE.ready and state == STATE.ready then
   -- already has a live hint in ready: keep its place in line
   return {'K', at}
 end

@@ -1,0 +1,257 @@
+//! Tests that bind what the Lua scripts spell to what Rust spells: the state letters of
+//! `lib.lua`'s `STATE` table and `JobState::code`, its history codes and `AttemptOutcome`, and
+//! its `retry_delay` and `RetryPolicy::delay_with`, run on a real redis-server.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+
+use crate::job::{AttemptOutcome, JobState};
+use crate::retry::{Jitter, RetryPolicy};
+
+const LIB: &str = include_str!("lua/lib.lua");
+const LUA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/redis/lua");
+
+const EVERY_STATE: [JobState; 5] = [
+    JobState::Scheduled,
+    JobState::Ready,
+    JobState::Active,
+    JobState::Retry,
+    JobState::Dead,
+];
+
+/// The `name = 'x'` pairs of the table `local NAME = {…}` of `lib.lua` (on one line).
+fn lib_table(name: &str) -> BTreeMap<String, String> {
+    let prefix = format!("local {name} = {{");
+    let line = LIB
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("lib.lua has no one-line table {name}"));
+    let body = line[prefix.len()..].trim_end().trim_end_matches('}');
+    body.split(',')
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').expect("name = 'x'");
+            (
+                k.trim().to_string(),
+                v.trim().trim_matches('\'').to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every string literal of a Lua text with its line number, comments skipped.
+fn string_literals(lua: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (n, line) in lua.lines().enumerate() {
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '-' if chars.peek() == Some(&'-') => break,
+                '\'' | '"' => {
+                    let mut text = String::new();
+                    while let Some(d) = chars.next() {
+                        match d {
+                            '\\' => text.extend(chars.next()),
+                            d if d == c => break,
+                            d => text.push(d),
+                        }
+                    }
+                    out.push((n + 1, text));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// A line that names constants: `local NAME, OTHER = …` (upper-case names).
+fn declares_constants(line: &str) -> bool {
+    line.strip_prefix("local ")
+        .and_then(|rest| rest.split_once(" = "))
+        .is_some_and(|(names, _)| {
+            names
+                .split(", ")
+                .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        })
+}
+
+#[test]
+fn state_table_is_job_state_code() {
+    let table = lib_table("STATE");
+    assert_eq!(table.len(), EVERY_STATE.len(), "{table:?}");
+    for state in EVERY_STATE {
+        let letter = table
+            .get(state.as_str())
+            .unwrap_or_else(|| panic!("lib.lua's STATE has no {}", state.as_str()));
+        assert_eq!(
+            letter.as_bytes(),
+            [state.code()],
+            "STATE.{}",
+            state.as_str()
+        );
+        assert_eq!(JobState::from_code(state.code()), Some(state));
+    }
+}
+
+#[test]
+fn history_table_is_attempt_outcome() {
+    let table = lib_table("HISTORY");
+    let expected = [
+        ("failed", AttemptOutcome::Failed),
+        ("lease_expired", AttemptOutcome::LeaseExpired),
+        ("deferred", AttemptOutcome::Deferred),
+        ("buried", AttemptOutcome::Buried),
+    ];
+    assert_eq!(table.len(), expected.len(), "{table:?}");
+    for (name, outcome) in expected {
+        let code = &table[name];
+        assert_eq!(AttemptOutcome::from_code(code), outcome, "HISTORY.{name}");
+    }
+}
+
+/// No script writes a state letter as a literal: states are `STATE.<name>`. A code of another
+/// meaning that shares a letter (an ack's 'S' for stale) is a named constant of its script.
+#[test]
+fn no_script_spells_a_state_letter() {
+    let letters: Vec<String> = EVERY_STATE
+        .iter()
+        .map(|s| char::from(s.code()).to_string())
+        .collect();
+    let mut found = Vec::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(LUA_DIR).expect("the lua directory") {
+        let path = entry.expect("a lua file").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("lua") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, literal) in string_literals(&text) {
+            let spells_state =
+                !literal.is_empty() && literal.chars().all(|c| letters.contains(&c.to_string()));
+            if spells_state && !declares_constants(lines[n - 1]) {
+                found.push(format!("{}:{n}: '{literal}'", path.display()));
+            }
+        }
+    }
+    assert!(files > 10, "only {files} scripts found in {LUA_DIR}");
+    assert!(
+        found.is_empty(),
+        "state letters spelled literally (write STATE.<name>):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The lexer above sees what the check needs.
+#[test]
+fn string_literals_skip_comments_and_escapes() {
+    let lua = "local a = 'S' -- 'R'\nlocal b = \"x\\\"y\" .. 'A'\n-- 'D'";
+    assert_eq!(
+        string_literals(lua),
+        [
+            (1, "S".to_string()),
+            (2, "x\"y".to_string()),
+            (2, "A".to_string())
+        ]
+    );
+    assert!(declares_constants("local ACKED, STALE = 'A', 'S'"));
+    assert!(!declares_constants("local state = 'S'"));
+}
+
+/// The script that runs `lib.lua`'s `retry_delay`: ARGV = n, then n (attempt, draw) pairs,
+/// then the policy's `script_args`; returns the n delays (-1 for none).
+const RETRY_DELAY_PROBE: &str = "
+local n = tonumber(ARGV[1])
+local policy, err = read_retry_policy(ARGV, 2 + 2 * n)
+if not policy then return redis.error_reply('bad policy: ' .. err) end
+local out = {}
+for i = 1, n do
+  out[i] = retry_delay(policy, tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])) or -1
+end
+return out
+";
+
+/// A delay as a test draws it: short, within the hour, up to the 365-day limit, or an edge.
+fn some_delay(rng: &mut impl Rng) -> Duration {
+    Duration::from_millis(match rng.random_range(0..4) {
+        0 => rng.random_range(0..1000),
+        1 => rng.random_range(0..3_600_000),
+        2 => rng.random_range(0..=dq_syntax::MAX_DELAY_MS),
+        _ => [0, 1, 7, 15_000, dq_syntax::MAX_DELAY_MS][rng.random_range(0..5)],
+    })
+}
+
+/// Many policies of every kind and jitter, with the default and `none` among them.
+fn some_policies(rng: &mut impl Rng) -> Vec<RetryPolicy> {
+    let mut policies = vec![RetryPolicy::none(), RetryPolicy::default()];
+    for _ in 0..300 {
+        let policy = match rng.random_range(0..3) {
+            0 => {
+                let n = rng.random_range(1..=12);
+                RetryPolicy::tiered((0..n).map(|_| some_delay(rng))).unwrap()
+            }
+            1 => RetryPolicy::fixed(some_delay(rng), rng.random_range(0..=12)).unwrap(),
+            _ => {
+                let initial = some_delay(rng).max(Duration::from_millis(1));
+                let max =
+                    (initial + some_delay(rng)).min(Duration::from_millis(dq_syntax::MAX_DELAY_MS));
+                RetryPolicy::exponential(initial, max, rng.random_range(0..=100)).unwrap()
+            }
+        };
+        let jitter = match rng.random_range(0..6) {
+            0 => Jitter::None,
+            1 => Jitter::UpTo(100),
+            2 => Jitter::UpTo([1, 10, 33, 50, 99][rng.random_range(0..5)]),
+            _ => Jitter::UpTo(rng.random_range(0..=100)),
+        };
+        policies.push(match policy.clone().with_jitter(jitter) {
+            Ok(p) => p,
+            Err(_) => policy, // a policy without retries has no jitter
+        });
+    }
+    policies
+}
+
+/// `retry_delay` in Lua on a real Redis gives exactly what `RetryPolicy::delay_with` gives,
+/// over many (policy, attempt, draw) triples: the lease-expiry retries of `fetch.lua` and
+/// the worker's retries are one function.
+#[test]
+fn lua_retry_delay_is_rust_delay_with() {
+    let server = dq_testkit::shared();
+    let script = format!("{LIB}\n{RETRY_DELAY_PROBE}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20);
+    let mut triples = 0;
+    for policy in some_policies(&mut rng) {
+        let mut pairs: Vec<(u32, f64)> = Vec::new();
+        for attempt in 0..=policy.retries() + 1 {
+            for unit in [0.0, 0.5, 1.0 - f64::EPSILON / 2.0, rng.random::<f64>()] {
+                pairs.push((attempt, unit));
+            }
+        }
+        let mut args = vec![
+            "EVAL".to_string(),
+            script.clone(),
+            "0".into(),
+            pairs.len().to_string(),
+        ];
+        for (attempt, unit) in &pairs {
+            args.push(attempt.to_string());
+            args.push(format!("{unit:?}"));
+        }
+        args.extend(policy.script_args().iter().map(u64::to_string));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let lua: Vec<i64> = server.cmd(&argv);
+        assert_eq!(lua.len(), pairs.len());
+        for ((attempt, unit), got) in pairs.iter().zip(lua) {
+            let rust = policy
+                .delay_with(*attempt, *unit)
+                .map_or(-1, |d| d.as_millis() as i64);
+            assert_eq!(got, rust, "{policy:?}, attempt {attempt}, draw {unit:?}");
+            triples += 1;
+        }
+    }
+    assert!(triples > 5_000, "only {triples} triples");
+}
