@@ -13,7 +13,7 @@
 //! records its own), once per topic per client: a mismatch is
 //! [`Error::TopicMismatch`](crate::Error::TopicMismatch) before anything is written.
 //!
-//! This file only assembles the rooms below; none of them imports it.
+//! This file only assembles the files below; none of them imports it.
 
 pub mod admin;
 mod config;

@@ -1,9 +1,10 @@
 //! dq's metrics, through the [`metrics`] crate's facade: dq records, the application picks
 //! the exporter (Prometheus, StatsD, …) by installing a recorder; without one every record is
-//! a no-op. This module names every metric dq emits, records the producer's and the Redis
-//! store's. The optional queue-depth collector that sets the gauges marked "collector" is
+//! a no-op. This module names every metric dq emits and records the producer's and the Redis
+//! store's. The optional queue-depth collector, which sets the gauges marked "collector", is
 //! `dq_core::client::admin::spawn_stats_collector` (facade: `dq::metrics::spawn_stats_collector`),
-//! beside the operator API it reads with. The worker's are recorded by `dq-worker`'s own `metrics` module, with these names.
+//! beside the operator API it reads with. The worker's metrics are recorded by `dq-worker`'s own
+//! `metrics` module, with these names.
 //!
 //! Labels are bounded: `topic` (the application's topic names), `op` (a store operation's
 //! fixed name), `outcome` and `state` (fixed names). Never a job key.

@@ -23,7 +23,7 @@ use crate::store::produce::{EnqueueCall, EnqueueOutcome, Enqueued, NewJob};
 
 /// A job to enqueue: its payload, and optionally its key, due time and `replace`. Built like
 /// a single enqueue (`JobSpec::new(p).key(k).delay(d)`), and passed in a list to
-/// [`Client::enqueue_bulk`]:
+/// [`Client::enqueue_bulk`](crate::Client::enqueue_bulk):
 ///
 /// ```no_run
 /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {

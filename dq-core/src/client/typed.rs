@@ -39,8 +39,8 @@ impl Client {
     }
 
     /// Enqueues many jobs of type `J` with one script call per partition and chunk of
-    /// [`ClientConfig::bulk_chunk`]. Every job is validated before any is written; a bad one
-    /// is refused as [`Error::BulkItem`], which names its index and key. See
+    /// [`ClientConfig::bulk_chunk`](crate::ClientConfig::bulk_chunk). Every job is validated before any is written; a bad one
+    /// is refused as [`Error::BulkItem`](crate::Error::BulkItem), which names its index and key. See
     /// [`TopicClient::enqueue_bulk`] for what an error after that means.
     pub async fn enqueue_bulk<J: Job>(
         &self,
