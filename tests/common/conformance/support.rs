@@ -244,7 +244,12 @@ impl<S: dq::store::Lease + ?Sized> FailOne for S {}
 pub async fn dead_page<H: Harness>(h: &H, q: &Queue, offset: usize, limit: usize) -> Vec<JobInfo> {
     let chunk = h
         .store()
-        .list(q, JobState::Dead, &dq::store::ListFrom::Start, offset + limit)
+        .list(
+            q,
+            JobState::Dead,
+            &dq::store::ListFrom::Start,
+            offset + limit,
+        )
         .await
         .unwrap();
     chunk
