@@ -10,7 +10,7 @@ use backon::{ExponentialBuilder, Retryable};
 use crate::error::Result;
 
 /// How long after its first try an enqueue call is still retried. Shorter than
-/// [`ENQUEUE_RECEIPT_LIFE`](crate::job::ENQUEUE_RECEIPT_LIFE) by a margin, so that a retry always
+/// [`ENQUEUE_RECEIPT_LIFE`](crate::store::produce::ENQUEUE_RECEIPT_LIFE) by a margin, so that a retry always
 /// finds the receipt of an earlier try that was applied.
 pub const ENQUEUE_RETRY_WINDOW: Duration = Duration::from_secs(20);
 

@@ -212,6 +212,7 @@ pub struct TopicStats {
     /// concurrency cap is reached with work waiting, or a handler asked to slow the topic
     /// down. Lateness this causes is not an error.
     pub throttled: bool,
-    /// Times a handler asked to slow the topic down ([`FailAction::Throttle`]).
+    /// Times a handler asked to slow the topic down
+    /// ([`FailAction::Throttle`](crate::store::lease::FailAction::Throttle)).
     pub throttles: u64,
 }
