@@ -41,8 +41,15 @@ pub(crate) fn span(samples: &[Sample], now: Instant, every: Duration) -> Duratio
     oldest.max(every * 20).min(WINDOW)
 }
 
-/// A chart of `series` over the last `span`, titled `title`, values shown with `unit`.
-pub(crate) fn line_chart(title: &str, unit: &str, span: Duration, series: &[Series]) -> Markup {
+/// A chart of `series` over the last `span`, titled `title`, values shown with `unit`;
+/// `name` tells it from the page's other charts (`data-chart`).
+pub(crate) fn line_chart(
+    name: &str,
+    title: &str,
+    unit: &str,
+    span: Duration,
+    series: &[Series],
+) -> Markup {
     let max = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
@@ -61,7 +68,7 @@ pub(crate) fn line_chart(title: &str, unit: &str, span: Duration, series: &[Seri
     let x = |ago: f64| PAD_L + (W - PAD_L - 4.0) * (1.0 - (ago / span).clamp(0.0, 1.0));
     let y = |v: f64| PAD_T + (H - PAD_T - PAD_B) * (1.0 - v / top);
     html! {
-        figure.chart {
+        figure.chart data-chart=(name) {
             figcaption { (title) }
             svg viewBox={"0 0 " (W) " " (H)} width=(W) height=(H) role="img" aria-label=(title) {
                 @for frac in [0.0, 0.5, 1.0] {

@@ -190,9 +190,9 @@ pub(super) fn charts(
     let span = chart::span(samples, now, shared.opts.sample_every);
     html! {
         section.charts {
-            (chart::line_chart("Throughput (jobs / min)", "", span, &chart::throughput_series(samples, now, topic)))
-            (chart::line_chart("Depth by state", "", span, &chart::depth_series(samples, now, topic)))
-            (chart::line_chart("Lateness: oldest overdue", "s", span, &chart::lateness_series(samples, now, topic)))
+            (chart::line_chart("throughput", "Throughput (jobs / min)", "", span, &chart::throughput_series(samples, now, topic)))
+            (chart::line_chart("depth", "Depth by state", "", span, &chart::depth_series(samples, now, topic)))
+            (chart::line_chart("lateness", "Lateness: oldest overdue", "s", span, &chart::lateness_series(samples, now, topic)))
         }
     }
 }

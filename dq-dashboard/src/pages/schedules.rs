@@ -7,7 +7,7 @@ use axum::extract::State;
 use dq_core::ScheduleInfo;
 use maud::{Markup, html};
 
-use super::layout::{PageResult, layout, short, topic_link, when};
+use super::layout::{PageResult, layout, topic_link, when};
 use crate::state::Shared;
 
 /// `/schedules`: the stored schedules, by name.
@@ -56,7 +56,7 @@ fn ticks(s: &ScheduleInfo) -> Markup {
             "cron " code { (expr) }
             " " span.muted { (s.schedule.time_zone().unwrap_or("UTC")) }
         } @else if let Some(every) = s.schedule.interval() {
-            "every " (short(u64::try_from(every.as_millis()).unwrap_or(u64::MAX)))
+            "every " (humantime::format_duration(every))
         }
     }
 }
