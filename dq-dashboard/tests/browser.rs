@@ -322,19 +322,19 @@ async fn run(
         .await
         .unwrap();
     let depth = "figure.chart[data-chart=\"depth\"]";
-    let points = |series: &'static str| async move {
-        let css = format!("{depth} polyline[data-series=\"{series}\"]");
-        eventually_some(&format!("a {series} line"), WAIT, || {
-            let css = css.clone();
-            async move {
-                browser.refresh().await.ok()?;
-                let line = browser.find(Locator::Css(&css)).await.ok()?;
-                line.attr("points").await.ok().flatten()
-            }
-        })
-        .await
-    };
-    let (ready, dead) = (points("ready").await, points("dead").await);
+    // Both lines read from one page load (a reload moves every point left).
+    let (ready, dead) = eventually_some("a ready and a dead line", WAIT, || async move {
+        browser.refresh().await.ok()?;
+        let mut lines = Vec::new();
+        for series in ["ready", "dead"] {
+            let css = format!("{depth} polyline[data-series=\"{series}\"]");
+            let line = browser.find(Locator::Css(&css)).await.ok()?;
+            lines.push(line.attr("points").await.ok().flatten()?);
+        }
+        let dead = lines.pop()?;
+        Some((lines.pop()?, dead))
+    })
+    .await;
     assert_ne!(ready, dead, "the ready line lies on the dead line");
     for series in ["ready", "dead"] {
         let marker = format!("{depth} circle.marker[data-series=\"{series}\"]");
