@@ -1,5 +1,6 @@
-//! The dashboard over HTTP against a real Redis: the numbers its pages show, requeue and
-//! purge (one, a selection, every job matching a filter, in chunks), and the safety rules —
+//! The dashboard over HTTP against a real Redis: the numbers its pages show, each topic's
+//! pause, throttle and limits, the schedules, errors in the page frame, requeue and purge
+//! (one, a selection, every job matching a filter, in chunks), and the safety rules —
 //! authentication, read-only mode, CSRF token and origin checks.
 
 mod common;
