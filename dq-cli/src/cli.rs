@@ -19,6 +19,7 @@ Exit codes:
 Examples:
   dq topics
   dq stats orders.close --watch
+  dq schedules --json
   dq job orders.close order-7
   dq dead list orders.close --error-contains 503 --limit 50
   dq dead requeue orders.close --all --error-contains 'partner API'
@@ -102,6 +103,9 @@ pub enum Command {
 
     /// Enqueue a job by hand, its payload given as JSON (stored as MessagePack).
     Enqueue(EnqueueArgs),
+
+    /// List the periodic schedules: topic, cron expression or interval, next and last tick.
+    Schedules(JsonOut),
 
     /// Serve the web dashboard (topics, jobs, the dead queue) until Ctrl-C.
     Dashboard(DashboardArgs),

@@ -62,6 +62,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Dead(DeadCommand::Requeue(a)) => ctx.dead_bulk(a, DeadAction::Requeue).await,
         Command::Dead(DeadCommand::Purge(a)) => ctx.dead_bulk(a, DeadAction::Purge).await,
         Command::Enqueue(a) => ctx.enqueue(a).await,
+        Command::Schedules(a) => ctx.schedules(a.json).await,
         Command::Dashboard(a) => ctx.dashboard(a).await,
     }
 }
@@ -142,6 +143,26 @@ impl Ctx {
         for r in rows {
             println!("{:width$}  {:>10}  {}", r.topic, r.partitions, r.created);
         }
+        Ok(())
+    }
+
+    /// The stored periodic schedules, by name.
+    async fn schedules(&self, json: bool) -> Outcome {
+        let rows: Vec<view::ScheduleRow> = self
+            .client
+            .schedules()
+            .await?
+            .iter()
+            .map(view::ScheduleRow::from)
+            .collect();
+        if json {
+            return print_json(&rows);
+        }
+        if rows.is_empty() {
+            eprintln!("no schedules in namespace {:?}", self.namespace);
+            return Ok(());
+        }
+        print!("{}", view::schedules_table(&rows, self.now_ms().await?));
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use dq_core::{JobInfo, TopicMeta, TopicStats};
+use dq_core::{JobInfo, ScheduleInfo, TopicMeta, TopicStats};
 use serde::Serialize;
 
 /// A store time (Unix ms) as RFC 3339, to the millisecond.
@@ -185,7 +185,7 @@ pub fn stats_detail(r: &StatsView) -> String {
     let c = &r.counters;
     let workers = r.workers.map_or_else(|| "-".to_owned(), |w| w.to_string());
     format!(
-        "topic           {}  ({} partitions)\n\
+        "topic           {}  ({} partition{})\n\
          scheduled       {}\nready           {}\nactive          {}\nretry           {}\n\
          dead            {}\noverdue         {}\noldest overdue  {}\nlive workers    {}\n\
          leasing         {}\n\
@@ -193,6 +193,7 @@ pub fn stats_detail(r: &StatsView) -> String {
          cancelled {}, trimmed {}, throttles {}\n",
         r.topic,
         r.partitions,
+        if r.partitions == 1 { "" } else { "s" },
         r.scheduled,
         r.ready,
         r.active,
@@ -352,4 +353,102 @@ pub fn dead_line(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
     // One line per job: errors are cut at the first line break.
     let last = last.lines().next().unwrap_or("");
     format!("{}\t{}\t{}\t{}", j.key, died, j.attempts, last)
+}
+
+/// One schedule of `dq schedules`.
+#[derive(Serialize)]
+pub struct ScheduleRow {
+    /// Its name (each tick's job key is `<name>@<tick ms>`).
+    pub name: String,
+    /// The topic its jobs go to.
+    pub topic: String,
+    /// Its cron expression, or `None` for an interval schedule.
+    pub cron: Option<String>,
+    /// The time zone of a cron schedule (`None`: UTC).
+    pub time_zone: Option<String>,
+    /// The interval of an `every` schedule, ms.
+    pub every_ms: Option<u64>,
+    /// What happens to ticks missed while no worker ran: `once` or `skip`.
+    pub missed: String,
+    /// Its next tick, RFC 3339 (`None`: it never ticks again).
+    pub next: Option<String>,
+    /// Its next tick, Unix ms.
+    pub next_ms: Option<u64>,
+    /// The tick before the next one, RFC 3339: the last one enqueued, unless the schedule
+    /// was created or changed after it.
+    pub last: Option<String>,
+    /// That tick, Unix ms.
+    pub last_ms: Option<u64>,
+}
+
+impl From<&ScheduleInfo> for ScheduleRow {
+    fn from(s: &ScheduleInfo) -> ScheduleRow {
+        let last_ms = s
+            .next_ms
+            .and_then(|next| s.schedule.last_at_or_before(next.saturating_sub(1)));
+        ScheduleRow {
+            name: s.name.clone(),
+            topic: s.topic.clone(),
+            cron: s.schedule.cron_expr().map(str::to_owned),
+            time_zone: s.schedule.time_zone().map(str::to_owned),
+            every_ms: s
+                .schedule
+                .interval()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            missed: s.schedule.missed_policy().as_str().to_owned(),
+            next: s.next_ms.map(rfc3339),
+            next_ms: s.next_ms,
+            last: last_ms.map(rfc3339),
+            last_ms,
+        }
+    }
+}
+
+/// The text table of `dq schedules`: when each schedule ticks, its next and last tick.
+pub fn schedules_table(rows: &[ScheduleRow], now_ms: u64) -> String {
+    let ticks = |r: &ScheduleRow| match (&r.cron, r.every_ms) {
+        (Some(expr), _) => format!("cron {expr} {}", r.time_zone.as_deref().unwrap_or("UTC")),
+        (None, Some(ms)) => format!("every {}", millis(ms)),
+        (None, None) => "-".to_owned(),
+    };
+    let when = |ms: Option<u64>| ms.map_or_else(|| "-".to_owned(), |ms| relative(ms, now_ms));
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.name.clone(),
+                r.topic.clone(),
+                ticks(r),
+                when(r.next_ms),
+                when(r.last_ms),
+            ]
+        })
+        .collect();
+    let head = ["NAME", "TOPIC", "TICKS", "NEXT TICK", "LAST TICK"];
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|c| c[i].chars().count())
+            .chain([head[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths = [width(0), width(1), width(2), width(3)];
+    let mut out = String::new();
+    for line in std::iter::once(head.map(str::to_owned)).chain(cells) {
+        let _ = writeln!(
+            out,
+            "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
+            line[0],
+            line[1],
+            line[2],
+            line[3],
+            line[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3]
+        );
+    }
+    out
 }

@@ -213,6 +213,7 @@ fn help_reads_well() {
         "reschedule",
         "dead",
         "enqueue",
+        "schedules",
         "--url",
         "REDIS_URL",
         "--namespace",
@@ -975,4 +976,88 @@ async fn pause_resume_and_limits_of_a_topic() {
         .ok();
     assert_eq!(t.control().await.unwrap(), dq_core::TopicControl::default());
     w.dq(&["pause", "nosuch"]).code(NOT_FOUND);
+}
+
+#[tokio::test]
+async fn stats_names_one_partition_in_the_singular() {
+    let w = World::new().await;
+    w.topic("single").enqueue(vec![0x01]).await.unwrap();
+    let detail = w.dq(&["stats", "single"]).ok().stdout;
+    assert!(detail.contains("single  (1 partition)\n"), "{detail}");
+    w.topic("multi").enqueue(vec![0x01]).await.unwrap();
+    let detail = w.dq(&["stats", "multi"]).ok().stdout;
+    assert!(detail.contains("multi  (3 partitions)\n"), "{detail}");
+}
+
+#[tokio::test]
+async fn schedules_lists_each_schedule_with_its_ticks() {
+    let w = World::new().await;
+    let none = w.dq(&["schedules"]).ok();
+    assert!(none.stderr.contains("no schedules"), "{}", none.stderr);
+    assert_eq!(
+        w.dq(&["schedules", "--json"]).ok().json(),
+        serde_json::json!([])
+    );
+
+    let payload =
+        dq_core::payload::encode(&serde_json::json!({"kind": "nightly"}), 1 << 20).unwrap();
+    let nightly = dq_core::Schedule::cron("0 30 2 * * *")
+        .unwrap()
+        .tz("Europe/Berlin")
+        .unwrap()
+        .missed(dq_core::Missed::Skip);
+    w.client
+        .schedule_raw("nightly-report", "reports", nightly, payload.clone())
+        .await
+        .unwrap();
+    let every = dq_core::Schedule::every(Duration::from_secs(30)).unwrap();
+    w.client
+        .schedule_raw("poll", "sensors", every, payload)
+        .await
+        .unwrap();
+    let now = store_time(&w.client).await;
+
+    let rows = w.dq(&["schedules", "--json"]).ok().json();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let nightly = &rows[0];
+    assert_eq!(nightly["name"], "nightly-report");
+    assert_eq!(nightly["topic"], "reports");
+    assert_eq!(nightly["cron"], "0 30 2 * * *");
+    assert_eq!(nightly["time_zone"], "Europe/Berlin");
+    assert_eq!(nightly["every_ms"], Value::Null);
+    assert_eq!(nightly["missed"], "skip");
+    let next = nightly["next_ms"].as_u64().unwrap();
+    assert!(next > now && next <= now + 25 * 3_600_000, "{nightly}");
+    let last = nightly["last_ms"].as_u64().unwrap();
+    // A day apart (23 or 25 hours across a change of summer time).
+    let gap = next - last;
+    assert!(
+        (23 * 3_600_000..=25 * 3_600_000).contains(&gap),
+        "{nightly}"
+    );
+    let poll = &rows[1];
+    assert_eq!(poll["name"], "poll");
+    assert_eq!(poll["every_ms"], 30_000);
+    assert_eq!(poll["cron"], Value::Null);
+    assert_eq!(poll["missed"], "once");
+    assert_eq!(poll["next_ms"].as_u64().unwrap() % 30_000, 0, "{poll}");
+    assert!(poll["next"].as_str().unwrap().ends_with('Z'), "{poll}");
+
+    let text = w.dq(&["schedules"]).ok().stdout;
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("NEXT TICK"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("nightly-report")
+            && lines[1].contains("cron 0 30 2 * * * Europe/Berlin"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("poll") && lines[2].contains("every 30s") && lines[2].contains("in "),
+        "{text}"
+    );
 }

@@ -1,4 +1,9 @@
 //! Line charts of the sampled history as inline SVG: no script, no image files.
+//!
+//! Two series with equal values must both stay visible (ready = 2 must not hide under
+//! dead = 2): each series is drawn with its own dash pattern, shifted a little up or down
+//! from the others (`OFFSET` pixels apart, the legend giving the exact values), and marked
+//! at its latest point.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +26,10 @@ const H: f64 = 150.0;
 const PAD_L: f64 = 44.0;
 const PAD_B: f64 = 18.0;
 const PAD_T: f64 = 8.0;
+/// Vertical distance between two series' lines, in pixels: equal values run side by side.
+const OFFSET: f64 = 2.0;
+/// Dash patterns, one per series in order (the first solid).
+const DASHES: [&str; 5] = ["none", "7 3", "2 2", "9 3 2 3", "4 4"];
 
 /// How far back a chart reaches: the age of the oldest sample, at least twenty sampling
 /// intervals (a fresh dashboard draws lines across the chart, not a dot at its edge), at
@@ -32,8 +41,15 @@ pub(crate) fn span(samples: &[Sample], now: Instant, every: Duration) -> Duratio
     oldest.max(every * 20).min(WINDOW)
 }
 
-/// A chart of `series` over the last `span`, titled `title`, values shown with `unit`.
-pub(crate) fn line_chart(title: &str, unit: &str, span: Duration, series: &[Series]) -> Markup {
+/// A chart of `series` over the last `span`, titled `title`, values shown with `unit`;
+/// `name` tells it from the page's other charts (`data-chart`).
+pub(crate) fn line_chart(
+    name: &str,
+    title: &str,
+    unit: &str,
+    span: Duration,
+    series: &[Series],
+) -> Markup {
     let max = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
@@ -52,7 +68,7 @@ pub(crate) fn line_chart(title: &str, unit: &str, span: Duration, series: &[Seri
     let x = |ago: f64| PAD_L + (W - PAD_L - 4.0) * (1.0 - (ago / span).clamp(0.0, 1.0));
     let y = |v: f64| PAD_T + (H - PAD_T - PAD_B) * (1.0 - v / top);
     html! {
-        figure.chart {
+        figure.chart data-chart=(name) {
             figcaption { (title) }
             svg viewBox={"0 0 " (W) " " (H)} width=(W) height=(H) role="img" aria-label=(title) {
                 @for frac in [0.0, 0.5, 1.0] {
@@ -64,19 +80,25 @@ pub(crate) fn line_chart(title: &str, unit: &str, span: Duration, series: &[Seri
                 text x=(PAD_L) y=(H - 4.0) font-size="10" fill="#667" { (full) }
                 text x=(x(span / 2.0)) y=(H - 4.0) font-size="10" fill="#667" text-anchor="middle" { (half) }
                 text x=(W - 4.0) y=(H - 4.0) font-size="10" fill="#667" text-anchor="end" { "now" }
-                @for s in series {
+                @for (i, s) in series.iter().enumerate() {
+                    @let shift = (i as f64 - (series.len() as f64 - 1.0) / 2.0) * OFFSET;
+                    @let dash = DASHES[i % DASHES.len()];
                     @if s.points.len() > 1 {
-                        polyline fill="none" stroke=(s.color) stroke-width="1.8" points=(
-                            s.points.iter().map(|&(ago, v)| format!("{:.1},{:.1}", x(ago), y(v))).collect::<Vec<_>>().join(" ")
+                        polyline data-series=(s.name) fill="none" stroke=(s.color) stroke-width="1.8" stroke-dasharray=(dash) points=(
+                            s.points.iter().map(|&(ago, v)| format!("{:.1},{:.1}", x(ago), y(v) + shift)).collect::<Vec<_>>().join(" ")
                         ) {}
-                    } @else if let Some(&(ago, v)) = s.points.first() {
-                        circle cx=(x(ago)) cy=(y(v)) r="2.5" fill=(s.color) {}
+                    }
+                    @if let Some(&(ago, v)) = s.points.last() {
+                        circle.marker data-series=(s.name) cx=(x(ago)) cy=(y(v) + shift) r="2.8" fill=(s.color) {}
                     }
                 }
             }
             div.legend {
                 @for s in series {
-                    span { i style={"background:" (s.color)} {} (s.name) }
+                    span data-series=(s.name) {
+                        i style={"background:" (s.color)} {} (s.name)
+                        @if let Some(&(_, v)) = s.points.last() { " " b { (format_value(v)) (unit) } }
+                    }
                 }
                 @if series.iter().all(|s| s.points.is_empty()) {
                     span.muted { "collecting samples…" }

@@ -1,7 +1,8 @@
 //! dq's web dashboard: server-rendered pages over a [`Client`](dq_core::Client) for the
-//! operator on call — topics with their depths, throughput and lateness, a topic's
-//! scheduled and retrying jobs, the dead queue (errors grouped by message; requeue or purge
-//! one job, a selection, or every job matching a filter), and one job's attempts and payload.
+//! operator on call — topics with their depths, throughput and lateness and whether each is
+//! paused, throttled or limited, a topic's scheduled and retrying jobs, the dead queue (errors
+//! grouped by message; requeue or purge one job, a selection, or every job matching a filter),
+//! one job's attempts and payload, and the periodic schedules.
 //!
 //! Two ways to run it:
 //!
@@ -15,7 +16,8 @@
 //!   is refused unless the browser says it comes from the dashboard's own origin
 //!   (`Origin` / `Sec-Fetch-Site`), so another site cannot make an operator's browser
 //!   requeue or purge anything.
-//! - [`DashboardOptions::read_only`] renders no buttons and answers every `POST` with 403.
+//! - [`DashboardOptions::read_only`] renders no form, CSRF token or button and answers every
+//!   `POST` with 403.
 //! - [`Auth`] asks for a bearer token or a basic-auth password on every request; the secret
 //!   is compared in constant time and never logged (its `Debug` is redacted). Read it from
 //!   the environment ([`Auth::from_env`]), not from the command line.
@@ -49,7 +51,8 @@ pub use security::Auth;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct DashboardOptions {
-    /// No buttons, and every `POST` is refused with 403 (default `false`).
+    /// No forms that change anything (no buttons, no CSRF token), and every `POST` is
+    /// refused with 403 (default `false`).
     pub read_only: bool,
     /// Who may see the dashboard (default [`Auth::None`]).
     pub auth: Auth,

@@ -1,4 +1,5 @@
-//! The routes and their pages: overview, topic, dead queue (and its one POST endpoint), job.
+//! The routes and their pages: overview, topic, dead queue (and its one POST endpoint), job,
+//! schedules; any other path is a 404 in the page frame.
 //! Everything is rendered on the server with `maud` (which escapes every value); the pages
 //! carry no script. Each page is its own file; `layout.rs` holds what they share. This file
 //! only assembles them.
@@ -7,6 +8,7 @@ mod dead_queue;
 mod job;
 mod layout;
 mod overview;
+mod schedules;
 mod style;
 mod topic;
 
@@ -28,6 +30,12 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router {
             get(dead_queue::dead_page).post(dead_queue::dead_action),
         )
         .route("/topics/{topic}/jobs/{key}", get(job::job_page))
+        .route("/schedules", get(schedules::schedules_page))
+        .fallback(layout::no_such_page)
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            layout::frame_errors,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             security::guard,

@@ -1,9 +1,12 @@
 //! The dashboard in a real browser: headless Chromium driven over WebDriver (chromedriver,
 //! started here on a free port and killed by pid at the end). Jobs in every state are made
 //! in a real Redis; the test reads the overview's numbers against `stats`, requeues one dead
-//! job by clicking its button and watches it leave the dead queue, and saves a screenshot of
-//! each page under `target/dashboard-screenshots/`. With `DQ_UPDATE_SCREENSHOTS=1` it also
-//! writes the overview and dead-queue screenshots to `docs/img/` for the README.
+//! job by clicking its button and watches it leave the dead queue, checks that equal depths
+//! both stay visible in the chart, that a 404 keeps the header and a way back, that a
+//! read-only dashboard's dead queue holds no form, and that the schedules page lists the
+//! schedules; it saves a screenshot of each page under `target/dashboard-screenshots/`. With
+//! `DQ_UPDATE_SCREENSHOTS=1` it also writes the overview, dead-queue, topic and schedules
+//! screenshots to `docs/img/` for the README.
 
 mod common;
 
@@ -143,7 +146,33 @@ async fn the_dashboard_in_a_real_browser() {
     make_dead(&client, "invoices", "inv-77", "PDF renderer crashed").await;
     make_scheduled(&client, "invoices", "inv-1", 12).await;
     make_ready(&client, "webhooks", "hook-", 3).await;
+    // Equal depths: two ready, two dead (the chart must show both lines).
+    make_dead(&client, "alerts", "alert-1", "pager service down").await;
+    make_dead(&client, "alerts", "alert-2", "pager service down").await;
+    make_ready(&client, "alerts", "alert-ready-", 2).await;
     let emails = client.topic("emails").unwrap();
+    // Limits on one topic, a pause on another: the overview flags both.
+    emails
+        .set_rate(Some("100/s".parse().unwrap()))
+        .await
+        .unwrap();
+    emails.set_concurrency(Some(8)).await.unwrap();
+    client.topic("invoices").unwrap().pause().await.unwrap();
+    // Two periodic schedules.
+    let payload = common::payload(serde_json::json!({ "kind": "nightly" }));
+    let nightly = dq_core::Schedule::cron("0 30 2 * * *")
+        .unwrap()
+        .tz("Europe/Berlin")
+        .unwrap();
+    client
+        .schedule_raw("nightly-invoices", "invoices", nightly, payload.clone())
+        .await
+        .unwrap();
+    let every = dq_core::Schedule::every(Duration::from_secs(300)).unwrap();
+    client
+        .schedule_raw("webhook-retry-sweep", "webhooks", every, payload)
+        .await
+        .unwrap();
     // A live worker serving two of the topics, as a running worker's heartbeat records it.
     let mut worker = dq_core::WorkerInfo::new(vec!["emails".into(), "invoices".into()], 8, 1);
     worker.started_ms = std::time::SystemTime::now()
@@ -165,13 +194,19 @@ async fn the_dashboard_in_a_real_browser() {
             .sample_every(Duration::from_millis(250)),
     )
     .await;
+    let read_only = serve(
+        client.clone(),
+        DashboardOptions::default().refresh(None).read_only(true),
+    )
+    .await;
     let driver = start_driver().await;
     let profile = tempfile::tempdir().unwrap();
     let browser = open_browser(&driver, profile.path()).await;
     let outcome = tokio::spawn({
-        let (browser, url, client) = (browser.clone(), served.url.clone(), client.clone());
+        let (browser, client) = (browser.clone(), client.clone());
+        let urls = [served.url.clone(), read_only.url.clone()];
         let worker_id = worker.id.clone();
-        async move { run(&browser, &url, &client, &emails, &worker_id).await }
+        async move { run(&browser, &urls, &client, &emails, &worker_id).await }
     })
     .await;
     if outcome.is_err() {
@@ -193,21 +228,26 @@ async fn the_dashboard_in_a_real_browser() {
         std::fs::create_dir_all(&docs).unwrap();
         std::fs::copy(&shots.overview, docs.join("dashboard-overview.png")).unwrap();
         std::fs::copy(&shots.dead, docs.join("dashboard-dead-queue.png")).unwrap();
+        std::fs::copy(&shots.topic, docs.join("dashboard-topic.png")).unwrap();
+        std::fs::copy(&shots.schedules, docs.join("dashboard-schedules.png")).unwrap();
     }
 }
 
 struct Shots {
     overview: PathBuf,
     dead: PathBuf,
+    topic: PathBuf,
+    schedules: PathBuf,
 }
 
 async fn run(
     browser: &Browser,
-    base: &str,
+    [base, read_only]: &[String; 2],
     client: &dq_core::Client,
     emails: &dq_core::TopicClient,
     worker_id: &str,
 ) -> Shots {
+    let base = base.as_str();
     // The overview shows what stats says.
     browser.goto(base).await.unwrap();
     let stats = emails.stats().await.unwrap();
@@ -257,9 +297,113 @@ async fn run(
     )
     .await;
     traffic.abort();
+    // Pause and limits are flagged on the overview.
+    let flags = text_of(
+        browser,
+        "tr[data-topic=\"emails\"] td[data-stat=\"leasing\"]",
+    )
+    .await;
+    assert!(
+        flags.contains("rate 100/s") && flags.contains("concurrency 8"),
+        "{flags}"
+    );
+    let flags = text_of(
+        browser,
+        "tr[data-topic=\"invoices\"] td[data-stat=\"leasing\"]",
+    )
+    .await;
+    assert!(flags.contains("paused"), "{flags}");
     let overview = screenshot(browser, "overview").await;
 
+    // Equal depths stay visible: ready = 2 and dead = 2 are two lines apart, each marked,
+    // and the legend gives both values.
+    browser
+        .goto(&format!("{base}/topics/alerts"))
+        .await
+        .unwrap();
+    let depth = "figure.chart[data-chart=\"depth\"]";
+    // Both lines read from one page load (a reload moves every point left).
+    let (ready, dead) = eventually_some("a ready and a dead line", WAIT, || async move {
+        browser.refresh().await.ok()?;
+        let mut lines = Vec::new();
+        for series in ["ready", "dead"] {
+            let css = format!("{depth} polyline[data-series=\"{series}\"]");
+            let line = browser.find(Locator::Css(&css)).await.ok()?;
+            lines.push(line.attr("points").await.ok().flatten()?);
+        }
+        let dead = lines.pop()?;
+        Some((lines.pop()?, dead))
+    })
+    .await;
+    assert_ne!(ready, dead, "the ready line lies on the dead line");
+    for series in ["ready", "dead"] {
+        let marker = format!("{depth} circle.marker[data-series=\"{series}\"]");
+        assert!(
+            browser.find(Locator::Css(&marker)).await.is_ok(),
+            "{series} marker"
+        );
+        let legend = text_of(
+            browser,
+            &format!("{depth} .legend span[data-series=\"{series}\"]"),
+        )
+        .await;
+        assert_eq!(legend, format!("{series} 2"));
+    }
+    let topic_shot = screenshot(browser, "topic-equal-depths").await;
+
+    // A page that does not exist keeps the header and links back to the overview.
+    browser.goto(&format!("{base}/topics/ghost")).await.unwrap();
+    assert!(text_of(browser, "h1").await.starts_with("404"));
+    assert_eq!(text_of(browser, "header a.brand").await, "dq");
+    browser
+        .find(Locator::Css("#back"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_of(browser, "#topics").await;
+
+    // The schedules page, from the header.
+    browser
+        .find(Locator::Css("#schedules-link"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let nightly = text_of(browser, "tr[data-schedule=\"nightly-invoices\"]").await;
+    assert!(
+        nightly.contains("invoices") && nightly.contains("cron 0 30 2 * * *"),
+        "{nightly}"
+    );
+    let sweep = text_of(
+        browser,
+        "tr[data-schedule=\"webhook-retry-sweep\"] td[data-field=\"ticks\"]",
+    )
+    .await;
+    assert_eq!(sweep, "every 5m");
+    let schedules = screenshot(browser, "schedules").await;
+
+    // A read-only dashboard's dead queue: the jobs, and nothing to post.
+    browser
+        .goto(&format!("{read_only}/topics/emails/dead"))
+        .await
+        .unwrap();
+    text_of(browser, "tr[data-key=\"email-1001\"]").await;
+    for css in [
+        "form[method=\"post\"]",
+        "input[name=\"csrf\"]",
+        "#dead-jobs button",
+        "#errors button",
+    ] {
+        let found = browser.find_all(Locator::Css(css)).await.unwrap();
+        assert!(found.is_empty(), "read-only page has {css}");
+    }
+    screenshot(browser, "dead-queue-read-only").await;
+
     // The topic page lists the scheduled jobs.
+    browser.goto(base).await.unwrap();
     browser
         .find(Locator::Css("tr[data-topic=\"emails\"] a"))
         .await
@@ -321,7 +465,12 @@ async fn run(
             .contains("\"email-1001\"")
     );
     screenshot(browser, "job").await;
-    Shots { overview, dead }
+    Shots {
+        overview,
+        dead,
+        topic: topic_shot,
+        schedules,
+    }
 }
 
 /// Jobs flowing through `topic` (for the charts): every 100 ms, three enqueued and the ready

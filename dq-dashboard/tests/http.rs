@@ -1,12 +1,13 @@
-//! The dashboard over HTTP against a real Redis: the numbers its pages show, requeue and
-//! purge (one, a selection, every job matching a filter, in chunks), and the safety rules —
+//! The dashboard over HTTP against a real Redis: the numbers its pages show, each topic's
+//! pause, throttle and limits, the schedules, errors in the page frame, requeue and purge
+//! (one, a selection, every job matching a filter, in chunks), and the safety rules —
 //! authentication, read-only mode, CSRF token and origin checks.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{cell, csrf_of, make_dead, make_ready, make_scheduled, make_throttled, serve};
+use common::{cell, csrf_of, make_dead, make_ready, make_scheduled, make_throttled, row, serve};
 use dq_core::JobState;
 use dq_dashboard::{Auth, DashboardOptions};
 use reqwest::StatusCode;
@@ -353,6 +354,16 @@ async fn read_only_renders_no_buttons_and_refuses_every_post() {
     assert!(page.contains("data-key=\"x\""));
     assert!(!page.contains("<button name=\"do\"") && !page.contains("name=\"requeue\""));
     assert!(page.contains("read-only"));
+    // Nothing to post: no POST form, no CSRF token, no selection, no action button.
+    assert!(!page.contains("method=\"post\""), "a POST form: {page}");
+    assert!(!page.contains("name=\"csrf\""), "a CSRF token: {page}");
+    assert!(
+        !page.contains("type=\"checkbox\""),
+        "selection boxes: {page}"
+    );
+    for action in ["Requeue", "Purge"] {
+        assert!(!page.contains(action), "a {action} button: {page}");
+    }
     let (_, job) = get(&format!("{}/topics/ro/jobs/x", served.url)).await;
     assert!(!job.contains("name=\"requeue\""));
 
@@ -517,6 +528,11 @@ async fn mounts_under_a_path_in_another_app() {
     let (status, page) = get(&format!("{url}/ops/dq/topics/ne/dead")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("action=\"/ops/dq/topics/ne/dead\""));
+    assert!(page.contains("href=\"/ops/dq/schedules\""));
+    // An unknown page under the mount: 404 in the frame, its link back carrying the path.
+    let (status, page) = get(&format!("{url}/ops/dq/nothing/here")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(page.contains("id=\"back\" href=\"/ops/dq\""), "{page}");
     server.abort();
     let _ = Duration::ZERO;
 }
@@ -557,4 +573,104 @@ async fn the_topic_page_pages_through_scheduled_jobs_by_due_time() {
     }
     let want: Vec<String> = (0..120u64).rev().map(|i| format!("k{i:03}")).collect();
     assert_eq!(seen, want, "every job once, soonest due first");
+}
+
+#[tokio::test]
+async fn the_overview_shows_paused_throttled_and_limited_topics() {
+    let client = common::client("dash-leasing").await;
+    make_scheduled(&client, "held", "h-", 1).await;
+    make_scheduled(&client, "capped", "c-", 1).await;
+    make_scheduled(&client, "plain", "p-", 1).await;
+    make_throttled(&client, "api", "t1").await;
+    client.topic("held").unwrap().pause().await.unwrap();
+    let capped = client.topic("capped").unwrap();
+    capped
+        .set_rate(Some("100/s".parse().unwrap()))
+        .await
+        .unwrap();
+    capped.set_concurrency(Some(8)).await.unwrap();
+    let served = serve(client.clone(), opts()).await;
+
+    let (status, page) = get(&served.url).await;
+    assert_eq!(status, StatusCode::OK);
+    let held = row(&page, "held").unwrap();
+    assert!(held.contains("data-flag=\"paused\""), "{held}");
+    let capped = row(&page, "capped").unwrap();
+    assert!(capped.contains(">rate 100/s<"), "{capped}");
+    assert!(capped.contains(">concurrency 8<"), "{capped}");
+    assert!(!capped.contains("data-flag=\"paused\""), "{capped}");
+    // The handler asked for a minute: the row says until when.
+    let api = row(&page, "api").unwrap();
+    assert!(api.contains("data-flag=\"throttled\""), "{api}");
+    assert!(api.contains("throttled until <time"), "{api}");
+    let plain = row(&page, "plain").unwrap();
+    assert!(!plain.contains("data-flag="), "{plain}");
+    assert!(plain.contains(">running<"), "{plain}");
+}
+
+#[tokio::test]
+async fn errors_and_unknown_pages_keep_the_header_and_a_way_back() {
+    let client = common::client("dash-404").await;
+    make_scheduled(&client, "mail", "m-", 1).await;
+    let served = serve(client.clone(), opts().read_only(true)).await;
+    for path in ["/topics/ghost", "/topics/mail/jobs/ghost", "/no/such/page"] {
+        let (status, page) = get(&format!("{}{path}", served.url)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert!(page.contains("<header>"), "{path}: no header: {page}");
+        assert!(page.contains("class=\"brand\" href=\"/\""), "{path}");
+        assert!(page.contains("id=\"back\" href=\"/\""), "{path}");
+        assert!(page.contains("read-only"), "{path}: the frame's badge");
+    }
+    let (status, page) = get(&format!("{}/topics/mail?state=nope", served.url)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(page.contains("<header>") && page.contains("no listing of state"));
+}
+
+#[tokio::test]
+async fn the_schedules_page_lists_every_schedule() {
+    let client = common::client("dash-schedules").await;
+    let served = serve(client.clone(), opts()).await;
+    let (status, page) = get(&format!("{}/schedules", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("No schedule in the store"), "{page}");
+    let (_, overview) = get(&served.url).await;
+    assert!(
+        overview.contains("href=\"/schedules\""),
+        "linked from the header"
+    );
+
+    let nightly = dq_core::Schedule::cron("0 30 2 * * *")
+        .unwrap()
+        .tz("Europe/Berlin")
+        .unwrap();
+    let payload = common::payload(serde_json::json!({ "kind": "nightly" }));
+    client
+        .schedule_raw("nightly-report", "reports", nightly, payload.clone())
+        .await
+        .unwrap();
+    let every = dq_core::Schedule::every(Duration::from_secs(300)).unwrap();
+    client
+        .schedule_raw("poll", "sensors", every, payload)
+        .await
+        .unwrap();
+    let (status, page) = get(&format!("{}/schedules", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    let nightly = row_of(&page, "data-schedule=\"nightly-report\"");
+    assert!(nightly.contains("<code>0 30 2 * * *</code>"), "{nightly}");
+    assert!(nightly.contains("Europe/Berlin"), "{nightly}");
+    assert!(nightly.contains("href=\"/topics/reports\""), "{nightly}");
+    assert!(nightly.contains("data-field=\"next\"><time"), "{nightly}");
+    assert!(nightly.contains("data-field=\"last\"><time"), "{nightly}");
+    let poll = row_of(&page, "data-schedule=\"poll\"");
+    assert!(poll.contains("every 5m"), "{poll}");
+    assert!(poll.contains("sensors"), "{poll}");
+}
+
+/// The row of a table that carries `attr`.
+fn row_of<'a>(html: &'a str, attr: &str) -> &'a str {
+    let at = html
+        .find(attr)
+        .unwrap_or_else(|| panic!("no row {attr}: {html}"));
+    let row = &html[at..];
+    &row[..row.find("</tr>").unwrap()]
 }

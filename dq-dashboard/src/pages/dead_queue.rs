@@ -60,6 +60,33 @@ pub(super) async fn dead_page(
         format!("error={}&", enc(&filter))
     };
     let rw = !shared.opts.read_only;
+    let jobs_table = html! {
+        table.jobs {
+            thead { tr {
+                @if rw { th {} }
+                th { "Key" } th { "Died" } th.n { "Attempts" } th { "Last error" }
+                @if rw { th {} }
+            } }
+            tbody {
+                @for j in &jobs {
+                    tr data-key=(j.key.as_ref()) {
+                        @if rw { td { input type="checkbox" name="key" value=(j.key.as_ref()) aria-label="select"; } }
+                        td { a href=(job_link(&shared, &name, j.key.as_ref())) { code { (j.key.as_ref()) } } }
+                        td { @if let Some(d) = j.died_ms { (when(d, now_ms)) } }
+                        td.n { (j.attempts) }
+                        td.err { (dead::last_error(j)) }
+                        @if rw {
+                            td.actions {
+                                button.requeue name="requeue" value=(j.key.as_ref()) { "Requeue" }
+                                button.danger.purge name="purge" value=(j.key.as_ref()) { "Purge" }
+                            }
+                        }
+                    }
+                }
+                @if jobs.is_empty() { tr { td.muted colspan="6" { "No dead jobs" @if !filter.is_empty() { " matching this filter" } "." } } }
+            }
+        }
+    };
     let body = html! {
         h1 { "Dead queue of " a href=(topic_link(&shared, &name)) { (name) } " " small.muted #dead-count { (stats.dead) " dead" } }
         @if let (Some(done), Some(n)) = (q.done.as_deref(), q.n) {
@@ -103,47 +130,28 @@ pub(super) async fn dead_page(
             button type="submit" { "Filter" }
             @if !filter.is_empty() { " " a href=(base) { "clear" } }
         }
-        form #dead-jobs method="post" action=(base) {
-            (csrf_field(&shared))
-            input type="hidden" name="error" value=(filter);
-            table.jobs {
-                thead { tr {
-                    @if rw { th {} }
-                    th { "Key" } th { "Died" } th.n { "Attempts" } th { "Last error" }
-                    @if rw { th {} }
-                } }
-                tbody {
-                    @for j in &jobs {
-                        tr data-key=(j.key.as_ref()) {
-                            @if rw { td { input type="checkbox" name="key" value=(j.key.as_ref()) aria-label="select"; } }
-                            td { a href=(job_link(&shared, &name, j.key.as_ref())) { code { (j.key.as_ref()) } } }
-                            td { @if let Some(d) = j.died_ms { (when(d, now_ms)) } }
-                            td.n { (j.attempts) }
-                            td.err { (dead::last_error(j)) }
-                            @if rw {
-                                td.actions {
-                                    button.requeue name="requeue" value=(j.key.as_ref()) { "Requeue" }
-                                    button.danger.purge name="purge" value=(j.key.as_ref()) { "Purge" }
-                                }
-                            }
+        // Read-only: the same table, outside any form: no CSRF token, no buttons.
+        @if rw {
+            form #dead-jobs method="post" action=(base) {
+                (csrf_field(&shared))
+                input type="hidden" name="error" value=(filter);
+                (jobs_table)
+                @if !jobs.is_empty() {
+                    p.bulk {
+                        button name="do" value="requeue-selected" { "Requeue selected" }
+                        button.danger name="do" value="purge-selected" { "Purge selected" }
+                        span.sep {}
+                        button name="do" value="requeue-matching" {
+                            "Requeue all " @if filter.is_empty() { "dead jobs" } @else { "matching the filter" }
+                        }
+                        button.danger name="do" value="purge-matching" {
+                            "Purge all " @if filter.is_empty() { "dead jobs" } @else { "matching the filter" }
                         }
                     }
-                    @if jobs.is_empty() { tr { td.muted colspan="6" { "No dead jobs" @if !filter.is_empty() { " matching this filter" } "." } } }
                 }
             }
-            @if rw && !jobs.is_empty() {
-                p.bulk {
-                    button name="do" value="requeue-selected" { "Requeue selected" }
-                    button.danger name="do" value="purge-selected" { "Purge selected" }
-                    span.sep {}
-                    button name="do" value="requeue-matching" {
-                        "Requeue all " @if filter.is_empty() { "dead jobs" } @else { "matching the filter" }
-                    }
-                    button.danger name="do" value="purge-matching" {
-                        "Purge all " @if filter.is_empty() { "dead jobs" } @else { "matching the filter" }
-                    }
-                }
-            }
+        } @else {
+            div #dead-jobs { (jobs_table) }
         }
         p.pager {
             @if after_given(q.after.as_deref()) { a href={(base) "?" (filter_q)} { "« first page" } " " }

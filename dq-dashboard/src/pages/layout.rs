@@ -1,9 +1,12 @@
-//! What every page shares: the frame around it, the error page, links, times and rates
+//! What every page shares: the frame around it (errors and 404s included), links, times and rates
 //! as shown, the charts, and the cursor and CSRF fields of forms.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use axum::http::StatusCode;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, Uri};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use dq_core::{Cursor, TopicClient, TopicMeta};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -35,14 +38,51 @@ impl From<dq_core::Error> for PageError {
 }
 
 impl IntoResponse for PageError {
+    /// A bare response carrying the error; [`frame_errors`] puts it in the page frame (it
+    /// holds what the frame needs: the mount path, the read-only flag).
     fn into_response(self) -> Response {
-        let body = html! {
-            (DOCTYPE)
-            html { head { meta charset="utf-8"; title { "dq · error" } style { (PreEscaped(CSS)) } }
-                body { main { h1 { (self.0.as_u16()) " " (self.0.canonical_reason().unwrap_or("")) } p.error { (self.1) } } } }
-        };
-        (self.0, body).into_response()
+        let mut response = (self.0, self.1.clone()).into_response();
+        response.extensions_mut().insert(Unframed(self.1));
+        response
     }
+}
+
+/// The message of an error response that still needs the page frame.
+#[derive(Clone)]
+struct Unframed(String);
+
+/// Every response: an error a page returned is shown inside the frame, with the header and
+/// a link back to the overview, its status kept.
+pub(super) async fn frame_errors(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = next.run(request).await;
+    let Some(Unframed(why)) = response.extensions().get::<Unframed>().cloned() else {
+        return response;
+    };
+    let status = response.status();
+    let reason = status.canonical_reason().unwrap_or("");
+    let body = html! {
+        h1 { (status.as_u16()) " " (reason) }
+        p.error #error { (why) }
+        p { a #back href=(shared.home()) { "« Back to the topics" } }
+    };
+    let mut framed = layout(
+        &shared,
+        reason,
+        false,
+        html! { a href=(shared.home()) { "Topics" } " / " span { (reason) } },
+        body,
+    );
+    *framed.status_mut() = status;
+    framed
+}
+
+/// Any path the dashboard has no page for: 404 in the page frame.
+pub(super) async fn no_such_page(uri: Uri) -> PageError {
+    not_found(format!("no page at {}", uri.path()))
 }
 
 pub(super) type PageResult = Result<Response, PageError>;
@@ -103,6 +143,7 @@ pub(super) fn layout(
                 header {
                     a.brand href=(shared.home()) { "dq" }
                     nav.crumbs { (crumbs) }
+                    nav.links { a #schedules-link href=(shared.link("/schedules")) { "Schedules" } }
                     @if shared.opts.read_only { span.badge { "read-only" } }
                 }
                 main { (body) }
@@ -149,9 +190,9 @@ pub(super) fn charts(
     let span = chart::span(samples, now, shared.opts.sample_every);
     html! {
         section.charts {
-            (chart::line_chart("Throughput (jobs / min)", "", span, &chart::throughput_series(samples, now, topic)))
-            (chart::line_chart("Depth by state", "", span, &chart::depth_series(samples, now, topic)))
-            (chart::line_chart("Lateness: oldest overdue", "s", span, &chart::lateness_series(samples, now, topic)))
+            (chart::line_chart("throughput", "Throughput (jobs / min)", "", span, &chart::throughput_series(samples, now, topic)))
+            (chart::line_chart("depth", "Depth by state", "", span, &chart::depth_series(samples, now, topic)))
+            (chart::line_chart("lateness", "Lateness: oldest overdue", "s", span, &chart::lateness_series(samples, now, topic)))
         }
     }
 }

@@ -1,11 +1,11 @@
-//! `/`: every topic's depths, rates, throttles and lateness, the charts of all topics, and
-//! the live workers.
+//! `/`: every topic's depths, rates, throttles and lateness, whether it is paused, throttled
+//! or limited, the charts of all topics, and the live workers.
 
 use std::sync::{Arc, PoisonError};
 use std::time::UNIX_EPOCH;
 
 use axum::extract::State;
-use dq_core::TopicStats;
+use dq_core::{TopicControl, TopicStats};
 use maud::{Markup, html};
 
 use super::layout::{PageResult, charts, layout, rate, short, topic_link, when};
@@ -60,9 +60,15 @@ async fn live_workers(shared: &Shared) -> Markup {
     }
 }
 
-/// `/`: every topic's depths, rates and lateness, and the charts of all topics.
+/// `/`: every topic's depths, rates and lateness, its pause and limits, and the charts of
+/// all topics.
 pub(super) async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
     let rows = shared.client.admin().stats().await?;
+    let mut controls = Vec::with_capacity(rows.len());
+    for (meta, _) in &rows {
+        controls.push(shared.client.admin().topic(meta).control().await?);
+    }
+    let now_ms = shared.client.store().now_ms().await?;
     let total: TopicStats = rows.iter().map(|(_, s)| s).sum();
     let (charts, rates) = {
         let history = shared
@@ -91,9 +97,10 @@ pub(super) async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
                     th.n { "Active" } th.n { "Retry" } th.n { "Dead" } th.n title="Due but still in scheduled or retry: a worker moves them to ready on its next fetch" { "Due, not moved" }
                     th.n title="How long the most overdue job (due, not started) has waited" { "Oldest overdue" } th.n { "Succeeded / min" } th.n { "Failed / min" }
                     th.n title="Times a handler asked to slow the topic down (a partner's rate limit)" { "Throttles" }
+                    th title="Paused, throttled, and the limits set with `dq limits` or TopicClient::set_rate / set_concurrency" { "Leasing" }
                 } }
                 tbody {
-                    @for ((meta, s), r) in rows.iter().zip(&rates.0) {
+                    @for (((meta, s), r), control) in rows.iter().zip(&rates.0).zip(&controls) {
                         tr data-topic=(meta.topic.as_ref()) {
                             td { a href=(topic_link(&shared, meta.topic.as_ref())) { (meta.topic.as_ref()) } }
                             td.n { (meta.partitions) }
@@ -101,6 +108,7 @@ pub(super) async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
                             td.n data-stat="succeeded_per_min" { (rate(r.map(|r| r.0))) }
                             td.n data-stat="failed_per_min" { (rate(r.map(|r| r.1))) }
                             td.n data-stat="throttles" { (s.throttles) }
+                            (leasing_cell(s, control, now_ms))
                         }
                     }
                 }
@@ -111,6 +119,7 @@ pub(super) async fn overview(State(shared): State<Arc<Shared>>) -> PageResult {
                         td.n { (rate(rates.1.map(|r| r.0))) }
                         td.n { (rate(rates.1.map(|r| r.1))) }
                         td.n data-stat="throttles" { (total.throttles) }
+                        td {}
                     }
                 }
             }
@@ -138,6 +147,33 @@ fn stat_cells(s: &TopicStats) -> Markup {
         td.n data-stat="overdue" { (s.overdue) }
         td.n data-stat="oldest_overdue" {
             @if s.oldest_overdue_ms > 0 { (short(s.oldest_overdue_ms)) } @else { "–" }
+        }
+    }
+}
+
+/// Whether a topic's workers lease its jobs now, and under which limits: a badge for a
+/// pause, one for a throttle (until when, if a handler asked for it), one per limit.
+fn leasing_cell(s: &TopicStats, control: &TopicControl, now_ms: u64) -> Markup {
+    let throttle_until = control.throttled_until_ms.filter(|&t| t > now_ms);
+    html! {
+        td.leasing data-stat="leasing" {
+            @if control.paused || s.paused {
+                span.flag.paused data-flag="paused" title="No worker leases this topic's jobs until it is resumed" { "paused" }
+            }
+            @if let Some(until) = throttle_until {
+                span.flag.throttled data-flag="throttled" { "throttled until " (when(until, now_ms)) }
+            } @else if s.throttled {
+                span.flag.throttled data-flag="throttled" title="A rate or concurrency limit holds due jobs back" { "throttled" }
+            }
+            @if let Some(rate) = control.rate {
+                span.flag.limit data-flag="rate" title="Rate limit: jobs started per period, across every worker" { "rate " (rate) }
+            }
+            @if let Some(cap) = control.concurrency {
+                span.flag.limit data-flag="concurrency" title="Concurrency cap: jobs running at once, across every worker" { "concurrency " (cap) }
+            }
+            @if !(control.paused || s.paused || s.throttled || throttle_until.is_some() || control.rate.is_some() || control.concurrency.is_some()) {
+                span.muted { "running" }
+            }
         }
     }
 }

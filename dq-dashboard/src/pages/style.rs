@@ -7,6 +7,7 @@ header{display:flex;align-items:center;gap:16px;padding:10px 24px;background:#1d
 header a{color:#cfe0ff;text-decoration:none}
 .brand{font-weight:700;font-size:18px;color:#fff!important;letter-spacing:.5px}
 .crumbs{color:#9fb0c4}
+.links{margin-left:auto}.links+.badge{margin-left:0}
 .badge{margin-left:auto;background:#e69a00;color:#1d2733;border-radius:10px;padding:1px 10px;font-size:12px;font-weight:600}
 main{padding:16px 24px;max-width:1400px}
 h1{font-size:22px;margin:6px 0 14px}h2{font-size:16px;margin:22px 0 8px}
@@ -39,6 +40,9 @@ form.job-actions{display:flex;gap:6px;margin:12px 0}
 .bulk{display:flex;gap:8px;align-items:center;margin:10px 0}.sep{width:16px}
 .notice{background:#e6f5ec;border:1px solid #a7dcb9;padding:6px 12px;border-radius:4px;display:inline-block}
 .error{color:#a23325}
+.leasing{white-space:nowrap}
+.flag{display:inline-block;margin-right:4px;padding:0 8px;border-radius:9px;font-size:12px;font-weight:600;background:#e4e8ee;color:#1d2733}
+.flag.paused{background:#f6d5d1;color:#a23325}.flag.throttled{background:#fbe7c2;color:#7a4d00}.flag.limit{background:#d6e6fb;color:#1f4f8f}
 .pager a{margin-right:12px}
 .kv th{width:140px;background:#f8f9fb}
 .state{padding:1px 8px;border-radius:9px;background:#d5dbe3;font-weight:600;font-size:12px}

@@ -158,11 +158,15 @@ pub async fn make_ready(client: &Client, topic: &str, prefix: &str, n: usize) {
     }
 }
 
+/// The HTML of the overview row of `topic`.
+pub fn row<'a>(html: &'a str, topic: &str) -> Option<&'a str> {
+    let row = &html[html.find(&format!("data-topic=\"{topic}\""))?..];
+    Some(&row[..row.find("</tr>")?])
+}
+
 /// The text of the cell `stat` in the overview row of `topic`.
 pub fn cell(html: &str, topic: &str, stat: &str) -> Option<String> {
-    let row_start = html.find(&format!("data-topic=\"{topic}\""))?;
-    let row = &html[row_start..];
-    let row = &row[..row.find("</tr>")?];
+    let row = row(html, topic)?;
     let at = row.find(&format!("data-stat=\"{stat}\""))?;
     let rest = &row[at..];
     let text = &rest[rest.find('>')? + 1..];
