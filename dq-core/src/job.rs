@@ -248,7 +248,11 @@ mod tests {
     #[test]
     fn a_cut_error_says_it_was_cut_and_stays_within_the_limit() {
         let short = "x".repeat(MAX_ERROR_LEN);
-        assert_eq!(truncate_error(&short), short.as_str(), "at the limit: whole");
+        assert_eq!(
+            truncate_error(&short),
+            short.as_str(),
+            "at the limit: whole"
+        );
         for text in [
             "x".repeat(MAX_ERROR_LEN + 1),
             "é".repeat(3000),

@@ -27,9 +27,10 @@ impl Topic {
         match dq_syntax::check_topic(&name) {
             Err(reason) => {
                 // Name the first character at fault: an invisible one cannot be seen in the name.
-                let reason = match name.char_indices().find(|(_, c)| {
-                    !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-                }) {
+                let reason = match name
+                    .char_indices()
+                    .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+                {
                     Some((at, c)) => format!("{reason}; found {} at byte {at}", describe(c)),
                     None => reason.to_owned(),
                 };
@@ -301,7 +302,10 @@ mod tests {
             match JobKey::new(bad) {
                 Err(Error::InvalidKey { key, reason }) => {
                     assert_eq!(key, bad);
-                    assert!(reason.ends_with(&format!("found {code} at byte {at}")), "{reason}");
+                    assert!(
+                        reason.ends_with(&format!("found {code} at byte {at}")),
+                        "{reason}"
+                    );
                 }
                 other => panic!("{bad:?}: {other:?}"),
             }

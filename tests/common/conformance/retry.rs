@@ -304,7 +304,10 @@ pub async fn long_errors_are_cut_with_a_marker<H: Harness>(h: &H) {
     let marker = format!("… [cut from {} bytes]", long.len());
     assert!(kept.len() <= limit, "{} bytes kept", kept.len());
     let Some(head) = kept.strip_suffix(&marker) else {
-        panic!("a cut text does not say it was cut: …{}", &kept[kept.len() - 40..]);
+        panic!(
+            "a cut text does not say it was cut: …{}",
+            &kept[kept.len() - 40..]
+        );
     };
     assert!(long.starts_with(head) && head.len() + 2 > limit - marker.len());
     assert_eq!(info(&t, "whole").await.history[0].error, whole);

@@ -275,7 +275,11 @@ pub async fn success_after_a_cancel_request_counts_as_succeeded<H: Harness>(h: &
     );
     let st = t.stats().await.unwrap();
     assert_eq!(
-        (st.succeeded, st.succeeded_after_cancel_request, st.cancelled),
+        (
+            st.succeeded,
+            st.succeeded_after_cancel_request,
+            st.cancelled
+        ),
         (2, 1, 1),
         "{st:?}"
     );
@@ -286,7 +290,11 @@ pub async fn success_after_a_cancel_request_counts_as_succeeded<H: Harness>(h: &
     ack_all(h, &q, &again).await;
     let st = t.stats().await.unwrap();
     assert_eq!(
-        (st.succeeded, st.succeeded_after_cancel_request, st.cancelled),
+        (
+            st.succeeded,
+            st.succeeded_after_cancel_request,
+            st.cancelled
+        ),
         (3, 1, 1),
         "{st:?}"
     );
