@@ -323,13 +323,13 @@ mod tests {
     fn topic_errors_name_the_character_at_fault() {
         match Topic::new("orders\u{200b}.close") {
             Err(Error::InvalidTopic { reason, .. }) => {
-                assert!(reason.ends_with("found U+200B at byte 6"), "{reason}")
+                assert!(reason.ends_with("found U+200B at byte 6"), "{reason}");
             }
             other => panic!("{other:?}"),
         }
         match Topic::new("a:b") {
             Err(Error::InvalidTopic { reason, .. }) => {
-                assert!(reason.ends_with("found ':' (U+003A) at byte 1"), "{reason}")
+                assert!(reason.ends_with("found ':' (U+003A) at byte 1"), "{reason}");
             }
             other => panic!("{other:?}"),
         }
