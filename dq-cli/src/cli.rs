@@ -64,6 +64,20 @@ pub struct Cli {
     )]
     pub namespace: String,
 
+    /// How long to wait for Redis before giving up with exit code 4 (e.g. 2s, 1m): a wrong
+    /// address or a server that is down fails this soon instead of looking like a hang.
+    /// Applications wait 30 s by default; the dashboard command waits this long to start.
+    #[arg(
+        long,
+        env = "DQ_CONNECT_TIMEOUT",
+        global = true,
+        default_value = "5s",
+        value_parser = parse_duration,
+        value_name = "DURATION",
+        help_heading = "Connection"
+    )]
+    pub connect_timeout: Duration,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -48,7 +48,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Outcome {
-    let ctx = Ctx::connect(&cli.url, &cli.namespace).await?;
+    let ctx = Ctx::connect(&cli.url, &cli.namespace, cli.connect_timeout).await?;
     match cli.command {
         Command::Topics(a) => ctx.topics(a.json),
         Command::Stats(a) => ctx.stats(a).await,
@@ -67,6 +67,10 @@ async fn run(cli: Cli) -> Outcome {
     }
 }
 
+/// How long past `--connect-timeout` a connection try already under way may take before the
+/// command gives up regardless (a server that accepts and never answers).
+const CONNECT_GRACE: Duration = Duration::from_secs(2);
+
 /// A connection, and the namespace's topics as recorded.
 struct Ctx {
     client: Client,
@@ -83,16 +87,44 @@ fn print_json<T: Serialize>(value: &T) -> Outcome {
 }
 
 impl Ctx {
-    /// Connects and reads the topic registry. The server checks an application makes on
-    /// connect (eviction policy, persistence) are skipped: an operator must be able to look
-    /// at a badly configured server too.
-    async fn connect(url: &str, namespace: &str) -> Outcome<Ctx> {
-        let client = Client::builder()
-            .namespace(namespace)
-            .skip_server_checks()
-            .connect(url)
-            .await?;
-        let topics = client.topics().await?;
+    /// Connects and reads the topic registry, giving up after `timeout` (plus
+    /// [`CONNECT_GRACE`] for a try under way) with exit code 4 and a message naming the
+    /// address, never its password. The server checks an application makes on connect
+    /// (eviction policy, persistence) are skipped: an operator must be able to look at a
+    /// badly configured server too.
+    async fn connect(url: &str, namespace: &str, timeout: Duration) -> Outcome<Ctx> {
+        let unreachable = |why: &str| {
+            Failure::new(
+                Exit::Connection,
+                format!(
+                    "cannot reach Redis at {} (gave up after {}; --connect-timeout waits \
+                     longer): {why}",
+                    dq_core::store::redis::redacted_url(url),
+                    humantime::format_duration(timeout)
+                ),
+            )
+        };
+        let connect = async {
+            let client = Client::builder()
+                .namespace(namespace)
+                .skip_server_checks()
+                .connect_timeout(timeout)
+                .connect(url)
+                .await?;
+            let topics = client.topics().await?;
+            Ok::<_, dq_core::Error>((client, topics))
+        };
+        let (client, topics) = match tokio::time::timeout(timeout + CONNECT_GRACE, connect).await {
+            Err(_) => return Err(unreachable("no answer")),
+            Ok(Err(e)) => {
+                let failure = Failure::from(e);
+                return Err(match failure.exit {
+                    Exit::Connection => unreachable(&failure.message),
+                    _ => failure,
+                });
+            }
+            Ok(Ok(connected)) => connected,
+        };
         Ok(Ctx {
             client,
             namespace: namespace.to_owned(),

@@ -103,8 +103,11 @@ pub struct Counters {
     pub buried: u64,
     /// Leases that expired.
     pub expired: u64,
-    /// Jobs cancelled.
+    /// Jobs that ended cancelled, their work not done.
     pub cancelled: u64,
+    /// Jobs that succeeded although a cancel was requested while they ran (also in
+    /// `succeeded`).
+    pub succeeded_after_cancel_request: u64,
     /// Dead jobs trimmed by cap or retention.
     pub trimmed: u64,
     /// Times a handler asked to slow the topic down (a partner's rate limit).
@@ -131,6 +134,7 @@ impl StatsView {
                 buried: s.buried,
                 expired: s.expired,
                 cancelled: s.cancelled,
+                succeeded_after_cancel_request: s.succeeded_after_cancel_request,
                 trimmed: s.trimmed,
                 throttles: s.throttles,
             },
@@ -190,7 +194,8 @@ pub fn stats_detail(r: &StatsView) -> String {
          dead            {}\noverdue         {}\noldest overdue  {}\nlive workers    {}\n\
          leasing         {}\n\
          counters        enqueued {}, succeeded {}, retried {}, buried {}, expired {}, \
-         cancelled {}, trimmed {}, throttles {}\n",
+         cancelled {}, trimmed {}, throttles {}\n\
+         {}",
         r.topic,
         r.partitions,
         if r.partitions == 1 { "" } else { "s" },
@@ -214,7 +219,14 @@ pub fn stats_detail(r: &StatsView) -> String {
         c.expired,
         c.cancelled,
         c.trimmed,
-        c.throttles
+        c.throttles,
+        match c.succeeded_after_cancel_request {
+            0 => String::new(),
+            n => format!(
+                "                {n} of the succeeded had a cancel requested while running \
+                 (their handler finished anyway)\n"
+            ),
+        }
     )
 }
 

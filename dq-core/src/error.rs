@@ -17,16 +17,18 @@ pub enum Error {
     InvalidTopic {
         /// The rejected name.
         name: String,
-        /// Why it was rejected.
-        reason: &'static str,
+        /// Why it was rejected, naming the first character at fault and its byte position.
+        reason: String,
     },
-    /// A job key is empty, too long, or contains a forbidden character.
+    /// A job key is empty, too long, or contains a forbidden character (whitespace, a control
+    /// character, an invisible format character such as a zero-width space or a byte-order
+    /// mark).
     #[error("invalid job key {key:?}: {reason}")]
     InvalidKey {
         /// The rejected key.
         key: String,
-        /// Why it was rejected.
-        reason: &'static str,
+        /// Why it was rejected, naming the first character at fault and its byte position.
+        reason: String,
     },
     /// An encoded payload is larger than the configured limit.
     #[error("payload of {size} bytes exceeds the limit of {limit} bytes")]

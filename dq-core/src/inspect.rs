@@ -237,7 +237,7 @@ impl std::str::FromStr for Cursor {
         let (Some(a), Some(b), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(bad());
         };
-        let key = JobKey::new(key).map_err(|_| bad())?;
+        let key = JobKey::stored(key).map_err(|_| bad())?;
         Ok(Cursor::sorted(
             state,
             ListPos {

@@ -175,25 +175,32 @@ pub struct AttemptRecord {
     pub at_ms: u64,
     /// How it ended.
     pub outcome: AttemptOutcome,
-    /// The error text (truncated to 1 KiB).
+    /// The error text (at most 1 KiB; a longer one is cut and marked, see [`truncate_error`]).
     pub error: String,
 }
 
 /// Longest error text kept in a job's history, in bytes.
 pub const MAX_ERROR_LEN: usize = 1024;
 
-/// An error text cut to at most [`MAX_ERROR_LEN`] bytes, on a character boundary (a cut
-/// inside a character would make the history undecodable).
-pub(crate) fn truncate_error(text: &str) -> &str {
+/// An error text as a job's history keeps it: at most [`MAX_ERROR_LEN`] bytes. A longer text
+/// is cut on a character boundary (a cut inside a character would make the history
+/// undecodable) and ends with a marker saying so and how long it was,
+/// `… [cut from 5000 bytes]`, so that a reader never takes a cut text for the whole.
+/// `lib.lua`'s `cut_error` does the same in the scripts.
+pub fn truncate_error(text: &str) -> std::borrow::Cow<'_, str> {
     if text.len() <= MAX_ERROR_LEN {
-        return text;
+        return std::borrow::Cow::Borrowed(text);
     }
-    let mut end = MAX_ERROR_LEN;
+    let marker = format!("{CUT_MARK}{} bytes]", text.len());
+    let mut end = MAX_ERROR_LEN - marker.len();
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    &text[..end]
+    std::borrow::Cow::Owned(format!("{}{marker}", &text[..end]))
 }
+
+/// How a cut error text's marker begins; the original length in bytes and `]` follow.
+pub const CUT_MARK: &str = "… [cut from ";
 
 /// How many attempt records a job keeps; older ones are dropped first.
 pub const MAX_HISTORY: usize = 32;
@@ -232,4 +239,33 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 /// The wall-clock time of a Unix-ms value.
 pub fn from_unix_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_error_says_it_was_cut_and_stays_within_the_limit() {
+        let short = "x".repeat(MAX_ERROR_LEN);
+        assert_eq!(
+            truncate_error(&short),
+            short.as_str(),
+            "at the limit: whole"
+        );
+        for text in [
+            "x".repeat(MAX_ERROR_LEN + 1),
+            "é".repeat(3000),
+            format!("x{}", "🦀".repeat(700)),
+        ] {
+            let cut = truncate_error(&text);
+            assert!(cut.len() <= MAX_ERROR_LEN, "{}", cut.len());
+            let marker = format!("{CUT_MARK}{} bytes]", text.len());
+            assert!(cut.ends_with(&marker), "{cut}");
+            let kept = &cut[..cut.len() - marker.len()];
+            assert!(text.starts_with(kept));
+            // As much as fits: less than one character short of the limit.
+            assert!(cut.len() + 4 > MAX_ERROR_LEN, "{}", cut.len());
+        }
+    }
 }

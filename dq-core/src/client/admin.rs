@@ -40,6 +40,7 @@ impl AddAssign for TopicStats {
         self.buried += s.buried;
         self.expired += s.expired;
         self.cancelled += s.cancelled;
+        self.succeeded_after_cancel_request += s.succeeded_after_cancel_request;
         self.trimmed += s.trimmed;
         self.oldest_overdue_ms = self.oldest_overdue_ms.max(s.oldest_overdue_ms);
         self.overdue += s.overdue;

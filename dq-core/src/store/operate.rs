@@ -189,7 +189,8 @@ pub struct TopicStats {
     pub dead: u64,
     /// Jobs ever enqueued (created or replaced).
     pub enqueued: u64,
-    /// Jobs that succeeded.
+    /// Jobs that succeeded (their handler returned `Ok` and the ack was written), including
+    /// those counted in [`succeeded_after_cancel_request`](Self::succeeded_after_cancel_request).
     pub succeeded: u64,
     /// Failed attempts that were scheduled for retry.
     pub retried: u64,
@@ -197,8 +198,15 @@ pub struct TopicStats {
     pub buried: u64,
     /// Leases that expired and were recovered.
     pub expired: u64,
-    /// Jobs cancelled.
+    /// Jobs that ended cancelled, their work not done: removed by a cancel before they
+    /// started, or running when a cancel was requested and then stopped without success (the
+    /// handler returned an error or was stopped, the worker shut down, or the lease ran out).
     pub cancelled: u64,
+    /// Jobs whose cancel was requested while they ran but whose handler succeeded anyway (it
+    /// finished before it saw the request, or ignored it): their work was done, so they are
+    /// counted in `succeeded` (and here), never in `cancelled`. Stores written by versions
+    /// before this counter read 0.
+    pub succeeded_after_cancel_request: u64,
     /// Dead jobs removed by the dead queue's cap or retention.
     pub trimmed: u64,
     /// How long the most overdue job (due but not started) has waited, in ms.

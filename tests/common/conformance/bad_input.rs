@@ -28,6 +28,7 @@ pub async fn invalid_topics_and_keys_write_nothing<H: Harness>(h: &H) {
         "a b",
         "a\n",
         "é",
+        "orders\u{200b}.close",
         "a#0",
         "*",
         &long_topic,
@@ -63,6 +64,14 @@ pub async fn invalid_topics_and_keys_write_nothing<H: Harness>(h: &H) {
         "a\0b",
         "\u{7f}",
         "a\u{2028}b",
+        // Invisible: each looks like "order7" (or "order-7") in every tool.
+        "order\u{200b}7",
+        "\u{feff}order-7",
+        "order\u{200c}-7",
+        "order\u{200d}-7",
+        "order-7\u{2060}",
+        "order\u{ad}7",
+        "order\u{202e}7",
         &long_key,
     ] {
         assert_invalid_key(t.enqueue(raw(1)).key(key).await, key);
@@ -191,7 +200,11 @@ fn topic_is_valid(s: &str) -> bool {
 }
 
 fn key_is_valid(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 256 && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+    !s.is_empty()
+        && s.len() <= 256
+        && !s
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || dq_core::names::is_format(c))
 }
 
 /// One hostile topic name: accepted exactly when it follows the documented rule, and then

@@ -277,3 +277,38 @@ pub async fn fail_many_gives_each_job_its_own_outcome<H: Harness>(h: &H) {
     );
     ack_all(h, &q, &[again, d("stale")]).await;
 }
+
+/// An error text longer than a history keeps is cut on a character boundary and says so:
+/// it ends with `… [cut from N bytes]` (N its length) and stays within the limit; a text of
+/// exactly the limit is kept whole.
+pub async fn long_errors_are_cut_with_a_marker<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("errors.long").unwrap();
+    let q = queue("errors.long");
+    let limit = dq_core::job::MAX_ERROR_LEN;
+    // An odd start, so that a cut at a fixed byte lands inside a two-byte character.
+    let long = format!("x{}", "é".repeat(3000));
+    let whole = "y".repeat(limit);
+    for k in ["long", "whole"] {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let jobs = fetch(h, &q, &req_max(2)).await.jobs;
+    assert_eq!(keys_of(&jobs), ["long", "whole"]);
+    fail(h, &jobs[0], FailAction::Retry(HOUR), &long)
+        .await
+        .unwrap();
+    fail(h, &jobs[1], FailAction::Retry(HOUR), &whole)
+        .await
+        .unwrap();
+    let kept = info(&t, "long").await.history[0].error.clone();
+    let marker = format!("… [cut from {} bytes]", long.len());
+    assert!(kept.len() <= limit, "{} bytes kept", kept.len());
+    let Some(head) = kept.strip_suffix(&marker) else {
+        panic!(
+            "a cut text does not say it was cut: …{}",
+            &kept[kept.len() - 40..]
+        );
+    };
+    assert!(long.starts_with(head) && head.len() + 2 > limit - marker.len());
+    assert_eq!(info(&t, "whole").await.history[0].error, whole);
+}

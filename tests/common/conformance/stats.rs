@@ -61,6 +61,7 @@ pub async fn stats_count_states_and_counters<H: Harness>(h: &H) {
         buried: 1,
         expired: 1,
         cancelled: 1,
+        succeeded_after_cancel_request: 0,
         trimmed: 0,
         oldest_overdue_ms: st.oldest_overdue_ms,
         overdue: 0,
@@ -242,4 +243,59 @@ pub async fn no_leftovers_after_mixed_workload<H: Harness>(h: &H) {
     assert_eq!(st.succeeded as usize, acked);
     assert_eq!(acked + buried - 1 + 5, 40, "every job ended exactly once");
     h.assert_no_leftovers().await;
+}
+
+/// Counters mean what happened: a running job whose cancel was requested but whose handler
+/// succeeded anyway (it finished before it saw the request, or ignored it) did its work, so
+/// it counts as succeeded, and in `succeeded_after_cancel_request`, never as cancelled; one
+/// stopped after the request counts as cancelled. The request goes with the job.
+pub async fn success_after_a_cancel_request_counts_as_succeeded<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("stats.cancel").unwrap();
+    let q = queue("stats.cancel");
+    for k in ["finished", "stopped", "plain"] {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let jobs = fetch(h, &q, &req_max(3)).await.jobs;
+    assert_eq!(keys_of(&jobs), ["finished", "stopped", "plain"]);
+    for d in &jobs[..2] {
+        assert_eq!(
+            t.cancel(d.key.as_str()).await.unwrap(),
+            CancelOutcome::CancelRequested
+        );
+    }
+    // Its handler finished anyway, and the plain one too: two successes.
+    ack_all(h, &q, &[jobs[0].clone(), jobs[2].clone()]).await;
+    // Its handler stopped: cancelled.
+    assert_eq!(
+        fail(h, &jobs[1], FailAction::Cancel, "cancelled while running")
+            .await
+            .unwrap(),
+        FailOutcome::Cancelled
+    );
+    let st = t.stats().await.unwrap();
+    assert_eq!(
+        (
+            st.succeeded,
+            st.succeeded_after_cancel_request,
+            st.cancelled
+        ),
+        (2, 1, 1),
+        "{st:?}"
+    );
+    // A new job under the same key carries no old request.
+    t.enqueue(raw(2)).key("finished").await.unwrap();
+    let again = fetch(h, &q, &req_max(1)).await.jobs;
+    assert_eq!(keys_of(&again), ["finished"]);
+    ack_all(h, &q, &again).await;
+    let st = t.stats().await.unwrap();
+    assert_eq!(
+        (
+            st.succeeded,
+            st.succeeded_after_cancel_request,
+            st.cancelled
+        ),
+        (3, 1, 1),
+        "{st:?}"
+    );
 }

@@ -289,7 +289,9 @@ impl Partition {
                 Some(rec) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     self.jobs.remove(key);
-                    self.control.cancels.remove(key);
+                    if self.control.cancels.remove(key).is_some() {
+                        self.counters.succeeded_after_cancel_request += 1;
+                    }
                     self.counters.succeeded += 1;
                     AckOutcome::Acked
                 }

@@ -104,6 +104,7 @@ impl Partition {
             buried: c.buried,
             expired: c.expired,
             cancelled: c.cancelled,
+            succeeded_after_cancel_request: c.succeeded_after_cancel_request,
             trimmed: c.trimmed,
             oldest_overdue_ms: oldest,
             overdue,

@@ -105,7 +105,7 @@ impl Record {
             attempt: self.attempts,
             at_ms,
             outcome,
-            error: truncate_error(error).to_owned(),
+            error: truncate_error(error).into_owned(),
         });
         if self.history.len() > MAX_HISTORY {
             let excess = self.history.len() - MAX_HISTORY;
@@ -218,6 +218,7 @@ pub(super) struct Counters {
     pub(super) buried: u64,
     pub(super) expired: u64,
     pub(super) cancelled: u64,
+    pub(super) succeeded_after_cancel_request: u64,
     pub(super) trimmed: u64,
     pub(super) throttles: u64,
     /// The last delivery token handed out.

@@ -86,6 +86,7 @@ impl MemoryStore {
                         c.buried,
                         c.expired,
                         c.cancelled,
+                        c.succeeded_after_cancel_request,
                         c.trimmed,
                         c.throttles,
                         c.token,

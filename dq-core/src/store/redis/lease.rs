@@ -142,7 +142,7 @@ impl Lease for RedisStore {
                         .arg(f.token)
                         .arg(code)
                         .arg(delay)
-                        .arg(truncate_error(&f.error));
+                        .arg(truncate_error(&f.error).as_ref());
                 }
             })
             .await?;

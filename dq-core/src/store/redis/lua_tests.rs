@@ -255,3 +255,31 @@ fn lua_retry_delay_is_rust_delay_with() {
     }
     assert!(triples > 5_000, "only {triples} triples");
 }
+
+/// `lib.lua`'s `cut_error` cuts an error text exactly as `truncate_error` does: the same
+/// bytes kept, the same marker, on a character boundary, for texts around the limit in one-,
+/// two-, three- and four-byte characters.
+#[test]
+fn lua_cut_error_is_rust_truncate_error() {
+    let server = dq_testkit::shared();
+    let script = format!("{LIB}\nreturn cut_error(ARGV[1])");
+    let mut texts = Vec::new();
+    for unit in ["a", "é", "€", "🦀"] {
+        for len in [0, 1, 1000, 1024, 1025, 1026, 1027, 5000] {
+            texts.push(unit.repeat(len / unit.len() + 1));
+            // And one shifted by a byte, so that the cut meets every position in a character.
+            texts.push(format!("x{}", unit.repeat(len / unit.len())));
+        }
+    }
+    for text in texts {
+        let lua: Vec<u8> = server.cmd(&["EVAL", &script, "0", &text]);
+        let rust = crate::job::truncate_error(&text);
+        assert!(rust.len() <= crate::job::MAX_ERROR_LEN, "{}", rust.len());
+        assert_eq!(
+            String::from_utf8(lua).expect("Lua cut on a character boundary"),
+            rust,
+            "a text of {} bytes",
+            text.len()
+        );
+    }
+}

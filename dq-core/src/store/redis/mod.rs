@@ -34,3 +34,4 @@ mod wake;
 
 pub use checks::ServerReport;
 pub use store::{RedisOptions, RedisStore};
+pub use url::redacted as redacted_url;

@@ -191,6 +191,7 @@ impl Operate for RedisStore {
                 "buried" => st.buried = value,
                 "expired" => st.expired = value,
                 "cancelled" => st.cancelled = value,
+                "succeeded_after_cancel_request" => st.succeeded_after_cancel_request = value,
                 "trimmed" => st.trimmed = value,
                 "throttles" => st.throttles = value,
                 "paused" => st.paused = value > 0,

@@ -391,7 +391,7 @@ pub(super) fn per_partition_cap(limits: DeadLimits) -> u64 {
 /// A job key read back from a script reply.
 pub(super) fn key_of(bytes: Vec<u8>) -> Result<JobKey> {
     let s = String::from_utf8(bytes).map_err(|_| Error::Protocol("job key is not text".into()))?;
-    JobKey::new(s).map_err(|e| Error::Protocol(format!("stored job key is invalid: {e}")))
+    JobKey::stored(s).map_err(|e| Error::Protocol(format!("stored job key is invalid: {e}")))
 }
 
 /// A state read back from a script's one-letter code.

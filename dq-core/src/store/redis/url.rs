@@ -84,6 +84,31 @@ const SENTINEL_SCHEMES: [(&str, &str); 2] = [
     ("rediss+sentinel://", "rediss"),
 ];
 
+/// `url` as it may be shown to a person or written to a log: the password is replaced by
+/// `***` (a user name is kept) and the query (`?…`, which may carry a password) is dropped;
+/// scheme, hosts, ports, database and master name stay, so that the message says what was
+/// tried. Works on every form [`parse`] reads, and on text that is no URL at all.
+pub fn redacted(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let rest = rest.split_once('?').map_or(rest, |(before, _)| before);
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let authority = match authority.rfind('@') {
+        Some(i) => {
+            let (userinfo, hosts) = (&authority[..i], &authority[i + 1..]);
+            match userinfo.split_once(':') {
+                Some((user, _)) if !user.is_empty() => format!("{user}:***@{hosts}"),
+                _ => format!("***@{hosts}"),
+            }
+        }
+        None => authority.to_owned(),
+    };
+    format!("{scheme}{authority}{path}")
+}
+
 /// Reads `url`: a cluster URL is split into its seeds, a sentinel URL into its sentinels and
 /// master name; any other URL is left to redis-rs.
 pub(crate) fn parse(url: &str) -> Result<Target> {
@@ -223,6 +248,34 @@ mod tests {
         match parse(url).unwrap() {
             Target::Cluster { seeds, nodes } => (seeds, nodes),
             other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn redacted_urls_keep_the_address_and_never_the_password() {
+        for (url, shown) in [
+            ("redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/"),
+            ("redis://:s3cret@h:1/2", "redis://***@h:1/2"),
+            ("redis://app:s3cret@h:1/", "redis://app:***@h:1/"),
+            ("rediss://app:p@ss@h:1/0", "rediss://app:***@h:1/0"),
+            ("redis://s3cret@h:1", "redis://***@h:1"),
+            (
+                "redis+cluster://app:s3cret@a:1,b:2",
+                "redis+cluster://app:***@a:1,b:2",
+            ),
+            (
+                "redis+sentinel://:s3cret@s1:26379,s2:26379/mymaster/3",
+                "redis+sentinel://***@s1:26379,s2:26379/mymaster/3",
+            ),
+            (
+                "redis+unix:///tmp/redis.sock?db=1&pass=s3cret",
+                "redis+unix:///tmp/redis.sock",
+            ),
+            ("h:1?password=s3cret", "h:1"),
+            ("user:s3cret@h:1", "user:***@h:1"),
+        ] {
+            assert_eq!(redacted(url), shown, "{url}");
+            assert!(!redacted(url).contains("s3cret"));
         }
     }
 

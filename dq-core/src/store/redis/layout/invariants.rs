@@ -41,13 +41,14 @@ pub const CONTROL_FIELDS: [&str; 6] = ["paused", "until", "conc", "rate_n", "rat
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 12] = [
+pub const STATS_FIELDS: [&str; 13] = [
     "enqueued",
     "succeeded",
     "retried",
     "buried",
     "expired",
     "cancelled",
+    "succeeded_after_cancel_request",
     "trimmed",
     "throttles",
     "token",
@@ -494,7 +495,7 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
     let hints: BTreeSet<&str> = part.ready.iter().map(String::as_str).collect();
     let mut states: BTreeMap<&str, JobState> = BTreeMap::new();
     for (job, rec) in &part.jobs {
-        if JobKey::new(job.clone()).is_err() {
+        if JobKey::stored(job.clone()).is_err() {
             say(format!("`jobs` holds an invalid job key {job:?}"));
         }
         let h = match RecordHeader::decode(rec) {

@@ -3,7 +3,9 @@
 -- KEYS[1] active  dq:{topic#p}:active
 -- KEYS[2] jobs    dq:{topic#p}:jobs
 -- KEYS[3] hist    dq:{topic#p}:hist
--- KEYS[4] stats   dq:{topic#p}:stats
+-- KEYS[4] stats   dq:{topic#p}:stats     'succeeded' counts every acked job, and
+--                                         'succeeded_after_cancel_request' those of them whose
+--                                         cancel was requested while they ran
 -- KEYS[5] control dq:{topic#p}:control   cancel requests of the acked jobs are dropped; with a
 --                                         concurrency cap, a freed slot wakes a fetcher
 -- KEYS[6] wake    dq:{topic#p}:wake
@@ -17,8 +19,8 @@
 --   'S' stale: the job exists but this token no longer owns it; nothing done
 -- Errors: 'ERR dq bad arguments: ...'
 --
--- Never fails after a write, with no TYPE call: jobs and hist are read (HMGET, HLEN) before
--- the first write, ZREM active is that first write, and the counter cannot fail.
+-- Never fails after a write, with no TYPE call: jobs, hist and control are read (HMGET, HLEN)
+-- before the first write, ZREM active is that first write, and the counters cannot fail.
 
 local active, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local control, wake_key = KEYS[5], KEYS[6]
@@ -55,9 +57,14 @@ if #done > 0 then
   -- a topic without controls pays one EXISTS per batch; HGET checks the type before writes
   local has_control = redis.call('EXISTS', control) == 1
   local capped = has_control and redis.call('HGET', control, 'conc')
+  -- a job whose cancel was requested that succeeds anyway is counted as what happened
+  local after_cancel = 0
   if has_control then
     local fields = {}
     for i, key in ipairs(done) do fields[i] = cancel_field(key) end
+    for _, request in ipairs(hmget(control, fields)) do
+      if request then after_cancel = after_cancel + 1 end
+    end
     call_many('HDEL', control, fields)
   end
   if capped then wake(wake_key) end
@@ -65,5 +72,6 @@ if #done > 0 then
   call_many('HDEL', jobs, done)
   if has_hist then call_many('HDEL', hist, done) end
   count(stats, 'succeeded', #done)
+  if after_cancel > 0 then count(stats, 'succeeded_after_cancel_request', after_cancel) end
 end
 return table.concat(codes)

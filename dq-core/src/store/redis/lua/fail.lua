@@ -124,8 +124,7 @@ local function history(j, attempt, code, err)
     local ok, decoded = pcall(cmsgpack.unpack, old)
     if ok and type(decoded) == 'table' then entries = decoded end
   end
-  if #err > MAX_ERROR_LEN then err = string.sub(err, 1, MAX_ERROR_LEN) end
-  entries[#entries + 1] = {attempt, now, code, err}
+  entries[#entries + 1] = {attempt, now, code, cut_error(err)}
   while #entries > MAX_HISTORY do table.remove(entries, 1) end
   hist_writes[#hist_writes + 1] = live_keys[j]
   hist_writes[#hist_writes + 1] = cmsgpack.pack(entries)

@@ -32,6 +32,23 @@ local HEADER = '>c1BI6I6I6'
 local HEADER_LEN = 20
 local MAX_HISTORY = 32
 local MAX_ERROR_LEN = 1024
+local CUT_MARK = '… [cut from '
+
+-- An error text as a history keeps it (job.rs `truncate_error`, bound by a test): at most
+-- MAX_ERROR_LEN bytes; a longer one is cut where a UTF-8 character starts and ends with
+-- CUT_MARK, its length in bytes and ']'.
+local function cut_error(err)
+  if #err <= MAX_ERROR_LEN then return err end
+  local marker = CUT_MARK .. #err .. ' bytes]'
+  local keep = MAX_ERROR_LEN - #marker
+  -- the byte after the kept ones must not be a continuation byte (10xxxxxx)
+  while keep > 0 do
+    local b = string.byte(err, keep + 1)
+    if b < 0x80 or b >= 0xC0 then break end
+    keep = keep - 1
+  end
+  return string.sub(err, 1, keep) .. marker
+end
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -196,8 +213,7 @@ end
 
 -- Appends one attempt to a job's bounded history, `entries` as read by `read_history`.
 local function add_history(hist, key, entries, attempt, at, code, err)
-  if #err > MAX_ERROR_LEN then err = string.sub(err, 1, MAX_ERROR_LEN) end
-  entries[#entries + 1] = {attempt, at, code, err}
+  entries[#entries + 1] = {attempt, at, code, cut_error(err)}
   while #entries > MAX_HISTORY do table.remove(entries, 1) end
   redis.call('HSET', hist, key, cmsgpack.pack(entries))
 end

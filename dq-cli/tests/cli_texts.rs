@@ -1,0 +1,174 @@
+//! End-to-end tests of the `dq` binary for what a newcomer trips over: an unreachable or
+//! mistyped Redis address fails within seconds (exit code 4) naming the address it tried and
+//! never its password; a key with an invisible character is refused (exit code 2) saying
+//! where; `dq stats` tells a success after a cancel request from a cancel.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dq_core::{Client, FetchCall, FetchRequest, Queue, Topic};
+
+const BAD_INPUT: i32 = 2;
+const CONNECTION: i32 = 4;
+
+/// Far under the 30 s an application waits, and far over the 5 s default plus its grace:
+/// the bound holds on a loaded machine and fails on a CLI that inherits the 30 s.
+const GENEROUS: Duration = Duration::from_secs(15);
+
+/// A loopback port nothing listens on: bound, noted, closed.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `dq ARGS` with `env` set (and no inherited connection settings); exit code, stdout,
+/// stderr and how long it took.
+fn dq(args: &[&str], env: &[(&str, &str)]) -> (Output, Duration) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dq"));
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .env_remove("REDIS_URL")
+        .env_remove("DQ_NAMESPACE")
+        .env_remove("DQ_CONNECT_TIMEOUT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let started = Instant::now();
+    let out = cmd.output().expect("run dq");
+    (out, started.elapsed())
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The case: `dq` took 31 s to say Redis is unreachable. By default it now gives up
+/// within seconds with exit code 4, naming the address without the password; so does the
+/// dashboard command, and `--connect-timeout` / `DQ_CONNECT_TIMEOUT` set the wait.
+#[test]
+fn an_unreachable_address_fails_within_seconds_naming_it_without_the_password() {
+    let port = closed_port();
+    let url = format!("redis://app:s3cret-pw@127.0.0.1:{port}/");
+    let shown = format!("redis://app:***@127.0.0.1:{port}/");
+    for (args, env) in [
+        (vec!["--url", url.as_str(), "topics"], vec![]),
+        (
+            vec!["--url", url.as_str(), "--connect-timeout", "1s", "stats"],
+            vec![],
+        ),
+        (
+            vec![
+                "--url",
+                url.as_str(),
+                "dashboard",
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            vec![("DQ_CONNECT_TIMEOUT", "1s")],
+        ),
+    ] {
+        let (out, took) = dq(&args, &env);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(CONNECTION), "{args:?}: {stderr}");
+        assert!(took < GENEROUS, "{args:?} took {took:?}: {stderr}");
+        assert!(
+            stderr.contains(&shown) && stderr.contains("cannot reach Redis"),
+            "{args:?}: the address is not named: {stderr}"
+        );
+        assert!(!stderr.contains("s3cret"), "{args:?}: {stderr}");
+        if args.contains(&"1s") || !env.is_empty() {
+            assert!(stderr.contains("gave up after 1s"), "{stderr}");
+        } else {
+            assert!(stderr.contains("gave up after 5s"), "{stderr}");
+        }
+    }
+    // A bad flag value is bad input, before anything is tried.
+    let (out, _) = dq(&["--url", &url, "--connect-timeout", "soon", "topics"], &[]);
+    assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+}
+
+/// A key holding an invisible character (it looks like `order7` in every tool) is refused
+/// with exit code 2, naming the character and where it is; nothing is stored.
+#[tokio::test]
+async fn an_invisible_character_in_a_key_is_refused_saying_where() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-texts");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&url)
+        .await
+        .unwrap();
+    let t = client.topic("texts").unwrap();
+    t.enqueue(vec![0x01]).key("order7").await.unwrap();
+    for (key, code) in [("order\u{200b}7", "U+200B"), ("\u{feff}order7", "U+FEFF")] {
+        for args in [
+            vec!["enqueue", "texts", "--key", key, "--json", "1"],
+            vec!["cancel", "texts", key],
+            vec!["job", "texts", key],
+        ] {
+            let mut all = vec!["--url", url.as_str(), "--namespace", ns.as_str()];
+            all.extend(&args);
+            let (out, _) = dq(&all, &[]);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(BAD_INPUT), "{args:?}: {stderr}");
+            assert!(stderr.contains(code), "{args:?}: {stderr}");
+        }
+    }
+    let st = t.stats().await.unwrap();
+    assert_eq!((st.enqueued, st.ready, st.cancelled), (1, 1, 0), "{st:?}");
+}
+
+/// `dq stats` shows a job that succeeded after its cancel was requested apart from the
+/// cancelled ones, in text and JSON.
+#[tokio::test]
+async fn stats_tell_a_success_after_a_cancel_request_from_a_cancel() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-texts");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&url)
+        .await
+        .unwrap();
+    let t = client.topic("texts").unwrap();
+    t.enqueue(vec![0x01]).key("finished").await.unwrap();
+    let q = Queue::new(Topic::new("texts").unwrap(), 0);
+    let request = FetchRequest {
+        max_jobs: 1,
+        lease: Duration::from_secs(60),
+        call: FetchCall::new(),
+        ..FetchRequest::default()
+    };
+    let reply = client.store().fetch(&q, &request).await.unwrap();
+    assert_eq!(reply.jobs.len(), 1);
+    t.cancel("finished").await.unwrap();
+    let lease = dq_core::store::lease_of(&reply.jobs[0]);
+    client.store().ack(&q, &[lease]).await.unwrap();
+
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let mut args = base.to_vec();
+    args.extend(["stats", "texts", "--json"]);
+    let (out, _) = dq(&args, &[]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &json["counters"];
+    assert_eq!(
+        (
+            &c["succeeded"],
+            &c["succeeded_after_cancel_request"],
+            &c["cancelled"]
+        ),
+        (&1.into(), &1.into(), &0.into()),
+        "{json}"
+    );
+    let mut args = base.to_vec();
+    args.extend(["stats", "texts"]);
+    let (out, _) = dq(&args, &[]);
+    let detail = text(&out.stdout);
+    assert!(
+        detail.contains("cancelled 0")
+            && detail.contains("1 of the succeeded had a cancel requested"),
+        "{detail}"
+    );
+}
