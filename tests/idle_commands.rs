@@ -1,0 +1,109 @@
+//! What an idle worker costs Redis: every command a worker with one topic, no jobs and no
+//! schedules sends in 10 s, seen with `MONITOR` on a private `redis-server` (nothing else
+//! talks to it in that window). At most four (an idle fetch every `idle_wait`, a heartbeat
+//! every 10 s, the wake-up listener's `BLPOP` renewed once a minute), and none about
+//! schedules: the scheduler sleeps until a schedule changes (its own client, or another
+//! process, as the next heartbeat's reply tells).
+
+use std::time::Duration;
+
+use dq::{Client, JobContext, JobError, Worker};
+use dq_testkit::{RedisServer, eventually};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const WAIT: Duration = Duration::from_secs(30);
+/// The window counted, after the worker's start-up.
+const WINDOW: Duration = Duration::from_secs(10);
+/// Start-up calls (the topic check, the first fetch, the scheduler's first passes) that may
+/// still be under way when `MONITOR` starts are left out: the window opens this much later.
+const SETTLE: Duration = Duration::from_secs(1);
+
+#[dq::delayed_job(topic = "idle.one", retry = "none")]
+async fn idle_job(_n: u32, _ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+/// One line `MONITOR` printed: the server's time (s) and the rest of the line.
+fn parse(line: &str) -> Option<(f64, &str)> {
+    let line = line.strip_prefix('+')?;
+    let (time, rest) = line.split_once(' ')?;
+    Some((time.parse().ok()?, rest))
+}
+
+#[tokio::test]
+async fn an_idle_worker_sends_at_most_four_commands_in_ten_seconds_none_about_schedules() {
+    let server = RedisServer::start();
+    let ns = dq_testkit::namespace("idle");
+    let client = Client::builder()
+        .namespace(ns.clone())
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let worker = Worker::builder(client.clone())
+        .topics(["idle.one"])
+        .build()
+        .unwrap()
+        .start();
+    eventually(
+        "the worker listed and its fetcher past its first call",
+        WAIT,
+        || {
+            let client = client.clone();
+            let fetched = worker
+                .health()
+                .fetchers
+                .iter()
+                .all(|f| f.last_call_at.is_some());
+            async move { fetched && client.workers().await.unwrap().len() == 1 }
+        },
+    )
+    .await;
+
+    let mut monitor = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
+        .await
+        .unwrap();
+    monitor.write_all(b"MONITOR\r\n").await.unwrap();
+    let mut lines = BufReader::new(monitor).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    assert_eq!(first, "+OK");
+    // The window, by the server's clock (the timestamps MONITOR prints); read until it has
+    // surely closed by ours (the same machine's).
+    let mut conn = dq_testkit::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (secs, micros): (u64, u64) = dq_testkit::redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let read_until = tokio::time::Instant::now() + SETTLE + WINDOW + Duration::from_millis(500);
+    let opens = secs as f64 + micros as f64 / 1e6 + SETTLE.as_secs_f64();
+    let closes = opens + WINDOW.as_secs_f64();
+    let mut seen = Vec::new();
+    while let Ok(line) = tokio::time::timeout_at(read_until, lines.next_line()).await {
+        let line = line.unwrap().expect("MONITOR ended");
+        let Some((at, rest)) = parse(&line) else {
+            continue;
+        };
+        // Calls a script makes are shown too, from "lua": count what clients send.
+        if at >= opens && at < closes && !rest.contains(" lua]") {
+            seen.push(rest.to_string());
+        }
+    }
+    let schedules = dq::store::redis::layout::schedules_key(&ns);
+    let about_schedules: Vec<&String> = seen
+        .iter()
+        .filter(|c| c.contains(&schedules) || c.contains("\"TIME\""))
+        .collect();
+    assert!(
+        about_schedules.is_empty(),
+        "no schedule is near, yet the worker asked about schedules: {about_schedules:#?}"
+    );
+    assert!(
+        seen.len() <= 4,
+        "an idle worker sent {} commands in {WINDOW:?}: {seen:#?}",
+        seen.len()
+    );
+    worker.shutdown().await;
+}
