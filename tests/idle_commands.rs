@@ -107,3 +107,43 @@ async fn an_idle_worker_sends_at_most_four_commands_in_ten_seconds_none_about_sc
     );
     worker.shutdown().await;
 }
+
+/// The other side of sleeping: a schedule stored by another client (as another process
+/// would) is run by a worker whose scheduler sleeps — its heartbeat's reply says the
+/// schedules changed — well before the 10-minute safety pass.
+#[tokio::test]
+async fn a_schedule_stored_elsewhere_wakes_a_sleeping_scheduler_through_the_heartbeat() {
+    let server = RedisServer::start();
+    let ns = dq_testkit::namespace("idle-elsewhere");
+    let url = server.url();
+    let connect = || Client::builder().namespace(ns.clone()).connect(&url);
+    let (worker_client, elsewhere) = (connect().await.unwrap(), connect().await.unwrap());
+    let worker = Worker::builder(worker_client.clone())
+        .topics(["idle.one"])
+        .build()
+        .unwrap()
+        .start();
+    eventually("the worker listed", WAIT, || {
+        let client = worker_client.clone();
+        async move { client.workers().await.unwrap().len() == 1 }
+    })
+    .await;
+    let every = dq::Schedule::every(Duration::from_secs(1)).unwrap();
+    elsewhere
+        .schedule::<idle_job>("elsewhere", every, 0)
+        .await
+        .unwrap();
+    let first = elsewhere.schedules().await.unwrap()[0].next_ms.unwrap();
+    let key = dq::store::tick_key("elsewhere", first);
+    // Within one heartbeat (10 s) of the change; the deadline is three times that.
+    eventually(
+        "the first tick's job stored by the worker's scheduler",
+        WAIT,
+        || {
+            let (elsewhere, key) = (elsewhere.clone(), key.clone());
+            async move { elsewhere.job::<idle_job>(&key).await.unwrap().is_some() }
+        },
+    )
+    .await;
+    worker.shutdown().await;
+}
