@@ -145,5 +145,9 @@ async fn a_schedule_stored_elsewhere_wakes_a_sleeping_scheduler_through_the_hear
         },
     )
     .await;
+    // The generation shares the live workers' hash: a listing still shows just the worker.
+    let listed = worker_client.workers().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].id, worker.id());
     worker.shutdown().await;
 }
