@@ -163,3 +163,45 @@ async fn a_schedule_stored_elsewhere_wakes_a_sleeping_scheduler_through_the_hear
     assert_eq!(listed[0].id, worker.id());
     worker.shutdown().await;
 }
+
+/// Every `schedule` and `unschedule` moves the schedules generation a heartbeat returns, on
+/// Redis and on the embedded store alike; a change made before any worker beat is kept for
+/// the first one.
+async fn generation_moves(client: Client) {
+    use dq::store::Catalog;
+    let store = client.store().clone();
+    let info = dq::WorkerInfo::new(vec!["idle.ticked".into()], 1, 0);
+    let ttl = Duration::from_secs(30);
+    let every = dq::Schedule::every(Duration::from_secs(60)).unwrap();
+    client
+        .schedule::<ticked>("gen", every.clone(), 1)
+        .await
+        .unwrap();
+    let first = store.beat_worker(&info, ttl).await.unwrap();
+    assert!(first > 0, "a change before any beat is kept: {first}");
+    assert_eq!(store.beat_worker(&info, ttl).await.unwrap(), first);
+    // Unchanged too: an earlier call may have stopped before announcing.
+    client.schedule::<ticked>("gen", every, 1).await.unwrap();
+    let second = store.beat_worker(&info, ttl).await.unwrap();
+    assert_ne!(second, first);
+    assert!(client.unschedule("gen").await.unwrap());
+    assert_ne!(store.beat_worker(&info, ttl).await.unwrap(), second);
+    let listed = client.workers().await.unwrap();
+    assert_eq!(
+        listed.len(),
+        1,
+        "the generation is not a worker: {listed:?}"
+    );
+}
+
+#[tokio::test]
+async fn schedule_changes_move_the_generation_heartbeats_return() {
+    let server = RedisServer::start();
+    let redis = Client::builder()
+        .namespace(dq_testkit::namespace("idle-generation"))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    generation_moves(redis).await;
+    generation_moves(Client::in_memory()).await;
+}

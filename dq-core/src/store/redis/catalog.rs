@@ -122,22 +122,14 @@ impl Catalog for RedisStore {
         let reply = self
             .workers_call(&[b"beat", worker.id.as_bytes(), ttl_ms.as_bytes(), &record])
             .await?;
-        match &reply {
+        let generation = match &reply {
             Value::Array(pair) => match pair.as_slice() {
-                [Value::Int(_), Value::Int(generation)] => Ok(u64::try_from(*generation)
-                    .map_err(|_| unexpected(SCRIPTS.workers.name, "generation", &reply))?),
-                _ => Err(unexpected(
-                    SCRIPTS.workers.name,
-                    "(expiry, generation)",
-                    &reply,
-                )),
+                [Value::Int(_), Value::Int(generation)] => u64::try_from(*generation).ok(),
+                _ => None,
             },
-            _ => Err(unexpected(
-                SCRIPTS.workers.name,
-                "(expiry, generation)",
-                &reply,
-            )),
-        }
+            _ => None,
+        };
+        generation.ok_or_else(|| unexpected(SCRIPTS.workers.name, "(expiry, generation)", &reply))
     }
 
     /// Bumps the generation in the live workers' hash; a hash no worker keeps yet lasts
