@@ -168,7 +168,6 @@ async fn a_schedule_stored_elsewhere_wakes_a_sleeping_scheduler_through_the_hear
 /// Redis and on the embedded store alike; a change made before any worker beat is kept for
 /// the first one.
 async fn generation_moves(client: Client) {
-    use dq::store::Catalog;
     let store = client.store().clone();
     let info = dq::WorkerInfo::new(vec!["idle.ticked".into()], 1, 0);
     let ttl = Duration::from_secs(30);
