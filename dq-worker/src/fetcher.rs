@@ -25,7 +25,11 @@
 //! errors of the check are retried as failing fetches are.
 //!
 //! Wake-up tokens are received by a listener task with one `BLPOP` always in flight, so a
-//! token is never dropped by a cancelled wait; it is turned into a local `Notify`.
+//! token is never dropped by a cancelled wait; it is turned into a local `Notify`. The
+//! `BLPOP` blocks for [`LISTEN_BLOCK`] (a minute), not `idle_wait`: its timeout only finds a
+//! listener connection that died silently, and meanwhile the fetcher's own capped wait still
+//! bounds a lost token, so a quiet partition costs one fetch per `idle_wait` and one `BLPOP`
+//! per minute.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +45,9 @@ use crate::dead::{DeadJob, DeadLetters};
 use crate::health::FetcherHealth;
 use crate::registry::TopicRuntime;
 use crate::runner::{self, RunnerShared};
+
+/// How long the wake-up listener's `BLPOP` blocks (at least; `idle_wait` if longer).
+const LISTEN_BLOCK: Duration = Duration::from_secs(60);
 
 /// How a fetcher behaves (from the worker's settings).
 #[derive(Clone, Debug)]
@@ -130,7 +137,7 @@ impl Fetcher {
             self.store.clone(),
             self.queue.clone(),
             wake.clone(),
-            self.settings.idle_wait,
+            self.settings.idle_wait.max(LISTEN_BLOCK),
             self.stop.clone(),
         ));
         let mut backoff = error_backoff();

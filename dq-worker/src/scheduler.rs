@@ -2,9 +2,18 @@
 //! (`Client::schedule`): those of the topics it runs. In a loop it runs one pass
 //! (`Client::run_schedules`: each tick due within the look-ahead is enqueued by key and the
 //! schedule's cursor moved by compare-and-set, so any number of workers can run it at once
-//! and each tick's job is stored once), then sleeps until the earliest next tick less the
-//! look-ahead — or until a schedule changes on this worker's client, or at most `poll`, to
-//! find schedules other processes stored.
+//! and each tick's job is stored once), then sleeps — sending nothing — until the earliest
+//! next tick less the look-ahead, or until the schedules change:
+//!
+//! - at once for a change made through this worker's own client;
+//! - within one heartbeat (10 s by default) for a change made by another process: every
+//!   `schedule`/`unschedule` bumps the store's schedules generation, which each heartbeat's
+//!   reply carries (`heartbeat.rs`), so learning of it costs no command of its own. A new
+//!   schedule's first tick is at least `SCHEDULE_LOOKAHEAD` (5 s) away, so with the default
+//!   heartbeat a schedule stored elsewhere can see its first tick enqueued up to 5 s late
+//!   (well within `MISSED_GRACE`: it still runs, late, not as a missed tick);
+//! - at the latest after `poll` ([`DEFAULT_POLL`], 10 min): a safety pass for a process that
+//!   stored a schedule and died before announcing it.
 //!
 //! A failed pass is logged at WARN (once until a pass succeeds) and tried again after a short
 //! back-off: the worker runs on regardless.
@@ -17,6 +26,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Wait after a failed pass.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
+
+/// The longest a scheduler sleeps without a pass unless told otherwise
+/// (`WorkerBuilder::schedule_poll`): only a lost announcement waits this long.
+pub(crate) const DEFAULT_POLL: Duration = Duration::from_secs(600);
 
 pub(crate) struct Scheduler {
     pub client: Client,

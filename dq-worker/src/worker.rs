@@ -142,8 +142,8 @@ impl WorkerBuilder {
     }
 
     /// Longest an idle fetcher waits before asking the store again, bounding the cost of a
-    /// lost wake-up (default 5 s). An idle worker sends about two commands per this period
-    /// per partition.
+    /// lost wake-up (default 5 s). An idle worker sends one command per this period per
+    /// partition, and its wake-up listener one per minute.
     pub fn idle_wait(mut self, wait: Duration) -> Self {
         self.idle_wait = wait;
         self
@@ -158,20 +158,22 @@ impl WorkerBuilder {
         self
     }
 
-    /// How often the worker's scheduler looks for periodic schedules stored by other
-    /// processes (default 5 s; at least 10 ms). It wakes for the ticks it knows of by itself,
-    /// and at once for schedules stored through this worker's own client; a new schedule's
-    /// first tick is at least 5 s (`SCHEDULE_LOOKAHEAD`) away, so the default finds it in time.
+    /// Longest the worker's scheduler sleeps without looking at the schedules (default
+    /// 10 min; at least 10 ms). It wakes by itself for the ticks it knows of, at once for
+    /// schedules stored through this worker's own client, and at the next heartbeat for a
+    /// change made by another process (the heartbeat's reply says the schedules changed); this
+    /// period only covers a process that died between storing a schedule and announcing it.
     pub fn schedule_poll(mut self, every: Duration) -> Self {
         self.schedule_poll = every;
         self
     }
 
-    /// How often the worker writes its heartbeat to the store (default 5 s; at least 50 ms).
+    /// How often the worker writes its heartbeat to the store (default 10 s; at least 50 ms).
     /// The heartbeat lists it in [`Client::workers`](dq_core::Client::workers) and lasts
     /// three beats: a worker that stops beating (crashed, frozen, cut off) drops out of the
-    /// list within three beats. Each beat also tells [`WorkerHandle::health`] whether the
-    /// worker reaches the store.
+    /// list within three beats (30 s by default). Each beat also tells
+    /// [`WorkerHandle::health`] whether the worker reaches the store, and the scheduler
+    /// whether another process changed the schedules.
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.heartbeat = every;
         self
@@ -320,8 +322,8 @@ impl Worker {
             on_dead: None,
             extra: Vec::new(),
             registered: true,
-            heartbeat: Duration::from_secs(5),
-            schedule_poll: Duration::from_secs(5),
+            heartbeat: crate::heartbeat::DEFAULT_EVERY,
+            schedule_poll: crate::scheduler::DEFAULT_POLL,
         }
     }
 
@@ -442,6 +444,7 @@ impl Worker {
                 every: self.heartbeat,
                 stop: beat_stop.clone(),
                 health: beat_health.clone(),
+                client: self.client.clone(),
             }
             .run(),
         );

@@ -192,7 +192,7 @@ impl Catalog for NoExtend {
     async fn reset_topic(&self, topic: &Topic) -> dq::Result<Option<TopicMeta>> {
         self.0.reset_topic(topic).await
     }
-    async fn beat_worker(&self, w: &dq::WorkerInfo, ttl: Duration) -> dq::Result<()> {
+    async fn beat_worker(&self, w: &dq::WorkerInfo, ttl: Duration) -> dq::Result<u64> {
         self.0.beat_worker(w, ttl).await
     }
     async fn workers(&self) -> dq::Result<Vec<dq::WorkerInfo>> {

@@ -81,8 +81,7 @@ impl Client {
         };
         // Harmless to repeat: a retry of an applied put finds its own definition.
         let (outcome, _) = retry_harmless(|| self.store.put_schedule(&record), true).await?;
-        self.schedules_changed
-            .send_modify(|n| *n = n.wrapping_add(1));
+        self.announce_schedules().await?;
         Ok(outcome)
     }
 
@@ -91,9 +90,19 @@ impl Client {
     pub async fn unschedule(&self, name: &str) -> Result<bool> {
         check_schedule_name(name)?;
         let (removed, _) = retry_harmless(|| self.store.remove_schedule(name), true).await?;
-        self.schedules_changed
-            .send_modify(|n| *n = n.wrapping_add(1));
+        self.announce_schedules().await?;
         Ok(removed)
+    }
+
+    /// After a schedule was stored or removed (or found unchanged: an earlier call may have
+    /// stopped before this step): wakes this client's schedulers at once, and the workers of
+    /// other processes at their next heartbeat (the generation it returns moves). An error
+    /// here means the schedule is stored but other workers may see it only at their safety
+    /// pass: the caller's retry (`Unchanged`) announces it again.
+    async fn announce_schedules(&self) -> Result<()> {
+        self.schedules_changed_elsewhere();
+        retry_harmless(|| self.store.touch_schedules(), true).await?;
+        Ok(())
     }
 
     /// Every stored schedule, by name, with its next tick. One store round trip.
@@ -102,11 +111,20 @@ impl Client {
         records.iter().map(ScheduleRecord::decode).collect()
     }
 
-    /// Changes whenever this client (or a clone) stores or removes a schedule: a worker's
-    /// scheduler built on the same client looks at once instead of at its next poll.
+    /// Changes whenever this client (or a clone) stores or removes a schedule, or a worker's
+    /// heartbeat on it finds that another process did: a worker's scheduler built on the
+    /// same client then looks at the schedules again (and otherwise sleeps until its next tick).
     #[doc(hidden)]
     pub fn schedules_changed(&self) -> tokio::sync::watch::Receiver<u64> {
         self.schedules_changed.subscribe()
+    }
+
+    /// Wakes the schedulers built on this client (`schedules_changed`): what a worker's
+    /// heartbeat calls when the store's schedules generation moved.
+    #[doc(hidden)]
+    pub fn schedules_changed_elsewhere(&self) {
+        self.schedules_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// One pass of a scheduler over the schedules of the topics `runs` accepts: for each

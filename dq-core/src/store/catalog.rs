@@ -31,8 +31,10 @@ pub trait Catalog: Send + Sync + 'static {
     async fn reset_topic(&self, topic: &Topic) -> Result<Option<TopicMeta>>;
 
     /// Records or renews a live worker's heartbeat (`worker.id` names it): it lasts `ttl`
-    /// from now (the store's clock) unless renewed. Namespace-wide.
-    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()>;
+    /// from now (the store's clock) unless renewed. Namespace-wide. Returns the schedules
+    /// generation ([`Catalog::touch_schedules`]): a worker's scheduler looks at the schedules
+    /// again when it changes, so a change made by another process is seen within one beat.
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<u64>;
 
     /// The workers whose heartbeat has not expired, by id, with the store's beat and expiry
     /// times; expired heartbeats are removed on the way.
@@ -51,6 +53,15 @@ pub trait Catalog: Send + Sync + 'static {
     async fn put_schedule(&self, record: &ScheduleRecord) -> Result<ScheduleOutcome> {
         let _ = record;
         Err(no_schedules())
+    }
+
+    /// Tells every worker that the schedules changed: bumps the schedules generation each
+    /// heartbeat returns ([`Catalog::beat_worker`]). Called after every `put_schedule` and
+    /// `remove_schedule` through the client; harmless to repeat (a spare scheduler pass).
+    ///
+    /// The default does nothing: a store whose heartbeats carry no generation.
+    async fn touch_schedules(&self) -> Result<()> {
+        Ok(())
     }
 
     /// Deletes a schedule by name; `true` if there was one.

@@ -2,6 +2,7 @@
 //! periodic schedules, with the semantics of `topic.lua`, `workers.lua` and `schedules.lua`,
 //! and the store's clock.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -55,13 +56,18 @@ impl Catalog for MemoryStore {
         Ok(topics.remove(topic))
     }
 
-    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()> {
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<u64> {
         worker.validate(ttl)?;
         let now = self.clock.now_ms();
         let mut info = worker.clone();
         info.beat_ms = now;
         info.expires_ms = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         self.lock_workers().insert(info.id.clone(), info);
+        Ok(self.schedules_generation.load(Ordering::Relaxed))
+    }
+
+    async fn touch_schedules(&self) -> Result<()> {
+        self.schedules_generation.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 

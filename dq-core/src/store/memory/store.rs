@@ -26,6 +26,8 @@ pub struct MemoryStore {
     workers: Mutex<BTreeMap<String, WorkerInfo>>,
     /// Periodic schedules (Redis: `<ns>:schedules`), name → (cursor, definition).
     schedules: Mutex<BTreeMap<String, (u64, Vec<u8>)>>,
+    /// The schedules generation heartbeats return (Redis: a field of `<ns>:workers`).
+    pub(super) schedules_generation: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -57,6 +59,7 @@ impl MemoryStore {
             state: Mutex::new(HashMap::new()),
             topics: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(BTreeMap::new()),
+            schedules_generation: std::sync::atomic::AtomicU64::new(0),
             schedules: Mutex::new(BTreeMap::new()),
         }
     }

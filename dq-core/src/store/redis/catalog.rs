@@ -27,6 +27,10 @@ use crate::store::catalog::Catalog;
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
+/// How long the live workers' hash lasts when a schedule change creates it (no worker beats
+/// into it yet): a worker starting meanwhile still finds the generation moved.
+const TOUCHED_HASH_TTL: Duration = Duration::from_secs(60);
+
 #[async_trait]
 impl Catalog for RedisStore {
     async fn register_topic(&self, topic: &Topic, partitions: u16) -> Result<TopicMeta> {
@@ -111,13 +115,31 @@ impl Catalog for RedisStore {
         )))
     }
 
-    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<()> {
+    async fn beat_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<u64> {
         worker.validate(ttl)?;
         let record = worker.encode()?;
         let ttl_ms = ms(ttl).to_string();
-        self.workers_call(&[b"beat", worker.id.as_bytes(), ttl_ms.as_bytes(), &record])
+        let reply = self
+            .workers_call(&[b"beat", worker.id.as_bytes(), ttl_ms.as_bytes(), &record])
             .await?;
-        Ok(())
+        let generation = match &reply {
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Int(_), Value::Int(generation)] => u64::try_from(*generation).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        generation.ok_or_else(|| unexpected(SCRIPTS.workers.name, "(expiry, generation)", &reply))
+    }
+
+    /// Bumps the generation in the live workers' hash; a hash no worker keeps yet lasts
+    /// [`TOUCHED_HASH_TTL`], enough for a worker starting at that moment to beat into it.
+    async fn touch_schedules(&self) -> Result<()> {
+        let ttl_ms = ms(TOUCHED_HASH_TTL).to_string();
+        match self.workers_call(&[b"touch", ttl_ms.as_bytes()]).await? {
+            Value::Int(_) => Ok(()),
+            other => Err(unexpected(SCRIPTS.workers.name, "generation", &other)),
+        }
     }
 
     async fn workers(&self) -> Result<Vec<WorkerInfo>> {
