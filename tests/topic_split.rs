@@ -81,7 +81,10 @@ async fn a_default_worker_never_silently_misses_a_four_partition_producers_jobs(
 
     let consumer = client(&ns, None).await;
     let runs = Runs::default();
-    let handle = worker(&consumer, &runs).start();
+    let handle = worker(&consumer, &runs)
+        .start()
+        .await
+        .expect("the worker starts");
     let reported = dq_testkit::eventually_some(
         "every stored job ran, or the worker reports why it cannot run them",
         WAIT,
@@ -139,7 +142,7 @@ async fn the_mismatched_worker_gets_the_typed_error_and_a_matching_one_runs_ever
         }) => assert_eq!(topic, TOPIC),
         other => panic!("expected TopicMismatch, got {other:?}"),
     }
-    let handle = w.start();
+    let handle = w.start().await.expect("the worker starts");
     let error = dq_testkit::eventually_some("the worker reports the mismatch", WAIT, || {
         let health = handle.health();
         async move {
@@ -163,7 +166,10 @@ async fn the_mismatched_worker_gets_the_typed_error_and_a_matching_one_runs_ever
     // Configured alike, a worker runs every job.
     let fixed = client(&ns, Some(4)).await;
     let runs = Runs::default();
-    let handle = worker(&fixed, &runs).start();
+    let handle = worker(&fixed, &runs)
+        .start()
+        .await
+        .expect("the worker starts");
     dq_testkit::eventually("all 8 jobs ran", WAIT, || {
         let done = runs.get().len() == 8;
         async move { done }
@@ -183,7 +189,7 @@ async fn a_producer_that_disagrees_with_the_recorded_count_stores_nothing() {
     let w = worker(&consumer, &runs);
     let metas = w.check_topics().await.unwrap();
     assert_eq!(metas[0].partitions, 1);
-    let handle = w.start();
+    let handle = w.start().await.expect("the worker starts");
 
     let producer = client(&ns, Some(4)).await;
     for i in 0..8u64 {
@@ -227,7 +233,10 @@ async fn a_worker_started_while_redis_is_down_checks_once_it_is_back() {
         .unwrap();
     server.stop();
     let runs = Runs::default();
-    let handle = worker(&consumer, &runs).start();
+    let handle = worker(&consumer, &runs)
+        .start()
+        .await
+        .expect("the worker starts");
     dq_testkit::eventually("the failed check shows in the health", WAIT, || {
         let health = handle.health();
         async move {

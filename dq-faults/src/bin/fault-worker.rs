@@ -299,7 +299,10 @@ async fn main() {
         eprintln!("fault-worker: {e}");
         std::process::exit(2);
     });
-    let handle = worker.start();
+    let handle = worker.start().await.unwrap_or_else(|e| {
+        eprintln!("fault-worker: {e}");
+        std::process::exit(2);
+    });
     println!("ready");
     let _ = std::io::stdout().flush();
 
