@@ -83,7 +83,9 @@ async fn a_failing_topic_check_that_retrying_cannot_fix_is_logged_at_error() {
         .filter(|l| l.contains("topic check failed"))
         .collect();
     assert!(
-        lines.iter().all(|l| l.contains("ERROR") && !l.contains("WARN")),
+        lines
+            .iter()
+            .all(|l| l.contains("ERROR") && !l.contains("WARN")),
         "logged at ERROR, not WARN: {lines:#?}"
     );
     let health = handle.health();

@@ -82,15 +82,20 @@ async fn a_worker_process_configured_with_another_count_exits_at_start_naming_bo
     let mut spec = s.spec();
     spec.configured_partitions = Some(1);
     let mut w = s.spawn_unready(&spec);
-    let status = w.wait_exit(WAIT).unwrap_or_else(|| {
-        panic!(
-            "the refused worker kept running; log:\n{}",
-            w.log_tail(20)
-        )
-    });
-    assert_eq!(status.code(), Some(2), "{status:?}; log:\n{}", w.log_tail(20));
+    let status = w
+        .wait_exit(WAIT)
+        .unwrap_or_else(|| panic!("the refused worker kept running; log:\n{}", w.log_tail(20)));
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "{status:?}; log:\n{}",
+        w.log_tail(20)
+    );
     let log = w.log_text();
-    assert!(log.contains(&format!("{WORK_TOPIC:?}")), "names the topic: {log}");
+    assert!(
+        log.contains(&format!("{WORK_TOPIC:?}")),
+        "names the topic: {log}"
+    );
     assert!(
         log.contains("4 partition(s) in the store") && log.contains("configured with 1"),
         "names both counts: {log}"

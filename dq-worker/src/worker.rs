@@ -394,22 +394,19 @@ impl Worker {
     /// [`WorkerBuilder::skip_refused_topics`] the worker starts without that topic's jobs. A
     /// store that cannot be reached is no error here: the fetchers retry until it is back.
     pub async fn start(mut self) -> Result<WorkerHandle, WorkerError> {
-        let config = self.client.config().clone();
         for topic in &mut self.topics {
-            match crate::topic_check::at_start(&self.client, &topic.topic, self.skip_refused)
-                .await?
-            {
-                Some(partitions) => {
-                    let runtime = Arc::get_mut(topic).ok_or_else(|| {
-                        WorkerError::InvalidSetting(
-                            "a topic's runtime is shared before start".into(),
-                        )
-                    })?;
-                    runtime.partitions = partitions;
-                    runtime.dead_limits =
-                        config.partition_dead_limits(runtime.topic.as_str(), partitions);
-                }
-                None => continue,
+            let checked =
+                crate::topic_check::at_start(&self.client, &topic.topic, self.skip_refused).await?;
+            if let Some(partitions) = checked {
+                // Built by `build` and held by this worker alone until it spawns its tasks.
+                let runtime = Arc::get_mut(topic).ok_or_else(|| {
+                    WorkerError::InvalidSetting("a topic's runtime is shared before start".into())
+                })?;
+                runtime.partitions = partitions;
+                runtime.dead_limits = self
+                    .client
+                    .config()
+                    .partition_dead_limits(runtime.topic.as_str(), partitions);
             }
         }
         Ok(self.spawn())

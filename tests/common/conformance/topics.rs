@@ -304,10 +304,7 @@ pub async fn an_unconfigured_client_adopts_the_recorded_count<H: Harness>(h: &H)
         .unwrap();
     assert!(p.job("job-8").await.unwrap().is_some());
     assert!(p.job("job-9").await.unwrap().is_some());
-    assert_eq!(
-        t.cancel("job-3").await.unwrap(),
-        CancelOutcome::Cancelled
-    );
+    assert_eq!(t.cancel("job-3").await.unwrap(), CancelOutcome::Cancelled);
     assert!(p.job("job-3").await.unwrap().is_none());
     assert_eq!(t.requeue_dead(&["job-1"]).await.unwrap(), 0);
     assert_eq!(enqueued_in(h, "meta.adopt", 4).await, 10);
