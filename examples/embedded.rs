@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 () = tokio::time::sleep(Duration::from_secs(5)) => timeline.say("5 s passed: shutting down"),
             }
         })
-        .await;
+        .await?;
     app.abort();
     let stats = client.stats::<send_welcome>().await?;
     println!(

@@ -170,7 +170,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let worker = Worker::builder(client.clone())
         .topics(["metrics.demo"])
         .build()?
-        .start();
+        .start()
+        .await?;
     // One collector per deployment: queue depths by state, the oldest overdue job.
     let collector = dq::metrics::spawn_stats_collector(client.clone(), Duration::from_secs(1));
 

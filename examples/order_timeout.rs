@@ -115,7 +115,8 @@ pub async fn run(client: dq::Client) -> Result<Summary, Box<dyn std::error::Erro
         .data(orders.clone())
         .data(timeline)
         .build()?
-        .start();
+        .start()
+        .await?;
 
     for id in 1..=10u64 {
         orders.set(id, OrderState::AwaitingPayment);

@@ -43,16 +43,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = common::connect("periodic").await;
     let (ticks_tx, mut ticks) = tokio::sync::mpsc::channel::<String>(16);
     // Two workers on the same store, as two processes would be.
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            dq::Worker::builder(client.clone())
-                .topics(["sensors.poll", "reports.nightly"])
-                .data(timeline)
-                .data(ticks_tx.clone())
-                .build()
-                .map(dq::Worker::start)
-        })
-        .collect::<Result<_, _>>()?;
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let worker = dq::Worker::builder(client.clone())
+            .topics(["sensors.poll", "reports.nightly"])
+            .data(timeline)
+            .data(ticks_tx.clone())
+            .build()?;
+        workers.push(worker.start().await?);
+    }
 
     let every_second = Schedule::every(Duration::from_secs(1))?;
     let outcome = client

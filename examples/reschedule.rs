@@ -47,7 +47,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .data(timeline)
         .data(fired_tx)
         .build()?
-        .start();
+        .start()
+        .await?;
 
     client
         .enqueue::<finish_feeding>(Feeding { pet_id: 42 })

@@ -88,7 +88,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
         .build()?
-        .start();
+        .start()
+        .await?;
 
     for partner in ["steady", "flaky", "gone", "broken"] {
         client

@@ -81,7 +81,7 @@ impl TestQueue {
         Ok(TestQueue {
             client,
             topics,
-            worker: Some(worker.start()),
+            worker: Some(worker.spawn()),
         })
     }
 

@@ -53,7 +53,9 @@ async fn the_example_serves_every_metric_family_and_health() {
         .heartbeat(Duration::from_millis(100))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let _server = example::serve(

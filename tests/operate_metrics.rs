@@ -148,7 +148,9 @@ async fn a_mixed_workload_is_counted_exactly() {
         .topics(TOPICS)
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
 
     for n in 0..3 {
         client.enqueue::<ok>(n).await.unwrap();

@@ -23,7 +23,9 @@ async fn check(client: Client) {
         .shutdown_timeout(Duration::from_millis(400))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client.enqueue::<hold>(1).key("a").await.unwrap();
     let listed = eventually_some("the worker listed, running its job", WAIT, || {
         let client = client.clone();

@@ -48,7 +48,9 @@ async fn producer_span_job_and_handler_span_share_one_trace() {
         .topics(["otel.close"])
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
 
     // Under a span: carried. Due a little later, so the handler runs well after the
     // producer's span has ended.

@@ -75,7 +75,9 @@ async fn jobs_failing_together_retry_spread_out_on_redis() {
         .topics(["jitter.fixed"])
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     let delays = eventually_some("every job failed once", Duration::from_secs(30), || async {
         let d = retry_delays_ms(&client).await;
         (d.len() == JOBS as usize).then_some(d)

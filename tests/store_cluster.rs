@@ -181,7 +181,9 @@ async fn wake_up_listeners_block_on_the_master_of_their_partition() {
         .idle_wait(Duration::from_secs(60))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     eventually(
         "6 wake-up listeners blocked on masters",
         Duration::from_secs(20),
@@ -274,7 +276,9 @@ async fn a_wake_up_listener_follows_its_slot_to_another_master() {
         .idle_wait(Duration::from_secs(60))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     eventually(
         "the listener blocks on the source",
         Duration::from_secs(20),

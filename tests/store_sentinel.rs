@@ -145,7 +145,9 @@ async fn a_client_follows_a_failover() {
         .idle_wait(Duration::from_secs(60))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     for n in 0..20 {
         enqueue_until_ok(&client, n, Duration::from_secs(10)).await;
     }
@@ -244,7 +246,9 @@ async fn a_client_follows_a_switchover_where_the_old_master_answers_readonly() {
         .idle_wait(Duration::from_secs(60))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     for n in 0..10 {
         enqueue_switch_until_ok(&client, n).await;
     }

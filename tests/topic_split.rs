@@ -3,8 +3,10 @@
 //! never disagree silently. Before topic metadata, the producer stored 8 jobs over 4
 //! partitions, the worker fetched from partition 0 only, the jobs elsewhere never ran, and
 //! the worker's `stats()` said nothing was waiting. Now the topic's partition count is
-//! recorded in Redis by its first user and the side that disagrees gets
-//! `Error::TopicMismatch` before it writes anything.
+//! recorded in Redis by its first user; a client that did not configure the topic's count
+//! adopts the recorded one (issue 27), and one configured otherwise gets
+//! `Error::TopicMismatch` before it writes anything — a worker configured otherwise does not
+//! start (`WorkerError::TopicMismatch`).
 //!
 //! The first test uses only the API that existed before the fix, so that it can be run
 //! against the old code, where it fails: 8 jobs stored, some never run, no error anywhere.
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use dq::store::Queue;
 use dq::store::redis::layout::{PartitionKeys, topics_key};
-use dq::{Client, Error, JobContext, JobError, Topic, Worker};
+use dq::{Client, Error, JobContext, JobError, Topic, Worker, WorkerBuilder, WorkerError};
 
 const TOPIC: &str = "split.jobs";
 /// Generous: the worker starts within milliseconds; this is a bound, not a pace.
@@ -46,12 +48,14 @@ async fn client(ns: &str, partitions: Option<u16>) -> Client {
     b.connect(&dq_testkit::shared().url()).await.unwrap()
 }
 
-fn worker(client: &Client, runs: &Runs) -> Worker {
+fn builder(client: &Client, runs: &Runs) -> WorkerBuilder {
     Worker::builder(client.clone())
         .topics([TOPIC])
         .data(runs.clone())
-        .build()
-        .unwrap()
+}
+
+fn worker(client: &Client, runs: &Runs) -> Worker {
+    builder(client, runs).build().unwrap()
 }
 
 /// The issue's case as it was reported: the producer first, 8 jobs over 4 partitions, then a
@@ -81,7 +85,10 @@ async fn a_default_worker_never_silently_misses_a_four_partition_producers_jobs(
 
     let consumer = client(&ns, None).await;
     let runs = Runs::default();
-    let handle = worker(&consumer, &runs).start();
+    let handle = worker(&consumer, &runs)
+        .start()
+        .await
+        .expect("the worker starts");
     let reported = dq_testkit::eventually_some(
         "every stored job ran, or the worker reports why it cannot run them",
         WAIT,
@@ -114,9 +121,11 @@ async fn a_default_worker_never_silently_misses_a_four_partition_producers_jobs(
     handle.shutdown().await;
 }
 
-/// The same order, through the new API: the worker's check is the typed error (stored 4,
-/// configured 1) and nothing of the topic was written by it; a worker configured alike runs
-/// all 8 jobs.
+/// The same order with a worker whose client is configured with 1 for the topic
+/// (`.partitions(topic, 1)`): its check is the typed error (stored 4, configured 1), its
+/// `start()` fails with it naming the topic and both counts, and nothing of the topic was
+/// written by it; with `skip_refused_topics` it starts without the topic, logging the refusal
+/// and showing it in its health; a worker configured alike runs all 8 jobs.
 #[tokio::test]
 async fn the_mismatched_worker_gets_the_typed_error_and_a_matching_one_runs_everything() {
     let ns = dq_testkit::namespace("split");
@@ -128,7 +137,7 @@ async fn the_mismatched_worker_gets_the_typed_error_and_a_matching_one_runs_ever
             .await
             .unwrap();
     }
-    let consumer = client(&ns, None).await;
+    let consumer = client(&ns, Some(1)).await;
     let runs = Runs::default();
     let w = worker(&consumer, &runs);
     match w.check_topics().await {
@@ -139,7 +148,22 @@ async fn the_mismatched_worker_gets_the_typed_error_and_a_matching_one_runs_ever
         }) => assert_eq!(topic, TOPIC),
         other => panic!("expected TopicMismatch, got {other:?}"),
     }
-    let handle = w.start();
+    match w.start().await {
+        Err(e @ WorkerError::TopicMismatch { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(TOPIC), "{text}");
+            assert!(text.contains("4 partition(s) in the store"), "{text}");
+            assert!(text.contains("configured with 1"), "{text}");
+        }
+        other => panic!("expected WorkerError::TopicMismatch, got {other:?}"),
+    }
+    let handle = builder(&consumer, &runs)
+        .skip_refused_topics()
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts without the refused topic");
     let error = dq_testkit::eventually_some("the worker reports the mismatch", WAIT, || {
         let health = handle.health();
         async move {
@@ -163,7 +187,10 @@ async fn the_mismatched_worker_gets_the_typed_error_and_a_matching_one_runs_ever
     // Configured alike, a worker runs every job.
     let fixed = client(&ns, Some(4)).await;
     let runs = Runs::default();
-    let handle = worker(&fixed, &runs).start();
+    let handle = worker(&fixed, &runs)
+        .start()
+        .await
+        .expect("the worker starts");
     dq_testkit::eventually("all 8 jobs ran", WAIT, || {
         let done = runs.get().len() == 8;
         async move { done }
@@ -183,7 +210,7 @@ async fn a_producer_that_disagrees_with_the_recorded_count_stores_nothing() {
     let w = worker(&consumer, &runs);
     let metas = w.check_topics().await.unwrap();
     assert_eq!(metas[0].partitions, 1);
-    let handle = w.start();
+    let handle = w.start().await.expect("the worker starts");
 
     let producer = client(&ns, Some(4)).await;
     for i in 0..8u64 {
@@ -227,7 +254,10 @@ async fn a_worker_started_while_redis_is_down_checks_once_it_is_back() {
         .unwrap();
     server.stop();
     let runs = Runs::default();
-    let handle = worker(&consumer, &runs).start();
+    let handle = worker(&consumer, &runs)
+        .start()
+        .await
+        .expect("the worker starts");
     dq_testkit::eventually("the failed check shows in the health", WAIT, || {
         let health = handle.health();
         async move {

@@ -107,7 +107,9 @@ async fn a_declared_concurrency_caps_and_fills_the_workers_slots() {
         .data(in_flight.clone())
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
 
     let high_water = release_one_at_a_time(&in_flight, 12, 3).await;
     assert_eq!(high_water, 3, "at most 3 runs at once, and 3 were reached");
@@ -134,7 +136,9 @@ async fn the_worker_builder_overrides_the_declared_concurrency() {
         .data(in_flight.clone())
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
 
     let high_water = release_one_at_a_time(&in_flight, 8, 2).await;
     assert_eq!(high_water, 2, "at most 2 runs at once, and 2 were reached");

@@ -107,9 +107,17 @@ async fn pause_holds_workers_and_resume_releases_them() {
     let log = Log::default();
     let t = client.topic("ctl.pause").unwrap();
     client.pause::<paused_job>().await.unwrap();
-    let handles: Vec<_> = (0..2)
-        .map(|_| worker(&client, &log, "ctl.pause").build().unwrap().start())
-        .collect();
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        handles.push(
+            worker(&client, &log, "ctl.pause")
+                .build()
+                .unwrap()
+                .start()
+                .await
+                .expect("the worker starts"),
+        );
+    }
     let jobs = (0..5u64).map(|i| JobSpec::new(i).key(format!("p{i}")));
     client.enqueue_bulk::<paused_job>(jobs).await.unwrap();
     let enqueued = Instant::now();
@@ -148,15 +156,18 @@ async fn global_concurrency_cap_holds_across_workers() {
     let log = Log::default();
     let gauge = Gauge::default();
     client.set_concurrency::<capped_job>(Some(2)).await.unwrap();
-    let handles: Vec<_> = (0..2)
-        .map(|_| {
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        handles.push(
             worker(&client, &log, "ctl.capped")
                 .data(gauge.clone())
                 .build()
                 .unwrap()
                 .start()
-        })
-        .collect();
+                .await
+                .expect("the worker starts"),
+        );
+    }
     let jobs = (0..30u64).map(|i| JobSpec::new(i).key(format!("c{i}")));
     client.enqueue_bulk::<capped_job>(jobs).await.unwrap();
     eventually("30 jobs succeeded", WAIT, || async {
@@ -182,15 +193,18 @@ async fn rate_limit_spaces_starts_across_workers() {
         .await
         .unwrap();
     let leased = Leased::default();
-    let handles: Vec<_> = (0..2)
-        .map(|_| {
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        handles.push(
             worker(&client, &log, "ctl.rate")
                 .data(leased.clone())
                 .build()
                 .unwrap()
                 .start()
-        })
-        .collect();
+                .await
+                .expect("the worker starts"),
+        );
+    }
     let jobs = (0..10u64).map(|i| JobSpec::new(i).key(format!("r{i}")));
     client.enqueue_bulk::<rated_job>(jobs).await.unwrap();
     eventually("10 jobs succeeded", WAIT, || async {
@@ -218,7 +232,9 @@ async fn rate_limited_handler_throttles_and_keeps_its_attempt() {
     let handle = worker(&client, &log, "ctl.throttle")
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client
         .enqueue::<throttled_job>(1)
         .key("first")
@@ -247,7 +263,12 @@ async fn rate_limited_handler_throttles_and_keeps_its_attempt() {
 async fn cancel_stops_a_running_job_without_retry() {
     let client = client().await;
     let log = Log::default();
-    let handle = worker(&client, &log, "ctl.cancel").build().unwrap().start();
+    let handle = worker(&client, &log, "ctl.cancel")
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
     client.enqueue::<cancellable>(1).key("long").await.unwrap();
     eventually("the job started", WAIT, || async {
         log.count("started") == 1
@@ -288,7 +309,12 @@ async fn a_handler_throttle_holds_every_partition_of_its_topic() {
         .await
         .expect("connect");
     let log = Log::default();
-    let handle = worker(&client, &log, TOPIC).build().unwrap().start();
+    let handle = worker(&client, &log, TOPIC)
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
     client
         .enqueue::<throttled_two>(1)
         .key("first")

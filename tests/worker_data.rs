@@ -122,7 +122,9 @@ async fn undeclared_missing_data_defers_the_job_and_a_worker_with_the_data_runs_
         .missing_data_delay(Duration::from_millis(300))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client.enqueue::<undeclared>(1).key("a").await.unwrap();
     client.enqueue::<undeclared>(2).key("b").await.unwrap();
 
@@ -184,7 +186,9 @@ async fn undeclared_missing_data_defers_the_job_and_a_worker_with_the_data_runs_
         .data(db.clone())
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     eventually("both jobs ran", WAIT, || async {
         client.stats::<undeclared>().await.unwrap().succeeded == 2
     })

@@ -146,7 +146,12 @@ fn worker(client: &Client, log: &Log, topic: &str) -> dq::WorkerBuilder {
 async fn delayed_job_runs_after_its_delay_and_due_now_runs_at_once() {
     let client = client_for(dq_testkit::shared()).await;
     let log = Log::default();
-    let handle = worker(&client, &log, "e2e.record").build().unwrap().start();
+    let handle = worker(&client, &log, "e2e.record")
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
 
     let delayed = client
         .enqueue::<record_job>(1)
@@ -200,14 +205,17 @@ async fn many_jobs_failing_at_once_each_retry_once() {
     server.cmd::<()>(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
     let client = client_for(&server).await;
     let log = Log::default();
-    let handles: Vec<_> = (0..2)
-        .map(|_| {
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        handles.push(
             worker(&client, &log, "e2e.failonce")
                 .build()
                 .unwrap()
                 .start()
-        })
-        .collect();
+                .await
+                .expect("the worker starts"),
+        );
+    }
     let jobs = (0..2000u64).map(|i| JobSpec::new(i).key(format!("job-{i}")));
     client.enqueue_bulk::<fail_once>(jobs).await.unwrap();
     eventually("2000 jobs succeeded", Duration::from_secs(120), || async {
@@ -261,9 +269,17 @@ async fn many_jobs_failing_at_once_each_retry_once() {
 async fn three_workers_run_5000_jobs_exactly_once() {
     let client = client_for(dq_testkit::shared()).await;
     let log = Log::default();
-    let handles: Vec<_> = (0..3)
-        .map(|_| worker(&client, &log, "e2e.record").build().unwrap().start())
-        .collect();
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(
+            worker(&client, &log, "e2e.record")
+                .build()
+                .unwrap()
+                .start()
+                .await
+                .expect("the worker starts"),
+        );
+    }
     let jobs = (0..5000u64).map(|i| JobSpec::new(i).key(format!("job-{i}")));
     client.enqueue_bulk::<record_job>(jobs).await.unwrap();
     eventually("5000 jobs succeeded", Duration::from_secs(120), || async {
@@ -299,7 +315,12 @@ async fn retries_follow_the_schedule_then_the_dead_queue_and_on_dead() {
     let dead_calls = Arc::new(AtomicUsize::new(0));
     let calls = dead_calls.clone();
     let handles = vec![
-        worker(&client, &log, "e2e.flaky").build().unwrap().start(),
+        worker(&client, &log, "e2e.flaky")
+            .build()
+            .unwrap()
+            .start()
+            .await
+            .expect("the worker starts"),
         worker(&client, &log, "e2e.doomed")
             .on_dead(move |dead| {
                 let calls = calls.clone();
@@ -312,7 +333,9 @@ async fn retries_follow_the_schedule_then_the_dead_queue_and_on_dead() {
             })
             .build()
             .unwrap()
-            .start(),
+            .start()
+            .await
+            .expect("the worker starts"),
     ];
     client.enqueue::<flaky>(1).key("flaky-1").await.unwrap();
     client.enqueue::<doomed>(1).key("webhook-1").await.unwrap();
@@ -378,7 +401,9 @@ async fn permanent_panic_timeout_and_undecodable_each_take_their_path() {
         .data(client.clone())
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client.enqueue::<permanent>(1).key("p").await.unwrap();
     client.enqueue::<panics>(1).key("p").await.unwrap();
     client.enqueue::<slow>(1).key("p").await.unwrap();
@@ -427,7 +452,9 @@ async fn an_error_that_cannot_be_displayed_still_fails_the_attempt() {
     let handle = worker(&client, &log, "e2e.unprintable")
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client.enqueue::<unprintable>(1).key("u").await.unwrap();
     let job = dq_testkit::eventually_some("the job is dead", WAIT, || async {
         client
@@ -452,7 +479,9 @@ async fn shutdown_releases_a_long_job_and_another_worker_completes_it() {
         .shutdown_timeout(Duration::from_millis(200))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client.enqueue::<long>(1).key("report").await.unwrap();
     eventually("long job started", WAIT, || async {
         log.count("started") == 1
@@ -481,7 +510,9 @@ async fn shutdown_releases_a_long_job_and_another_worker_completes_it() {
     let second = worker(&client, &finisher, "e2e.long")
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     eventually("second worker completed it", WAIT, || async {
         client.stats::<long>().await.unwrap().succeeded == 1
     })
@@ -502,7 +533,9 @@ async fn shutdown_keeps_its_deadline_when_a_handler_ignores_cancellation() {
         .shutdown_timeout(TIMEOUT)
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client.enqueue::<stubborn>(1).key("mule").await.unwrap();
     eventually("the handler started", WAIT, || async {
         log.count("started") == 1
@@ -547,7 +580,12 @@ async fn a_permanent_store_error_shows_in_health_and_is_logged_at_error() {
     let scheduled = dq::store::redis::layout::PartitionKeys::new(&ns, &queue).scheduled;
     let _: () = server.cmd(&["SET", &scheduled, "not a sorted set"]);
     let log = Log::default();
-    let handle = worker(&client, &log, "e2e.record").build().unwrap().start();
+    let handle = worker(&client, &log, "e2e.record")
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
     let broken = dq_testkit::eventually_some("health shows the error", WAIT, || {
         let h = handle.health();
         async move { h.permanent_errors().next().cloned() }
@@ -593,14 +631,21 @@ async fn a_lost_lease_cancels_the_handler_and_the_job_is_acked_once() {
         .lease(Duration::from_millis(400))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client.enqueue::<lease_job>(1).key("turn-7").await.unwrap();
     eventually("attempt 1 started", WAIT, || async {
         log.count("started") == 1
     })
     .await;
     // Worker B recovers the expired lease and runs attempt 2.
-    let b = worker(&client, &log, "e2e.lease").build().unwrap().start();
+    let b = worker(&client, &log, "e2e.lease")
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
     eventually("attempt 1 cancelled", WAIT, || async {
         log.count("cancelled") == 1
     })
@@ -632,7 +677,9 @@ async fn worker_survives_a_redis_restart_without_losing_jobs() {
     let handle = worker(&client, &log, "e2e.restart")
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     let jobs = (0..300u64).map(|i| {
         JobSpec::new(i)
             .key(format!("r-{i}"))
@@ -672,7 +719,12 @@ async fn an_idle_worker_sends_about_one_command_per_second() {
     let server = RedisServer::start();
     let client = client_for(&server).await;
     let log = Log::default();
-    let handle = worker(&client, &log, "e2e.record").build().unwrap().start();
+    let handle = worker(&client, &log, "e2e.record")
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
     // Let start-up traffic settle: the first fetch has happened once the listener blocks.
     eventually("fetcher idle", WAIT, || async {
         let info: String = server.cmd(&["INFO", "clients"]);

@@ -78,7 +78,7 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     if let Some(batch) = args.max_fetch_batch {
         builder = builder.max_fetch_batch(batch);
     }
-    let handle = builder.build()?.start();
+    let handle = builder.build()?.start().await?;
     let deadline = recorder.started() + Duration::from_secs_f64(args.timeout_s.max(0.0));
     let timed_out = tokio::select! {
         () = recorder.wait_done() => false,

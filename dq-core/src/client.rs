@@ -29,6 +29,7 @@ mod typed;
 
 pub use self::config::{
     ClientConfig, DEFAULT_BULK_CHUNK, DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER,
+    TopicCount,
 };
 pub use self::enqueue::{Enqueue, JobSpec};
 pub use self::handle::{Client, TopicClient};

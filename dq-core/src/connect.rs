@@ -46,17 +46,21 @@ impl ClientBuilder {
         self
     }
 
-    /// Splits `topic` into `partitions` partitions (default 1). Producers and workers of a
+    /// Splits `topic` into `partitions` partitions, explicitly. Producers and workers of a
     /// topic must agree on this number: the first client to use the topic records it in the
-    /// store, and a client configured otherwise gets
-    /// [`Error::TopicMismatch`] before it writes anything
-    /// (see [`Client::check_topic`], and [`Client::reset_topic`] to change it).
+    /// store, and a client configured otherwise with this method gets
+    /// [`Error::TopicMismatch`] before it writes anything (a worker does not start). A client
+    /// that leaves a topic out adopts its recorded count, so the count need only be set where
+    /// the topic is first used (see [`Client::check_topic`], and [`Client::reset_topic`] to
+    /// change it).
     pub fn partitions(mut self, topic: impl Into<String>, partitions: u16) -> Self {
         self.config.partitions.insert(topic.into(), partitions);
         self
     }
 
-    /// Partitions of every topic not configured with [`ClientBuilder::partitions`].
+    /// Partitions recorded for a topic not configured with [`ClientBuilder::partitions`] when
+    /// this client is the first to use it (default 1). Not a configuration of any topic: a
+    /// topic that already has a record keeps its recorded count, which this client adopts.
     pub fn default_partitions(mut self, partitions: u16) -> Self {
         self.config.default_partitions = partitions;
         self

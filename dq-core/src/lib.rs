@@ -24,6 +24,7 @@ pub mod workers;
 
 pub use client::{
     Admin, Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
+    TopicCount,
 };
 pub use client::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER}; // group commit (issue 15)
 pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)

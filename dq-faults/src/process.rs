@@ -40,8 +40,12 @@ pub struct WorkerSpec {
     pub connect_timeout: Option<Duration>,
     /// `--heartbeat-ms`: the worker's heartbeat period.
     pub heartbeat: Option<Duration>,
-    /// `--partitions`: partitions of every topic (must match what the producers recorded).
+    /// `--partitions`: partitions recorded for a topic with no record yet (a recorded count
+    /// is adopted).
     pub partitions: Option<u16>,
+    /// `--configured-partitions`: partitions configured for each of its topics (must match
+    /// the record).
+    pub configured_partitions: Option<u16>,
     /// The binary's log filter (`FW_LOG`, tracing's `EnvFilter` syntax).
     pub log: String,
     /// Run the worker under `nice -n N` (lower priority), so that on a small machine Redis
@@ -66,6 +70,7 @@ impl WorkerSpec {
             connect_timeout: None,
             heartbeat: None,
             partitions: None,
+            configured_partitions: None,
             log: "warn".into(),
             nice: None,
         }
@@ -101,6 +106,10 @@ impl WorkerSpec {
         opt("--heartbeat-ms", self.heartbeat);
         if let Some(p) = self.partitions {
             a.push("--partitions".into());
+            a.push(p.to_string());
+        }
+        if let Some(p) = self.configured_partitions {
+            a.push("--configured-partitions".into());
             a.push(p.to_string());
         }
         if !self.abort_on.is_empty() {

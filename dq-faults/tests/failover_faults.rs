@@ -83,7 +83,9 @@ async fn scenario(durable: bool) -> Outcome {
         .idle_wait(Duration::from_secs(60))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
 
     // Producers: jobs due in an hour (nothing consumes them), so every key answered Ok must
     // still be in the store at the end.

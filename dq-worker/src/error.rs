@@ -45,6 +45,35 @@ pub enum WorkerError {
         /// The missing type's Rust name.
         type_name: String,
     },
+    /// A topic's partition count is configured on this worker's client
+    /// (`ClientBuilder::partitions`) and is not the count recorded in the store: its fetchers
+    /// would miss the partitions its producers use (or read ones they do not), so the worker
+    /// does not start. Configure the recorded count, leave the topic's count unconfigured to
+    /// adopt it, or change the topic's count as `Client::reset_topic` describes.
+    #[error(
+        "topic {topic:?} has {stored} partition(s) in the store, but this worker's client is \
+         configured with {configured}: configure .partitions({topic:?}, {stored}) or leave it \
+         out to adopt the recorded count (to change it, see Client::reset_topic)"
+    )]
+    TopicMismatch {
+        /// The topic.
+        topic: String,
+        /// The partition count recorded in the store.
+        stored: u16,
+        /// The partition count this worker's client is configured with.
+        configured: u16,
+    },
+    /// A topic's check at start-up failed with an error retrying cannot fix (e.g. a Redis user
+    /// not allowed to run scripts): the topic's jobs could not run, so the worker does not
+    /// start.
+    #[error("topic {topic:?} cannot run: {source}")]
+    TopicCheck {
+        /// The topic.
+        topic: String,
+        /// The store's error.
+        #[source]
+        source: dq_core::Error,
+    },
     /// A worker setting is invalid.
     #[error("invalid worker setting: {0}")]
     InvalidSetting(String),

@@ -19,7 +19,8 @@
 //!    [`FetchCall`]) instead of waiting out their lease and losing an attempt.
 //!
 //! Before its first fetch, a fetcher checks its topic's partition count against the store's
-//! record (`Client::check_topic`, shared by the topic's fetchers: one round trip). A mismatch
+//! record (`Client::check_topic`, shared by the topic's fetchers: one round trip; normally
+//! already answered by `Worker::start`). A mismatch
 //! would have it fetch from partitions the producers do not use (or miss the ones they do):
 //! it does not fetch at all, and says so at ERROR (once per topic) and in the health. Other
 //! errors of the check are retried as failing fetches are.
@@ -236,18 +237,33 @@ impl Fetcher {
         listener.abort();
     }
 
-    /// Checks the topic's partition count before the first fetch: `true` once it matches the
-    /// store's record, `false` if it never will (a mismatch: stays stopped until shutdown) or
-    /// the worker is stopping. Other errors (the store unreachable) are retried with the
-    /// fetch error backoff.
+    /// Checks the topic's partition count before the first fetch: `true` once the store's
+    /// record is the count this fetcher's topic was started with, `false` if it never will be
+    /// (a mismatch: stays stopped until shutdown) or the worker is stopping. Other errors (the
+    /// store unreachable; a permanent one, logged at ERROR, until an operator fixes it) are
+    /// retried with the fetch error backoff.
     async fn check_topic(&self) -> bool {
         let mut backoff = error_backoff();
         loop {
             let result = tokio::select! {
                 // One try per round: this loop retries, and shows each failure in the health.
-                r = self.client.check_topic_once(self.queue.topic.as_str()) => r.map(|_| ()),
+                r = self.client.check_topic_once(self.queue.topic.as_str()) => r,
                 () = self.stop.cancelled() => return false,
             };
+            // Started before the record could be read (the store unreachable at start), with
+            // a count that gives way to the record but is not it: these fetchers cover the
+            // wrong partitions.
+            let result = result.and_then(|meta| {
+                if meta.partitions == self.topic.partitions {
+                    Ok(())
+                } else {
+                    Err(dq_core::Error::TopicMismatch {
+                        topic: meta.topic.to_string(),
+                        stored: meta.partitions,
+                        configured: self.topic.partitions,
+                    })
+                }
+            });
             if let Err(e) = &result {
                 let mut h = self
                     .health
@@ -276,13 +292,25 @@ impl Fetcher {
                 }
                 Err(e) => {
                     let pause = backoff.next().unwrap_or(MAX_ERROR_PAUSE);
-                    tracing::warn!(
-                        topic = %self.queue.topic,
-                        partition = self.queue.partition,
-                        error = %e,
-                        retry_in = ?pause,
-                        "topic check failed"
-                    );
+                    if is_permanent(&e) {
+                        tracing::error!(
+                            topic = %self.queue.topic,
+                            partition = self.queue.partition,
+                            error = %e,
+                            retry_in = ?pause,
+                            "topic check failed with an error retrying cannot fix (permissions, \
+                             a key of the wrong type, scripts): no job of this partition runs \
+                             until it is fixed"
+                        );
+                    } else {
+                        tracing::warn!(
+                            topic = %self.queue.topic,
+                            partition = self.queue.partition,
+                            error = %e,
+                            retry_in = ?pause,
+                            "topic check failed"
+                        );
+                    }
                     tokio::select! {
                         () = tokio::time::sleep(pause) => {}
                         () = self.stop.cancelled() => return false,

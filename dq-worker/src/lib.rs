@@ -16,6 +16,7 @@
 //! | `health` | what a running worker says about itself (`WorkerHandle::health`) |
 //! | `metrics` | the worker's metrics, per topic (names in `dq_core::metrics`) |
 //! | `heartbeat` | this worker's entry in the store's live workers (`Client::workers`) |
+//! | `topic_check` | each topic's partition count against the store's record, before start |
 //! | `error` | why a worker could not start |
 
 mod completer;
@@ -30,6 +31,7 @@ mod metrics;
 mod registry;
 mod runner;
 mod scheduler;
+mod topic_check;
 pub mod worker;
 
 pub use dead::DeadJob;

@@ -22,8 +22,10 @@ pub(crate) struct TopicRuntime {
     pub policy: RetryPolicy,
     pub timeout: Option<Duration>,
     pub concurrency: usize,
+    /// The topic's partition count: the client's until [`crate::Worker::start`] reads the
+    /// store's record, then the recorded one.
     pub partitions: u16,
-    /// Dead-queue limits of one partition.
+    /// Dead-queue limits of one partition (set again with the recorded count at start).
     pub dead_limits: DeadLimits,
     /// The pool: one permit per job that may run at once.
     pub permits: Arc<Semaphore>,
@@ -120,7 +122,7 @@ pub(crate) fn resolve(
                 timeout: d.timeout_ms.map(Duration::from_millis),
                 concurrency,
                 partitions,
-                dead_limits: config.partition_dead_limits(d.topic),
+                dead_limits: config.partition_dead_limits(d.topic, partitions),
                 permits: Arc::new(Semaphore::new(concurrency)),
                 metrics: crate::metrics::TopicMetrics::new(d.topic),
                 topic,

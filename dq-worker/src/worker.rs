@@ -4,14 +4,19 @@
 //! 1. resolve the handlers (`#[delayed_job]` registrations, filtered by `.topics(…)`): a topic
 //!    registered twice is an error naming both source locations, and so is a handler whose
 //!    declared shared data (`#[delayed_job(data(…))]`) was not given; each handler is logged;
-//! 2. start the completer, the lease keeper, and one fetcher per topic partition;
-//! 3. each fetcher first checks its topic's partition count against the store's record
+//! 2. [`Worker::start`] checks each topic's partition count against the store's record
 //!    (`Client::check_topic`: one round trip per topic, recording the count if the topic has
-//!    none). A count that differs (`Error::TopicMismatch`) is a deployment error: the topic's
-//!    fetchers do not run, the worker logs it at ERROR and shows it in its health as a
-//!    permanent error; the other topics run. A store that cannot be reached is retried like a
-//!    failing fetch, so a worker started while Redis is down begins once Redis is back. To fail
-//!    fast instead, await [`Worker::check_topics`] before starting.
+//!    none; a topic whose count the client did not configure adopts the recorded one, so its
+//!    fetchers cover every partition the producers use). A refused topic — a configured count
+//!    that differs (`Error::TopicMismatch`), or an error retrying cannot fix, such as a Redis
+//!    user without the right to run scripts — fails the start with a [`WorkerError`] naming
+//!    the topic, as a server that cannot bind its port does; with
+//!    [`WorkerBuilder::skip_refused_topics`] the refused topic's fetchers stay stopped
+//!    instead (logged at ERROR, a permanent error in the health) and the other topics run.
+//!    A store that cannot be reached does not fail the start: that topic's fetchers retry
+//!    their check like a failing fetch, so a worker started while Redis is down begins once
+//!    Redis is back;
+//! 3. start the completer, the lease keeper, and one fetcher per topic partition.
 //!
 //! Shutdown, in this order (two phases):
 //! 1. **quiet** — fetchers stop; no new job is leased;
@@ -62,6 +67,7 @@ pub struct WorkerBuilder {
     registered: bool,
     heartbeat: Duration,
     schedule_poll: Duration,
+    skip_refused: bool,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -190,6 +196,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// Starts even when a topic is refused at start-up (see [`Worker::start`]): the refused
+    /// topic's fetchers stay stopped — logged at ERROR and shown in [`WorkerHandle::health`]
+    /// as a permanent error — and the worker runs its other topics. By default a refused
+    /// topic fails [`Worker::start`] and [`Worker::run_until`].
+    pub fn skip_refused_topics(mut self) -> Self {
+        self.skip_refused = true;
+        self
+    }
+
     /// Adds a handler by its descriptor, beside those registered by `#[delayed_job]`.
     pub fn job(mut self, descriptor: &'static JobDescriptor) -> Self {
         self.extra.push(descriptor);
@@ -268,6 +283,7 @@ impl WorkerBuilder {
             on_dead: self.on_dead,
             heartbeat: self.heartbeat,
             schedule_poll: self.schedule_poll,
+            skip_refused: self.skip_refused,
         })
     }
 }
@@ -278,7 +294,7 @@ impl WorkerBuilder {
 /// # async fn demo(client: dq_core::Client) -> Result<(), Box<dyn std::error::Error>> {
 /// use dq_worker::Worker;
 /// let worker = Worker::builder(client).build()?;
-/// worker.run_until(async { let _ = tokio::signal::ctrl_c().await; }).await;
+/// worker.run_until(async { let _ = tokio::signal::ctrl_c().await; }).await?;
 /// # Ok(()) }
 /// ```
 pub struct Worker {
@@ -294,6 +310,7 @@ pub struct Worker {
     on_dead: Option<OnDead>,
     heartbeat: Duration,
     schedule_poll: Duration,
+    skip_refused: bool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -324,6 +341,7 @@ impl Worker {
             registered: true,
             heartbeat: crate::heartbeat::DEFAULT_EVERY,
             schedule_poll: crate::scheduler::DEFAULT_POLL,
+            skip_refused: false,
         }
     }
 
@@ -335,20 +353,20 @@ impl Worker {
     /// Checks every topic of this worker against the store's record of its partition count
     /// (recording the worker's count for a topic that has none), and returns each topic's
     /// metadata; fails with the first error, e.g. [`dq_core::Error::TopicMismatch`] for a
-    /// topic this worker is configured with a different count for. For a worker that should
-    /// not start at all when misconfigured:
+    /// topic this worker is configured with a different count for, or a store that cannot
+    /// be reached (retried inside first, as every client call is). [`Worker::start`] checks
+    /// too, but lets a store that cannot be reached pass (its fetchers wait for it); call
+    /// this first to fail on that as well:
     ///
     /// ```no_run
     /// # async fn demo(client: dq_core::Client) -> Result<(), Box<dyn std::error::Error>> {
     /// let worker = dq_worker::Worker::builder(client).build()?;
     /// worker.check_topics().await?; // fail fast: a mismatch, or Redis unreachable
-    /// worker.run_until(async { let _ = tokio::signal::ctrl_c().await; }).await;
+    /// worker.run_until(async { let _ = tokio::signal::ctrl_c().await; }).await?;
     /// # Ok(()) }
     /// ```
     ///
-    /// Without it, [`Worker::start`] checks too, topic by topic, and keeps a mismatched
-    /// topic's fetchers stopped (logged at ERROR, shown in [`WorkerHandle::health`]). The
-    /// answers are kept by the client: starting after this costs no further round trip.
+    /// The answers are kept by the client: starting after this costs no further round trip.
     pub async fn check_topics(&self) -> dq_core::Result<Vec<TopicMeta>> {
         let mut metas = Vec::with_capacity(self.topics.len());
         for topic in &self.topics {
@@ -357,15 +375,51 @@ impl Worker {
         Ok(metas)
     }
 
-    /// Runs until `signal` completes, then shuts down gracefully (see the module docs).
-    pub async fn run_until(self, signal: impl Future<Output = ()>) -> ShutdownReport {
-        let handle = self.start();
+    /// Starts the worker ([`Worker::start`]: a refused topic is an error), runs until
+    /// `signal` completes, then shuts down gracefully (see the module docs).
+    pub async fn run_until(
+        self,
+        signal: impl Future<Output = ()>,
+    ) -> Result<ShutdownReport, WorkerError> {
+        let handle = self.start().await?;
         signal.await;
-        handle.shutdown().await
+        Ok(handle.shutdown().await)
     }
 
-    /// Starts the worker on the current tokio runtime and returns a handle to stop it.
-    pub fn start(self) -> WorkerHandle {
+    /// Checks every topic against the store's record (see the module docs), then starts the
+    /// worker on the current tokio runtime and returns a handle to stop it.
+    ///
+    /// A topic whose partition count this worker's client did not configure adopts the
+    /// recorded count. A topic refused — [`WorkerError::TopicMismatch`] for a configured
+    /// count that is not the recorded one, [`WorkerError::TopicCheck`] for another error
+    /// retrying cannot fix — fails the start, and nothing is started; with
+    /// [`WorkerBuilder::skip_refused_topics`] the worker starts without that topic's jobs. A
+    /// store that cannot be reached is no error here: the fetchers retry until it is back.
+    pub async fn start(mut self) -> Result<WorkerHandle, WorkerError> {
+        for topic in &mut self.topics {
+            let checked =
+                crate::topic_check::at_start(&self.client, &topic.topic, self.skip_refused).await?;
+            if let Some(partitions) = checked {
+                // Built by `build` and held by this worker alone until it spawns its tasks.
+                let runtime = Arc::get_mut(topic).ok_or_else(|| {
+                    WorkerError::InvalidSetting("a topic's runtime is shared before start".into())
+                })?;
+                runtime.partitions = partitions;
+                runtime.dead_limits = self
+                    .client
+                    .config()
+                    .partition_dead_limits(runtime.topic.as_str(), partitions);
+            }
+        }
+        Ok(self.spawn())
+    }
+
+    /// Starts the worker without waiting for its topic checks, for a caller that cannot
+    /// await (the synchronous `dq::testing::TestQueue`): each topic's fetchers check it
+    /// themselves, and a refused topic is handled as [`WorkerBuilder::skip_refused_topics`]
+    /// says. Prefer [`Worker::start`].
+    #[doc(hidden)]
+    pub fn spawn(self) -> WorkerHandle {
         let in_flight = InFlight::default();
         let by_name: HashMap<String, Arc<TopicRuntime>> = self
             .topics

@@ -17,9 +17,11 @@ pub const DEFAULT_BULK_CHUNK: usize = 100;
 /// Settings shared by a client and the workers built from it.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
-    /// Partitions per topic; topics not listed have [`ClientConfig::default_partitions`].
+    /// Partitions per topic, configured: each must match the topic's record in the store.
+    /// Topics not listed adopt their recorded count.
     pub partitions: HashMap<String, u16>,
-    /// Partitions of topics not listed in `partitions` (default 1).
+    /// Partitions recorded for a topic not listed in `partitions` when it has no record yet
+    /// (default 1); a topic with a record keeps its recorded count.
     pub default_partitions: u16,
     /// Largest encoded payload accepted (default 1 MiB).
     pub max_payload: usize,
@@ -47,13 +49,19 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
-    /// How many partitions `topic` has.
+    /// How many partitions this client has for `topic` before it reads the store's record:
+    /// the configured count, else the fallback ([`ClientConfig::count_of`] says which).
     pub fn partitions_of(&self, topic: &str) -> u16 {
-        self.partitions
-            .get(topic)
-            .copied()
-            .unwrap_or(self.default_partitions)
-            .max(1)
+        self.count_of(topic).get()
+    }
+
+    /// This client's count for `topic`: configured with `partitions`, or the fallback
+    /// `default_partitions`, which gives way to the topic's record.
+    pub fn count_of(&self, topic: &str) -> TopicCount {
+        match self.partitions.get(topic) {
+            Some(&n) => TopicCount::Configured(n.max(1)),
+            None => TopicCount::Fallback(self.default_partitions.max(1)),
+        }
     }
 
     /// The dead-queue limits of `topic`, for the whole topic.
@@ -61,14 +69,44 @@ impl ClientConfig {
         self.dead_limits.get(topic).copied().unwrap_or_default()
     }
 
-    /// The dead-queue limits of one partition of `topic`: the cap is shared evenly.
-    pub fn partition_dead_limits(&self, topic: &str) -> DeadLimits {
+    /// The dead-queue limits of one partition of `topic`, a topic of `partitions`
+    /// partitions (its recorded count): the cap is shared evenly.
+    pub fn partition_dead_limits(&self, topic: &str, partitions: u16) -> DeadLimits {
         let limits = self.dead_limits_of(topic);
-        let p = u64::from(self.partitions_of(topic));
+        let p = u64::from(partitions.max(1));
         DeadLimits {
             cap: limits.cap.div_ceil(p).max(1),
             ..limits
         }
+    }
+}
+
+/// The partition count a client has for a topic, and whether it configured it: a
+/// configured count must match the store's record, a fallback only fills a topic with no
+/// record yet and otherwise gives way to the recorded count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopicCount {
+    /// Set for this topic with
+    /// [`ClientBuilder::partitions`](crate::connect::ClientBuilder::partitions) (or given by
+    /// a tool that read the record): a different record is [`Error::TopicMismatch`](crate::Error::TopicMismatch).
+    Configured(u16),
+    /// Not configured for this topic:
+    /// [`ClientBuilder::default_partitions`](crate::connect::ClientBuilder::default_partitions),
+    /// recorded only if the topic has no record yet; otherwise the recorded count is used.
+    Fallback(u16),
+}
+
+impl TopicCount {
+    /// The count itself (what is recorded for a topic with no record yet).
+    pub fn get(self) -> u16 {
+        match self {
+            TopicCount::Configured(n) | TopicCount::Fallback(n) => n,
+        }
+    }
+
+    /// Whether this client configured the count for the topic.
+    pub fn is_configured(self) -> bool {
+        matches!(self, TopicCount::Configured(_))
     }
 }
 

@@ -133,14 +133,14 @@ impl Enqueue {
     async fn send(self) -> Result<Enqueued> {
         let topic = self.topic?;
         let payload = self.payload?;
-        let (queue, job) = topic.new_job(JobSpec {
+        let job = topic.new_job(JobSpec {
             payload,
             key: self.key,
             due: self.due,
             replace: self.replace,
         })?;
         let key = job.key.clone();
-        let outcome = topic.enqueue_one(queue, job).await?;
+        let outcome = topic.enqueue_one(job).await?;
         Ok(Enqueued { key, outcome })
     }
 }
@@ -202,13 +202,19 @@ impl TopicClient {
     pub async fn enqueue_bulk(&self, jobs: Vec<JobSpec<Vec<u8>>>) -> Result<Vec<Enqueued>> {
         // Validate everything first: nothing is written if any job is bad.
         let n = jobs.len();
-        let mut by_partition: HashMap<u16, (Vec<usize>, Vec<NewJob>)> = HashMap::new();
+        let mut valid = Vec::with_capacity(n);
         for (i, job) in jobs.into_iter().enumerate() {
             let key = job.key.clone();
-            let (queue, job) = self
-                .new_job(job)
-                .map_err(|e| e.in_bulk_item(i, key.as_deref()))?;
-            let (indices, jobs) = by_partition.entry(queue.partition).or_default();
+            valid.push(
+                self.new_job(job)
+                    .map_err(|e| e.in_bulk_item(i, key.as_deref()))?,
+            );
+        }
+        // Routed with the topic's recorded count, known once the topic is checked.
+        let count = self.ensure().await?;
+        let mut by_partition: HashMap<u16, (Vec<usize>, Vec<NewJob>)> = HashMap::new();
+        for (i, job) in valid.into_iter().enumerate() {
+            let (indices, jobs) = by_partition.entry(job.key.partition(count)).or_default();
             indices.push(i);
             jobs.push(job);
         }
@@ -220,7 +226,7 @@ impl TopicClient {
         for (partition, (indices, jobs)) in partitions {
             let queue = Queue::new(self.topic.clone(), partition);
             for (indices, jobs) in indices.chunks(chunk).zip(jobs.chunks(chunk)) {
-                let outcomes = match self.store_enqueue(&queue, jobs).await {
+                let outcomes = match self.send_enqueue(&queue, jobs, EnqueueCall::new()).await {
                     Ok(outcomes) => outcomes,
                     Err(source) if stored_any => {
                         return Err(Error::BulkPartial {
@@ -245,8 +251,9 @@ impl TopicClient {
             .collect()
     }
 
-    /// Validates one job and finds its partition.
-    fn new_job(&self, job: JobSpec<Vec<u8>>) -> Result<(Queue, NewJob)> {
+    /// Validates one job (its partition is found once the topic is checked: see
+    /// [`TopicClient::ensure`]).
+    fn new_job(&self, job: JobSpec<Vec<u8>>) -> Result<NewJob> {
         payload::check_size(&job.payload, self.client.config.max_payload)?;
         // The producer's trace context travels in front of the payload (not counted in its
         // limit): see `crate::trace`.
@@ -263,37 +270,25 @@ impl TopicClient {
             Some(k) => JobKey::new(k)?,
             None => JobKey::generate(),
         };
-        Ok((
-            self.queue_of(&key),
-            NewJob {
-                key,
-                payload: job.payload,
-                due: job.due,
-                replace: job.replace,
-            },
-        ))
+        Ok(NewJob {
+            key,
+            payload: job.payload,
+            due: job.due,
+            replace: job.replace,
+        })
     }
 
-    /// One enqueue call to the store, retried through connection trouble. Keys and the call
-    /// id are fixed before the first try, and every retry says it is one: a retry after a try
-    /// that was applied (its reply lost) finds the call's receipt and writes nothing, even if
-    /// the job has run and gone in between. Retries stop [`ENQUEUE_RETRY_WINDOW`] after the
-    /// first try, well inside the receipt's life. The topic's partition count is checked
-    /// first (cached after the first call).
-    async fn store_enqueue(&self, queue: &Queue, jobs: &[NewJob]) -> Result<Vec<EnqueueOutcome>> {
-        self.store_enqueue_as(queue, jobs, EnqueueCall::new()).await
-    }
-
-    /// One job as [`TopicClient::store_enqueue`] stores it, under a given call (a periodic
-    /// tick's: an id derived from its key, so that schedulers repeating each other's call
-    /// find its receipt).
+    /// One job stored as [`TopicClient::send_enqueue`] stores it, under a given call (a
+    /// periodic tick's: an id derived from its key, so that schedulers repeating each other's
+    /// call find its receipt), after the topic check.
     pub(crate) async fn enqueue_as(
         &self,
         job: JobSpec<Vec<u8>>,
         call: EnqueueCall,
     ) -> Result<EnqueueOutcome> {
-        let (queue, job) = self.new_job(job)?;
-        let mut outcomes = self.store_enqueue_as(&queue, &[job], call).await?;
+        let job = self.new_job(job)?;
+        let queue = self.queue_of(&job.key, self.ensure().await?);
+        let mut outcomes = self.send_enqueue(&queue, &[job], call).await?;
         outcomes
             .pop()
             .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))
@@ -303,14 +298,15 @@ impl TopicClient {
     /// group commit is on ([`GroupCommit`]): the topic is checked for this caller first, so
     /// a mismatch is its own error; the call is then [`TopicClient::send_enqueue`] of one
     /// job, or of a batch of callers.
-    async fn enqueue_one(&self, queue: Queue, job: NewJob) -> Result<EnqueueOutcome> {
-        self.ensure().await?;
+    async fn enqueue_one(&self, job: NewJob) -> Result<EnqueueOutcome> {
+        let partitions = self.ensure().await?;
+        let queue = self.queue_of(&job.key, partitions);
         match self.client.config.group_commit {
             Some(gc) => {
                 let route = group::Route {
                     lanes: self.client.lanes.clone(),
                     sender: Arc::new(self.clone()),
-                    partitions: self.partitions,
+                    partitions,
                     max_batch: gc.max_batch.min(self.client.config.bulk_chunk),
                     linger: gc.linger,
                 };
@@ -324,20 +320,13 @@ impl TopicClient {
         }
     }
 
-    /// [`TopicClient::store_enqueue`] whose first try is `first`.
-    async fn store_enqueue_as(
-        &self,
-        queue: &Queue,
-        jobs: &[NewJob],
-        first: EnqueueCall,
-    ) -> Result<Vec<EnqueueOutcome>> {
-        self.ensure().await?;
-        self.send_enqueue(queue, jobs, first).await
-    }
-
-    /// [`TopicClient::store_enqueue_as`] without the topic check (done by the caller): one
-    /// store call, the same call id on every try, retried through connection trouble for up
-    /// to [`ENQUEUE_RETRY_WINDOW`]; counts the jobs stored.
+    /// One enqueue call to the store, after the topic check (done by the caller, which
+    /// routed the jobs with the recorded count), retried through connection trouble. Keys and
+    /// the call id are fixed before the first try (`first`), and every retry says it is one:
+    /// a retry after a try that was applied (its reply lost) finds the call's receipt and
+    /// writes nothing, even if the job has run and gone in between. Retries stop
+    /// [`ENQUEUE_RETRY_WINDOW`] after the first try, well inside the receipt's life. Counts
+    /// the jobs stored.
     pub(super) async fn send_enqueue(
         &self,
         queue: &Queue,

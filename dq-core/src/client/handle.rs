@@ -1,6 +1,8 @@
 //! The two handles, [`Client`] and [`TopicClient`], and what every call goes through: the
-//! check of a topic's partition count against the store's record, once per topic per client
-//! (a mismatch is [`Error::TopicMismatch`] before anything is written).
+//! check of a topic's partition count against the store's record, once per topic per client.
+//! A client that configured the topic's count (`.partitions(topic, n)`) must agree with the
+//! record ([`Error::TopicMismatch`] before anything is written); one that did not adopts the
+//! recorded count and routes every call with it.
 //!
 //! Both types live here because each holds or makes the other; their calls live in their own
 //! files (`typed.rs`, `topic.rs`, `enqueue.rs`, `list.rs`, `sweep.rs`, `schedules.rs`).
@@ -8,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::config::ClientConfig;
+use super::config::{ClientConfig, TopicCount};
 use super::group::Lanes;
 use super::retrying::retry_harmless;
 use crate::error::{Error, Result};
@@ -77,18 +79,18 @@ impl Client {
         TopicClient {
             client: self.clone(),
             topic,
-            partitions,
+            count: TopicCount::Configured(partitions),
         }
     }
 
-    /// The untyped API of one topic: raw MessagePack payloads, any topic name.
+    /// The untyped API of one topic: raw MessagePack payloads, any topic name. Its calls
+    /// route with the topic's recorded partition count (see [`Client::check_topic`]).
     pub fn topic(&self, name: &str) -> Result<TopicClient> {
         let topic = Topic::new(name)?;
-        let partitions = self.config.partitions_of(name);
         Ok(TopicClient {
             client: self.clone(),
+            count: self.config.count_of(name),
             topic,
-            partitions,
         })
     }
 
@@ -100,17 +102,25 @@ impl Client {
     /// start-up.
     ///
     /// One store round trip per topic for the life of this client (and its clones): the
-    /// answer is kept. A count different from the one recorded is
-    /// [`Error::TopicMismatch`] — producers and workers that disagreed would otherwise store
-    /// jobs in partitions no fetcher reads. To change a topic's count, see
-    /// [`Client::reset_topic`].
+    /// answer is kept. What happens when the record holds another count depends on whether
+    /// this client configured the topic's count:
+    ///
+    /// - configured for this topic with
+    ///   [`ClientBuilder::partitions`](crate::connect::ClientBuilder::partitions): a count
+    ///   different from the one recorded is [`Error::TopicMismatch`] — producers and workers
+    ///   that disagreed would otherwise store jobs in partitions no fetcher reads;
+    /// - not configured (the topic falls back to
+    ///   [`ClientBuilder::default_partitions`](crate::connect::ClientBuilder::default_partitions),
+    ///   which only says what to record for a topic with no record yet): the client adopts
+    ///   the recorded count, and every call on the topic routes with it.
+    ///
+    /// To change a topic's count, see [`Client::reset_topic`].
     ///
     /// Retried inside through connection trouble, as every call is (recording is harmless
     /// to repeat).
     pub async fn check_topic(&self, name: &str) -> Result<TopicMeta> {
         let topic = Topic::new(name)?;
-        self.ensure_topic(&topic, self.config.partitions_of(name))
-            .await
+        self.ensure_topic(&topic, self.config.count_of(name)).await
     }
 
     /// [`Client::check_topic`] with a single try, for a caller that retries by itself (the
@@ -118,28 +128,23 @@ impl Client {
     #[doc(hidden)]
     pub async fn check_topic_once(&self, name: &str) -> Result<TopicMeta> {
         let topic = Topic::new(name)?;
-        self.checked(
-            &topic,
-            self.config.partitions_of(name),
-            false,
-            TopicMeta::clone,
-        )
-        .await
-    }
-
-    /// [`Client::check_topic`] for a validated topic and this client's count for it.
-    pub(super) async fn ensure_topic(&self, topic: &Topic, configured: u16) -> Result<TopicMeta> {
-        self.checked(topic, configured, true, TopicMeta::clone)
+        self.checked(&topic, self.config.count_of(name), false, TopicMeta::clone)
             .await
     }
 
-    /// Checks `configured` against `topic`'s record (read once, then kept) and passes the
-    /// record to `f`. Every call on a topic comes through here: after the first, it costs a
-    /// map lookup and no allocation.
+    /// [`Client::check_topic`] for a validated topic and this client's count for it.
+    pub(super) async fn ensure_topic(&self, topic: &Topic, count: TopicCount) -> Result<TopicMeta> {
+        self.checked(topic, count, true, TopicMeta::clone).await
+    }
+
+    /// Checks `count` against `topic`'s record (read once, then kept) and passes the record
+    /// to `f`: a configured count must be the recorded one, a fallback gives way to it. Every
+    /// call on a topic comes through here: after the first, it costs a map lookup and no
+    /// allocation.
     pub(super) async fn checked<T>(
         &self,
         topic: &Topic,
-        configured: u16,
+        count: TopicCount,
         retry: bool,
         f: impl FnOnce(&TopicMeta) -> T,
     ) -> Result<T> {
@@ -154,19 +159,21 @@ impl Client {
         let meta = cell
             .get_or_try_init(|| async {
                 // Recording is idempotent (the first record wins): safe to retry.
-                retry_harmless(|| store.register_topic(topic, configured), retry)
+                retry_harmless(|| store.register_topic(topic, count.get()), retry)
                     .await
                     .map(|(meta, _)| meta)
             })
             .await?;
-        if meta.partitions != configured {
-            return Err(Error::TopicMismatch {
-                topic: topic.to_string(),
-                stored: meta.partitions,
-                configured,
-            });
+        match count {
+            TopicCount::Configured(configured) if meta.partitions != configured => {
+                Err(Error::TopicMismatch {
+                    topic: topic.to_string(),
+                    stored: meta.partitions,
+                    configured,
+                })
+            }
+            _ => Ok(f(meta)),
         }
-        Ok(f(meta))
     }
 
     /// The live workers of the store (for Redis: of this client's namespace), by id: each
@@ -217,14 +224,16 @@ impl Client {
 pub struct TopicClient {
     pub(super) client: Client,
     pub(super) topic: Topic,
-    pub(super) partitions: u16,
+    /// This client's count for the topic; calls route with the recorded count, which
+    /// [`TopicClient::ensure`] returns.
+    pub(super) count: TopicCount,
 }
 
 impl std::fmt::Debug for TopicClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TopicClient")
             .field("topic", &self.topic)
-            .field("partitions", &self.partitions)
+            .field("count", &self.count)
             .finish()
     }
 }
@@ -235,31 +244,41 @@ impl TopicClient {
         &self.topic
     }
 
-    /// How many partitions this client is configured with for the topic (every call checks
-    /// it against the store's record first: see [`TopicClient::check`]).
+    /// How many partitions this client has for the topic before it reads the store's record:
+    /// the configured count, or the fallback that a topic with no record yet is recorded
+    /// with. Calls route with the recorded count ([`TopicClient::check`] returns it).
     pub fn partitions(&self) -> u16 {
-        self.partitions
+        self.count.get()
+    }
+
+    /// This client's count for the topic, and whether it was configured.
+    pub fn count(&self) -> TopicCount {
+        self.count
     }
 
     /// Checks this client's partition count against the topic's record in the store
     /// (recording it if the topic has none): see [`Client::check_topic`]. Every call of
     /// this type does it after validating its input and before its first store call.
     pub async fn check(&self) -> Result<TopicMeta> {
-        self.client.ensure_topic(&self.topic, self.partitions).await
+        self.client.ensure_topic(&self.topic, self.count).await
     }
 
-    /// [`TopicClient::check`] without the copy, for every call's first step.
-    pub(super) async fn ensure(&self) -> Result<()> {
+    /// [`TopicClient::check`] without the copy, for every call's first step: the recorded
+    /// partition count, which the call routes with.
+    pub(super) async fn ensure(&self) -> Result<u16> {
         self.client
-            .checked(&self.topic, self.partitions, true, |_| ())
+            .checked(&self.topic, self.count, true, |meta| meta.partitions)
             .await
     }
 
-    pub(super) fn queue_of(&self, key: &JobKey) -> Queue {
-        Queue::new(self.topic.clone(), key.partition(self.partitions))
+    /// The queue of `key` in a topic of `partitions` partitions (the count
+    /// [`TopicClient::ensure`] returned).
+    pub(super) fn queue_of(&self, key: &JobKey, partitions: u16) -> Queue {
+        Queue::new(self.topic.clone(), key.partition(partitions))
     }
 
-    pub(super) fn queues(&self) -> impl Iterator<Item = Queue> + '_ {
-        (0..self.partitions).map(|p| Queue::new(self.topic.clone(), p))
+    /// Every queue of a topic of `partitions` partitions.
+    pub(super) fn queues(&self, partitions: u16) -> impl Iterator<Item = Queue> + '_ {
+        (0..partitions).map(|p| Queue::new(self.topic.clone(), p))
     }
 }

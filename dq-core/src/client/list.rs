@@ -28,11 +28,11 @@ impl TopicClient {
     /// Listing writes nothing, so it works when Redis is at `maxmemory`.
     pub async fn list(&self, state: JobState, page: Page) -> Result<JobPage<JobInfo>> {
         page.check(state)?;
-        self.ensure().await?;
-        let mut parts = Vec::with_capacity(usize::from(self.partitions));
-        for queue in self.queues() {
+        let partitions = self.ensure().await?;
+        let mut parts = Vec::with_capacity(usize::from(partitions));
+        for queue in self.queues(partitions) {
             let from = match &page.after {
-                Some(cursor) => cursor.start_of(queue.partition, self.partitions)?,
+                Some(cursor) => cursor.start_of(queue.partition, partitions)?,
                 None => ListFrom::Start,
             };
             parts.push(
@@ -43,7 +43,7 @@ impl TopicClient {
             );
         }
         Ok(if state == JobState::Ready {
-            merge_ready(parts, page.after.as_ref(), self.partitions, page.limit)?
+            merge_ready(parts, page.after.as_ref(), partitions, page.limit)?
         } else {
             merge_sorted(parts, state, page.limit)
         })

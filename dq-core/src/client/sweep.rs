@@ -137,6 +137,8 @@ pub struct SweepProgress {
 #[derive(Debug)]
 pub struct DeadSweep {
     topic: TopicClient,
+    /// The topic's recorded partition count, which the sweep routes with.
+    partitions: u16,
     action: DeadAction,
     filter: DeadFilter,
     chunk: usize,
@@ -206,7 +208,7 @@ impl DeadSweep {
         // One call per partition, each acting only on jobs still dead as listed.
         let mut by_partition: BTreeMap<u16, Vec<(JobKey, u64)>> = BTreeMap::new();
         for (key, died) in taken {
-            let queue = self.topic.queue_of(&key);
+            let queue = self.topic.queue_of(&key, self.partitions);
             by_partition
                 .entry(queue.partition)
                 .or_default()
@@ -263,10 +265,11 @@ impl TopicClient {
     /// ```
     pub async fn sweep_dead(&self, action: DeadAction, filter: DeadFilter) -> Result<DeadSweep> {
         filter.check()?;
-        self.ensure().await?;
+        let partitions = self.ensure().await?;
         let started_ms = self.client.store.now_ms().await?;
         Ok(DeadSweep {
             topic: self.clone(),
+            partitions,
             action,
             filter,
             chunk: MAX_SWEEP_CHUNK,

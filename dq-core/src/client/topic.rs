@@ -27,8 +27,8 @@ impl TopicClient {
     /// cancelled it or it ended otherwise in between is not known.
     pub async fn cancel(&self, key: &str) -> Result<CancelOutcome> {
         let key = JobKey::new(key)?;
-        self.ensure().await?;
-        let (queue, store) = (&self.queue_of(&key), &self.client.store);
+        let partitions = self.ensure().await?;
+        let (queue, store) = (&self.queue_of(&key, partitions), &self.client.store);
         let (outcome, ambiguous) = retry_harmless(|| store.cancel(queue, &key), true).await?;
         if outcome == CancelOutcome::Cancelled {
             crate::metrics::cancelled(self.topic.as_str());
@@ -51,8 +51,8 @@ impl TopicClient {
     pub async fn reschedule(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
         let key = JobKey::new(key)?;
         due.check()?;
-        self.ensure().await?;
-        let (queue, store) = (&self.queue_of(&key), &self.client.store);
+        let partitions = self.ensure().await?;
+        let (queue, store) = (&self.queue_of(&key, partitions), &self.client.store);
         let repeatable = !matches!(due, NewDue::Shift(_));
         retry_harmless(|| store.reschedule(queue, &key, due), repeatable)
             .await
@@ -63,8 +63,11 @@ impl TopicClient {
     /// ([`JobInfo::decode`] decodes it).
     pub async fn job(&self, key: &str) -> Result<Option<JobInfo>> {
         let key = JobKey::new(key)?;
-        self.ensure().await?;
-        self.client.store.job(&self.queue_of(&key), &key).await
+        let partitions = self.ensure().await?;
+        self.client
+            .store
+            .job(&self.queue_of(&key, partitions), &key)
+            .await
     }
 
     /// Pauses the topic: from the next wake-up of each fetcher (at once, for an idle one) no
@@ -106,11 +109,12 @@ impl TopicClient {
 
     /// Sets (or with `None` removes) a cap on the jobs of this topic running at once across
     /// every worker. Each partition enforces its own share (the shares add up to `cap`), so
-    /// `cap` must be at least the partition count; with jobs spread unevenly over partitions
-    /// fewer than `cap` may run at once, never more.
+    /// `cap` must be at least the topic's recorded partition count (checked before any change;
+    /// reading the count records the topic if it has no record yet, as every call does); with
+    /// jobs spread unevenly over partitions fewer than `cap` may run at once, never more.
     pub async fn set_concurrency(&self, cap: Option<u32>) -> Result<TopicControl> {
         if let Some(cap) = cap {
-            crate::control::check_concurrency(cap, self.partitions)?;
+            crate::control::check_concurrency(cap, self.ensure().await?)?;
         }
         self.change(ControlChange {
             concurrency: Some(cap),
@@ -127,17 +131,15 @@ impl TopicClient {
     /// Applies `change` to every partition (each with its share of a limit), in order; each
     /// call is harmless to repeat, so each is retried through connection trouble.
     async fn change(&self, change: ControlChange) -> Result<TopicControl> {
-        self.ensure().await?;
+        let partitions = self.ensure().await?;
         let mut out = TopicControl::default();
         let store = &self.client.store;
-        for queue in self.queues() {
+        for queue in self.queues(partitions) {
             let share = ControlChange {
                 paused: change.paused,
-                rate: change.rate.map(|r| r.map(|r| r.share(self.partitions))),
+                rate: change.rate.map(|r| r.map(|r| r.share(partitions))),
                 concurrency: change.concurrency.map(|c| {
-                    c.map(|c| {
-                        crate::control::concurrency_share(c, self.partitions, queue.partition)
-                    })
+                    c.map(|c| crate::control::concurrency_share(c, partitions, queue.partition))
                 }),
                 throttle: change.throttle,
             };
@@ -146,7 +148,7 @@ impl TopicClient {
             if queue.partition == 0 {
                 out.rate = state.rate.map(|r| Rate {
                     count: r.count,
-                    per: r.per / u32::from(self.partitions.max(1)),
+                    per: r.per / u32::from(partitions.max(1)),
                 });
             }
             out.concurrency = match (out.concurrency, state.concurrency) {
@@ -160,9 +162,9 @@ impl TopicClient {
 
     /// Depths and counters, summed over the topic's partitions.
     pub async fn stats(&self) -> Result<TopicStats> {
-        self.ensure().await?;
+        let partitions = self.ensure().await?;
         let mut total = TopicStats::default();
-        for queue in self.queues() {
+        for queue in self.queues(partitions) {
             total += self.client.store.stats(&queue).await?;
         }
         Ok(total)
@@ -170,8 +172,8 @@ impl TopicClient {
 
     /// Moves dead jobs back to ready with their attempts reset; returns how many moved.
     pub async fn requeue_dead(&self, keys: &[&str]) -> Result<u64> {
-        let groups = self.group(keys)?;
-        self.ensure().await?;
+        let keys = job_keys(keys)?;
+        let groups = self.group(keys, self.ensure().await?);
         let mut moved = 0;
         for (queue, keys) in groups {
             moved += self
@@ -188,8 +190,8 @@ impl TopicClient {
 
     /// Deletes the named dead jobs; returns how many were deleted.
     pub async fn purge_dead(&self, keys: &[&str]) -> Result<u64> {
-        let groups = self.group(keys)?;
-        self.ensure().await?;
+        let keys = job_keys(keys)?;
+        let groups = self.group(keys, self.ensure().await?);
         let mut purged = 0;
         for (queue, keys) in groups {
             purged += self
@@ -203,9 +205,9 @@ impl TopicClient {
 
     /// Deletes every dead job of the topic, in bounded batches; returns how many.
     pub async fn purge_all_dead(&self) -> Result<u64> {
-        self.ensure().await?;
+        let partitions = self.ensure().await?;
         let mut purged = 0;
-        for queue in self.queues() {
+        for queue in self.queues(partitions) {
             // Bounded: each round deletes up to 1000; stop when a round deletes nothing.
             for _ in 0..1_000_000 {
                 let n = self.client.store.purge_dead(&queue, &[], 1000).await?;
@@ -218,18 +220,23 @@ impl TopicClient {
         Ok(purged)
     }
 
-    fn group(&self, keys: &[&str]) -> Result<Vec<(Queue, Vec<JobKey>)>> {
+    /// Groups `keys` by their queue in a topic of `partitions` partitions.
+    fn group(&self, keys: Vec<JobKey>, partitions: u16) -> Vec<(Queue, Vec<JobKey>)> {
         let mut groups: HashMap<u16, Vec<JobKey>> = HashMap::new();
-        for k in keys {
-            let key = JobKey::new(*k)?;
+        for key in keys {
             groups
-                .entry(key.partition(self.partitions))
+                .entry(key.partition(partitions))
                 .or_default()
                 .push(key);
         }
-        Ok(groups
+        groups
             .into_iter()
             .map(|(p, keys)| (Queue::new(self.topic.clone(), p), keys))
-            .collect())
+            .collect()
     }
+}
+
+/// Validates every key first: a bad one is refused before any store call.
+fn job_keys(keys: &[&str]) -> Result<Vec<JobKey>> {
+    keys.iter().map(|k| JobKey::new(*k)).collect()
 }

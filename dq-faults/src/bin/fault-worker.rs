@@ -24,7 +24,8 @@
 //! | `--idle-wait-ms` (`FW_IDLE_WAIT_MS`) | longest idle wait between fetches | dq's (5 s) |
 //! | `--connect-timeout-ms` (`FW_CONNECT_TIMEOUT_MS`) | how long to keep retrying the first connection | 120000 |
 //! | `--heartbeat-ms` (`FW_HEARTBEAT_MS`) | the worker's heartbeat period (`Client::workers`) | dq's (5 s) |
-//! | `--partitions` (`FW_PARTITIONS`) | partitions of every topic (must match the producers') | dq's (1) |
+//! | `--partitions` (`FW_PARTITIONS`) | partitions recorded for a topic with no record yet (`default_partitions`; a recorded count is adopted) | dq's (1) |
+//! | `--configured-partitions` (`FW_CONFIGURED_PARTITIONS`) | partitions configured for each of its topics (`.partitions(topic, n)`: must match the record) | none |
 //! | `--exit-on-stdin-eof` (`FW_EXIT_ON_STDIN_EOF=1`) | exit at once when stdin closes (tie the process to its parent's life) | off |
 //!
 //! The log (tracing, to stderr) is filtered by `FW_LOG` (default `warn`).
@@ -120,6 +121,7 @@ struct Options {
     connect_timeout: Duration,
     heartbeat: Option<Duration>,
     partitions: Option<u16>,
+    configured_partitions: Option<u16>,
     exit_on_stdin_eof: bool,
 }
 
@@ -154,7 +156,7 @@ impl Options {
                 .or_else(|| std::env::var(env).ok())
         };
         for (name, _) in &cli {
-            const KNOWN: [&str; 14] = [
+            const KNOWN: [&str; 15] = [
                 "redis-url",
                 "namespace",
                 "topics",
@@ -169,6 +171,7 @@ impl Options {
                 "connect-timeout-ms",
                 "heartbeat-ms",
                 "partitions",
+                "configured-partitions",
             ];
             if !KNOWN.contains(&name.as_str()) {
                 usage(&format!("unknown option --{name}"));
@@ -215,6 +218,13 @@ impl Options {
             partitions: num("partitions", "FW_PARTITIONS").map(|p| {
                 u16::try_from(p).unwrap_or_else(|_| usage(&format!("--partitions {p} is too big")))
             }),
+            configured_partitions: num("configured-partitions", "FW_CONFIGURED_PARTITIONS").map(
+                |p| {
+                    u16::try_from(p).unwrap_or_else(|_| {
+                        usage(&format!("--configured-partitions {p} is too big"))
+                    })
+                },
+            ),
             exit_on_stdin_eof: flags.contains("exit-on-stdin-eof")
                 || std::env::var("FW_EXIT_ON_STDIN_EOF").is_ok_and(|v| v == "1"),
         }
@@ -229,6 +239,11 @@ async fn connect_with_retry(o: &Options) -> Client {
     }
     if let Some(p) = o.partitions {
         builder = builder.default_partitions(p);
+    }
+    if let Some(p) = o.configured_partitions {
+        for topic in &o.topics {
+            builder = builder.partitions(topic.clone(), p);
+        }
     }
     match builder
         .connect_timeout(o.connect_timeout)
@@ -299,7 +314,10 @@ async fn main() {
         eprintln!("fault-worker: {e}");
         std::process::exit(2);
     });
-    let handle = worker.start();
+    let handle = worker.start().await.unwrap_or_else(|e| {
+        eprintln!("fault-worker: {e}");
+        std::process::exit(2);
+    });
     println!("ready");
     let _ = std::io::stdout().flush();
 

@@ -100,6 +100,7 @@ macro_rules! conformance_suite {
             stats::success_after_a_cancel_request_counts_as_succeeded,
             topics::first_use_records_the_partition_count,
             topics::mismatch_is_a_typed_error_before_any_write,
+            topics::an_unconfigured_client_adopts_the_recorded_count,
             topics::topics_lists_every_recorded_topic,
             topics::reset_refuses_while_jobs_exist,
             limits::pause_stops_leasing_until_resumed,

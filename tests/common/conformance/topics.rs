@@ -84,9 +84,10 @@ pub async fn first_use_records_the_partition_count<H: Harness>(h: &H) {
     }
 }
 
-/// The issue's case: a producer with 4 partitions and a worker's client with the default
-/// (one partition). Whichever comes second gets `TopicMismatch` from every call, before
-/// anything is written — nothing lands where no fetcher looks.
+/// A producer with 4 partitions and a client configured with 1 for the same topic
+/// (`.partitions(topic, 1)`: an explicit disagreement). Whichever comes second gets
+/// `TopicMismatch` from every call, before anything is written — nothing lands where no
+/// fetcher looks.
 pub async fn mismatch_is_a_typed_error_before_any_write<H: Harness>(h: &H) {
     let producer = h
         .client_with(|b| b.partitions("meta.split", 4))
@@ -98,7 +99,10 @@ pub async fn mismatch_is_a_typed_error_before_any_write<H: Harness>(h: &H) {
     }
     assert_eq!(enqueued_in(h, "meta.split", 4).await, 8);
 
-    let default = h.client().await;
+    let default = h
+        .client_with(|b| b.partitions("meta.split", 1))
+        .await
+        .unwrap();
     let t = default.topic("meta.split").unwrap();
     assert_eq!(t.partitions(), 1);
     assert_mismatch(default.check_topic("meta.split").await, "meta.split", 4, 1);
@@ -148,7 +152,7 @@ pub async fn mismatch_is_a_typed_error_before_any_write<H: Harness>(h: &H) {
     assert!(p.job("job-9").await.unwrap().is_none());
     assert_eq!(default.topics().await.unwrap()[0].partitions, 4);
 
-    // The other order: the first user has 1 partition, a later one 4.
+    // The other order: the first user has 1 partition (its fallback), a later one 4.
     let first = h.client().await;
     first
         .topic("meta.split2")
@@ -259,4 +263,51 @@ pub async fn reset_refuses_while_jobs_exist<H: Harness>(h: &H) {
     // The old count is refused now, also by the client that reset (it forgot its copy).
     assert_mismatch(t.enqueue(raw(4)).key("stale").await, "meta.reset", 5, 2);
     assert_eq!(n.cancel("again").await.unwrap(), CancelOutcome::Cancelled);
+}
+
+/// Issue 27: a client that did not configure a topic's count (the default, or
+/// `default_partitions`) adopts the recorded count, and every call routes with it: it finds,
+/// cancels, lists and counts the jobs a 4-partition producer stored, and its own enqueues go
+/// where a 4-partition worker fetches.
+pub async fn an_unconfigured_client_adopts_the_recorded_count<H: Harness>(h: &H) {
+    let producer = h
+        .client_with(|b| b.partitions("meta.adopt", 4))
+        .await
+        .unwrap();
+    let p = producer.topic("meta.adopt").unwrap();
+    for i in 0..8 {
+        p.enqueue(raw(i)).key(format!("job-{i}")).await.unwrap();
+    }
+    for fallback in [None, Some(2)] {
+        let c = match fallback {
+            None => h.client().await,
+            Some(n) => h.client_with(|b| b.default_partitions(n)).await.unwrap(),
+        };
+        let t = c.topic("meta.adopt").unwrap();
+        assert!(!t.count().is_configured());
+        assert_eq!(c.check_topic("meta.adopt").await.unwrap().partitions, 4);
+        for i in 0..8 {
+            let key = format!("job-{i}");
+            let job = t.job(&key).await.unwrap();
+            assert!(job.is_some(), "{key} not found with fallback {fallback:?}");
+        }
+        let page = t.list(JobState::Ready, dq::Page::first(100)).await.unwrap();
+        assert_eq!(page.jobs.len(), 8, "fallback {fallback:?}");
+    }
+    let c = h.client().await;
+    let t = c.topic("meta.adopt").unwrap();
+    assert_eq!(t.stats().await.unwrap().ready, 8);
+    // Its enqueues land in the partition the producer's routing names.
+    t.enqueue(raw(8)).key("job-8").await.unwrap();
+    t.enqueue_bulk(vec![JobSpec::new(raw(9)).key("job-9")])
+        .await
+        .unwrap();
+    assert!(p.job("job-8").await.unwrap().is_some());
+    assert!(p.job("job-9").await.unwrap().is_some());
+    assert_eq!(t.cancel("job-3").await.unwrap(), CancelOutcome::Cancelled);
+    assert!(p.job("job-3").await.unwrap().is_none());
+    assert_eq!(t.requeue_dead(&["job-1"]).await.unwrap(), 0);
+    assert_eq!(enqueued_in(h, "meta.adopt", 4).await, 10);
+    assert_eq!(p.stats().await.unwrap().ready, 9);
+    assert_eq!(c.topics().await.unwrap()[0].partitions, 4);
 }
