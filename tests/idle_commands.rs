@@ -57,7 +57,9 @@ async fn an_idle_worker_sends_at_most_four_commands_in_ten_seconds_none_about_sc
         .topics(["idle.one"])
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     eventually(
         "the worker listed and its fetcher past its first call",
         WAIT,
@@ -138,7 +140,9 @@ async fn a_schedule_stored_elsewhere_wakes_a_sleeping_scheduler_through_the_hear
         .data(ran.clone())
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     eventually("the worker listed", WAIT, || {
         let client = worker_client.clone();
         async move { client.workers().await.unwrap().len() == 1 }

@@ -49,7 +49,9 @@ async fn a_handler_that_ignores_a_cancel_and_succeeds_counts_as_succeeded() {
         .lease(Duration::from_millis(900))
         .build()
         .unwrap()
-        .start();
+        .start()
+        .await
+        .expect("the worker starts");
     client
         .enqueue::<ignores_the_cancel>(1)
         .key("a")
