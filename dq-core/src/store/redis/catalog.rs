@@ -133,7 +133,7 @@ impl Catalog for RedisStore {
     }
 
     /// Bumps the generation in the live workers' hash; a hash no worker keeps yet lasts
-    /// [`TOUCHED_HASH_TTL`], enough for a worker starting at that moment to beat into it.
+    /// a minute, enough for a worker starting at that moment to beat into it.
     async fn touch_schedules(&self) -> Result<()> {
         let ttl_ms = ms(TOUCHED_HASH_TTL).to_string();
         match self.workers_call(&[b"touch", ttl_ms.as_bytes()]).await? {

@@ -87,7 +87,7 @@ const SENTINEL_SCHEMES: [(&str, &str); 2] = [
 /// `url` as it may be shown to a person or written to a log: the password is replaced by
 /// `***` (a user name is kept) and the query (`?…`, which may carry a password) is dropped;
 /// scheme, hosts, ports, database and master name stay, so that the message says what was
-/// tried. Works on every form [`parse`] reads, and on text that is no URL at all.
+/// tried. Works on every URL form the store connects with, and on text that is no URL at all.
 pub fn redacted(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
         Some(i) => url.split_at(i + 3),
