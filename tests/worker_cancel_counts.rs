@@ -1,6 +1,7 @@
 //! End-to-end on a real Redis: the counters say what happened to a running job whose cancel
 //! was requested. A handler that sees the request and stops ends as cancelled; one that
-//! ignores it and finishes its work within the grace succeeded, and is counted so.
+//! ignores it and finishes its work succeeded, and is counted so — within the grace, or in
+//! blocking work that outlasts it.
 
 #[path = "worker/support.rs"]
 mod support;
@@ -90,5 +91,69 @@ async fn a_handler_that_ignores_a_cancel_and_succeeds_counts_as_succeeded() {
         "{stopped:?}"
     );
     assert_eq!((ignored.retried, stopped.retried), (0, 0));
+    handle.shutdown().await;
+}
+
+/// Side effects of [`blocks_past_the_grace`], written without an `.await` (an abort lands at
+/// the next one).
+static BLOCKING_SIDE_EFFECTS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// How long [`blocks_past_the_grace`] blocks its thread once told to stop: past the worker's
+/// one-second grace, so the worker has aborted it by the time it returns.
+const BLOCKING_WORK: Duration = Duration::from_millis(1_300);
+
+/// Asks for its own cancel, waits until the worker passes the request on, then does blocking
+/// work (a synchronous call, no `.await`) that outlasts the grace, and succeeds.
+#[dq::delayed_job(topic = "counts.block", retry = "fixed(0ms, 5)")]
+async fn blocks_past_the_grace(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    let client = ctx.data::<Client>()?.clone();
+    let asked = client
+        .cancel::<blocks_past_the_grace>(ctx.key.as_str())
+        .await;
+    assert_eq!(asked.unwrap(), CancelOutcome::CancelRequested);
+    ctx.cancelled().await;
+    // The handler's own blocking work, the case under test (not a wait for the test).
+    std::thread::sleep(BLOCKING_WORK);
+    BLOCKING_SIDE_EFFECTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// A handler that ignores the cancel request inside blocking work, outlasting the grace, and
+/// returns `Ok` in the poll the abort found it in: the work was done, so it counts as
+/// succeeded (and as succeeded after a cancel request), not as cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_blocks_past_the_grace_and_succeeds_counts_as_succeeded() {
+    let client = Client::builder()
+        .namespace(dq_testkit::namespace("counts-block"))
+        .connect(&dq_testkit::shared().url())
+        .await
+        .expect("connect");
+    let handle = Worker::builder(client.clone())
+        .topics(["counts.block"])
+        .data(client.clone())
+        .lease(Duration::from_secs(3))
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
+    client
+        .enqueue::<blocks_past_the_grace>(1)
+        .key("c")
+        .await
+        .unwrap();
+    eventually("the job ended and its work was done", WAIT, || async {
+        let s = client.stats::<blocks_past_the_grace>().await.unwrap();
+        s.succeeded + s.cancelled + s.retried == 1
+            && BLOCKING_SIDE_EFFECTS.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    let s = client.stats::<blocks_past_the_grace>().await.unwrap();
+    assert_eq!(
+        (s.succeeded, s.succeeded_after_cancel_request, s.cancelled),
+        (1, 1, 0),
+        "{s:?}"
+    );
     handle.shutdown().await;
 }

@@ -158,19 +158,29 @@ pub(crate) async fn run(
                 } else {
                     CANCEL_GRACE
                 };
-                let joined = tokio::time::timeout(grace, &mut task).await;
+                let cancel_requested = || {
+                    lease.is_cancel_requested()
+                        && !lease.has_expired()
+                        && !shared.hard_stop.is_cancelled()
+                };
+                let mut joined = tokio::time::timeout(grace, &mut task).await;
                 if joined.is_err() {
                     task.abort();
+                    // An abort lands at the handler's next `.await`; one that blocks without
+                    // yielding may still finish its work and return in the poll it is in.
+                    // For a cancel request (the job stays ours), wait one more grace for
+                    // that result: a handler that did its work succeeded, and is counted so
+                    // (`succeeded_after_cancel_request`), never as cancelled.
+                    if cancel_requested() {
+                        joined = tokio::time::timeout(grace, &mut task).await;
+                    }
                 }
                 match joined {
                     Ok(Ok(Ok(()))) => Ok(()),
                     // A client cancelled the running job: it ends as cancelled, not retried
                     // (unless the lease ran out, or shutdown is releasing it: the store ends
                     // a job whose cancel was requested as cancelled then too).
-                    _ if lease.is_cancel_requested()
-                        && !lease.has_expired()
-                        && !shared.hard_stop.is_cancelled() =>
-                    {
+                    _ if cancel_requested() => {
                         topic.metrics.failed(Failure::Cancelled);
                         return Some(Outcome::Failed {
                             action: FailAction::Cancel,
