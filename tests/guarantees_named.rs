@@ -1,9 +1,9 @@
 //! Every test that docs/GUARANTEES.md (and README.md) names exists where the name says, so a
 //! promise can never point at a test that was renamed or removed.
 //!
-//! The naming rules are the ones GUARANTEES.md states at its top: `file::test` (an
-//! integration-test file of a workspace crate), `store_*::test` (a body of the store
-//! conformance suite), `dq_core::module::tests::test` (a unit test in a crate's source), and
+//! The naming rules are the ones GUARANTEES.md states at its top: `file::name` (an
+//! integration-test file of a workspace crate), `store_*::name` (a body of the store
+//! conformance suite), `dq_core::module::tests::name` (a unit test in a crate's source), and
 //! `ui::case_*` (compile-fail cases of the macro); a trailing `*` matches a prefix.
 
 use std::fs;

@@ -35,24 +35,42 @@ async fn stops_when_cancelled(_n: u64, ctx: JobContext) -> Result<(), JobError> 
     Err(JobError::retry("stopped"))
 }
 
-#[tokio::test]
-async fn a_handler_that_ignores_a_cancel_and_succeeds_counts_as_succeeded() {
+/// A client on the shared test server in a namespace of its own, and a worker on it running
+/// `topics` with `lease`, given the client and `log` as data.
+async fn start_worker(
+    namespace: &str,
+    topics: &[&str],
+    lease: Duration,
+    log: Log,
+) -> (Client, dq::WorkerHandle) {
     let client = Client::builder()
-        .namespace(dq_testkit::namespace("counts"))
+        .namespace(dq_testkit::namespace(namespace))
         .connect(&dq_testkit::shared().url())
         .await
         .expect("connect");
-    let log = Log::default();
     let handle = Worker::builder(client.clone())
-        .topics(["counts.ignore", "counts.stop"])
-        .data(log.clone())
+        .topics(topics.iter().copied())
+        .data(log)
         .data(client.clone())
-        .lease(Duration::from_millis(900))
+        .lease(lease)
         .build()
         .unwrap()
         .start()
         .await
         .expect("the worker starts");
+    (client, handle)
+}
+
+#[tokio::test]
+async fn a_handler_that_ignores_a_cancel_and_succeeds_counts_as_succeeded() {
+    let log = Log::default();
+    let (client, handle) = start_worker(
+        "counts",
+        &["counts.ignore", "counts.stop"],
+        Duration::from_millis(900),
+        log.clone(),
+    )
+    .await;
     client
         .enqueue::<ignores_the_cancel>(1)
         .key("a")
@@ -124,20 +142,13 @@ async fn blocks_past_the_grace(_n: u64, ctx: JobContext) -> Result<(), JobError>
 /// succeeded (and as succeeded after a cancel request), not as cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_that_blocks_past_the_grace_and_succeeds_counts_as_succeeded() {
-    let client = Client::builder()
-        .namespace(dq_testkit::namespace("counts-block"))
-        .connect(&dq_testkit::shared().url())
-        .await
-        .expect("connect");
-    let handle = Worker::builder(client.clone())
-        .topics(["counts.block"])
-        .data(client.clone())
-        .lease(Duration::from_secs(3))
-        .build()
-        .unwrap()
-        .start()
-        .await
-        .expect("the worker starts");
+    let (client, handle) = start_worker(
+        "counts-block",
+        &["counts.block"],
+        Duration::from_secs(3),
+        Log::default(),
+    )
+    .await;
     client
         .enqueue::<blocks_past_the_grace>(1)
         .key("c")

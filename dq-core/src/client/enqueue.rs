@@ -86,39 +86,34 @@ impl<P> JobSpec<P> {
 #[must_use = "an enqueue does nothing until awaited"]
 pub struct Enqueue {
     topic: Result<TopicClient>,
-    payload: Result<Vec<u8>>,
-    key: Option<String>,
-    due: Due,
-    replace: bool,
+    /// The job as the builder calls shape it; its payload is the encoding's result.
+    spec: JobSpec<Result<Vec<u8>>>,
 }
 
 impl Enqueue {
     pub(super) fn new(topic: Result<TopicClient>, payload: Result<Vec<u8>>) -> Self {
         Enqueue {
             topic,
-            payload,
-            key: None,
-            due: Due::Now,
-            replace: false,
+            spec: JobSpec::new(payload),
         }
     }
 
     /// The job's key (default: a generated, time-sortable key). An existing job with this key
     /// is kept and reported as [`EnqueueOutcome::Exists`] — unless `.replace()` is set.
     pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
+        self.spec = self.spec.key(key);
         self
     }
 
     /// Due `delay` after now (by the store's clock).
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.due = Due::After(delay);
+        self.spec = self.spec.delay(delay);
         self
     }
 
     /// Due at `time` (at once if it has passed).
     pub fn at(mut self, time: SystemTime) -> Self {
-        self.due = Due::At(time);
+        self.spec = self.spec.at(time);
         self
     }
 
@@ -126,18 +121,23 @@ impl Enqueue {
     /// replaced atomically (new payload and due time, attempts and history start again).
     /// A running job is never replaced: the outcome is then `Exists(Active)`.
     pub fn replace(mut self) -> Self {
-        self.replace = true;
+        self.spec = self.spec.replace();
         self
     }
 
     async fn send(self) -> Result<Enqueued> {
         let topic = self.topic?;
-        let payload = self.payload?;
-        let job = topic.new_job(JobSpec {
+        let JobSpec {
             payload,
-            key: self.key,
-            due: self.due,
-            replace: self.replace,
+            key,
+            due,
+            replace,
+        } = self.spec;
+        let job = topic.new_job(JobSpec {
+            payload: payload?,
+            key,
+            due,
+            replace,
         })?;
         let key = job.key.clone();
         let outcome = topic.enqueue_one(job).await?;
