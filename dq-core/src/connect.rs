@@ -167,6 +167,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Acts as a dq that reads record formats up to `level` only (it writes no newer one).
+    /// For upgrade tests: two processes of different format levels on one namespace.
+    #[doc(hidden)]
+    pub fn format_level(mut self, level: u8) -> Self {
+        self.redis.format_level = level;
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         for (topic, &p) in &self.config.partitions {
             Topic::new(topic.clone())?;

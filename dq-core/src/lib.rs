@@ -7,6 +7,7 @@ pub mod client;
 pub mod connect;
 pub mod control;
 pub mod error;
+pub mod format;
 pub mod handler;
 pub mod inspect;
 pub mod job;

@@ -204,4 +204,7 @@ impl Catalog for NoExtend {
     async fn now_ms(&self) -> dq::Result<u64> {
         self.0.now_ms().await
     }
+    fn formats(&self) -> &dq::store::Formats {
+        self.0.formats()
+    }
 }

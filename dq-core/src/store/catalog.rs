@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
+use crate::format::Formats;
 use crate::names::Topic;
 use crate::schedule::{ScheduleOutcome, ScheduleRecord};
 use crate::topic::TopicMeta;
@@ -85,6 +86,10 @@ pub trait Catalog: Send + Sync + 'static {
 
     /// The store's clock, in ms (Redis `TIME` for Redis).
     async fn now_ms(&self) -> Result<u64>;
+
+    /// The record formats this store reads, and the one it writes new records in now
+    /// ([`crate::format`]).
+    fn formats(&self) -> &Formats;
 }
 
 /// The error of a store that keeps no schedules (the trait's default methods).

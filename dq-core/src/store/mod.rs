@@ -29,6 +29,7 @@ pub mod operate;
 pub mod produce;
 pub mod redis;
 
+pub use crate::format::Formats;
 pub use catalog::Catalog;
 pub use lease::{FailedAttempt, Lease, WakeListener, lease_of};
 pub use operate::{MAX_DEAD_ACT, Operate};

@@ -128,4 +128,7 @@ impl Catalog for MemoryStore {
     async fn now_ms(&self) -> Result<u64> {
         Ok(self.clock.now_ms())
     }
+    fn formats(&self) -> &crate::format::Formats {
+        &self.formats
+    }
 }

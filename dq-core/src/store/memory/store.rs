@@ -28,6 +28,8 @@ pub struct MemoryStore {
     schedules: Mutex<BTreeMap<String, (u64, Vec<u8>)>>,
     /// The schedules generation heartbeats return (Redis: a field of `<ns>:workers`).
     pub(super) schedules_generation: std::sync::atomic::AtomicU64,
+    /// The record formats it reads and writes: one process, so always the newest it reads.
+    pub(super) formats: crate::format::Formats,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -60,6 +62,7 @@ impl MemoryStore {
             topics: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(BTreeMap::new()),
             schedules_generation: std::sync::atomic::AtomicU64::new(0),
+            formats: crate::format::Formats::single_process(crate::format::NEWEST_FORMAT),
             schedules: Mutex::new(BTreeMap::new()),
         }
     }

@@ -266,6 +266,9 @@ impl Catalog for RedisStore {
             .map_err(from_redis)?;
         Ok(secs * 1000 + micros / 1000)
     }
+    fn formats(&self) -> &crate::format::Formats {
+        &self.formats
+    }
 }
 
 /// The namespace-wide calls' own helpers.

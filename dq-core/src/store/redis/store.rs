@@ -19,6 +19,7 @@ use super::scripts::{LuaScript, script_error};
 use super::url::{self, Target};
 use super::wake::WakeSource;
 use crate::error::{Error, Result, from_redis};
+use crate::format::{Formats, NEWEST_FORMAT};
 use crate::job::{JobState, Queue};
 use crate::names::JobKey;
 use crate::store::lease::DeadLimits;
@@ -52,6 +53,10 @@ pub struct RedisOptions {
     /// and fail with [`Error::NotReplicated`] when fewer replicas confirmed the write. See
     /// [`ClientBuilder::durable_enqueue`](crate::connect::ClientBuilder::durable_enqueue).
     pub durable_enqueue: Option<(usize, Duration)>,
+    /// The newest record format this process reads and may write (default: the newest this
+    /// dq knows, [`NEWEST_FORMAT`]). Lower only to act as an older dq in upgrade tests.
+    #[doc(hidden)]
+    pub format_level: u8,
 }
 
 impl Default for RedisOptions {
@@ -63,6 +68,7 @@ impl Default for RedisOptions {
             allow_eviction: false,
             check_server: true,
             durable_enqueue: None,
+            format_level: NEWEST_FORMAT,
         }
     }
 }
@@ -80,6 +86,8 @@ pub struct RedisStore {
     /// Per partition, fetch calls whose reply arrived and that left a receipt: the next fetch
     /// of the partition deletes those receipts (no retry will look for them).
     received: Arc<Mutex<HashMap<Queue, Vec<u64>>>>,
+    /// The record formats it reads and the one it writes now.
+    pub(super) formats: Arc<Formats>,
 }
 
 /// Most receipts one fetch deletes; more wait for the next fetch, or expire.
@@ -182,6 +190,7 @@ impl RedisStore {
             server = %report.version,
             "connected to redis"
         );
+        let format_level = options.format_level;
         Ok(RedisStore {
             wake,
             conn,
@@ -189,6 +198,7 @@ impl RedisStore {
             keys: Arc::default(),
             report: Arc::new(report),
             received: Arc::default(),
+            formats: Arc::new(Formats::shared(format_level)),
         })
     }
 
