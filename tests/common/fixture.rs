@@ -80,7 +80,11 @@ pub fn read_namespace(server: &RedisServer, ns: &str) -> Vec<DumpedKey> {
                 "zset" => {
                     let pairs: Vec<(Vec<u8>, String)> = query(
                         &mut con,
-                        redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).arg("WITHSCORES"),
+                        redis::cmd("ZRANGE")
+                            .arg(&key)
+                            .arg(0)
+                            .arg(-1)
+                            .arg("WITHSCORES"),
                     );
                     Value::Zset(pairs.into_iter().map(|(m, s)| (s, m)).collect())
                 }
@@ -109,7 +113,13 @@ pub fn to_text(header: &[&str], keys: &[DumpedKey]) -> String {
     }
     for k in keys {
         let ttl = k.ttl_ms.map_or_else(|| "-".to_owned(), |t| t.to_string());
-        writeln!(out, "{} {} {ttl}", k.value.type_name(), quote(k.key.as_bytes())).unwrap();
+        writeln!(
+            out,
+            "{} {} {ttl}",
+            k.value.type_name(),
+            quote(k.key.as_bytes())
+        )
+        .unwrap();
         match &k.value {
             Value::Hash(fields) => {
                 for (f, v) in fields {

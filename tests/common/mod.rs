@@ -10,6 +10,7 @@
 
 pub mod conformance;
 pub mod conformance_inspect;
+pub mod fixture;
 pub mod redis;
 
 use std::sync::Arc;
