@@ -207,7 +207,7 @@ pub fn load(server: &RedisServer, keys: &[DumpedKey]) {
     for k in keys {
         let exists: i64 = query(&mut con, redis::cmd("EXISTS").arg(&k.key));
         assert_eq!(exists, 0, "{} exists before the fixture is loaded", k.key);
-        let mut cmd = match &k.value {
+        let cmd = match &k.value {
             Value::Hash(fields) => {
                 let mut c = redis::cmd("HSET");
                 c.arg(&k.key);
@@ -238,7 +238,7 @@ pub fn load(server: &RedisServer, keys: &[DumpedKey]) {
                 c
             }
         };
-        let () = query(&mut con, &mut cmd);
+        let () = query(&mut con, &cmd);
         if let Some(ttl) = k.ttl_ms {
             let set: i64 = query(&mut con, redis::cmd("PEXPIRE").arg(&k.key).arg(ttl.max(1)));
             assert_eq!(set, 1, "PEXPIRE {}", k.key);
@@ -336,7 +336,7 @@ fn tokens(line: &str) -> Result<Vec<Vec<u8>>, String> {
     Ok(out)
 }
 
-fn query<T: redis::FromRedisValue>(con: &mut Connection, cmd: &mut redis::Cmd) -> T {
+fn query<T: redis::FromRedisValue>(con: &mut Connection, cmd: &redis::Cmd) -> T {
     cmd.query(con)
         .unwrap_or_else(|e| panic!("redis command failed: {e}"))
 }
