@@ -301,437 +301,552 @@ fn partition_contents(
 
 /// Loads the fixture in `dir` into a fresh server and drains it (see the file's docs).
 async fn drain(dir: &Path) {
-    let text = std::fs::read_to_string(dir.join("expect.json")).expect("read expect.json");
-    let expect: Expect = serde_json::from_str(&text).expect("parse expect.json");
-    let ns = expect.namespace.as_str();
-    let server = RedisServer::start();
-    fixture::load_file(&server, &dir.join("dump.txt"));
-    // Dead jobs must outlive any retention: the fixture's times are those of its generation.
-    let keep_dead = DeadLimits {
-        retention: Duration::from_secs(200 * 365 * 24 * 3600),
-        ..DeadLimits::default()
-    };
-    let mut builder = Client::builder().namespace(ns);
-    for t in &expect.topics {
-        builder = builder.dead_limits(t.name.as_str(), keep_dead);
-    }
-    let client = builder.connect(&server.url()).await.expect("connect");
-    let topic = |name: &str| client.topic(name).expect("a fixture topic");
-    let store = client.store().clone();
-    let jobs_of =
-        |t: &str| -> Vec<&JobExpect> { expect.jobs.iter().filter(|j| j.topic == t).collect() };
-    let job_named = |tk: &TopicKey| {
-        expect
-            .jobs
-            .iter()
-            .find(|j| j.topic == tk.topic && j.key == tk.key)
-            .unwrap_or_else(|| panic!("{tk:?} is not in expect.json"))
-    };
-
-    // As loaded: the counters, controls, schedules and every job as the generator saw them.
-    for t in &expect.topics {
-        let tc = topic(&t.name);
-        let stats = Counters::from(tc.stats().await.expect("stats"));
-        assert_eq!(stats, t.counters, "{}: counters as loaded", t.name);
-        let control = tc.control().await.expect("control");
-        assert_eq!(
-            (control.paused, control.concurrency),
-            (t.paused, t.concurrency),
-            "{}: pause and concurrency cap as loaded",
-            t.name
-        );
-        let mut found: Vec<String> = listed(&tc)
-            .await
-            .iter()
-            .map(|j| j.key.to_string())
-            .collect();
-        let mut want: Vec<String> = jobs_of(&t.name)
-            .into_iter()
-            .map(|j| j.key.clone())
-            .collect();
-        found.sort();
-        want.sort();
-        assert_eq!(found, want, "{}: the jobs listed as loaded", t.name);
-    }
-    for j in &expect.jobs {
-        let info = topic(&j.topic)
-            .job(&j.key)
-            .await
-            .expect("job")
-            .unwrap_or_else(|| panic!("{}/{} is missing", j.topic, j.key));
-        let history: Vec<&str> = info.history.iter().map(|h| h.error.as_str()).collect();
-        assert_eq!(
-            (info.state.as_str(), info.attempts, info.due_ms, history),
-            (
-                j.state.as_str(),
-                j.attempts,
-                j.due_ms,
-                j.history.iter().map(String::as_str).collect()
-            ),
-            "{}/{}: state, attempts, due time and history as loaded",
-            j.topic,
-            j.key
-        );
-        assert_eq!(
-            payload_json(&j.topic, &info.payload),
-            j.payload,
-            "{}/{}: payload",
-            j.topic,
-            j.key
-        );
-    }
-    let mut schedules: Vec<(String, String)> = client
-        .schedules()
-        .await
-        .expect("schedules")
-        .into_iter()
-        .map(|s| (s.name, s.topic))
-        .collect();
-    schedules.sort();
-    let mut want: Vec<(String, String)> = expect
-        .schedules
-        .iter()
-        .map(|s| (s.name.clone(), s.topic.clone()))
-        .collect();
-    want.sort();
-    assert_eq!(schedules, want, "schedules as loaded");
-
-    // The recorded fetch call, retried, gets its jobs back under fresh tokens with no attempt
-    // spent (its receipt lives seconds: this comes first); this test acks them as their run.
-    let runs = Runs::default();
-    let fr = &expect.fetch_receipt;
-    let request = FetchRequest {
-        max_jobs: fr.keys.len(),
-        lease: Duration::from_secs(30),
-        promote_batch: 100,
-        recover_batch: 100,
-        retry_policy: RetryPolicy::parse(DRAIN_RETRY).expect("a policy"),
-        dead_limits: keep_dead,
-        call: FetchCall {
-            id: fr.call_id,
-            retry: 1,
-        },
-    };
-    let fq = queue(&fr.topic, fr.partition);
-    let reply = store.fetch(&fq, &request).await.expect("the retried fetch");
-    let got: Vec<String> = reply.jobs.iter().map(|d| d.key.to_string()).collect();
-    assert_eq!(got, fr.keys, "the retried fetch call finds its receipt");
-    for d in &reply.jobs {
-        let j = job_named(&TopicKey {
-            topic: fr.topic.clone(),
-            key: d.key.to_string(),
-        });
-        assert_eq!(d.attempt, j.attempts, "{}: no attempt spent", j.key);
-        let payload = payload_json(&fr.topic, &d.payload);
-        assert_eq!(payload, j.payload, "{}: payload", j.key);
-        runs.0
-            .lock()
-            .unwrap()
-            .push((fr.topic.clone(), j.key.clone(), d.attempt, payload));
-    }
-    let leases: Vec<(JobKey, u64)> = reply.jobs.iter().map(dq::store::lease_of).collect();
-    let acked = store.ack(&fq, &leases).await.expect("ack");
-    assert!(acked.iter().all(|a| *a == AckOutcome::Acked), "{acked:?}");
-
-    // The recorded enqueue calls, retried, answer what they did then and write nothing.
-    for r in &expect.enqueue_receipts {
-        let c = &r.call;
-        let before = partition_contents(&server, ns, &c.topic, c.partition);
-        let job = NewJob {
-            key: JobKey::new(c.key.as_str()).expect("a key"),
-            payload: unhex(&c.payload_hex),
-            due: Due::At(from_unix_ms(c.due_ms)),
-            replace: false,
-        };
-        let call = EnqueueCall {
-            id: c.call_id,
-            retry: true,
-        };
-        let out = store
-            .enqueue(&queue(&c.topic, c.partition), &[job], call)
-            .await
-            .expect("the retried enqueue");
-        let want = match r.outcome.as_str() {
-            "Created" => EnqueueOutcome::Created,
-            "Ended" => EnqueueOutcome::Ended,
-            other => panic!("unknown recorded outcome {other}"),
-        };
-        assert_eq!(
-            out,
-            [want],
-            "the retried enqueue of {} finds its receipt",
-            c.key
-        );
-        assert!(
-            before == partition_contents(&server, ns, &c.topic, c.partition),
-            "the retried enqueue of {} found its receipt and still wrote something",
-            c.key
-        );
-    }
-
-    // By key: a far-future job is rescheduled to now, another is cancelled.
-    for tk in &expect.reschedule_now {
-        let out = topic(&tk.topic)
-            .reschedule(&tk.key, NewDue::At(SystemTime::now()))
-            .await
-            .expect("reschedule");
-        assert!(
-            matches!(out, RescheduleOutcome::Rescheduled { .. }),
-            "{tk:?}: {out:?}"
-        );
-    }
-    for tk in &expect.cancel_by_key {
-        let out = topic(&tk.topic).cancel(&tk.key).await.expect("cancel");
-        assert_eq!(out, CancelOutcome::Cancelled, "{tk:?}");
-    }
-
-    // What the worker must run, at which attempt: everything waiting, once.
-    let paused: BTreeSet<&str> = expect
-        .topics
-        .iter()
-        .filter(|t| t.paused)
-        .map(|t| t.name.as_str())
-        .collect();
-    let tk = |j: &JobExpect| TopicKey {
-        topic: j.topic.clone(),
-        key: j.key.clone(),
-    };
-    let far = |j: &JobExpect| j.state == "scheduled" && j.due_ms > expect.generated_ms + FAR;
-    let skip: BTreeSet<TopicKey> = expect
-        .cancel_requested
-        .iter()
-        .chain(&expect.cancel_by_key)
-        .cloned()
-        .chain(fr.keys.iter().map(|k| TopicKey {
-            topic: fr.topic.clone(),
-            key: k.clone(),
-        }))
-        .collect();
-    let stays: BTreeSet<TopicKey> = expect
-        .jobs
-        .iter()
-        .filter(|j| far(j) && !expect.reschedule_now.contains(&tk(j)) && !skip.contains(&tk(j)))
-        .map(tk)
-        .collect();
-    let mut to_run: BTreeMap<TopicKey, u32> = BTreeMap::new();
-    for j in &expect.jobs {
-        let key = tk(j);
-        let waiting = matches!(j.state.as_str(), "scheduled" | "ready" | "retry" | "active");
-        if !waiting
-            || skip.contains(&key)
-            || stays.contains(&key)
-            || paused.contains(j.topic.as_str())
-        {
-            continue;
-        }
-        // A lease that ran out was an attempt; a retry is the attempt after the last.
-        let attempt = if j.state == "scheduled" || j.state == "ready" {
-            1
-        } else {
-            j.attempts + 1
-        };
-        to_run.insert(key, attempt);
-    }
-    let busy: Vec<&str> = expect
-        .topics
-        .iter()
-        .map(|t| t.name.as_str())
-        .filter(|t| !paused.contains(t) && *t != TICKS)
-        .collect();
-    let stays_on = |t: &str| stays.iter().filter(|s| s.topic == t).count() as u64;
-
-    let worker = Worker::builder(client.clone())
+    let d = Drain::load(dir).await;
+    d.check_as_loaded().await;
+    // The fetch receipt lives seconds from the load: it comes first after the reads.
+    d.retry_the_recorded_fetch().await;
+    d.retry_the_recorded_enqueues().await;
+    d.act_by_key().await;
+    let plan = d.plan();
+    let worker = Worker::builder(d.client.clone())
         .topics([ORDERS, PARCELS, REPORTS, TICKS])
-        .data(runs.clone())
+        .data(d.runs.clone())
         .lease(Duration::from_secs(30))
         .build()
         .expect("build the worker")
         .start()
         .await
         .expect("start the worker");
-    eventually(
-        "every waiting job ran and the busy topics are quiet",
-        WAIT,
-        || async {
-            let ran: BTreeSet<TopicKey> = runs
-                .all()
-                .into_iter()
-                .map(|r| TopicKey {
-                    topic: r.0,
-                    key: r.1,
-                })
-                .collect();
-            if !to_run.keys().all(|k| ran.contains(k)) {
-                return false;
-            }
-            for t in &busy {
-                let s = topic(t).stats().await.expect("stats");
-                if s.ready + s.active + s.retry > 0 || s.scheduled != stays_on(t) {
-                    return false;
-                }
-            }
-            true
-        },
-    )
-    .await;
-    for t in &busy {
-        let mut ran: Vec<(String, u32, Value)> = runs
-            .of(t)
-            .into_iter()
-            .filter(|r| !fr.keys.contains(&r.1) || fr.topic != *t)
-            .map(|r| (r.1, r.2, r.3))
-            .collect();
-        ran.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut want: Vec<(String, u32, Value)> = to_run
-            .iter()
-            .filter(|(k, _)| k.topic == *t)
-            .map(|(k, attempt)| (k.key.clone(), *attempt, job_named(k).payload.clone()))
-            .collect();
-        want.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(
-            ran, want,
-            "{t}: each waiting job ran once, at its attempt, with its payload"
-        );
-    }
-    for k in &stays {
-        let info = topic(&k.topic)
-            .job(&k.key)
-            .await
-            .expect("job")
-            .expect("still there");
-        assert_eq!(
-            (info.state, info.due_ms),
-            (JobState::Scheduled, job_named(k).due_ms),
-            "{k:?} stays scheduled"
-        );
-    }
-
-    // The schedule keeps ticking.
+    d.waiting_jobs_run_once(&plan).await;
     eventually("a tick of the schedule ran", WAIT, || async {
-        expect.schedules.is_empty() || !runs.of(TICKS).is_empty()
+        d.expect.schedules.is_empty() || !d.runs.of(TICKS).is_empty()
     })
     .await;
+    d.paused_topics_wait_for_their_resume(&plan).await;
+    d.dead_jobs_wait_for_their_requeue().await;
+    worker.shutdown().await;
+    d.counters_go_on(&plan).await;
+    let v = fixture::violations(&d.server.url(), &d.expect.namespace).await;
+    assert!(v.is_empty(), "invariants after the drain: {v:?}");
+}
 
-    // A paused topic stays paused, and runs once resumed.
-    for t in &paused {
-        assert!(runs.of(t).is_empty(), "{t} ran while paused");
-        for j in jobs_of(t) {
-            let info = topic(t)
+/// One fixture loaded into its own server, and what the drain has seen run.
+struct Drain {
+    expect: Expect,
+    server: RedisServer,
+    client: Client,
+    /// Every run: the worker's handlers', and the job this test runs by hand (the one the
+    /// recorded fetch call gets back).
+    runs: Runs,
+    /// Dead-queue limits that keep the fixture's dead jobs, whatever their age.
+    keep_dead: DeadLimits,
+}
+
+/// What the drain expects of the worker, worked out from `expect.json`.
+struct Plan {
+    /// The waiting jobs of the busy topics, each with the attempt it must run at.
+    to_run: BTreeMap<TopicKey, u32>,
+    /// Jobs far in the future that must stay scheduled.
+    stays: BTreeSet<TopicKey>,
+    /// Jobs that must not run: cancelled (by key, or by a request on their running attempt),
+    /// or run by this test through the recorded fetch call.
+    skip: BTreeSet<TopicKey>,
+    /// Topics paused in the fixture.
+    paused: BTreeSet<String>,
+    /// Topics neither paused nor periodic: they must end quiet.
+    busy: Vec<String>,
+}
+
+impl Drain {
+    async fn load(dir: &Path) -> Drain {
+        let text = std::fs::read_to_string(dir.join("expect.json")).expect("read expect.json");
+        let expect: Expect = serde_json::from_str(&text).expect("parse expect.json");
+        let server = RedisServer::start();
+        fixture::load_file(&server, &dir.join("dump.txt"));
+        // The fixture's times are those of its generation: no retention may trim its dead.
+        let keep_dead = DeadLimits {
+            retention: Duration::from_secs(200 * 365 * 24 * 3600),
+            ..DeadLimits::default()
+        };
+        let mut builder = Client::builder().namespace(&expect.namespace);
+        for t in &expect.topics {
+            builder = builder.dead_limits(t.name.as_str(), keep_dead);
+        }
+        let client = builder.connect(&server.url()).await.expect("connect");
+        Drain {
+            expect,
+            server,
+            client,
+            runs: Runs::default(),
+            keep_dead,
+        }
+    }
+
+    fn topic(&self, name: &str) -> TopicClient {
+        self.client.topic(name).expect("a fixture topic")
+    }
+
+    fn jobs_of(&self, topic: &str) -> Vec<&JobExpect> {
+        self.expect
+            .jobs
+            .iter()
+            .filter(|j| j.topic == topic)
+            .collect()
+    }
+
+    fn job_named(&self, tk: &TopicKey) -> &JobExpect {
+        self.expect
+            .jobs
+            .iter()
+            .find(|j| j.topic == tk.topic && j.key == tk.key)
+            .unwrap_or_else(|| panic!("{tk:?} is not in expect.json"))
+    }
+
+    /// Whether this job is the one the recorded fetch call got back (this test runs it).
+    fn fetched_by_hand(&self, topic: &str, key: &str) -> bool {
+        let fr = &self.expect.fetch_receipt;
+        fr.topic == topic && fr.keys.iter().any(|k| k == key)
+    }
+
+    /// The counters, controls, schedules and every job as the generator saw them.
+    async fn check_as_loaded(&self) {
+        for t in &self.expect.topics {
+            let tc = self.topic(&t.name);
+            let stats = Counters::from(tc.stats().await.expect("stats"));
+            assert_eq!(stats, t.counters, "{}: counters as loaded", t.name);
+            let control = tc.control().await.expect("control");
+            assert_eq!(
+                (control.paused, control.concurrency),
+                (t.paused, t.concurrency),
+                "{}: pause and concurrency cap as loaded",
+                t.name
+            );
+            let mut found: Vec<String> = listed(&tc)
+                .await
+                .iter()
+                .map(|j| j.key.to_string())
+                .collect();
+            let mut want: Vec<String> = self
+                .jobs_of(&t.name)
+                .into_iter()
+                .map(|j| j.key.clone())
+                .collect();
+            found.sort();
+            want.sort();
+            assert_eq!(found, want, "{}: the jobs listed as loaded", t.name);
+        }
+        for j in &self.expect.jobs {
+            let info = self
+                .topic(&j.topic)
                 .job(&j.key)
+                .await
+                .expect("job")
+                .unwrap_or_else(|| panic!("{}/{} is missing", j.topic, j.key));
+            let history: Vec<&str> = info.history.iter().map(|h| h.error.as_str()).collect();
+            assert_eq!(
+                (info.state.as_str(), info.attempts, info.due_ms, history),
+                (
+                    j.state.as_str(),
+                    j.attempts,
+                    j.due_ms,
+                    j.history.iter().map(String::as_str).collect()
+                ),
+                "{}/{}: state, attempts, due time and history as loaded",
+                j.topic,
+                j.key
+            );
+            assert_eq!(
+                payload_json(&j.topic, &info.payload),
+                j.payload,
+                "{}/{}: payload",
+                j.topic,
+                j.key
+            );
+        }
+        let mut schedules: Vec<(String, String)> = self
+            .client
+            .schedules()
+            .await
+            .expect("schedules")
+            .into_iter()
+            .map(|s| (s.name, s.topic))
+            .collect();
+        schedules.sort();
+        let mut want: Vec<(String, String)> = self
+            .expect
+            .schedules
+            .iter()
+            .map(|s| (s.name.clone(), s.topic.clone()))
+            .collect();
+        want.sort();
+        assert_eq!(schedules, want, "schedules as loaded");
+    }
+
+    /// The recorded fetch call, retried, gets its jobs back under fresh tokens with no
+    /// attempt spent; this test runs them (checks their payload) and acks them.
+    async fn retry_the_recorded_fetch(&self) {
+        let fr = &self.expect.fetch_receipt;
+        let request = FetchRequest {
+            max_jobs: fr.keys.len(),
+            lease: Duration::from_secs(30),
+            promote_batch: 100,
+            recover_batch: 100,
+            retry_policy: RetryPolicy::parse(DRAIN_RETRY).expect("a policy"),
+            dead_limits: self.keep_dead,
+            call: FetchCall {
+                id: fr.call_id,
+                retry: 1,
+            },
+        };
+        let store = self.client.store();
+        let fq = queue(&fr.topic, fr.partition);
+        let reply = store.fetch(&fq, &request).await.expect("the retried fetch");
+        let got: Vec<String> = reply.jobs.iter().map(|d| d.key.to_string()).collect();
+        assert_eq!(got, fr.keys, "the retried fetch call finds its receipt");
+        for d in &reply.jobs {
+            let j = self.job_named(&TopicKey {
+                topic: fr.topic.clone(),
+                key: d.key.to_string(),
+            });
+            assert_eq!(d.attempt, j.attempts, "{}: no attempt spent", j.key);
+            let payload = payload_json(&fr.topic, &d.payload);
+            assert_eq!(payload, j.payload, "{}: payload", j.key);
+            self.runs
+                .0
+                .lock()
+                .unwrap()
+                .push((fr.topic.clone(), j.key.clone(), d.attempt, payload));
+        }
+        let leases: Vec<(JobKey, u64)> = reply.jobs.iter().map(dq::store::lease_of).collect();
+        let acked = store.ack(&fq, &leases).await.expect("ack");
+        assert!(acked.iter().all(|a| *a == AckOutcome::Acked), "{acked:?}");
+    }
+
+    /// The recorded enqueue calls, retried, answer what they did then and write nothing.
+    async fn retry_the_recorded_enqueues(&self) {
+        let ns = &self.expect.namespace;
+        for r in &self.expect.enqueue_receipts {
+            let c = &r.call;
+            let before = partition_contents(&self.server, ns, &c.topic, c.partition);
+            let job = NewJob {
+                key: JobKey::new(c.key.as_str()).expect("a key"),
+                payload: unhex(&c.payload_hex),
+                due: Due::At(from_unix_ms(c.due_ms)),
+                replace: false,
+            };
+            let call = EnqueueCall {
+                id: c.call_id,
+                retry: true,
+            };
+            let out = self
+                .client
+                .store()
+                .enqueue(&queue(&c.topic, c.partition), &[job], call)
+                .await
+                .expect("the retried enqueue");
+            let want = match r.outcome.as_str() {
+                "Created" => EnqueueOutcome::Created,
+                "Ended" => EnqueueOutcome::Ended,
+                other => panic!("unknown recorded outcome {other}"),
+            };
+            assert_eq!(
+                out,
+                [want],
+                "the retried enqueue of {} finds its receipt",
+                c.key
+            );
+            assert!(
+                before == partition_contents(&self.server, ns, &c.topic, c.partition),
+                "the retried enqueue of {} found its receipt and still wrote something",
+                c.key
+            );
+        }
+    }
+
+    /// By key: far-future jobs rescheduled to now, others cancelled.
+    async fn act_by_key(&self) {
+        for tk in &self.expect.reschedule_now {
+            let out = self
+                .topic(&tk.topic)
+                .reschedule(&tk.key, NewDue::At(SystemTime::now()))
+                .await
+                .expect("reschedule");
+            assert!(
+                matches!(out, RescheduleOutcome::Rescheduled { .. }),
+                "{tk:?}: {out:?}"
+            );
+        }
+        for tk in &self.expect.cancel_by_key {
+            let out = self.topic(&tk.topic).cancel(&tk.key).await.expect("cancel");
+            assert_eq!(out, CancelOutcome::Cancelled, "{tk:?}");
+        }
+    }
+
+    fn plan(&self) -> Plan {
+        let e = &self.expect;
+        let paused: BTreeSet<String> = e
+            .topics
+            .iter()
+            .filter(|t| t.paused)
+            .map(|t| t.name.clone())
+            .collect();
+        let tk = |j: &JobExpect| TopicKey {
+            topic: j.topic.clone(),
+            key: j.key.clone(),
+        };
+        let fr = &e.fetch_receipt;
+        let skip: BTreeSet<TopicKey> = e
+            .cancel_requested
+            .iter()
+            .chain(&e.cancel_by_key)
+            .cloned()
+            .chain(fr.keys.iter().map(|k| TopicKey {
+                topic: fr.topic.clone(),
+                key: k.clone(),
+            }))
+            .collect();
+        let far = |j: &JobExpect| j.state == "scheduled" && j.due_ms > e.generated_ms + FAR;
+        let stays: BTreeSet<TopicKey> = e
+            .jobs
+            .iter()
+            .filter(|j| far(j) && !e.reschedule_now.contains(&tk(j)) && !skip.contains(&tk(j)))
+            .map(tk)
+            .collect();
+        let mut to_run = BTreeMap::new();
+        for j in &e.jobs {
+            let key = tk(j);
+            let waiting = matches!(j.state.as_str(), "scheduled" | "ready" | "retry" | "active");
+            if !waiting || skip.contains(&key) || stays.contains(&key) || paused.contains(&j.topic)
+            {
+                continue;
+            }
+            // A lease that ran out was an attempt; a retry is the attempt after the last.
+            let attempt = if j.state == "scheduled" || j.state == "ready" {
+                1
+            } else {
+                j.attempts + 1
+            };
+            to_run.insert(key, attempt);
+        }
+        let busy = e
+            .topics
+            .iter()
+            .map(|t| t.name.clone())
+            .filter(|t| !paused.contains(t) && t != TICKS)
+            .collect();
+        Plan {
+            to_run,
+            stays,
+            skip,
+            paused,
+            busy,
+        }
+    }
+
+    /// Every waiting job of the busy topics runs once, at its attempt, with its payload; the
+    /// topics end quiet, their far-future jobs still scheduled.
+    async fn waiting_jobs_run_once(&self, plan: &Plan) {
+        let stays_on = |t: &str| plan.stays.iter().filter(|s| s.topic == t).count() as u64;
+        eventually(
+            "every waiting job ran and the busy topics are quiet",
+            WAIT,
+            || async {
+                let ran: BTreeSet<TopicKey> = self
+                    .runs
+                    .all()
+                    .into_iter()
+                    .map(|r| TopicKey {
+                        topic: r.0,
+                        key: r.1,
+                    })
+                    .collect();
+                if !plan.to_run.keys().all(|k| ran.contains(k)) {
+                    return false;
+                }
+                for t in &plan.busy {
+                    let s = self.topic(t).stats().await.expect("stats");
+                    if s.ready + s.active + s.retry > 0 || s.scheduled != stays_on(t) {
+                        return false;
+                    }
+                }
+                true
+            },
+        )
+        .await;
+        for t in &plan.busy {
+            let mut ran: Vec<(String, u32, Value)> = self
+                .runs
+                .of(t)
+                .into_iter()
+                .filter(|r| !self.fetched_by_hand(&r.0, &r.1))
+                .map(|r| (r.1, r.2, r.3))
+                .collect();
+            ran.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut want: Vec<(String, u32, Value)> = plan
+                .to_run
+                .iter()
+                .filter(|(k, _)| k.topic == *t)
+                .map(|(k, attempt)| (k.key.clone(), *attempt, self.job_named(k).payload.clone()))
+                .collect();
+            want.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(
+                ran, want,
+                "{t}: each waiting job ran once, at its attempt, with its payload"
+            );
+        }
+        for k in &plan.stays {
+            let info = self
+                .topic(&k.topic)
+                .job(&k.key)
                 .await
                 .expect("job")
                 .expect("still there");
             assert_eq!(
-                info.state.as_str(),
-                j.state,
-                "{t}/{}: untouched while paused",
+                (info.state, info.due_ms),
+                (JobState::Scheduled, self.job_named(k).due_ms),
+                "{k:?} stays scheduled"
+            );
+        }
+    }
+
+    /// A paused topic ran nothing and holds its jobs as they were; resumed, each runs once.
+    async fn paused_topics_wait_for_their_resume(&self, plan: &Plan) {
+        for t in &plan.paused {
+            assert!(self.runs.of(t).is_empty(), "{t} ran while paused");
+            for j in self.jobs_of(t) {
+                let info = self
+                    .topic(t)
+                    .job(&j.key)
+                    .await
+                    .expect("job")
+                    .expect("still there");
+                assert_eq!(
+                    info.state.as_str(),
+                    j.state,
+                    "{t}/{}: untouched while paused",
+                    j.key
+                );
+            }
+            assert!(!self.topic(t).resume().await.expect("resume").paused);
+        }
+        eventually("the resumed topics ran", WAIT, || async {
+            plan.paused
+                .iter()
+                .all(|t| self.runs.of(t).len() == self.jobs_of(t).len())
+        })
+        .await;
+        for t in &plan.paused {
+            let mut ran: Vec<(String, Value)> =
+                self.runs.of(t).into_iter().map(|r| (r.1, r.3)).collect();
+            ran.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut want: Vec<(String, Value)> = self
+                .jobs_of(t)
+                .into_iter()
+                .map(|j| (j.key.clone(), j.payload.clone()))
+                .collect();
+            want.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(ran, want, "{t}: each job ran once after the resume");
+        }
+    }
+
+    /// Dead jobs stayed dead (their history was checked as loaded); requeued, each runs once.
+    async fn dead_jobs_wait_for_their_requeue(&self) {
+        let mut requeued = Vec::new();
+        for t in &self.expect.topics {
+            let dead: Vec<&JobExpect> = self
+                .jobs_of(&t.name)
+                .into_iter()
+                .filter(|j| j.state == "dead")
+                .collect();
+            if dead.is_empty() {
+                continue;
+            }
+            let mut listed: Vec<String> = self
+                .topic(&t.name)
+                .list(JobState::Dead, Page::first(1_000))
+                .await
+                .expect("list dead")
+                .jobs
+                .iter()
+                .map(|j| j.key.to_string())
+                .collect();
+            listed.sort();
+            let mut want: Vec<String> = dead.iter().map(|j| j.key.clone()).collect();
+            want.sort();
+            assert_eq!(listed, want, "{}: the dead stay dead", t.name);
+            assert!(
+                self.runs
+                    .all()
+                    .iter()
+                    .all(|r| !dead.iter().any(|j| j.key == r.1 && j.topic == r.0)),
+                "{}: a dead job ran before its requeue",
+                t.name
+            );
+            let keys: Vec<&str> = want.iter().map(String::as_str).collect();
+            let moved = self
+                .topic(&t.name)
+                .requeue_dead(&keys)
+                .await
+                .expect("requeue");
+            assert_eq!(
+                moved,
+                keys.len() as u64,
+                "{}: every dead job requeued",
+                t.name
+            );
+            requeued.extend(dead);
+        }
+        let runs_of = |j: &JobExpect| -> Vec<Run> {
+            self.runs
+                .all()
+                .into_iter()
+                .filter(|r| r.0 == j.topic && r.1 == j.key)
+                .collect()
+        };
+        eventually("the requeued jobs ran", WAIT, || async {
+            requeued.iter().all(|j| !runs_of(j).is_empty())
+        })
+        .await;
+        for j in &requeued {
+            let again = runs_of(j);
+            assert_eq!(
+                again.len(),
+                1,
+                "{}/{}: runs once after the requeue",
+                j.topic,
+                j.key
+            );
+            assert_eq!(
+                (again[0].2, &again[0].3),
+                (1, &j.payload),
+                "{}/{}: the first attempt again, with its payload",
+                j.topic,
                 j.key
             );
         }
-        assert!(!topic(t).resume().await.expect("resume").paused);
-    }
-    eventually("the resumed topics ran", WAIT, || async {
-        paused.iter().all(|t| runs.of(t).len() == jobs_of(t).len())
-    })
-    .await;
-    for t in &paused {
-        let mut ran: Vec<(String, Value)> = runs.of(t).into_iter().map(|r| (r.1, r.3)).collect();
-        ran.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut want: Vec<(String, Value)> = jobs_of(t)
-            .into_iter()
-            .map(|j| (j.key.clone(), j.payload.clone()))
-            .collect();
-        want.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(ran, want, "{t}: each job ran once after the resume");
     }
 
-    // Dead jobs stayed dead, with their history; requeued, each runs once.
-    let runs_before_requeue = runs.all().len();
-    let mut requeued = Vec::new();
-    for t in &expect.topics {
-        let dead: Vec<&JobExpect> = jobs_of(&t.name)
-            .into_iter()
-            .filter(|j| j.state == "dead")
-            .collect();
-        if dead.is_empty() {
-            continue;
-        }
-        let mut listed: Vec<String> = topic(&t.name)
-            .list(JobState::Dead, Page::first(1_000))
-            .await
-            .expect("list dead")
-            .jobs
-            .iter()
-            .map(|j| j.key.to_string())
-            .collect();
-        listed.sort();
-        let mut want: Vec<String> = dead.iter().map(|j| j.key.clone()).collect();
-        want.sort();
-        assert_eq!(listed, want, "{}: the dead stay dead", t.name);
-        let keys: Vec<&str> = want.iter().map(String::as_str).collect();
-        let moved = topic(&t.name).requeue_dead(&keys).await.expect("requeue");
-        assert_eq!(
-            moved,
-            keys.len() as u64,
-            "{}: every dead job requeued",
-            t.name
-        );
-        requeued.extend(dead.into_iter().cloned());
-    }
-    eventually("the requeued jobs ran", WAIT, || async {
-        let all = runs.all();
-        requeued.iter().all(|j| {
-            all[runs_before_requeue..]
+    /// Counters went on from the fixture's: nothing enqueued, every run a success, every
+    /// cancel counted.
+    async fn counters_go_on(&self, plan: &Plan) {
+        for t in self.expect.topics.iter().filter(|t| t.name != TICKS) {
+            let now = Counters::from(self.topic(&t.name).stats().await.expect("stats"));
+            let ran = self.runs.of(&t.name).len() as u64;
+            let cancelled = plan
+                .skip
                 .iter()
-                .any(|r| r.0 == j.topic && r.1 == j.key)
-        })
-    })
-    .await;
-    let all = runs.all();
-    for j in &requeued {
-        let again: Vec<&Run> = all
-            .iter()
-            .filter(|r| r.0 == j.topic && r.1 == j.key)
-            .collect();
-        assert_eq!(
-            again.len(),
-            1,
-            "{}/{}: runs once after the requeue",
-            j.topic,
-            j.key
-        );
-        assert_eq!(
-            (again[0].2, &again[0].3),
-            (1, &j.payload),
-            "{}/{}",
-            j.topic,
-            j.key
-        );
-    }
-
-    // The counters went on from where they were.
-    worker.shutdown().await;
-    for t in &expect.topics {
-        if t.name == TICKS {
-            continue;
+                .filter(|k| k.topic == t.name && !self.fetched_by_hand(&k.topic, &k.key))
+                .count() as u64;
+            assert_eq!(
+                (now.enqueued, now.succeeded, now.cancelled),
+                (
+                    t.counters.enqueued,
+                    t.counters.succeeded + ran,
+                    t.counters.cancelled + cancelled
+                ),
+                "{}: counters go on from the fixture's",
+                t.name
+            );
         }
-        let now = Counters::from(topic(&t.name).stats().await.expect("stats"));
-        let ran = runs.of(&t.name).len() as u64;
-        let cancelled = skip
-            .iter()
-            .filter(|k| k.topic == t.name && !fr.keys.contains(&k.key))
-            .count() as u64;
-        assert_eq!(
-            (now.enqueued, now.succeeded, now.cancelled),
-            (
-                t.counters.enqueued,
-                t.counters.succeeded + ran,
-                t.counters.cancelled + cancelled
-            ),
-            "{}: counters go on from the fixture's",
-            t.name
-        );
     }
-    let v = fixture::violations(&server.url(), ns).await;
-    assert!(v.is_empty(), "invariants after the drain: {v:?}");
 }
