@@ -408,8 +408,11 @@ impl Drain {
         fr.topic == topic && fr.keys.iter().any(|k| k == key)
     }
 
-    /// The counters, controls, schedules and every job as the generator saw them.
+    /// The counters, controls, schedules and every job as the generator saw them; the
+    /// layout's invariants hold as loaded.
     async fn check_as_loaded(&self) {
+        let v = fixture::violations(&self.server.url(), &self.expect.namespace).await;
+        assert!(v.is_empty(), "invariants as loaded: {v:?}");
         for t in &self.expect.topics {
             let tc = self.topic(&t.name);
             let stats = Counters::from(tc.stats().await.expect("stats"));
