@@ -35,8 +35,9 @@
 //! map, so nothing needs migrating. But an array carries no names, so a positional job is
 //! read by field order: **reordering two fields of the same type before such jobs are
 //! drained swaps their values**. Other changes fail safely on them (dead, with the error):
-//! a removed field leaves an element over, an added field needs `#[serde(default)]` (an
-//! `Option` alone is not enough), a renamed one is fine (names are not stored). Change the
+//! a removed field leaves an element over, an added field must come last with
+//! `#[serde(default)]` (an `Option` alone is not enough), a renamed one is fine (names are
+//! not stored). Change the
 //! order of fields only once the jobs enqueued by the old dq have run.
 //!
 //! Named payloads cost bytes: each field name is stored once per job (the benchmark's
