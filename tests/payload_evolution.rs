@@ -48,11 +48,7 @@ fn saw(ctx: &JobContext, payload: &impl std::fmt::Debug) {
 }
 
 fn seen(topic: &str) -> Vec<String> {
-    SEEN.lock()
-        .unwrap()
-        .get(topic)
-        .cloned()
-        .unwrap_or_default()
+    SEEN.lock().unwrap().get(topic).cloned().unwrap_or_default()
 }
 
 // (a) The fields in another order.
@@ -309,7 +305,10 @@ async fn dead_with_error(client: &Client, topic: &'static str, broken: &str) -> 
     .await;
     worker.shutdown().await;
     assert_eq!(dead.attempts, 1, "{topic}: never retried");
-    assert!(seen(topic).is_empty(), "{topic}: the handler was not called");
+    assert!(
+        seen(topic).is_empty(),
+        "{topic}: the handler was not called"
+    );
     dead.history.last().unwrap().error.clone()
 }
 
@@ -330,7 +329,10 @@ async fn requeue_after_the_fix(client: &Client, topic: &'static str, fixed: &str
     .await;
     worker.shutdown().await;
     let job = tc.job("k").await.unwrap();
-    assert!(job.is_none(), "{topic}: a succeeded job leaves no record: {job:?}");
+    assert!(
+        job.is_none(),
+        "{topic}: a succeeded job leaves no record: {job:?}"
+    );
 }
 
 #[tokio::test]

@@ -78,12 +78,8 @@ pub fn check_size(bytes: &[u8], limit: usize) -> Result<()> {
 /// `does not fit app::CloseOrder: missing field `user_id``.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let (_, bytes) = crate::trace::split(bytes);
-    rmp_serde::from_slice(bytes).map_err(|e| {
-        Error::Decode(format!(
-            "does not fit {}: {e}",
-            std::any::type_name::<T>()
-        ))
-    })
+    rmp_serde::from_slice(bytes)
+        .map_err(|e| Error::Decode(format!("does not fit {}: {e}", std::any::type_name::<T>())))
 }
 
 #[cfg(test)]
@@ -159,7 +155,13 @@ mod tests {
             BTreeMap::from([("order_id".into(), 7), ("user_id".into(), 42)])
         );
         // Positional bytes are an array: no name in them.
-        assert_eq!(positional(&CloseOrder { order_id: 7, user_id: 42 })[0], 0x92);
+        assert_eq!(
+            positional(&CloseOrder {
+                order_id: 7,
+                user_id: 42
+            })[0],
+            0x92
+        );
         assert_eq!(bytes[0], 0x82, "a two-entry map");
     }
 
@@ -260,7 +262,10 @@ mod tests {
         }));
         assert!(why.contains("Added"), "{why}");
         assert!(why.contains("missing field `reason`"), "{why}");
-        assert!(why.starts_with("does not fit dq_core::payload::tests::"), "{why}");
+        assert!(
+            why.starts_with("does not fit dq_core::payload::tests::"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -341,7 +346,10 @@ mod tests {
             order_id: 7,
             user_id: 42,
         }));
-        assert!(why.contains("Changed") && why.contains("invalid type"), "{why}");
+        assert!(
+            why.contains("Changed") && why.contains("invalid type"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -401,7 +409,10 @@ mod tests {
         for (v1, v2) in [
             (Action::Close, Reordered::Close),
             (Action::Refund(5), Reordered::Refund(5)),
-            (Action::Move { from: 1, to: 2 }, Reordered::Move { to: 2, from: 1 }),
+            (
+                Action::Move { from: 1, to: 2 },
+                Reordered::Move { to: 2, from: 1 },
+            ),
         ] {
             assert_eq!(decode::<Reordered>(&named(&v1)).unwrap(), v2);
             assert_eq!(decode::<Action>(&positional(&v1)).unwrap(), v1);
@@ -439,7 +450,10 @@ mod tests {
         assert_eq!(decode::<Shapes>(&positional(&v)).unwrap(), v);
         // A newtype is its inner value; tuples stay arrays (no names to go by).
         assert_eq!(named(&UserId(42)), named(&42u64));
-        assert_eq!(named(&Pair(1, "a".into())), positional(&Pair(1, "a".into())));
+        assert_eq!(
+            named(&Pair(1, "a".into())),
+            positional(&Pair(1, "a".into()))
+        );
         #[derive(Deserialize, Debug, PartialEq)]
         struct Longer(u64, String, #[serde(default)] u8);
         assert_eq!(
@@ -468,9 +482,7 @@ mod tests {
         }
         let flat = Flat {
             id: 1,
-            meta: Meta {
-                tenant: "t".into(),
-            },
+            meta: Meta { tenant: "t".into() },
         };
         // Flatten writes a map whatever the encoding.
         assert_eq!(named(&flat), positional(&flat));
