@@ -386,3 +386,99 @@ async fn a_positional_payload_stored_before_still_decodes() {
     worker.shutdown().await;
     assert_eq!(got, format!("{:?}", v1()));
 }
+
+/// The payload of a periodic job.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct Report {
+    kind: String,
+    days: u8,
+}
+
+#[dq::delayed_job(topic = "evo.report")]
+async fn report(p: Report, ctx: JobContext) -> Result<(), JobError> {
+    saw(&ctx, &p);
+    Ok(())
+}
+
+/// A periodic schedule stored by an earlier dq holds its payload positionally; the new dq
+/// declaring the same schedule with the same payload (now by name) rewrites the payload and
+/// keeps the cursor: a tick missed while the workers were down for the deploy is still caught
+/// up (a reset cursor would start again from now and skip it).
+#[tokio::test]
+async fn a_schedule_stored_with_a_positional_payload_keeps_its_cursor_when_declared_again() {
+    let client = client().await;
+    let hourly = dq::Schedule::every(Duration::from_secs(3600)).unwrap();
+    let payload = Report {
+        kind: "nightly".into(),
+        days: 7,
+    };
+    let stored = |client: Client| async move {
+        let all = client.schedules().await.unwrap();
+        all.into_iter().find(|s| s.name == "evo-report").unwrap()
+    };
+    // As an earlier dq stored it.
+    let outcome = client
+        .schedule_raw(
+            "evo-report",
+            "evo.report",
+            hourly.clone(),
+            rmp_serde::to_vec(&payload).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, dq::ScheduleOutcome::Created);
+    // The workers were down through a tick: the cursor is an hour in the past.
+    let next = stored(client.clone()).await.next_ms.unwrap();
+    let missed = next - 3_600_000;
+    assert!(
+        client
+            .store()
+            .advance_schedule("evo-report", next, missed)
+            .await
+            .unwrap()
+    );
+    // The new dq declares it at start-up.
+    let outcome = client
+        .schedule::<report>("evo-report", hourly.clone(), payload.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        dq::ScheduleOutcome::Updated,
+        "the payload is rewritten"
+    );
+    let now = stored(client.clone()).await;
+    assert_eq!(now.next_ms, Some(missed), "the cursor is kept");
+    assert_eq!(now.payload, dq::payload::encode(&payload, 1 << 20).unwrap());
+    // From then on it is the same schedule.
+    let outcome = client
+        .schedule::<report>("evo-report", hourly.clone(), payload.clone())
+        .await
+        .unwrap();
+    assert_eq!(outcome, dq::ScheduleOutcome::Unchanged);
+    // Another value is another schedule, whatever its encoding: the cursor starts again.
+    let changed = Report {
+        days: 8,
+        ..payload.clone()
+    };
+    client
+        .schedule_raw(
+            "evo-report",
+            "evo.report",
+            hourly.clone(),
+            rmp_serde::to_vec(&payload).unwrap(),
+        )
+        .await
+        .unwrap();
+    let next = stored(client.clone()).await.next_ms.unwrap();
+    client
+        .store()
+        .advance_schedule("evo-report", next, missed)
+        .await
+        .unwrap();
+    client
+        .schedule::<report>("evo-report", hourly, changed)
+        .await
+        .unwrap();
+    assert_eq!(stored(client.clone()).await.next_ms, Some(next));
+}

@@ -82,6 +82,137 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
         .map_err(|e| Error::Decode(format!("does not fit {}: {e}", std::any::type_name::<T>())))
 }
 
+/// Whether `stored` holds the value `named` holds, `stored` being either the same bytes or the
+/// positional form an earlier dq wrote (every struct an array of its field values, in order):
+/// for a value stored by that dq (a periodic schedule's payload) that the new encoding writes
+/// again, so that it is recognised as the same and nothing is reset.
+///
+/// Conservative: a map with string keys in `named` is read as a struct, so a payload holding
+/// a real string-keyed map (which the positional encoding also wrote as a map) is never
+/// found the same — the caller then treats it as changed, as before.
+pub(crate) fn same_value(stored: &[u8], named: &[u8]) -> bool {
+    if stored == named {
+        return true;
+    }
+    match (
+        rmp_serde::from_slice::<Value>(stored),
+        rmp_serde::from_slice::<Value>(named),
+    ) {
+        (Ok(stored), Ok(named)) => stored == named.positional(),
+        _ => false,
+    }
+}
+
+/// A MessagePack value, as far as [`same_value`] compares them (extension types are not
+/// read: such payloads are never found the same).
+#[derive(Debug, PartialEq)]
+enum Value {
+    Nil,
+    Bool(bool),
+    /// Every integer that fits, whichever marker and sign wrote it.
+    Unsigned(u64),
+    Negative(i64),
+    Float(f64),
+    Text(String),
+    Bytes(Vec<u8>),
+    Array(Vec<Value>),
+    Map(Vec<(Value, Value)>),
+}
+
+impl Value {
+    /// The value as the positional encoding wrote it: every map whose keys are all text (a
+    /// struct, as named) becomes the array of its values, in order.
+    fn positional(self) -> Value {
+        match self {
+            Value::Array(items) => Value::Array(items.into_iter().map(Value::positional).collect()),
+            Value::Map(entries) if entries.iter().all(|(k, _)| matches!(k, Value::Text(_))) => {
+                Value::Array(entries.into_iter().map(|(_, v)| v.positional()).collect())
+            }
+            Value::Map(entries) => Value::Map(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.positional(), v.positional()))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Value {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Value, D::Error> {
+        d.deserialize_any(ValueVisitor)
+    }
+}
+
+struct ValueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ValueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a MessagePack value")
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Nil)
+    }
+
+    fn visit_none<E>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Nil)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> std::result::Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Value, E> {
+        Ok(Value::Unsigned(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Value, E> {
+        Ok(u64::try_from(v).map_or(Value::Negative(v), Value::Unsigned))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> std::result::Result<Value, E> {
+        Ok(Value::Float(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Value, E> {
+        Ok(Value::Text(v.to_owned()))
+    }
+
+    fn visit_bytes<E>(self, v: &[u8]) -> std::result::Result<Value, E> {
+        Ok(Value::Bytes(v.to_vec()))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = map.next_entry()? {
+            entries.push(entry);
+        }
+        Ok(Value::Map(entries))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! What rmp-serde 1.3 does with each shape of payload, named and positional: the rules
@@ -505,6 +636,66 @@ mod tests {
         assert_eq!(decode::<Sparse>(&named(&v)).unwrap(), v);
         // Positionally the skipped field shifts `id` into `note`'s place.
         assert!(decode::<Sparse>(&positional(&v)).is_err());
+    }
+
+    #[test]
+    fn a_positional_payload_is_the_same_value_as_its_named_form() {
+        #[derive(Serialize)]
+        struct Report {
+            kind: String,
+            days: u8,
+            offset: i32,
+            scale: f32,
+            inner: Order,
+            tags: Vec<Option<u64>>,
+            raw: (u8, String),
+        }
+        let report = Report {
+            kind: "nightly".into(),
+            days: 7,
+            offset: -3,
+            scale: 0.5,
+            inner: Order {
+                id: 300,
+                note: "n".into(),
+            },
+            tags: vec![Some(1), None],
+            raw: (9, "r".into()),
+        };
+        let stored = named(&report);
+        assert!(same_value(&positional(&report), &stored));
+        assert!(same_value(&stored, &stored));
+        // Another value, or the fields in another order, is not the same.
+        let other = Report { days: 8, ..report };
+        assert!(!same_value(&positional(&other), &stored));
+        let swapped = positional(&CloseOrder {
+            order_id: 42,
+            user_id: 7,
+        });
+        assert!(!same_value(
+            &swapped,
+            &super::encode(
+                &CloseOrder {
+                    order_id: 7,
+                    user_id: 42
+                },
+                100
+            )
+            .unwrap()
+        ));
+        // A struct holding a real string-keyed map is not found the same (conservative: the
+        // map reads as a struct), nor is garbage.
+        #[derive(Serialize)]
+        struct WithMap {
+            counts: BTreeMap<String, u64>,
+            n: u64,
+        }
+        let with_map = WithMap {
+            counts: BTreeMap::from([("a".to_owned(), 1)]),
+            n: 5,
+        };
+        assert!(!same_value(&positional(&with_map), &named(&with_map)));
+        assert!(!same_value(b"\xc1", &stored));
     }
 
     #[test]
