@@ -272,6 +272,18 @@ impl Orchestrator {
                 None,
             ),
             d(
+                "payloads_s3r_named_not_once",
+                "S3R named: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "payloads_s3r_positional_not_once",
+                "S3R positional: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
                 "payloads_s3r_ratio",
                 "S3R named / positional (same run)".into(),
                 "×",
