@@ -13,14 +13,15 @@
 //! | add a field with `#[serde(default)]`, or an `Option` field | decodes (the default / `None`) |
 //! | remove a field | decodes (the stored value is skipped), unless `#[serde(deny_unknown_fields)]` |
 //! | rename a field with `#[serde(alias = "old")]` (or `rename` back to the stored name) | decodes |
-//! | reorder, add or remove enum variants (not renaming one) | decodes: variants go by name |
-//! | add a field without a default | **fails**: `missing field `name`` |
+//! | reorder or add enum variants | decodes: variants go by name |
+//! | remove or rename an enum variant a stored job uses | **fails**: `unknown variant` |
+//! | add a field without a default | **fails**: ``missing field `name` `` |
 //! | change a field's type (`u64` → `String`) | **fails**: `invalid type` |
 //! | rename a field without an alias | **fails**: `missing field` for the new name |
 //!
 //! A failure is never a wrong value: the handler is not called, the attempt fails permanently
 //! and the job goes to the dead queue with an error naming the type and the field
-//! (`undecodable payload: does not fit app::CloseOrder: missing field `user_id``). Deploy a
+//! (``undecodable payload: does not fit app::CloseOrder: missing field `user_id` ``). Deploy a
 //! fixed type, then requeue the dead jobs (`dq dead requeue`, `TopicClient::requeue_dead`).
 //!
 //! Tuples and tuple structs have no field names: they stay positional (a MessagePack array),
@@ -75,7 +76,7 @@ pub fn check_size(bytes: &[u8], limit: usize) -> Result<()> {
 /// `otel` feature may have stored in front of it (see [`crate::trace`]).
 ///
 /// A payload that does not fit `T` is [`Error::Decode`] naming the type and serde's reason:
-/// `does not fit app::CloseOrder: missing field `user_id``.
+/// ``does not fit app::CloseOrder: missing field `user_id` ``.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let (_, bytes) = crate::trace::split(bytes);
     rmp_serde::from_slice(bytes)
