@@ -66,8 +66,10 @@ pub mod trace {
     pub use dq_core::trace::*;
 }
 
-/// Payload encoding: MessagePack (`rmp-serde`), with a size limit. For producers and tools that
-/// use the untyped [`TopicClient`] and handle payload bytes themselves.
+/// Payload encoding: MessagePack (`rmp-serde`) with struct fields by name, read by name (and
+/// positional payloads stored by earlier dq still read), with a size limit; what changes to a
+/// payload type are safe is listed there. For producers and tools that use the untyped
+/// [`TopicClient`] and handle payload bytes themselves.
 pub mod payload {
     pub use dq_core::payload::*;
 }

@@ -85,6 +85,21 @@ pub struct EnqueueArgs {
     /// Extra: the tokio runtime (`multi`, the default, or `current`: one thread).
     #[arg(long, value_enum, default_value = "multi")]
     pub runtime: crate::Flavor,
+    /// Extra (bulk only): payloads encoded by position (`rmp_serde::to_vec`, structs as
+    /// arrays, as dq wrote them before field names) and enqueued raw, to measure what naming
+    /// the fields costs beside dq's own encoding.
+    #[arg(long)]
+    pub positional: bool,
+}
+
+/// The payload of order `order_id` as `dq-bench enqueue` stores it: fields by name (dq's
+/// encoding), or by position with `--positional`.
+fn encoded(order: &Order, positional: bool) -> Result<Vec<u8>> {
+    Ok(if positional {
+        rmp_serde::to_vec(order)?
+    } else {
+        dq::payload::encode(order, dq::payload::DEFAULT_MAX_PAYLOAD)?
+    })
 }
 
 /// When job `i` of `n` is due.
@@ -160,6 +175,9 @@ impl SplitMix64 {
 pub async fn run(args: EnqueueArgs) -> Result<()> {
     if args.n == 0 {
         return Err("--n must be at least 1".into());
+    }
+    if args.positional && args.mode != Mode::Bulk {
+        return Err("--positional needs --mode bulk".into());
     }
     let rule = DueRule::of(&args)?;
     let client = crate::connect(args.chunk).await?;
@@ -260,7 +278,19 @@ async fn send<J: Job<Payload = Order> + 'static>(
                         job
                     })
                     .collect();
-                let done = client.enqueue_bulk::<J>(jobs).await?;
+                let done = if args.positional {
+                    let raw = jobs
+                        .into_iter()
+                        .map(|job| {
+                            let mut raw = JobSpec::new(encoded(&job.payload, true)?);
+                            raw.due = job.due;
+                            Ok(raw)
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    client.topic(J::TOPIC)?.enqueue_bulk(raw).await?
+                } else {
+                    client.enqueue_bulk::<J>(jobs).await?
+                };
                 not_created += done
                     .iter()
                     .filter(|d| d.outcome != EnqueueOutcome::Created)
@@ -282,6 +312,8 @@ async fn send<J: Job<Payload = Order> + 'static>(
         "n": n,
         "chunk": args.chunk,
         "not_created": not_created,
+        "encoding": if args.positional { "positional" } else { "named" },
+        "payload_bytes": encoded(&Order::new(args.first_id, first_add_ms), args.positional)?.len(),
     }))
 }
 
@@ -334,6 +366,27 @@ mod tests {
         assert_eq!((conc.mode, conc.tasks), (Mode::Concurrent, 8));
         assert_eq!(conc.mode.name(), "concurrent");
         assert!(parse("x --scenario S1 --mode sometimes --n 1").is_err());
+        assert!(
+            parse("x --scenario S3R --mode bulk --n 10 --positional")
+                .unwrap()
+                .positional
+        );
+    }
+
+    #[test]
+    fn both_encodings_decode_to_the_same_order_and_only_named_has_names() {
+        let order = Order::new(7, 1_700_000_000_000);
+        let (named, positional) = (
+            encoded(&order, false).unwrap(),
+            encoded(&order, true).unwrap(),
+        );
+        for bytes in [&named, &positional] {
+            let back: Order = dq::payload::decode(bytes).unwrap();
+            assert_eq!((back.order_id, back.due_ms), (7, 1_700_000_000_000));
+        }
+        let has = |b: &[u8], name: &str| b.windows(name.len()).any(|w| w == name.as_bytes());
+        assert!(has(&named, "amount_cents") && !has(&positional, "amount_cents"));
+        assert!(named.len() > positional.len());
     }
 
     #[test]

@@ -392,6 +392,31 @@ async fn job_shows_state_errors_and_payload_as_json() {
         "{j}"
     );
 
+    // A payload a typed producer stored shows its field names; one stored positionally by an
+    // earlier dq (the struct as an array) still shows, as an array.
+    #[derive(serde::Serialize)]
+    struct CloseOrder {
+        order_id: u64,
+        user_id: u64,
+    }
+    let order = CloseOrder {
+        order_id: 7,
+        user_id: 42,
+    };
+    for (key, bytes) in [
+        ("named", dq_core::payload::encode(&order, 1 << 20).unwrap()),
+        ("positional", rmp_serde::to_vec(&order).unwrap()),
+    ] {
+        w.topic("orders").enqueue(bytes).key(key).await.unwrap();
+    }
+    let j = w.dq(&["job", "orders", "named", "--json"]).ok().json();
+    assert_eq!(
+        j["payload"],
+        serde_json::json!({"order_id": 7, "user_id": 42})
+    );
+    let j = w.dq(&["job", "orders", "positional", "--json"]).ok().json();
+    assert_eq!(j["payload"], serde_json::json!([7, 42]));
+
     w.dq(&["job", "orders", "missing"]).code(NOT_FOUND);
     w.dq(&["job", "nowhere", "o-7"]).code(NOT_FOUND);
     w.dq(&["job", "orders", "bad key with spaces\n"])

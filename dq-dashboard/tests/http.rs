@@ -33,6 +33,39 @@ fn opts() -> DashboardOptions {
     DashboardOptions::default().refresh(None)
 }
 
+/// A payload stored by a typed producer shows its field names on the job page; one stored
+/// positionally by an earlier dq (the struct as an array) still shows, as an array.
+#[tokio::test]
+async fn a_job_page_shows_a_named_payload_by_field_and_a_positional_one_as_an_array() {
+    #[derive(serde::Serialize)]
+    struct CloseOrder {
+        order_id: u64,
+        user_id: u64,
+    }
+    let client = common::client("dash-payloads").await;
+    let order = CloseOrder {
+        order_id: 7,
+        user_id: 42,
+    };
+    let tc = client.topic("orders").unwrap();
+    for (key, bytes) in [
+        ("named", dq_core::payload::encode(&order, 1 << 20).unwrap()),
+        ("positional", rmp_serde::to_vec(&order).unwrap()),
+    ] {
+        tc.enqueue(bytes).key(key).await.unwrap();
+    }
+    let served = serve(client.clone(), opts()).await;
+    let (status, page) = get(&format!("{}/topics/orders/jobs/named", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("&quot;order_id&quot;: 7") && page.contains("&quot;user_id&quot;: 42"),
+        "{page}"
+    );
+    let (status, page) = get(&format!("{}/topics/orders/jobs/positional", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("[\n  7,\n  42\n]"), "{page}");
+}
+
 #[tokio::test]
 async fn pages_show_the_numbers_of_stats() {
     let client = common::client("dash-pages").await;

@@ -33,7 +33,13 @@ use dq_syntax as retry_syntax;
 /// # The handler
 ///
 /// - Its first parameter is the payload: any owned `Serialize + Deserialize` type, stored as
-///   MessagePack.
+///   MessagePack with struct fields by name (`dq::payload`), so a job enqueued before a deploy
+///   decodes by serde's rules after it: reordered fields, a field added with
+///   `#[serde(default)]`, a removed field and a field renamed with `#[serde(alias = "old")]`
+///   all decode. A payload that no longer fits the type is never mis-decoded: the handler is
+///   not called and the job goes to the dead queue at once (no retry), its error naming the
+///   type and the field (``undecodable payload: does not fit app::CloseOrder: missing field
+///   `user_id` ``); requeue it once a fixed version runs.
 /// - An optional second parameter receives the job's `dq::JobContext`.
 /// - It returns `Result<(), E>` for any `E` that converts into `dq::JobError` (`JobError`
 ///   itself, `std::io::Error`, `String`, `Box<dyn Error + Send + Sync>`, …). A plain error is

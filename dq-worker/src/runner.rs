@@ -1,6 +1,7 @@
 //! A runner is responsible for one delivered job:
 //!
-//! 1. decode the payload (undecodable → dead at once, never retried);
+//! 1. decode the payload (a payload that does not fit the handler's type → dead at once,
+//!    never retried, the error naming the type and the field);
 //! 2. call the handler on its own task, under the topic's timeout;
 //! 3. catch a panic (a failed attempt, like a timeout);
 //! 4. stop the handler if the lease is lost, or has surely run out by this process's clock
@@ -121,10 +122,17 @@ pub(crate) async fn run(
         let handler = match (topic.descriptor.run)(&delivery.payload, ctx) {
             Ok(f) => f,
             Err(e) => {
+                // Permanent: the same bytes will not fit the same type on another attempt. The
+                // error names the type and serde's reason (`missing field …`); once a fixed
+                // handler is deployed, requeueing the dead job runs it.
+                let why = match e {
+                    dq_core::Error::Decode(why) => why,
+                    other => other.to_string(),
+                };
                 topic.metrics.failed(Failure::Dead);
                 return Some(Outcome::Failed {
                     action: FailAction::Bury,
-                    error: format!("undecodable payload: {e}"),
+                    error: format!("undecodable payload: {why}"),
                 });
             }
         };

@@ -233,6 +233,63 @@ impl Orchestrator {
                 Some(("≥ 0.95", MedianAtLeast(0.95))),
             ),
             d(
+                "payloads_s2_named_bytes_per_job",
+                format!(
+                    "S2 memory per pending job, payload fields by name (N={})",
+                    p.s1_n
+                ),
+                "B/job",
+                None,
+            ),
+            d(
+                "payloads_s2_positional_bytes_per_job",
+                "S2 memory per pending job, positional payloads (same rep)".into(),
+                "B/job",
+                None,
+            ),
+            d(
+                "payloads_named_payload_bytes",
+                "encoded payload, fields by name".into(),
+                "B",
+                None,
+            ),
+            d(
+                "payloads_positional_payload_bytes",
+                "encoded payload, positional".into(),
+                "B",
+                None,
+            ),
+            d(
+                "payloads_s3r_named_rate",
+                format!("S3R drain, payload fields by name (N={})", p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "payloads_s3r_positional_rate",
+                "S3R drain, positional payloads (same rep)".into(),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "payloads_s3r_named_not_once",
+                "S3R named: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "payloads_s3r_positional_not_once",
+                "S3R positional: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "payloads_s3r_ratio",
+                "S3R named / positional (same run)".into(),
+                "×",
+                None,
+            ),
+            d(
                 "limiter_rate_measured",
                 format!("a 1,000/s rate limit, measured over {} s", p.limiter_secs),
                 "jobs/s",

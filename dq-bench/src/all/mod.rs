@@ -45,6 +45,7 @@ mod bullmq;
 mod ceiling;
 mod figures;
 mod limiter;
+mod payloads;
 mod process;
 mod report;
 mod scaleout;
@@ -72,7 +73,7 @@ pub struct AllArgs {
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
     /// s3c1, s3r, s3r-metrics, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
-    /// limiter, ceilings, bullmq (default: all; with --quick all but bullmq).
+    /// limiter, payloads, ceilings, bullmq (default: all; with --quick all but bullmq).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory of the JSON result (default: bench-results/ at the workspace root).
@@ -225,6 +226,8 @@ struct Orchestrator {
     worker_extra: Vec<String>,
     /// Limits the next drain's topic gets before its worker starts (the limiter section).
     limits: Option<limiter::Limits>,
+    /// Extra arguments of the next drains' producers (`--positional`).
+    producer_extra: Vec<String>,
 }
 
 /// Runs `dq-bench all`.
@@ -255,6 +258,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         git: git_describe(),
         worker_extra: Vec::new(),
         limits: None,
+        producer_extra: Vec::new(),
     };
     o.declare_figures();
     eprintln!(
@@ -277,7 +281,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         }
     };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 16] = [
+    let sections: [(&str, Section); 17] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
@@ -292,6 +296,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("mass", Orchestrator::mass),
         ("scaleout", Orchestrator::scaleout),
         ("limiter", Orchestrator::limiter),
+        ("payloads", Orchestrator::payloads),
         ("ceilings", Orchestrator::ceilings),
         ("bullmq", Orchestrator::bullmq),
     ];
@@ -608,6 +613,17 @@ fn summary(section: &str, v: &Value) -> String {
             f("/ratio"),
             f("/rate_measured"),
             f("/rate_error_pct")
+        ),
+        "payloads" => format!(
+            "S2 named {} / positional {} B/job (payload {} / {} B); \
+             S3R named {} / positional {} jobs/s (ratio {})",
+            f("/s2_named_bytes_per_job"),
+            f("/s2_positional_bytes_per_job"),
+            f("/named_payload_bytes"),
+            f("/positional_payload_bytes"),
+            f("/s3r_named_rate"),
+            f("/s3r_positional_rate"),
+            f("/ratio")
         ),
         "s3r-metrics" => format!(
             "without {} jobs/s, with a recorder {} jobs/s, ratio {}",

@@ -207,6 +207,7 @@ impl Orchestrator {
         if scenario == Scenario::S3 {
             args.extend([s("--delay-ms"), s(self.plan.s3_delay_ms)]);
         }
+        args.extend(self.producer_extra.iter().cloned());
         let produced = self.enqueue_with(peer, &args)?;
         if scenario == Scenario::S3 {
             let last_due = num(&produced, "/last_due_ms")? as u64;

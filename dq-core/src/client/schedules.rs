@@ -74,6 +74,10 @@ impl Client {
                 Error::InvalidSchedule(format!("schedule {name:?} never fires after now"))
             })?;
         self.topic(topic.as_str())?.check().await?;
+        let next_ms = self
+            .cursor_of_the_same_schedule(name, topic.as_str(), &schedule, &payload)
+            .await?
+            .unwrap_or(next_ms);
         let record = ScheduleRecord {
             name: name.to_string(),
             next_ms,
@@ -83,6 +87,32 @@ impl Client {
         let (outcome, _) = retry_harmless(|| self.store.put_schedule(&record), true).await?;
         self.announce_schedules().await?;
         Ok(outcome)
+    }
+
+    /// The cursor of schedule `name` if it is stored with this very definition but its payload
+    /// in the positional encoding of an earlier dq (`payload::same_value`): the definition is
+    /// then rewritten with the payload by name, and the cursor kept, so a deploy neither skips
+    /// nor repeats a tick. `None` otherwise (a new or really changed schedule). One more read
+    /// per declaration; the rewrite happens once per schedule, at the first declaration by a
+    /// dq that writes names.
+    async fn cursor_of_the_same_schedule(
+        &self,
+        name: &str,
+        topic: &str,
+        schedule: &Schedule,
+        payload: &[u8],
+    ) -> Result<Option<u64>> {
+        let (records, _) = retry_harmless(|| self.store.schedules(), true).await?;
+        let Some(stored) = records.into_iter().find(|r| r.name == name) else {
+            return Ok(None);
+        };
+        let Ok(info) = stored.decode() else {
+            return Ok(None);
+        };
+        let same = info.payload != payload
+            && payload::same_value(&info.payload, payload)
+            && schedule.encode(topic, &info.payload)? == stored.definition;
+        Ok(same.then_some(stored.next_ms))
     }
 
     /// Deletes schedule `name`; `true` if there was one. Jobs of ticks already enqueued
