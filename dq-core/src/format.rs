@@ -251,7 +251,10 @@ mod tests {
     fn process_records_read_back() {
         let p = ProcessInfo::new(ProcessRole::Worker, NEWEST_FORMAT);
         let back = ProcessInfo::decode(&p.encode().unwrap(), 5, 9).unwrap();
-        assert_eq!((back.id.as_str(), back.role, back.reads), (p.id.as_str(), p.role, p.reads));
+        assert_eq!(
+            (back.id.as_str(), back.role, back.reads),
+            (p.id.as_str(), p.role, p.reads)
+        );
         assert_eq!((back.beat_ms, back.expires_ms), (5, 9));
         let mut later = p.clone();
         later.role = ProcessRole::Other;
@@ -260,7 +263,10 @@ mod tests {
         let future = rmp_serde::to_vec("scheduler").unwrap();
         let at = bytes.windows(other.len()).position(|w| w == other).unwrap();
         bytes.splice(at..at + other.len(), future);
-        assert_eq!(ProcessInfo::decode(&bytes, 0, 0).unwrap().role, ProcessRole::Other);
+        assert_eq!(
+            ProcessInfo::decode(&bytes, 0, 0).unwrap().role,
+            ProcessRole::Other
+        );
         assert!(check_format(0).is_err() && check_format(32).is_err());
     }
 }

@@ -35,6 +35,11 @@ pub struct WorkerInfo {
     pub running: usize,
     /// The dq version it runs.
     pub version: String,
+    /// The newest record format it reads (docs/UPGRADING.md). A worker of a dq from before
+    /// formats were versioned wrote no such field: it reads format 1, which is what an
+    /// absent field reads as, so such a worker holds the namespace's format level at 1.
+    #[serde(default = "legacy_format")]
+    pub reads_format: u8,
     /// When the store received its last heartbeat, in Unix ms (the store's clock: Redis
     /// `TIME`). Set by the store; ignored when beating.
     #[serde(default)]
@@ -45,9 +50,15 @@ pub struct WorkerInfo {
     pub expires_ms: u64,
 }
 
+/// What a worker record without `reads_format` reads: format 1, the only one of its time.
+fn legacy_format() -> u8 {
+    crate::format::LEGACY_FORMAT
+}
+
 impl WorkerInfo {
-    /// A description of a worker of this process, with a fresh id; `beat_ms` and
-    /// `expires_ms` are filled in by the store.
+    /// A description of a worker of this process, with a fresh id, reading every format this
+    /// dq knows (the worker sets what its store reads); `beat_ms` and `expires_ms` are filled
+    /// in by the store.
     pub fn new(topics: Vec<String>, concurrency: usize, started_ms: u64) -> WorkerInfo {
         let host = gethostname::gethostname().to_string_lossy().into_owned();
         let pid = std::process::id();
@@ -61,6 +72,7 @@ impl WorkerInfo {
             started_ms,
             running: 0,
             version: env!("CARGO_PKG_VERSION").to_string(),
+            reads_format: crate::format::NEWEST_FORMAT,
             beat_ms: 0,
             expires_ms: 0,
         }
@@ -98,5 +110,46 @@ impl WorkerInfo {
         info.beat_ms = beat_ms;
         info.expires_ms = expires_ms;
         Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker record as a dq before versioned formats wrote it (no `reads_format`) reads
+    /// format 1.
+    #[test]
+    fn a_worker_record_without_reads_format_reads_format_1() {
+        #[derive(Serialize)]
+        struct Before<'a> {
+            id: &'a str,
+            host: &'a str,
+            pid: u32,
+            topics: Vec<String>,
+            concurrency: usize,
+            started_ms: u64,
+            running: usize,
+            version: &'a str,
+            beat_ms: u64,
+            expires_ms: u64,
+        }
+        let before = Before {
+            id: "h-1-0",
+            host: "h",
+            pid: 1,
+            topics: vec!["t".into()],
+            concurrency: 1,
+            started_ms: 0,
+            running: 0,
+            version: "0.1.0",
+            beat_ms: 0,
+            expires_ms: 0,
+        };
+        let bytes = rmp_serde::to_vec_named(&before).unwrap();
+        assert_eq!(WorkerInfo::decode(&bytes, 1, 2).unwrap().reads_format, 1);
+        let now = WorkerInfo::new(vec![], 1, 0);
+        let back = WorkerInfo::decode(&now.encode().unwrap(), 1, 2).unwrap();
+        assert_eq!(back.reads_format, crate::format::NEWEST_FORMAT);
     }
 }

@@ -26,8 +26,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    KeyName, PartitionKeys, RecordHeader, TopicRecord, parse_key, schedules_key, topics_key,
-    formats_key, workers_key,
+    KeyName, PartitionKeys, RecordHeader, TopicRecord, formats_key, parse_key, schedules_key,
+    topics_key, workers_key,
 };
 use crate::error::{Result, from_redis};
 use crate::job::{JobState, Queue};
@@ -446,10 +446,16 @@ impl Snapshot {
             // every process).
             let ty = seen.redis_type.as_str();
             if ty != KeyName::Formats.redis_type() && ty != "none" {
-                say(format!("is a {ty}, expected a {}", KeyName::Formats.redis_type()));
+                say(format!(
+                    "is a {ty}, expected a {}",
+                    KeyName::Formats.redis_type()
+                ));
             }
             if seen.ttl_ms >= 0 {
-                say(format!("expires in {} ms: the format level must not", seen.ttl_ms));
+                say(format!(
+                    "expires in {} ms: the format level must not",
+                    seen.ttl_ms
+                ));
             }
             return;
         }

@@ -383,7 +383,11 @@ mod tests {
         assert_eq!(topics_key("dq"), "dq:topics");
         assert_eq!(schedules_key("dq"), "dq:schedules");
         assert_eq!(formats_key("dq"), "dq:formats");
-        assert_eq!(parse_key("dq", &formats_key("dq")), None, "not a partition key");
+        assert_eq!(
+            parse_key("dq", &formats_key("dq")),
+            None,
+            "not a partition key"
+        );
         assert_eq!(k.get(KeyName::Schedules), None);
         assert_eq!(
             parse_key("dq", &topics_key("dq")),
