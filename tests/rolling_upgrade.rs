@@ -564,15 +564,37 @@ async fn a_hold_keeps_the_level_and_the_level_never_goes_back() {
         (LEGACY_FORMAT, Some(LEGACY_FORMAT))
     );
     assert_eq!(new.store().formats().write(), LEGACY_FORMAT);
-    // An old process may still join while the hold keeps the level at 1.
+    // An old process (a producer: no worker) may still join while the hold keeps the level
+    // at 1, and once released, its registration alone holds the level at 1.
     let old = connect(&url, &ns, LEGACY_FORMAT).await.unwrap();
-    drop(old);
-
     tool.admin().release_format().await.unwrap();
-    eventually("released, the level rises at a beat", WAIT, || {
-        let new = new.clone();
-        async move { new.store().formats().write() == NEWEST_FORMAT }
+    let me = new.registered_process().unwrap().id;
+    let since = new.admin().formats().await.unwrap();
+    let since = since.processes.iter().find(|p| p.id == me).unwrap().beat_ms;
+    eventually("the new process beats again", WAIT, || {
+        let (new, me) = (new.clone(), me.clone());
+        async move {
+            let r = new.admin().formats().await.unwrap();
+            r.processes
+                .iter()
+                .any(|p| p.id == me && p.beat_ms > since + 3 * BEAT.as_millis() as u64)
+        }
     })
+    .await;
+    assert_eq!(new.store().formats().write(), LEGACY_FORMAT);
+    assert_eq!(
+        new.admin().formats().await.unwrap().level.level,
+        LEGACY_FORMAT
+    );
+    drop(old);
+    eventually(
+        "released and the old process gone, the level rises at a beat",
+        WAIT,
+        || {
+            let new = new.clone();
+            async move { new.store().formats().write() == NEWEST_FORMAT }
+        },
+    )
     .await;
     let r = new.admin().formats().await.unwrap();
     assert_eq!((r.level.level, r.level.hold), (NEWEST_FORMAT, None));
@@ -606,7 +628,6 @@ async fn a_hold_keeps_the_level_and_the_level_never_goes_back() {
         "{r:?}"
     );
     // Dropping the client removes its registration (best effort, soon).
-    let me = new.registered_process().unwrap().id;
     drop(new);
     eventually("a dropped client leaves the registry", WAIT, || {
         let (tool, me) = (tool.clone(), me.clone());
