@@ -144,7 +144,7 @@ pub struct FormatsArgs {
     #[command(subcommand)]
     pub action: Option<FormatsCommand>,
     /// Print JSON instead of text.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
 }
 

@@ -179,7 +179,9 @@ pub enum Error {
     /// is refused before it writes anything. Deploy a dq that reads the namespace's format
     /// (`dq formats` shows it); a namespace's level never goes back.
     #[error(
-        "the namespace writes job records in format {level}, but this dq reads formats up to          {reads} only: deploy a dq that reads format {level} (see `dq formats` and          docs/UPGRADING.md); the level never goes back"
+        "the namespace writes job records in format {level}, but this dq reads formats up to \
+         {reads} only: deploy a dq that reads format {level} (see `dq formats` and \
+         docs/UPGRADING.md); the level never goes back"
     )]
     FormatTooOld {
         /// The format the namespace writes new records in.
