@@ -64,12 +64,7 @@ async fn partitions_live_on_their_masters_and_every_call_reaches_them() {
     // Every key of the namespace sits on the master its partition's slot names.
     let mut per_master: BTreeMap<u16, BTreeSet<u16>> = BTreeMap::new();
     let registry = dq::store::redis::layout::topics_key(h.namespace());
-    let formats = dq::store::redis::layout::formats_key(h.namespace());
-    for key in h
-        .keys()
-        .into_iter()
-        .filter(|k| *k != registry && *k != formats)
-    {
+    for key in h.keys().into_iter().filter(|k| *k != registry) {
         let parsed = dq::store::redis::layout::parse_key(h.namespace(), &key).unwrap();
         let port = master_port(cluster, h.namespace(), parsed.topic, parsed.partition);
         per_master.entry(port).or_default().insert(parsed.partition);
