@@ -81,7 +81,10 @@ pub mod payload {
 /// return, and the Redis store's layout for tools and tests. Applications need none of it to enqueue or run jobs.
 pub mod store {
     pub use dq_core::client::SchedulerPass;
-    pub use dq_core::format::{Formats, LEGACY_FORMAT, NEWEST_FORMAT};
+    pub use dq_core::format::{
+        FormatLevel, FormatRegistry, Formats, LEGACY_FORMAT, NEWEST_FORMAT, ProcessInfo,
+        ProcessRole,
+    };
     pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::store::{

@@ -20,6 +20,8 @@ Examples:
   dq topics
   dq stats orders.close --watch
   dq schedules --json
+  dq formats
+  dq formats hold
   dq job orders.close order-7
   dq dead list orders.close --error-contains 503 --limit 50
   dq dead requeue orders.close --all --error-contains 'partner API'
@@ -123,6 +125,42 @@ pub enum Command {
 
     /// Serve the web dashboard (topics, jobs, the dead queue) until Ctrl-C.
     Dashboard(DashboardArgs),
+
+    /// The job-record formats: the one new jobs are written in (the level), the hold, and
+    /// the live processes with the newest format each reads; hold or release the level
+    /// during an upgrade (docs/UPGRADING.md).
+    Formats(FormatsArgs),
+
+    /// List the live workers: host, pid, topics, jobs running, dq version, the newest
+    /// job-record format each reads, last heartbeat.
+    Workers(JsonOut),
+}
+
+/// `dq formats [hold [LEVEL] | release]`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct FormatsArgs {
+    /// Hold or release the level (without one: show the registry).
+    #[command(subcommand)]
+    pub action: Option<FormatsCommand>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `dq formats hold|release`.
+#[derive(Debug, Subcommand)]
+pub enum FormatsCommand {
+    /// Keep the level from rising past LEVEL (default: the level now), so a rollback to a dq
+    /// that reads it stays possible; `dq formats release` lets it rise again.
+    Hold {
+        /// The highest format new jobs may be written in (at least the level now: it never
+        /// goes back).
+        level: Option<u8>,
+    },
+    /// Let the level rise again: at the next registration once every live process reads a
+    /// newer format.
+    Release,
 }
 
 /// `dq dashboard`.

@@ -5,6 +5,7 @@
 
 mod cli;
 mod fail;
+mod formats;
 mod view;
 
 use std::io::{IsTerminal, Write};
@@ -12,6 +13,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::Parser;
+use dq_core::format::ProcessRole;
 use dq_core::{
     CancelOutcome, Client, Cursor, DeadAction, DeadFilter, EnqueueOutcome, JobPage, NewDue, Page,
     RescheduleOutcome, Topic, TopicClient, TopicMeta,
@@ -48,7 +50,12 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Outcome {
-    let ctx = Ctx::connect(&cli.url, &cli.namespace, cli.connect_timeout).await?;
+    // Only the dashboard stays up: it registers in the namespace's registry of record formats
+    // like an application. The other commands run a moment and do not register (a
+    // registration would hold the format level for 90 s after they exit); connecting still
+    // refuses a namespace that writes a format newer than this dq reads.
+    let role = matches!(cli.command, Command::Dashboard(_)).then_some(ProcessRole::Dashboard);
+    let ctx = Ctx::connect(&cli.url, &cli.namespace, cli.connect_timeout, role).await?;
     match cli.command {
         Command::Topics(a) => ctx.topics(a.json),
         Command::Stats(a) => ctx.stats(a).await,
@@ -64,6 +71,23 @@ async fn run(cli: Cli) -> Outcome {
         Command::Enqueue(a) => ctx.enqueue(a).await,
         Command::Schedules(a) => ctx.schedules(a.json).await,
         Command::Dashboard(a) => ctx.dashboard(a).await,
+        Command::Formats(a) => print(formats::formats(&ctx.client, a.action, a.json).await?),
+        Command::Workers(a) => print(formats::workers(&ctx.client, &ctx.namespace, a.json).await?),
+    }
+}
+
+/// Prints what a command returned.
+fn print(printed: formats::Printed) -> Outcome {
+    match printed {
+        formats::Printed::Json(value) => print_json(&value),
+        formats::Printed::Text(text) => {
+            print!("{text}");
+            Ok(())
+        }
+        formats::Printed::Note(note) => {
+            eprintln!("{note}");
+            Ok(())
+        }
     }
 }
 
@@ -92,7 +116,12 @@ impl Ctx {
     /// address, never its password. The server checks an application makes on connect
     /// (eviction policy, persistence) are skipped: an operator must be able to look at a
     /// badly configured server too.
-    async fn connect(url: &str, namespace: &str, timeout: Duration) -> Outcome<Ctx> {
+    async fn connect(
+        url: &str,
+        namespace: &str,
+        timeout: Duration,
+        role: Option<ProcessRole>,
+    ) -> Outcome<Ctx> {
         let unreachable = |why: &str| {
             Failure::new(
                 Exit::Connection,
@@ -105,12 +134,15 @@ impl Ctx {
             )
         };
         let connect = async {
-            let client = Client::builder()
+            let builder = Client::builder()
                 .namespace(namespace)
                 .skip_server_checks()
-                .connect_timeout(timeout)
-                .connect(url)
-                .await?;
+                .connect_timeout(timeout);
+            let builder = match role {
+                Some(role) => builder.role(role),
+                None => builder.unregistered(),
+            };
+            let client = builder.connect(url).await?;
             let topics = client.topics().await?;
             Ok::<_, dq_core::Error>((client, topics))
         };

@@ -21,6 +21,7 @@ mod enqueue;
 mod group;
 mod handle;
 mod list;
+mod registration;
 mod retrying;
 mod schedules;
 mod sweep;
@@ -33,6 +34,8 @@ pub use self::config::{
 };
 pub use self::enqueue::{Enqueue, JobSpec};
 pub use self::handle::{Client, TopicClient};
+pub use self::registration::{BEATS_PER_TTL, DEFAULT_FORMAT_BEAT};
+pub(crate) use self::registration::{Registration, check_unregistered};
 pub use self::retrying::ENQUEUE_RETRY_WINDOW;
 pub use self::schedules::SchedulerPass;
 pub use self::sweep::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress};

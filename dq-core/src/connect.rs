@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 
-use crate::client::{Client, ClientConfig, GroupCommit};
+use crate::client::{
+    Client, ClientConfig, DEFAULT_FORMAT_BEAT, GroupCommit, Registration, check_unregistered,
+};
 use crate::error::{Error, Result};
+use crate::format::ProcessRole;
 use crate::names::Topic;
 use crate::store::Store;
 use crate::store::lease::DeadLimits;
@@ -24,6 +27,10 @@ pub struct ClientBuilder {
     config: ClientConfig,
     /// How long [`ClientBuilder::connect`] keeps retrying while Redis cannot be reached.
     connect_timeout: Duration,
+    /// Whether the client registers in the namespace's format registry, and as what.
+    register: Option<ProcessRole>,
+    /// How often a registered client beats.
+    format_beat: Duration,
 }
 
 /// How long [`Client::connect`] waits for an unreachable Redis by default.
@@ -35,6 +42,8 @@ impl Default for ClientBuilder {
             redis: RedisOptions::default(),
             config: ClientConfig::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            register: Some(ProcessRole::Producer),
+            format_beat: DEFAULT_FORMAT_BEAT,
         }
     }
 }
@@ -175,7 +184,41 @@ impl ClientBuilder {
         self
     }
 
+    /// What this process is, as the namespace's registry of record formats lists it
+    /// (`dq formats`; default [`ProcessRole::Producer`], and a client whose worker starts
+    /// says [`ProcessRole::Worker`]).
+    pub fn role(mut self, role: ProcessRole) -> Self {
+        self.register = Some(role);
+        self
+    }
+
+    /// Does not register this process in the namespace's registry of record formats: for a
+    /// command that runs a moment (the `dq` CLI's commands), which would otherwise hold the
+    /// format level for a registration's life (90 s) after it exits. Connecting still
+    /// refuses, with [`Error::FormatTooOld`], a namespace whose level is newer than this dq
+    /// reads. A process that stays up must register (the default): the level rises only
+    /// once every registered process reads the newer format, so an unregistered long-lived
+    /// process could meet records it cannot read.
+    pub fn unregistered(mut self) -> Self {
+        self.register = None;
+        self
+    }
+
+    /// How often the client renews its format registration (default 30 s,
+    /// [`DEFAULT_FORMAT_BEAT`]; it lasts three beats). For tests: shorter makes a process
+    /// that exits stop holding the level sooner.
+    #[doc(hidden)]
+    pub fn format_beat(mut self, every: Duration) -> Self {
+        self.format_beat = every;
+        self
+    }
+
     fn validate(&self) -> Result<()> {
+        if self.format_beat < Duration::from_millis(10) {
+            return Err(Error::InvalidConfig(
+                "the format beat must be at least 10 ms".into(),
+            ));
+        }
         for (topic, &p) in &self.config.partitions {
             Topic::new(topic.clone())?;
             if p == 0 {
@@ -238,6 +281,12 @@ impl ClientBuilder {
     /// failed try at WARN; then it returns the last error. What retrying cannot fix — a
     /// malformed URL, bad settings, wrong credentials, an unfit server — fails at once with
     /// its typed error.
+    ///
+    /// Once connected, the client registers this process in the namespace's registry of
+    /// record formats (docs/UPGRADING.md) and renews that every 30 s while a clone of it
+    /// lives: a namespace whose records are written in a format newer than this dq reads
+    /// refuses it with [`Error::FormatTooOld`] before it writes anything, and new records are
+    /// written in the newest format every live process reads.
     pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
@@ -271,7 +320,18 @@ impl ClientBuilder {
         if tries > 1 {
             tracing::info!(tries, "connected to redis");
         }
-        Ok(Client::from_store(Arc::new(store), self.config))
+        let store: Arc<dyn Store> = Arc::new(store);
+        let client = Client::from_store(store.clone(), self.config);
+        match self.register {
+            Some(role) => {
+                let registration = Registration::start(store, role, self.format_beat).await?;
+                Ok(client.with_registration(registration))
+            }
+            None => {
+                check_unregistered(&*store).await?;
+                Ok(client)
+            }
+        }
     }
 
     /// A client on another store (e.g. the embedded one), with these settings.

@@ -174,6 +174,21 @@ pub enum Error {
     /// A Redis connection or command error.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The namespace already writes a record format newer than this dq reads (its format
+    /// level, docs/UPGRADING.md): this process could not read the jobs written there, so it
+    /// is refused before it writes anything. Deploy a dq that reads the namespace's format
+    /// (`dq formats` shows it); a namespace's level never goes back.
+    #[error(
+        "the namespace writes job records in format {level}, but this dq reads formats up to \
+         {reads} only: deploy a dq that reads format {level} (see `dq formats` and \
+         docs/UPGRADING.md); the level never goes back"
+    )]
+    FormatTooOld {
+        /// The format the namespace writes new records in.
+        level: u8,
+        /// The newest format this process reads.
+        reads: u8,
+    },
 }
 
 impl Error {

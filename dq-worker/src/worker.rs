@@ -481,11 +481,14 @@ impl Worker {
                 fetchers.push(tokio::spawn(fetcher.run()));
             }
         }
-        let info = WorkerInfo::new(
+        let mut info = WorkerInfo::new(
             self.topics.iter().map(|t| t.topic.to_string()).collect(),
             self.topics.iter().map(|t| t.concurrency).sum(),
             dq_core::job::unix_ms(std::time::SystemTime::now()),
         );
+        info.reads_format = self.store.formats().reads();
+        self.client
+            .set_process_role(dq_core::format::ProcessRole::Worker);
         let beat_stop = CancellationToken::new();
         let in_flight_probe = in_flight.clone();
         let beat_health = Arc::new(std::sync::Mutex::new(BeatHealth::default()));

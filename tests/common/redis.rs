@@ -107,15 +107,18 @@ impl RedisHarness {
         }
     }
 
-    /// Every key in the namespace (on a cluster: on every master), sorted.
+    /// Every key in the namespace (on a cluster: on every master), sorted, but the registry of
+    /// record formats, which the harness's own client wrote when it connected.
     pub fn keys(&self) -> Vec<String> {
-        match self.backend {
+        let mut keys = match self.backend {
             Backend::Single(s) => keys_in_namespace(s, &self.ns),
             Backend::Cluster(c) => c.keys_in_namespace(&self.ns),
             Backend::Sentinel(s) => {
                 keys_in_namespace(s.master().expect("the sentinels name a master"), &self.ns)
             }
-        }
+        };
+        keys.retain(|k| *k != layout::formats_key(&self.ns));
+        keys
     }
 
     /// The keys of partition `partition` of `topic` in this namespace.

@@ -6,7 +6,8 @@
 //!    and the client's own settings ([`Admin::topic`], [`Admin::topic_clients`]).
 //! 2. Stats of every topic and their totals ([`Admin::stats`]; [`TopicStats`] adds up with
 //!    `+=` and [`Iterator::sum`]).
-//! 3. The live workers ([`Admin::workers`]).
+//! 3. The live workers ([`Admin::workers`]) and the namespace's registry of record formats
+//!    ([`Admin::formats`], [`Admin::hold_format`], [`Admin::release_format`]).
 //! 4. The queue-depth collector of [`crate::metrics`] ([`spawn_stats_collector`]).
 //!
 //! Per-topic work — the dead-queue sweep ([`TopicClient::sweep_dead`]), the filtered dead
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use super::handle::{Client, TopicClient};
 use crate::error::Result;
+use crate::format::{FormatLevel, FormatRegistry};
 use crate::metrics::{QUEUE_JOBS, QUEUE_OLDEST_OVERDUE, QUEUE_STATES, WORKERS_LIVE};
 use crate::names::Topic;
 use crate::store::operate::TopicStats;
@@ -159,6 +161,25 @@ impl Admin {
     /// The live workers, by id ([`Client::workers`]).
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         self.client.workers().await
+    }
+
+    /// The namespace's registry of record formats: the level new records are written in, the
+    /// hold, and the live processes with the formats they read (docs/UPGRADING.md).
+    pub async fn formats(&self) -> Result<FormatRegistry> {
+        self.client.store.format_registry().await
+    }
+
+    /// Holds the namespace's format level at `level` (at least the level now): it rises no
+    /// further until [`Admin::release_format`], which keeps a rollback to a dq that reads
+    /// `level` open.
+    pub async fn hold_format(&self, level: u8) -> Result<FormatLevel> {
+        self.client.store.hold_format(level).await
+    }
+
+    /// Removes the hold: the level rises at the next registration once every live process
+    /// reads a newer format.
+    pub async fn release_format(&self) -> Result<FormatLevel> {
+        self.client.store.release_format().await
     }
 }
 

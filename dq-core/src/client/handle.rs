@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::config::{ClientConfig, TopicCount};
 use super::group::Lanes;
+use super::registration::Registration;
 use super::retrying::retry_harmless;
 use crate::error::{Error, Result};
 use crate::job::Queue;
@@ -34,6 +35,9 @@ pub struct Client {
     /// Group commit's lanes: one per partition with an enqueue call in flight (see
     /// `client/group.rs`).
     pub(super) lanes: Arc<Lanes>,
+    /// This process's registration in the namespace's format registry (a client connected
+    /// to Redis; see `client/registration.rs`); its beat task stops when the last clone goes.
+    pub(super) registration: Option<Arc<Registration>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -53,6 +57,29 @@ impl Client {
             topics: Arc::default(),
             schedules_changed: Arc::new(tokio::sync::watch::Sender::new(0)),
             lanes: Arc::default(),
+            registration: None,
+        }
+    }
+
+    /// The same client, registered in the namespace's format registry (the connect path).
+    pub(crate) fn with_registration(mut self, registration: Arc<Registration>) -> Client {
+        self.registration = Some(registration);
+        self
+    }
+
+    /// This process as it is registered in the namespace's registry of record formats
+    /// (`dq formats` lists it), or `None` for a client that does not register (the embedded
+    /// store, [`ClientBuilder::unregistered`](crate::ClientBuilder::unregistered)).
+    pub fn registered_process(&self) -> Option<crate::format::ProcessInfo> {
+        self.registration.as_ref().map(|r| r.info().clone())
+    }
+
+    /// Registers this process with `role` from its next format beat on (the worker calls it
+    /// when it starts, so `dq formats` shows a worker).
+    #[doc(hidden)]
+    pub fn set_process_role(&self, role: crate::format::ProcessRole) {
+        if let Some(r) = &self.registration {
+            r.set_role(role);
         }
     }
 

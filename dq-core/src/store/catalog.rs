@@ -1,5 +1,6 @@
 //! The namespace's records: the topic registry (§3), the live workers' heartbeats, the periodic
-//! schedules (§13), and the store's clock. Each is namespace-wide, outside every partition
+//! schedules (§13), the registry of record formats (§4, docs/UPGRADING.md), and the store's
+//! clock. Each is namespace-wide, outside every partition
 //! (on a Redis Cluster, a slot of its own), so these calls take no [`Queue`](crate::job::Queue).
 
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::format::Formats;
+use crate::format::{FormatLevel, FormatRegistry, Formats, ProcessInfo};
 use crate::names::Topic;
 use crate::schedule::{ScheduleOutcome, ScheduleRecord};
 use crate::topic::TopicMeta;
@@ -90,6 +91,72 @@ pub trait Catalog: Send + Sync + 'static {
     /// The record formats this store reads, and the one it writes new records in now
     /// ([`crate::format`]).
     fn formats(&self) -> &Formats;
+
+    /// Registers or renews a live process in the namespace's format registry for `ttl` (the
+    /// store's clock), and raises the level new records are written in to the lowest format
+    /// every live process reads — never past `workers_read` (the lowest format the caller
+    /// saw a live worker read in the workers' registry: workers of a dq before the registry
+    /// only register there) nor the hold; it never lowers. Returns the level and the hold.
+    ///
+    /// A process reading less than the level is refused with [`Error::FormatTooOld`] (and
+    /// unregistered): it could not read the namespace's jobs.
+    ///
+    /// The default is a store no other process shares (the embedded one): its level is what
+    /// it reads, nothing is kept.
+    async fn beat_process(
+        &self,
+        process: &ProcessInfo,
+        ttl: Duration,
+        workers_read: u8,
+    ) -> Result<FormatLevel> {
+        let _ = (ttl, workers_read);
+        process.validate()?;
+        let level = self.formats().reads();
+        if process.reads < level {
+            return Err(Error::FormatTooOld {
+                level,
+                reads: process.reads,
+            });
+        }
+        Ok(FormatLevel::new(level, None))
+    }
+
+    /// The registry as it is now: level, hold and the live processes by id (expired
+    /// registrations are removed on the way).
+    ///
+    /// The default (one process): the level is what the store reads, no process listed.
+    async fn format_registry(&self) -> Result<FormatRegistry> {
+        Ok(FormatRegistry::new(
+            FormatLevel::new(self.formats().reads(), None),
+            Vec::new(),
+        ))
+    }
+
+    /// Removes a process's registration at once (a client dropped cleanly); `true` if there
+    /// was one. The default keeps none.
+    async fn remove_process(&self, id: &str) -> Result<bool> {
+        let _ = id;
+        Ok(false)
+    }
+
+    /// Holds the level: it never rises past `level` until [`Catalog::release_format`]. Keeps
+    /// a rollback to a dq that reads `level` open during an upgrade. Refused with
+    /// [`Error::InvalidConfig`] below the level (which never lowers).
+    ///
+    /// The default refuses: one process has nothing to hold.
+    async fn hold_format(&self, level: u8) -> Result<FormatLevel> {
+        let _ = level;
+        Err(Error::InvalidConfig(
+            "this store is one process: its format is what it reads; there is nothing to hold"
+                .into(),
+        ))
+    }
+
+    /// Removes the hold: the level rises again with the next registration once every live
+    /// process reads a newer format. The default has no hold.
+    async fn release_format(&self) -> Result<FormatLevel> {
+        Ok(FormatLevel::new(self.formats().reads(), None))
+    }
 }
 
 /// The error of a store that keeps no schedules (the trait's default methods).

@@ -1,6 +1,7 @@
 //! The namespace's records in memory: the topic registry, the live workers' heartbeats and the
 //! periodic schedules, with the semantics of `topic.lua`, `workers.lua` and `schedules.lua`,
-//! and the store's clock.
+//! and the store's clock. The registry of record formats is the trait's default: the embedded
+//! store is one process, so its level is simply what it reads and no process is listed.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -8,6 +8,8 @@
 //! - the live workers `<ns>:workers`, worker id → heartbeat: `workers.lua`;
 //! - the periodic schedules `<ns>:schedules`, name → `<cursor_ms>|<definition>`:
 //!   `schedules.lua`;
+//! - the record-format registry `<ns>:formats` (level, hold, one field per live process):
+//!   `formats.lua`;
 //!
 //! and the store's clock, Redis `TIME`.
 
@@ -20,6 +22,7 @@ use super::layout::{self, PartitionKeys, TopicRecord};
 use super::scripts::{SCRIPTS, unexpected};
 use super::store::{RedisStore, ms};
 use crate::error::{Error, Result, from_redis};
+use crate::format::{FormatLevel, FormatRegistry, ProcessInfo, check_format};
 use crate::job::Queue;
 use crate::names::Topic;
 use crate::schedule::{ScheduleOutcome, ScheduleRecord, check_schedule_name};
@@ -269,6 +272,142 @@ impl Catalog for RedisStore {
     fn formats(&self) -> &crate::format::Formats {
         &self.formats
     }
+
+    async fn beat_process(
+        &self,
+        process: &ProcessInfo,
+        ttl: Duration,
+        workers_read: u8,
+    ) -> Result<FormatLevel> {
+        process.validate()?;
+        check_format(workers_read)?;
+        let record = process.encode()?;
+        let (ttl_ms, reads, workers_read) = (
+            ms(ttl).max(1).to_string(),
+            process.reads.to_string(),
+            workers_read.to_string(),
+        );
+        let reply = self
+            .formats_call(&[
+                b"beat",
+                process.id.as_bytes(),
+                ttl_ms.as_bytes(),
+                reads.as_bytes(),
+                workers_read.as_bytes(),
+                &record,
+            ])
+            .await?;
+        let (registered, level) = applied_level(&reply)?;
+        if !registered {
+            return Err(Error::FormatTooOld {
+                level: level.level,
+                reads: process.reads,
+            });
+        }
+        Ok(level)
+    }
+
+    async fn format_registry(&self) -> Result<FormatRegistry> {
+        let s = &SCRIPTS.formats;
+        let reply = self.formats_call(&[b"list"]).await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected(s.name, "array", &reply));
+        };
+        let [level, hold, rest @ ..] = items.as_slice() else {
+            return Err(unexpected(s.name, "(level, hold, …)", &Value::Array(items)));
+        };
+        let level = level_of(level, hold)?;
+        let mut processes = Vec::with_capacity(rest.len() / 4);
+        for four in rest.chunks(4) {
+            let [expires, beat, _reads, Value::BulkString(record)] = four else {
+                return Err(Error::Protocol(format!(
+                    "{}: a registration is not (expiry, beat, reads, record)",
+                    s.name
+                )));
+            };
+            processes.push(ProcessInfo::decode(
+                record,
+                number(s.name, beat)?,
+                number(s.name, expires)?,
+            )?);
+        }
+        processes.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(FormatRegistry::new(level, processes))
+    }
+
+    async fn remove_process(&self, id: &str) -> Result<bool> {
+        match self.formats_call(&[b"remove", id.as_bytes()]).await? {
+            Value::Int(n) => Ok(n > 0),
+            other => Err(unexpected(SCRIPTS.formats.name, "count", &other)),
+        }
+    }
+
+    async fn hold_format(&self, level: u8) -> Result<FormatLevel> {
+        check_format(level)?;
+        let arg = level.to_string();
+        let reply = self.formats_call(&[b"hold", arg.as_bytes()]).await?;
+        let (held, now) = applied_level(&reply)?;
+        if !held {
+            return Err(Error::InvalidConfig(format!(
+                "the namespace already writes format {}: a hold at {level} cannot lower it \
+                 (the level never goes back)",
+                now.level
+            )));
+        }
+        Ok(now)
+    }
+
+    async fn release_format(&self) -> Result<FormatLevel> {
+        let reply = self.formats_call(&[b"release"]).await?;
+        match &reply {
+            Value::Array(pair) => match pair.as_slice() {
+                [level, hold] => level_of(level, hold),
+                _ => Err(unexpected(SCRIPTS.formats.name, "(level, hold)", &reply)),
+            },
+            _ => Err(unexpected(SCRIPTS.formats.name, "(level, hold)", &reply)),
+        }
+    }
+}
+
+/// Reads `formats.lua`'s `{applied, level, hold}` reply (beat, hold).
+fn applied_level(reply: &Value) -> Result<(bool, FormatLevel)> {
+    match reply {
+        Value::Array(three) => match three.as_slice() {
+            [Value::Int(applied), level, hold] => Ok((*applied == 1, level_of(level, hold)?)),
+            _ => Err(unexpected(
+                SCRIPTS.formats.name,
+                "(applied, level, hold)",
+                reply,
+            )),
+        },
+        _ => Err(unexpected(
+            SCRIPTS.formats.name,
+            "(applied, level, hold)",
+            reply,
+        )),
+    }
+}
+
+/// The level and hold of a `formats.lua` reply (a hold of 0 is none).
+fn level_of(level: &Value, hold: &Value) -> Result<FormatLevel> {
+    let name = SCRIPTS.formats.name;
+    let format = |v: &Value| -> Result<u8> {
+        u8::try_from(number(name, v)?).map_err(|_| unexpected(name, "format", v))
+    };
+    let (level, hold) = (format(level)?, format(hold)?);
+    Ok(FormatLevel::new(level, (hold > 0).then_some(hold)))
+}
+
+/// An integer of a script reply, as an integer or as text.
+fn number(script: &str, v: &Value) -> Result<u64> {
+    match v {
+        Value::Int(n) => u64::try_from(*n).map_err(|_| unexpected(script, "number", v)),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| unexpected(script, "number", v)),
+        _ => Err(unexpected(script, "number", v)),
+    }
 }
 
 /// The namespace-wide calls' own helpers.
@@ -299,6 +438,12 @@ impl RedisStore {
     async fn workers_call(&self, args: &[&[u8]]) -> Result<Value> {
         let key = layout::workers_key(&self.options.namespace);
         self.run_on_key(&SCRIPTS.workers, &key, args).await
+    }
+
+    /// Runs `formats.lua` with `args` after the op.
+    async fn formats_call(&self, args: &[&[u8]]) -> Result<Value> {
+        let key = layout::formats_key(&self.options.namespace);
+        self.run_on_key(&SCRIPTS.formats, &key, args).await
     }
 
     /// Runs `schedules.lua` with `args` after the op.

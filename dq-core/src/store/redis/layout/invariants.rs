@@ -26,8 +26,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    KeyName, PartitionKeys, RecordHeader, TopicRecord, parse_key, schedules_key, topics_key,
-    workers_key,
+    KeyName, PartitionKeys, RecordHeader, TopicRecord, formats_key, parse_key, schedules_key,
+    topics_key, workers_key,
 };
 use crate::error::{Result, from_redis};
 use crate::job::{JobState, Queue};
@@ -438,6 +438,24 @@ impl Snapshot {
             }
             if seen.ttl_ms >= 0 {
                 say(format!("expires in {} ms: schedules must not", seen.ttl_ms));
+            }
+            return;
+        }
+        if *key == formats_key(&self.namespace) {
+            // The record-format registry: a hash that never expires (its level outlives
+            // every process).
+            let ty = seen.redis_type.as_str();
+            if ty != KeyName::Formats.redis_type() && ty != "none" {
+                say(format!(
+                    "is a {ty}, expected a {}",
+                    KeyName::Formats.redis_type()
+                ));
+            }
+            if seen.ttl_ms >= 0 {
+                say(format!(
+                    "expires in {} ms: the format level must not",
+                    seen.ttl_ms
+                ));
             }
             return;
         }

@@ -6,8 +6,8 @@
 //! `<ns>:{orders.close#0}:scheduled`.
 //!
 //! One key is namespace-wide, outside every partition: the topic registry `<ns>:topics`
-//! ([`topics_key`]); so are the live workers ([`workers_key`]) and the periodic schedules
-//! ([`schedules_key`]). On a cluster it lives in a slot of its own, so it is only ever read or
+//! ([`topics_key`]); so are the live workers ([`workers_key`]), the periodic schedules
+//! ([`schedules_key`]) and the record-format registry ([`formats_key`]). On a cluster it lives in a slot of its own, so it is only ever read or
 //! written by a call of its own, never inside a partition's script.
 
 use crate::job::Queue;
@@ -69,6 +69,10 @@ pub enum KeyName {
     /// HASH schedule name → `<cursor_ms>|<definition>`: the namespace's periodic schedules,
     /// `<ns>:schedules` (not a partition key; see `schedules.lua`). Never expires.
     Schedules,
+    /// HASH, the namespace's record-format registry, `<ns>:formats` (not a partition key; see
+    /// `formats.lua` and [`formats_key`]): `level`, `hold`, and `p:<id>` →
+    /// `<expires_ms>|<beat_ms>|<reads>|<record>` per live process. Never expires.
+    Formats,
 }
 
 impl KeyName {
@@ -109,6 +113,7 @@ impl KeyName {
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
             KeyName::Schedules => "schedules",
+            KeyName::Formats => "formats",
         }
     }
 
@@ -127,7 +132,8 @@ impl KeyName {
             | KeyName::Control
             | KeyName::Topics
             | KeyName::Workers
-            | KeyName::Schedules => "hash",
+            | KeyName::Schedules
+            | KeyName::Formats => "hash",
             KeyName::FetchReceipt | KeyName::Receipts | KeyName::OldReceipts => "string",
         }
     }
@@ -265,7 +271,8 @@ impl PartitionKeys {
             | KeyName::OldReceipts
             | KeyName::Topics
             | KeyName::Workers
-            | KeyName::Schedules => {
+            | KeyName::Schedules
+            | KeyName::Formats => {
                 return None;
             }
         })
@@ -305,6 +312,15 @@ pub fn workers_key(namespace: &str) -> String {
 /// (`schedules.lua`).
 pub fn schedules_key(namespace: &str) -> String {
     format!("{namespace}:{}", KeyName::Schedules)
+}
+
+/// HASH, the namespace's record-format registry: the format new records are written in
+/// (`level`), an operator's `hold`, and one field per live process saying which formats it
+/// reads (`p:<id>`). Namespace-wide (no partition's hash tag: a slot of its own on a
+/// cluster), written by calls of its own (`formats.lua`); no TTL, so the level outlives every
+/// process.
+pub fn formats_key(namespace: &str) -> String {
+    format!("{namespace}:{}", KeyName::Formats)
 }
 
 /// A key of the store read back by [`parse_key`].
@@ -366,6 +382,12 @@ mod tests {
         assert_eq!(k.get(KeyName::Topics), None);
         assert_eq!(topics_key("dq"), "dq:topics");
         assert_eq!(schedules_key("dq"), "dq:schedules");
+        assert_eq!(formats_key("dq"), "dq:formats");
+        assert_eq!(
+            parse_key("dq", &formats_key("dq")),
+            None,
+            "not a partition key"
+        );
         assert_eq!(k.get(KeyName::Schedules), None);
         assert_eq!(
             parse_key("dq", &topics_key("dq")),

@@ -67,6 +67,10 @@ macro_rules! script_table {
             /// same size: schedules keep ticking at `maxmemory` (their enqueues are refused
             /// there, as any enqueue).
             schedules (AllowOom): [Schedules];
+            /// Namespace-wide: the record-format registry (the level new records are written
+            /// in, a hold, the formats each live process reads). A beat rewrites a value of the
+            /// same size: processes must keep registering at `maxmemory`.
+            formats (AllowOom): [Formats];
         }
     };
 }
