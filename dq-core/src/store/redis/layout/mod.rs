@@ -16,7 +16,7 @@ mod keys;
 mod script_keys;
 mod topic_record;
 
-pub use header::{HEADER_LEN, RecordHeader};
+pub use header::{HEADER_LEN, MAX_FORMAT, RecordFormat, RecordHeader, header_len, record_format};
 pub use invariants::{
     CONTROL_FIELDS, KeySeen, PartitionSnapshot, STATS_FIELDS, Snapshot, Violation, check_invariants,
 };
