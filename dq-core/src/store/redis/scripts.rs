@@ -25,7 +25,7 @@ fn newest_format_line(reads: u8) -> String {
 }
 
 /// `lib.lua` for a process that reads formats up to `reads`.
-fn lib_reading(reads: u8) -> String {
+pub(super) fn lib_reading(reads: u8) -> String {
     let line = newest_format_line(NEWEST_FORMAT);
     assert!(LIB.contains(&line), "lib.lua declares `{}`", line.trim_end());
     LIB.replacen(&line, &newest_format_line(reads), 1)
@@ -338,6 +338,33 @@ mod tests {
                 .body
                 .contains(&format!("'v={v};partitions=%d;created_ms=%d'")),
             "topic.lua does not write format version {v}"
+        );
+    }
+
+    /// `fetch.lua` waits for an index held by a newer record as long as the embedded store.
+    #[test]
+    fn newer_record_wait_matches() {
+        let ms = crate::store::lease::NEWER_RECORD_WAIT.as_millis();
+        assert!(
+            SCRIPTS
+                .fetch
+                .body
+                .contains(&format!("local NEWER_WAIT_MS = {ms}\n")),
+            "fetch.lua's NEWER_WAIT_MS is not {ms}"
+        );
+    }
+
+    /// A process reading only format 1 runs scripts that say so (and a different text).
+    #[test]
+    fn scripts_read_the_process_level() {
+        let legacy = Scripts::reading(LEGACY_FORMAT);
+        assert_eq!((legacy.fetch.reads, SCRIPTS.fetch.reads), (1, NEWEST_FORMAT));
+        assert!(legacy.fetch.source.contains("\nlocal NEWEST_FORMAT = 1\n"));
+        assert!(SCRIPTS.fetch.source.contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n")));
+        assert!(std::ptr::eq(Scripts::reading(NEWEST_FORMAT), &*SCRIPTS));
+        assert_eq!(
+            newer_format("ERR dq newer format 3 script: ..."),
+            Some(3)
         );
     }
 
