@@ -35,6 +35,7 @@ pub mod dead_sweep;
 pub mod due;
 pub mod enqueue;
 pub mod fetch;
+pub mod formats;
 pub mod group_commit;
 pub mod lease;
 pub mod lease_retry;
@@ -111,6 +112,9 @@ macro_rules! conformance_suite {
             limits::limits_are_split_over_partitions,
             schedules::schedules_are_stored_listed_and_removed,
             schedules::racing_scheduler_passes_store_each_tick_once,
+            formats::both_formats_live_a_whole_job_life,
+            formats::a_newer_record_is_left_untouched_and_reported,
+            formats::older_records_stay_readable_as_newer_ones_are_written,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,

@@ -135,6 +135,8 @@ impl MemoryStore {
             }
         };
         let ran = !matches!(state, JobState::Scheduled | JobState::Ready);
+        // its token was handed out by the counter, as by a store that leased it
+        p.counters.token = p.counters.token.max(u64::from(ran));
         p.jobs.insert(
             key.clone(),
             Record {
