@@ -114,13 +114,6 @@ local NEWER_WAIT_MS = 1000
 local now = now_ms()
 local trimmed = 0
 local buried = {}
--- Newer records met (key, format, ...) and the indexes stopped at one (by key name).
-local newer, stopped = {}, {}
-local function met_newer(index, key, rec)
-  newer[#newer + 1] = key
-  newer[#newer + 1] = format_of(rec)
-  stopped[index] = true
-end
 -- (read first: HMGET refuses a control key of another type before anything is written)
 local ctl = redis.call('HMGET', control, 'paused', 'until', 'conc', 'rate_n', 'rate_ms', 'tat')
 local has_control = ctl[1] or ctl[2] or ctl[3] or ctl[4]
@@ -137,6 +130,14 @@ if receipt and receipt[1] > try_no then
 end
 
 local seen = {} -- a key may have two hints in ready (one stale): lease it once
+-- Newer records met (key, format, ...) and the indexes stopped at one (by key name).
+local newer, stopped = {}, {}
+local function met_newer(index, key, rec)
+  seen[key] = true -- reported once (the audit skips it)
+  newer[#newer + 1] = key
+  newer[#newer + 1] = format_of(rec)
+  stopped[index] = true
+end
 local lease_keys, lease_recs = {}, {}
 -- 0. (continued, reads) a retry gets back the jobs its receipt names that are still leased
 --    under the recorded token: nobody else has them (a recovered or acked job has another
