@@ -64,7 +64,10 @@ async fn a_worker_leaves_newer_records_warns_once_and_asks_to_be_upgraded() {
     // one at the front of ready, one due in scheduled: both in the way of every fetch
     let planted = [
         ("n-ready", newer_record(format, JobState::Ready, now)),
-        ("n-scheduled", newer_record(format, JobState::Scheduled, now - 1000)),
+        (
+            "n-scheduled",
+            newer_record(format, JobState::Scheduled, now - 1000),
+        ),
     ];
     let mut conn = server.connection();
     for (key, record) in &planted {
@@ -76,7 +79,12 @@ async fn a_worker_leaves_newer_records_warns_once_and_asks_to_be_upgraded() {
             .unwrap();
     }
     server.cmd::<i64>(&["RPUSH", &k.ready, "n-ready"]);
-    server.cmd::<i64>(&["ZADD", &k.scheduled, &(now - 1000).to_string(), "n-scheduled"]);
+    server.cmd::<i64>(&[
+        "ZADD",
+        &k.scheduled,
+        &(now - 1000).to_string(),
+        "n-scheduled",
+    ]);
 
     let handle = Worker::builder(client.clone())
         .topics([TOPIC])
@@ -88,7 +96,7 @@ async fn a_worker_leaves_newer_records_warns_once_and_asks_to_be_upgraded() {
     let health = eventually_health(&handle).await;
     let says = health
         .needing_upgrade()
-        .filter_map(|f| f.needs_upgrade())
+        .filter_map(dq::FetcherHealth::needs_upgrade)
         .collect::<Vec<_>>()
         .join("\n");
     assert!(!health.is_healthy(), "{health:?}");
@@ -132,8 +140,18 @@ async fn a_worker_leaves_newer_records_warns_once_and_asks_to_be_upgraded() {
         .filter(|l| l.contains("newer record format"))
         .collect();
     assert_eq!(warned.len(), 1, "{text}");
-    for needle in ["WARN", "newer.jobs", &format!("format={format}"), "reads=2", "upgrade this worker"] {
-        assert!(warned[0].contains(needle), "{needle:?} not in {}", warned[0]);
+    for needle in [
+        "WARN",
+        "newer.jobs",
+        &format!("format={format}"),
+        "reads=2",
+        "upgrade this worker",
+    ] {
+        assert!(
+            warned[0].contains(needle),
+            "{needle:?} not in {}",
+            warned[0]
+        );
     }
     handle.shutdown().await;
 
@@ -145,7 +163,10 @@ async fn a_worker_leaves_newer_records_warns_once_and_asks_to_be_upgraded() {
             .unwrap();
         assert_eq!(&now, record, "{key} was changed");
     }
-    assert_eq!(server.cmd::<Vec<String>>(&["LRANGE", &k.ready, "0", "-1"]), ["n-ready"]);
+    assert_eq!(
+        server.cmd::<Vec<String>>(&["LRANGE", &k.ready, "0", "-1"]),
+        ["n-ready"]
+    );
     assert_eq!(
         server.cmd::<Vec<String>>(&["ZRANGE", &k.scheduled, "0", "-1"]),
         ["n-scheduled"]

@@ -47,9 +47,7 @@ impl WorkerHealth {
     /// The fetchers that met, in the last minute, job records of a newer format than this
     /// worker reads: those jobs wait for a newer worker; upgrade this one.
     pub fn needing_upgrade(&self) -> impl Iterator<Item = &FetcherHealth> {
-        self.fetchers
-            .iter()
-            .filter(|f| f.needs_upgrade().is_some())
+        self.fetchers.iter().filter(|f| f.needs_upgrade().is_some())
     }
 
     /// The fetchers whose last call failed with an error retrying cannot fix (a missing

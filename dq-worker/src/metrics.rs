@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use dq_core::metrics::{
-    FAILED_OUTCOMES, JOB_LATENESS, JOB_RUN, JOBS_FAILED, JOBS_RUNNING, JOBS_STARTED, JOBS_SUCCEEDED,
-    NEWER_RECORDS,
+    FAILED_OUTCOMES, JOB_LATENESS, JOB_RUN, JOBS_FAILED, JOBS_RUNNING, JOBS_STARTED,
+    JOBS_SUCCEEDED, NEWER_RECORDS,
 };
 use metrics::{Counter, Gauge, Histogram};
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use dq::store::redis::layout::{self, PartitionKeys};
-use dq::store::{Queue, RedisOptions, RedisStore, Store};
 use dq::store::{LEGACY_FORMAT, NEWEST_FORMAT};
+use dq::store::{Queue, RedisOptions, RedisStore, Store};
 use dq::{Client, ClientBuilder, JobKey, JobState, Topic};
 use dq_testkit::{RedisCluster, RedisSentinelSet, RedisServer, keys_in_namespace};
 
@@ -311,7 +311,9 @@ impl Harness for RedisHarness {
         let at: Vec<usize> = (0..ready.len()).filter(|i| ready[*i] == key).collect();
         let hist: Option<Vec<u8>> = self.backend.cmd(&["HGET", &k.hist, key]);
         let cancel: Option<String> = self.backend.cmd(&["HGET", &k.control, &format!("x:{key}")]);
-        out.push_str(&format!(" ready at {at:?} history {hist:?} cancel {cancel:?}"));
+        out.push_str(&format!(
+            " ready at {at:?} history {hist:?} cancel {cancel:?}"
+        ));
         Some(out)
     }
 

@@ -39,12 +39,20 @@ pub async fn both_formats_live_a_whole_job_life<H: Harness>(h: &H) {
         t.enqueue(raw(n)).key(&key).await.unwrap();
         assert_eq!(h.record_format(&q, &key).await, Some(format));
         let d = fetch_one(h, &q, &r).await;
-        assert_eq!((d.key.as_str(), d.attempt, unraw(&d.payload)), (&*key, 1, n));
+        assert_eq!(
+            (d.key.as_str(), d.attempt, unraw(&d.payload)),
+            (&*key, 1, n)
+        );
         assert_eq!(h.record_format(&q, &key).await, Some(format), "leased");
-        fail(h, &d, FailAction::Retry(ms(0)), "first try").await.unwrap();
+        fail(h, &d, FailAction::Retry(ms(0)), "first try")
+            .await
+            .unwrap();
         assert_eq!(h.record_format(&q, &key).await, Some(format), "retrying");
         let d = fetch_one(h, &q, &r).await;
-        assert_eq!((d.key.as_str(), d.attempt, unraw(&d.payload)), (&*key, 2, n));
+        assert_eq!(
+            (d.key.as_str(), d.attempt, unraw(&d.payload)),
+            (&*key, 2, n)
+        );
         let i = info(&t, &key).await;
         assert_eq!((i.state, i.history.len()), (JobState::Active, 1));
         ack_all(h, &q, std::slice::from_ref(&d)).await;
@@ -53,7 +61,9 @@ pub async fn both_formats_live_a_whole_job_life<H: Harness>(h: &H) {
         let dead = format!("dead-{format}");
         t.enqueue(raw(n + 10)).key(&dead).await.unwrap();
         let d = fetch_one(h, &q, &r).await;
-        fail(h, &d, FailAction::Bury, "to the dead queue").await.unwrap();
+        fail(h, &d, FailAction::Bury, "to the dead queue")
+            .await
+            .unwrap();
         assert_eq!(info(&t, &dead).await.state, JobState::Dead);
         assert_eq!(h.record_format(&q, &dead).await, Some(format), "dead");
         assert_eq!(dead_page(h, &q, 0, 10).await.len(), 1);
@@ -63,7 +73,10 @@ pub async fn both_formats_live_a_whole_job_life<H: Harness>(h: &H) {
         );
         assert_eq!(h.record_format(&q, &dead).await, Some(format), "requeued");
         let d = fetch_one(h, &q, &r).await;
-        assert_eq!((d.key.as_str(), d.attempt, unraw(&d.payload)), (&*dead, 1, n + 10));
+        assert_eq!(
+            (d.key.as_str(), d.attempt, unraw(&d.payload)),
+            (&*dead, 1, n + 10)
+        );
         ack_all(h, &q, std::slice::from_ref(&d)).await;
     }
     h.assert_no_leftovers().await;
@@ -104,7 +117,10 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
     // report the dead one too), never twice the same structure's
     for _ in 0..3 {
         let reply = fetch(h, &q, &one_retry()).await;
-        assert!(reply.jobs.is_empty() && reply.buried.is_empty(), "{reply:?}");
+        assert!(
+            reply.jobs.is_empty() && reply.buried.is_empty(),
+            "{reply:?}"
+        );
         let reported: HashSet<&str> = reply.newer.iter().map(|n| n.key.as_str()).collect();
         for key in ["n-ready", "n-scheduled", "n-retry", "n-active"] {
             assert!(reported.contains(key), "{key} not reported: {reply:?}");
@@ -129,32 +145,51 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
             key: jk("fresh"),
             ..job.clone()
         };
-        assert!(newer_refused(format, 
+        assert!(newer_refused(
+            format,
             store.enqueue(&q, &[other, job], EnqueueCall::new()).await
         ));
     }
-    assert!(newer_refused(format, store.cancel(&q, &jk("n-scheduled")).await));
-    assert!(newer_refused(format, store.cancel(&q, &jk("n-active")).await));
-    assert!(newer_refused(format, 
+    assert!(newer_refused(
+        format,
+        store.cancel(&q, &jk("n-scheduled")).await
+    ));
+    assert!(newer_refused(
+        format,
+        store.cancel(&q, &jk("n-active")).await
+    ));
+    assert!(newer_refused(
+        format,
         store
             .reschedule(&q, &jk("n-retry"), NewDue::After(HOUR))
             .await
     ));
     assert!(newer_refused(format, store.job(&q, &jk("n-ready")).await));
-    assert!(newer_refused(format, store.requeue_dead(&q, &[jk("n-dead")]).await));
-    assert!(newer_refused(format, store.purge_dead(&q, &[jk("n-dead")], 10).await));
+    assert!(newer_refused(
+        format,
+        store.requeue_dead(&q, &[jk("n-dead")]).await
+    ));
+    assert!(newer_refused(
+        format,
+        store.purge_dead(&q, &[jk("n-dead")], 10).await
+    ));
     assert!(newer_refused(format, store.purge_dead(&q, &[], 10).await));
-    assert!(newer_refused(format, 
+    assert!(newer_refused(
+        format,
         store
             .act_on_dead(&q, DeadAction::Purge, &[(jk("n-dead"), past)])
             .await
     ));
-    assert!(newer_refused(format, 
+    assert!(newer_refused(
+        format,
         store
             .act_on_dead(&q, DeadAction::Requeue, &[(jk("n-dead"), past)])
             .await
     ));
-    assert!(store.job(&q, &jk("fresh")).await.unwrap().is_none(), "nothing written");
+    assert!(
+        store.job(&q, &jk("fresh")).await.unwrap().is_none(),
+        "nothing written"
+    );
 
     // a lease whose token matches the planted bytes is still not this process's
     let lease = (jk("n-active"), 1);
@@ -191,7 +226,13 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
     ));
 
     // listings skip them
-    for state in [JobState::Ready, JobState::Scheduled, JobState::Retry, JobState::Active, JobState::Dead] {
+    for state in [
+        JobState::Ready,
+        JobState::Scheduled,
+        JobState::Retry,
+        JobState::Active,
+        JobState::Dead,
+    ] {
         let from = if state == JobState::Ready {
             ListFrom::Index(0)
         } else {
@@ -218,11 +259,23 @@ pub async fn older_records_stay_readable_as_newer_ones_are_written<H: Harness>(h
     let q = queue("formats.mixed");
     write_in(h, LEGACY_FORMAT);
     t.enqueue(raw(1)).key("old-ready").await.unwrap();
-    t.enqueue(raw(2)).key("old-later").delay(HOUR).await.unwrap();
-    t.enqueue(raw(3)).key("old-replaced").delay(HOUR).await.unwrap();
+    t.enqueue(raw(2))
+        .key("old-later")
+        .delay(HOUR)
+        .await
+        .unwrap();
+    t.enqueue(raw(3))
+        .key("old-replaced")
+        .delay(HOUR)
+        .await
+        .unwrap();
     write_in(h, NEWEST_FORMAT);
     t.enqueue(raw(4)).key("new-ready").await.unwrap();
-    t.enqueue(raw(5)).key("new-later").delay(HOUR).await.unwrap();
+    t.enqueue(raw(5))
+        .key("new-later")
+        .delay(HOUR)
+        .await
+        .unwrap();
     let formats = [
         ("old-ready", LEGACY_FORMAT),
         ("old-later", LEGACY_FORMAT),
@@ -260,9 +313,16 @@ pub async fn older_records_stay_readable_as_newer_ones_are_written<H: Harness>(h
             .outcome,
         EnqueueOutcome::Replaced
     );
-    assert_eq!(h.record_format(&q, "old-replaced").await, Some(NEWEST_FORMAT));
-    t.reschedule("new-later", NewDue::After(ms(0))).await.unwrap();
-    t.reschedule("old-replaced", NewDue::After(ms(0))).await.unwrap();
+    assert_eq!(
+        h.record_format(&q, "old-replaced").await,
+        Some(NEWEST_FORMAT)
+    );
+    t.reschedule("new-later", NewDue::After(ms(0)))
+        .await
+        .unwrap();
+    t.reschedule("old-replaced", NewDue::After(ms(0)))
+        .await
+        .unwrap();
     // all five are due now: fetch until each was delivered (bounded in count and time)
     let mut got = HashMap::new();
     let deadline = Instant::now() + WAIT;

@@ -278,7 +278,13 @@ impl Partition {
         };
         // an index stopped at a newer record is looked at again no sooner than this
         let newer_wait = ms(NEWER_RECORD_WAIT);
-        let floor = |stopped: bool, at: u64| if stopped { at.max(now + newer_wait) } else { at };
+        let floor = |stopped: bool, at: u64| {
+            if stopped {
+                at.max(now + newer_wait)
+            } else {
+                at
+            }
+        };
 
         if let Some((t, _, tat)) = &mut gcra
             && jobs.len() > from_receipt
@@ -296,13 +302,9 @@ impl Partition {
                 let k = (tau / t / 2.0).floor().max(1.0);
                 limit_wait = ((tat - tau + (k - 1.0) * t - now as f64).ceil() as i64).max(1);
             }
-            let head = self
-                .sets
-                .active
-                .first()
-                .map(|(deadline, _)| {
-                    floor(stopped_active, deadline + 1).saturating_sub(now) as i64
-                });
+            let head = self.sets.active.first().map(|(deadline, _)| {
+                floor(stopped_active, deadline + 1).saturating_sub(now) as i64
+            });
             match (limit_wait, head) {
                 (w, Some(h)) if w < 0 || h < w => Some(h as u64),
                 (w, _) if w >= 0 => Some(w as u64),
@@ -363,9 +365,7 @@ impl Partition {
         for (key, token) in done {
             let outcome = match self.jobs.get(key) {
                 None => AckOutcome::Gone,
-                Some(rec) if !rec.is_leased_by(*token) => {
-                    AckOutcome::Stale
-                }
+                Some(rec) if !rec.is_leased_by(*token) => AckOutcome::Stale,
                 Some(rec) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     self.jobs.remove(key);
@@ -488,10 +488,7 @@ impl Partition {
             .iter()
             .rev()
             .map(|(key, token)| match self.jobs.get_mut(key) {
-                Some(rec)
-                    if rec.is_leased_by(*token)
-                        && self.control.cancels.contains_key(key) =>
-                {
+                Some(rec) if rec.is_leased_by(*token) && self.control.cancels.contains_key(key) => {
                     // its cancel was requested: it ends as cancelled, never runs again
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     self.jobs.remove(key);

@@ -430,9 +430,9 @@ impl Operate for MemoryStore {
         check_act_len(seen)?;
         self.write(queue, |p, now| {
             // (dead_act.lua meets a record only when its time of death is the listed one)
-            let listed = seen.iter().filter(|(k, died)| {
-                p.jobs.get(k).is_some_and(|r| r.place == Place::Dead(*died))
-            });
+            let listed = seen
+                .iter()
+                .filter(|(k, died)| p.jobs.get(k).is_some_and(|r| r.place == Place::Dead(*died)));
             p.check_not_newer(listed.map(|(k, _)| k))?;
             Ok(p.act_on_dead(action, seen, now))
         })

@@ -272,7 +272,10 @@ pub(super) struct Partition {
 impl Partition {
     /// Refuses, before any write, an operation on a job whose record is of a newer format
     /// (the scripts' `newer_error`).
-    pub(super) fn check_not_newer<'a>(&self, keys: impl IntoIterator<Item = &'a JobKey>) -> Result<()> {
+    pub(super) fn check_not_newer<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a JobKey>,
+    ) -> Result<()> {
         for key in keys {
             if let Some(rec) = self.jobs.get(key).filter(|r| r.is_newer()) {
                 return Err(Error::NewerFormat {

@@ -165,7 +165,12 @@ impl MemoryStore {
         self.read(queue, |p, _| {
             let p = p?;
             let r = p.jobs.get(key)?;
-            let ready_at = p.sets.ready.iter().find(|(_, k)| *k == key).map(|(i, _)| *i);
+            let ready_at = p
+                .sets
+                .ready
+                .iter()
+                .find(|(_, k)| *k == key)
+                .map(|(i, _)| *i);
             Some(format!(
                 "format {} {:?} attempts {} due {} created {} token {} payload {:?} \
                  history {} ready at {ready_at:?} cancel {:?}",

@@ -383,7 +383,10 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
             let at = format!("{name} (reading formats up to {reads})");
             match RecordHeader::decode_reading(value, reads) {
                 Ok(h) => {
-                    assert!(lua_record && !lua_newer, "{at}: Rust reads a record, Lua not");
+                    assert!(
+                        lua_record && !lua_newer,
+                        "{at}: Rust reads a record, Lua not"
+                    );
                     assert_eq!(i64::from(h.format), lua_format, "{at}");
                     assert_eq!(int(3), i64::from(h.format), "{at}: record_format");
                     assert_eq!(int(4), header_len(h.format) as i64, "{at}: header_len");
@@ -397,7 +400,10 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
                     assert_eq!(i64::from(format), lua_format, "{at}");
                 }
                 Err(e) => {
-                    assert!(!lua_newer && !lua_record, "{at}: Rust says {e}, Lua reads it");
+                    assert!(
+                        !lua_newer && !lua_record,
+                        "{at}: Rust says {e}, Lua reads it"
+                    );
                 }
             }
             checked += 1;
@@ -413,7 +419,10 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
         .unwrap();
     rt.block_on(async {
         use crate::store::lease::Lease;
-        let script = format!("{}\n{FORMAT_PROBE}", super::scripts::lib_reading(NEWEST_FORMAT));
+        let script = format!(
+            "{}\n{FORMAT_PROBE}",
+            super::scripts::lib_reading(NEWEST_FORMAT)
+        );
         for format in LEGACY_FORMAT..=MAX_FORMAT {
             let value = if format == LEGACY_FORMAT {
                 b"R".to_vec()
@@ -425,7 +434,9 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
             let store = crate::store::memory::MemoryStore::new();
             let queue = crate::job::Queue::new(crate::names::Topic::new("t").unwrap(), 0);
             let key = crate::names::JobKey::new("k").unwrap();
-            let now = crate::store::catalog::Catalog::now_ms(&store).await.unwrap();
+            let now = crate::store::catalog::Catalog::now_ms(&store)
+                .await
+                .unwrap();
             store.plant_record(&queue, &key, (format, JobState::Ready), now, b"p");
             let reply = store
                 .fetch(&queue, &crate::store::lease::FetchRequest::default())

@@ -68,10 +68,16 @@ mod tests {
         let mut two = vec![2];
         two.extend_from_slice(&bytes);
         let r2 = Record::decode(two.clone(), 2).unwrap();
-        assert_eq!((r2.format, r2.token, &r2.payload[..]), (2, 42, &b"payload"[..]));
+        assert_eq!(
+            (r2.format, r2.token, &r2.payload[..]),
+            (2, 42, &b"payload"[..])
+        );
         assert!(matches!(
             Record::decode(two, 1),
-            Err(Error::NewerFormat { format: 2, reads: 1 })
+            Err(Error::NewerFormat {
+                format: 2,
+                reads: 1
+            })
         ));
         assert_eq!(
             (r.attempts, r.due_ms, r.created_ms, r.token),

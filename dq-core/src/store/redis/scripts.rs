@@ -27,7 +27,11 @@ fn newest_format_line(reads: u8) -> String {
 /// `lib.lua` for a process that reads formats up to `reads`.
 pub(super) fn lib_reading(reads: u8) -> String {
     let line = newest_format_line(NEWEST_FORMAT);
-    assert!(LIB.contains(&line), "lib.lua declares `{}`", line.trim_end());
+    assert!(
+        LIB.contains(&line),
+        "lib.lua declares `{}`",
+        line.trim_end()
+    );
     LIB.replacen(&line, &newest_format_line(reads), 1)
 }
 
@@ -358,14 +362,19 @@ mod tests {
     #[test]
     fn scripts_read_the_process_level() {
         let legacy = Scripts::reading(LEGACY_FORMAT);
-        assert_eq!((legacy.fetch.reads, SCRIPTS.fetch.reads), (1, NEWEST_FORMAT));
-        assert!(legacy.fetch.source.contains("\nlocal NEWEST_FORMAT = 1\n"));
-        assert!(SCRIPTS.fetch.source.contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n")));
-        assert!(std::ptr::eq(Scripts::reading(NEWEST_FORMAT), &*SCRIPTS));
         assert_eq!(
-            newer_format("ERR dq newer format 3 script: ..."),
-            Some(3)
+            (legacy.fetch.reads, SCRIPTS.fetch.reads),
+            (1, NEWEST_FORMAT)
         );
+        assert!(legacy.fetch.source.contains("\nlocal NEWEST_FORMAT = 1\n"));
+        assert!(
+            SCRIPTS
+                .fetch
+                .source
+                .contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n"))
+        );
+        assert!(std::ptr::eq(Scripts::reading(NEWEST_FORMAT), &*SCRIPTS));
+        assert_eq!(newer_format("ERR dq newer format 3 script: ..."), Some(3));
     }
 
     /// The receipt life in `enqueue.lua` is the one the client's retry window is built on.

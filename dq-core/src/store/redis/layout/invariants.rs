@@ -701,7 +701,10 @@ mod tests {
         versioned.format = crate::format::NEWEST_FORMAT;
         part.jobs.insert("s2".into(), versioned.encode(b"payload"));
         part.scheduled.insert("s2".into(), 700.0);
-        part.jobs.insert("newer".into(), vec![crate::store::redis::layout::MAX_FORMAT, 0xff]);
+        part.jobs.insert(
+            "newer".into(),
+            vec![crate::store::redis::layout::MAX_FORMAT, 0xff],
+        );
         part.retry.insert("newer".into(), 1.0);
         part.stats.insert("enqueued".into(), "2".into());
         let mut snap = snapshot(part.clone());
