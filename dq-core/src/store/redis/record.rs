@@ -8,9 +8,6 @@ use crate::job::{AttemptOutcome, AttemptRecord, JobState};
 /// A decoded record.
 #[derive(Debug)]
 pub(crate) struct Record {
-    /// The format it was written in (kept when it moves between states).
-    #[allow(dead_code)]
-    pub format: u8,
     pub state: JobState,
     pub attempts: u32,
     pub due_ms: u64,
@@ -25,7 +22,6 @@ impl Record {
         let h = RecordHeader::decode_reading(&bytes, reads)?;
         bytes.drain(..header_len(h.format));
         Ok(Record {
-            format: h.format,
             state: h.state,
             attempts: u32::from(h.attempts),
             due_ms: h.due_ms,
@@ -64,14 +60,10 @@ mod tests {
         bytes.extend_from_slice(b"payload");
         let r = Record::decode(bytes.clone(), 2).unwrap();
         assert_eq!(r.state, JobState::Active);
-        assert_eq!(r.format, 1);
         let mut two = vec![2];
         two.extend_from_slice(&bytes);
         let r2 = Record::decode(two.clone(), 2).unwrap();
-        assert_eq!(
-            (r2.format, r2.token, &r2.payload[..]),
-            (2, 42, &b"payload"[..])
-        );
+        assert_eq!((r2.token, &r2.payload[..]), (42, &b"payload"[..]));
         assert!(matches!(
             Record::decode(two, 1),
             Err(Error::NewerFormat {
