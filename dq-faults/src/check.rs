@@ -41,8 +41,7 @@ pub fn states(snapshot: &Snapshot) -> HashMap<String, u8> {
         .flat_map(|part| {
             part.jobs.iter().map(|(k, r)| {
                 let state = RecordHeader::decode(r)
-                    .map(|h| h.state.code())
-                    .unwrap_or_else(|_| r.first().copied().unwrap_or(b'?'));
+                    .map_or_else(|_| r.first().copied().unwrap_or(b'?'), |h| h.state.code());
                 (k.clone(), state)
             })
         })
