@@ -49,8 +49,8 @@ pub use dq_core::{BulkStored, Error, JobKey, Result, Topic};
 
 // Running the worker.
 pub use dq_worker::{
-    DeadJob, FetcherHealth, HealthProbe, MissingDataReport, ShutdownReport, Worker, WorkerBuilder,
-    WorkerError, WorkerHandle, WorkerHealth,
+    DeadJob, FetcherHealth, HealthProbe, MissingDataReport, NewerRecordsSeen, ShutdownReport,
+    Worker, WorkerBuilder, WorkerError, WorkerHandle, WorkerHealth,
 };
 
 /// dq's metrics (the `metrics` crate's facade): their names, [`metrics::describe`] and the

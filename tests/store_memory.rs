@@ -5,8 +5,8 @@ mod common;
 
 use std::sync::Arc;
 
-use dq::store::{MemoryStore, Store};
-use dq::{Client, ClientBuilder, ClientConfig};
+use dq::store::{MemoryStore, Queue, Store};
+use dq::{Client, ClientBuilder, ClientConfig, JobKey, JobState};
 
 use common::Harness;
 
@@ -59,6 +59,29 @@ impl Harness for MemoryHarness {
 
     async fn assert_untouched(&self) {
         assert!(self.store.is_untouched(), "the store was written to");
+    }
+
+    async fn plant_record(
+        &self,
+        q: &Queue,
+        key: &str,
+        format_state: (u8, JobState),
+        at_ms: u64,
+        payload: &[u8],
+    ) {
+        let key = JobKey::new(key).expect("a valid key");
+        self.store
+            .plant_record(q, &key, format_state, at_ms, payload);
+    }
+
+    async fn record_format(&self, q: &Queue, key: &str) -> Option<u8> {
+        self.store
+            .record_format(q, &JobKey::new(key).expect("a valid key"))
+    }
+
+    async fn describe_record(&self, q: &Queue, key: &str) -> Option<String> {
+        self.store
+            .describe_record(q, &JobKey::new(key).expect("a valid key"))
     }
 }
 

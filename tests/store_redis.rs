@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use common::Harness;
-use common::conformance::{FailOne, HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req};
+use common::conformance::{
+    FailOne, HOUR, ack_all, fetch, info, jk, keys_of, queue, raw, req, unraw,
+};
 use common::redis::RedisHarness;
 use dq::store::redis::layout::{self, KeyName, parse_key};
 use dq::store::{FailAction, FetchCall, FetchRequest, Queue, RedisOptions, RedisStore};
@@ -1479,4 +1481,104 @@ async fn fetch_as(
         .await
         .unwrap()
         .jobs
+}
+
+/// A process that reads only record format 1 (an older dq: `format_level(1)`, whose scripts
+/// treat format 2 as newer) and one that reads format 2 share a partition: the old one runs
+/// the format-1 job ahead of a format-2 one, leaves the format-2 record as it is (reported as
+/// newer, refused by its operator calls) and never writes format 2; the new one runs both
+/// kinds. Nothing is lost or mis-decoded.
+#[tokio::test]
+async fn an_older_dq_runs_its_jobs_and_leaves_format_2_ones_to_a_newer_one() {
+    use dq::store::prelude::*;
+    use dq::store::{EnqueueCall, LEGACY_FORMAT, NEWEST_FORMAT, NewJob};
+    let h = RedisHarness::new().await;
+    let new = h.client().await;
+    let old = RedisStore::connect(
+        &dq_testkit::shared().url(),
+        RedisOptions {
+            namespace: h.namespace().to_string(),
+            format_level: LEGACY_FORMAT,
+            ..RedisOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(old.formats().set_write(NEWEST_FORMAT), LEGACY_FORMAT);
+    let q = queue("formats.rolling");
+    let t = new.topic("formats.rolling").unwrap();
+    let job = |key: &str, n: u64| NewJob {
+        key: jk(key),
+        payload: raw(n),
+        due: dq::Due::Now,
+        replace: false,
+    };
+    old.enqueue(&q, &[job("old-1", 1)], EnqueueCall::new())
+        .await
+        .unwrap();
+    t.enqueue(raw(2)).key("new-2").await.unwrap();
+    old.enqueue(&q, &[job("old-3", 3)], EnqueueCall::new())
+        .await
+        .unwrap();
+    let bytes = |key: &str| -> Vec<u8> {
+        let k = h.partition_keys("formats.rolling", 0);
+        h.server().cmd(&["HGET", &k.jobs, key])
+    };
+    assert_eq!(
+        bytes("new-2")[0],
+        NEWEST_FORMAT,
+        "the new dq writes format 2"
+    );
+    assert!(
+        JobState::from_code(bytes("old-1")[0]).is_some(),
+        "the old dq writes format 1"
+    );
+    let new_record = bytes("new-2");
+
+    // the old dq leases its job at the front, then stops at the format-2 one
+    let reply = old.fetch(&q, &req()).await.unwrap();
+    assert_eq!(keys_of(&reply.jobs), ["old-1"]);
+    assert_eq!(reply.jobs[0].payload, raw(1));
+    assert_eq!(
+        reply
+            .newer
+            .iter()
+            .map(|n| (n.key.as_str(), n.format))
+            .collect::<Vec<_>>(),
+        [("new-2", NEWEST_FORMAT)]
+    );
+    assert!(
+        reply.next_in.is_none_or(|d| d > Duration::ZERO),
+        "{reply:?}"
+    );
+    ack_all(&h, &q, &reply.jobs).await;
+    for e in [
+        old.cancel(&q, &jk("new-2")).await.err(),
+        old.job(&q, &jk("new-2")).await.err(),
+        old.enqueue(&q, &[job("new-2", 9)], EnqueueCall::new())
+            .await
+            .err(),
+    ] {
+        assert!(
+            matches!(
+                e,
+                Some(Error::NewerFormat {
+                    format: 2,
+                    reads: 1
+                })
+            ),
+            "{e:?}"
+        );
+    }
+    assert_eq!(bytes("new-2"), new_record, "left as it was");
+
+    // the new dq runs the rest: its own and the old one's behind it
+    let rest = fetch(&h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&rest), ["new-2", "old-3"]);
+    assert_eq!(
+        rest.iter().map(|d| unraw(&d.payload)).collect::<Vec<_>>(),
+        [2, 3]
+    );
+    ack_all(&h, &q, &rest).await;
+    h.assert_no_leftovers().await;
 }

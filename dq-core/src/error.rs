@@ -189,6 +189,19 @@ pub enum Error {
         /// The newest format this process reads.
         reads: u8,
     },
+    /// The job's record was written by a newer dq, in a record format this one does not read
+    /// (ARCHITECTURE.md §4). Nothing was written: the record is left as it is for a dq that
+    /// reads it. Upgrade this process.
+    #[error(
+        "a record of format {format} is newer than this dq reads (formats up to {reads}): \
+         upgrade dq"
+    )]
+    NewerFormat {
+        /// The format the record says it was written in.
+        format: u8,
+        /// The newest format this process reads.
+        reads: u8,
+    },
 }
 
 impl Error {

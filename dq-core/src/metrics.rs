@@ -25,6 +25,7 @@
 //! | `dq_queue_jobs` | gauge | topic, state | jobs per state (collector) |
 //! | `dq_queue_oldest_overdue_seconds` | gauge | topic | how long the most overdue job has waited (collector) |
 //! | `dq_workers_live` | gauge | — | workers whose heartbeat is live (collector; `Client::workers`) |
+//! | `dq_newer_records_total` | counter | topic, format | job records of a newer format than the worker reads, met and left untouched by its fetches (upgrade the worker) |
 //!
 //! Recorders are looked up when a metric is first recorded: install yours before the first
 //! job runs (a worker's per-topic handles are registered on its topic's first job).
@@ -63,6 +64,11 @@ pub const QUEUE_OLDEST_OVERDUE: &str = "dq_queue_oldest_overdue_seconds";
 
 /// Gauge: workers whose heartbeat is live, from the stats collector (no labels).
 pub const WORKERS_LIVE: &str = "dq_workers_live";
+
+/// Counter: job records of a newer format than the worker reads that its fetches met and left
+/// untouched (`topic`, `format`: the record's format number, 2 to 31). Non-zero means a
+/// newer dq wrote jobs this worker cannot run: upgrade it.
+pub const NEWER_RECORDS: &str = "dq_newer_records_total";
 
 /// The `outcome` label values of [`JOBS_FAILED`]. Each failed run counts once, by what
 /// matters most to an operator: `dead` if the job was buried (whatever the cause), else
@@ -117,6 +123,10 @@ pub fn describe() {
         "Jobs per store call of single enqueues under group commit."
     );
     describe_gauge!(JOBS_RUNNING, "Handlers running now in this process.");
+    describe_counter!(
+        NEWER_RECORDS,
+        "Job records of a newer format than this worker reads, met and left untouched."
+    );
     describe_gauge!(QUEUE_JOBS, "Jobs per state (stats collector).");
     describe_gauge!(
         WORKERS_LIVE,

@@ -30,16 +30,20 @@ use crate::ledger::{Entry, Kind};
 /// long before a fault began counts as in flight at that fault.
 pub const ACK_WINDOW_MS: u64 = 2_000;
 
-/// The state byte of every job of every topic in `snapshot` (keys are assumed unique across
-/// topics; `?` for an empty record).
+/// The state letter of every job of every topic in `snapshot`, read from its header in
+/// whatever record format it has (keys are assumed unique across topics; a value that is not
+/// a record of a format this dq reads gives its first byte, `?` when empty).
 pub fn states(snapshot: &Snapshot) -> HashMap<String, u8> {
+    use dq::store::redis::layout::RecordHeader;
     snapshot
         .partitions
         .values()
         .flat_map(|part| {
-            part.jobs
-                .iter()
-                .map(|(k, r)| (k.clone(), r.first().copied().unwrap_or(b'?')))
+            part.jobs.iter().map(|(k, r)| {
+                let state = RecordHeader::decode(r)
+                    .map_or_else(|_| r.first().copied().unwrap_or(b'?'), |h| h.state.code());
+                (k.clone(), state)
+            })
         })
         .collect()
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use dq::store::redis::layout::{PartitionKeys, RecordHeader};
+use dq::store::{LEGACY_FORMAT, NEWEST_FORMAT};
 use dq::{AttemptOutcome, CancelOutcome, Error, JobSpec, JobState};
 use dq_faults::check::runs;
 use dq_faults::ledger::{Kind, now_ms};
@@ -230,10 +231,11 @@ async fn delayed_jobs_coming_due_at_maxmemory_are_delivered() {
     s.stop_workers();
 }
 
-/// Raw record bytes of a job never run, created when it is due: the layout's header and a
-/// payload.
-fn record(state: JobState, due_ms: u64, payload: &[u8]) -> Vec<u8> {
+/// Raw record bytes of a job never run, created when it is due: the layout's header in record
+/// format `format` and a payload.
+fn record(format: u8, state: JobState, due_ms: u64, payload: &[u8]) -> Vec<u8> {
     RecordHeader {
+        format,
         state,
         attempts: 0,
         due_ms,
@@ -266,7 +268,7 @@ async fn corrupt_records_are_dead_lettered_or_skipped_and_the_rest_proceeds() {
     hset(
         &s,
         "garbage",
-        &record(JobState::Ready, now, b"\xc1\xc1 not msgpack"),
+        &record(NEWEST_FORMAT, JobState::Ready, now, b"\xc1\xc1 not msgpack"),
     );
     s.server.cmd::<()>(&["RPUSH", &keys(&s).ready, "garbage"]);
     s.expected.ok.insert("garbage".into(), now);
@@ -275,7 +277,7 @@ async fn corrupt_records_are_dead_lettered_or_skipped_and_the_rest_proceeds() {
     hset(
         &s,
         "orphan",
-        &record(JobState::Scheduled, now - 1000, &valid),
+        &record(LEGACY_FORMAT, JobState::Scheduled, now - 1000, &valid),
     );
     s.expected.ok.insert("orphan".into(), now);
     s.enqueue_bulk::<WorkJob>("after", 0..30, 5).await;
@@ -338,7 +340,7 @@ async fn orphaned_record_is_repaired_or_dead_lettered() {
     hset(
         &s,
         "orphan",
-        &record(JobState::Scheduled, now - 1000, &valid),
+        &record(NEWEST_FORMAT, JobState::Scheduled, now - 1000, &valid),
     );
     s.expected.ok.insert("orphan".into(), now);
     s.spawn(&spec(&s, 8, 1000));
@@ -367,6 +369,9 @@ async fn truncated_record_does_not_strand_its_batch() {
     s.enqueue_bulk::<WorkJob>("before", 0..4, 5).await;
     hset(&s, "short", b"R\x00\x01");
     s.server.cmd::<()>(&["RPUSH", &keys(&s).ready, "short"]);
+    // and one of the versioned format, cut inside its header
+    hset(&s, "short2", b"\x02R\x00\x01");
+    s.server.cmd::<()>(&["RPUSH", &keys(&s).ready, "short2"]);
     s.enqueue_bulk::<WorkJob>("after", 0..4, 5).await;
     s.spawn(&spec(&s, 16, 1000));
     let done = async {

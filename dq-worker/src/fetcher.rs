@@ -329,10 +329,27 @@ impl Fetcher {
         let now = std::time::Instant::now();
         h.last_call_at = Some(now);
         match reply {
-            Ok(_) => {
+            Ok(reply) => {
                 h.last_call_ok = true;
                 h.last_success_at = Some(now);
                 h.failures_in_a_row = 0;
+                if let Some(format) = reply.newer.iter().map(|n| n.format).max() {
+                    let reads = self.store.formats().reads();
+                    if h.note_newer(format, reads) {
+                        tracing::warn!(
+                            topic = %self.queue.topic,
+                            partition = self.queue.partition,
+                            format,
+                            reads,
+                            records = reply.newer.len(),
+                            "jobs of a newer record format than this worker reads: left \
+                             untouched for a newer worker; upgrade this worker"
+                        );
+                    }
+                    for n in &reply.newer {
+                        self.topic.metrics.newer_records(n.format, 1);
+                    }
+                }
             }
             Err(e) => {
                 h.last_call_ok = false;

@@ -34,9 +34,20 @@ pub struct WorkerHealth {
 impl WorkerHealth {
     /// Whether the worker reaches the store and every fetcher's last store call succeeded
     /// (false for a fetcher that has not completed a call yet, and before the first
-    /// heartbeat).
+    /// heartbeat), and no fetcher met, in the last minute, jobs written by a newer dq that
+    /// this worker cannot read ([`FetcherHealth::needs_upgrade`]).
     pub fn is_healthy(&self) -> bool {
-        self.reaches_store && self.fetchers.iter().all(|f| f.last_call_ok)
+        self.reaches_store
+            && self
+                .fetchers
+                .iter()
+                .all(|f| f.last_call_ok && f.needs_upgrade().is_none())
+    }
+
+    /// The fetchers that met, in the last minute, job records of a newer format than this
+    /// worker reads: those jobs wait for a newer worker; upgrade this one.
+    pub fn needing_upgrade(&self) -> impl Iterator<Item = &FetcherHealth> {
+        self.fetchers.iter().filter(|f| f.needs_upgrade().is_some())
     }
 
     /// The fetchers whose last call failed with an error retrying cannot fix (a missing
@@ -121,6 +132,67 @@ pub struct FetcherHealth {
     pub last_error_permanent: bool,
     /// Calls that have failed since the last success.
     pub failures_in_a_row: u32,
+    /// Job records of a newer format than this worker reads that its fetches met (and left
+    /// untouched): the newest such format, and when one was last met (`None`: never).
+    pub newer_records: Option<NewerRecordsSeen>,
+}
+
+/// Records of a newer format than a worker reads, met by one fetcher: jobs a newer dq wrote,
+/// which this worker leaves for a newer one (ARCHITECTURE.md §4).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct NewerRecordsSeen {
+    /// The newest record format met.
+    pub format: u8,
+    /// The newest format this worker reads.
+    pub reads: u8,
+    /// When a fetch last met one.
+    pub last_seen_at: Instant,
+    /// When the fetcher last logged it (one WARN per fetcher per [`NEWER_RECORDS_REMEMBERED`]).
+    pub(crate) warned_at: Option<Instant>,
+}
+
+/// How long a fetcher's health reports newer records after its fetches last met one, and how
+/// often at most it logs them.
+pub const NEWER_RECORDS_REMEMBERED: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl FetcherHealth {
+    /// What this fetcher says when its fetches met, in the last
+    /// [`NEWER_RECORDS_REMEMBERED`], records of a newer format than the worker reads: the
+    /// topic is not served fully here until the worker is upgraded. `None` otherwise.
+    pub fn needs_upgrade(&self) -> Option<String> {
+        let seen = self.newer_records.as_ref()?;
+        (seen.last_seen_at.elapsed() < NEWER_RECORDS_REMEMBERED).then(|| {
+            format!(
+                "topic {:?} partition {} holds jobs of record format {}, newer than this worker \
+                 reads (formats up to {}): upgrade this worker",
+                self.topic, self.partition, seen.format, seen.reads
+            )
+        })
+    }
+
+    /// Notes a fetch that met records of `format` (newer than `reads`); true when the fetcher
+    /// should log it now (the first time, then at most once per
+    /// [`NEWER_RECORDS_REMEMBERED`]).
+    pub(crate) fn note_newer(&mut self, format: u8, reads: u8) -> bool {
+        let now = Instant::now();
+        let seen = self.newer_records.get_or_insert(NewerRecordsSeen {
+            format,
+            reads,
+            last_seen_at: now,
+            warned_at: None,
+        });
+        seen.format = seen.format.max(format);
+        seen.reads = reads;
+        seen.last_seen_at = now;
+        let warn = seen
+            .warned_at
+            .is_none_or(|at| now.duration_since(at) >= NEWER_RECORDS_REMEMBERED);
+        if warn {
+            seen.warned_at = Some(now);
+        }
+        warn
+    }
 }
 
 impl FetcherHealth {
@@ -134,6 +206,7 @@ impl FetcherHealth {
             last_error: None,
             last_error_permanent: false,
             failures_in_a_row: 0,
+            newer_records: None,
         }
     }
 }

@@ -36,5 +36,7 @@ pub mod worker;
 
 pub use dead::DeadJob;
 pub use error::WorkerError;
-pub use health::{FetcherHealth, MissingDataReport, WorkerHealth};
+pub use health::{
+    FetcherHealth, MissingDataReport, NEWER_RECORDS_REMEMBERED, NewerRecordsSeen, WorkerHealth,
+};
 pub use worker::{HealthProbe, ShutdownReport, Worker, WorkerBuilder, WorkerHandle};

@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use dq_core::metrics::{
-    FAILED_OUTCOMES, JOB_LATENESS, JOB_RUN, JOBS_FAILED, JOBS_RUNNING, JOBS_STARTED, JOBS_SUCCEEDED,
+    FAILED_OUTCOMES, JOB_LATENESS, JOB_RUN, JOBS_FAILED, JOBS_RUNNING, JOBS_STARTED,
+    JOBS_SUCCEEDED, NEWER_RECORDS,
 };
 use metrics::{Counter, Gauge, Histogram};
 
@@ -85,6 +86,13 @@ impl TopicMetrics {
     /// A run failed.
     pub fn failed(&self, why: Failure) {
         self.handles().failed[why as usize].increment(1);
+    }
+
+    /// A fetch met `n` records of record format `format`, newer than this worker reads (rare:
+    /// a newer dq's jobs; the handle is looked up on each call).
+    pub fn newer_records(&self, format: u8, n: u64) {
+        metrics::counter!(NEWER_RECORDS, "topic" => self.topic.clone(), "format" => format.to_string())
+            .increment(n);
     }
 }
 

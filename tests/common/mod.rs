@@ -15,8 +15,8 @@ pub mod redis;
 
 use std::sync::Arc;
 
-use dq::store::Store;
-use dq::{Client, ClientBuilder};
+use dq::store::{Queue, Store};
+use dq::{Client, ClientBuilder, JobState};
 
 /// One test's private store, and the checks that look inside it.
 ///
@@ -48,4 +48,25 @@ pub trait Harness {
 
     /// Panics unless nothing at all was ever written (for Redis: no key in the namespace).
     async fn assert_untouched(&self);
+
+    /// Writes job `key` as a dq writing record format `format` would have left it, in
+    /// `state` (due time, lease deadline or time of death `at_ms`), in the structure its state
+    /// names; attempts and token are 1 once it has run. A format above the newest this dq
+    /// reads stands for a newer dq's job (for Redis: its version byte, then bytes this dq
+    /// cannot read).
+    async fn plant_record(
+        &self,
+        q: &Queue,
+        key: &str,
+        format_state: (u8, JobState),
+        at_ms: u64,
+        payload: &[u8],
+    );
+
+    /// The record format of job `key` (`None`: no such job).
+    async fn record_format(&self, q: &Queue, key: &str) -> Option<u8>;
+
+    /// Everything stored about job `key` (record, the structures holding it, history, cancel
+    /// request) as text, to compare before and after a call that must leave it untouched.
+    async fn describe_record(&self, q: &Queue, key: &str) -> Option<String>;
 }

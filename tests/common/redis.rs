@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use dq::store::redis::layout::{self, PartitionKeys};
+use dq::store::{LEGACY_FORMAT, NEWEST_FORMAT};
 use dq::store::{Queue, RedisOptions, RedisStore, Store};
-use dq::{Client, ClientBuilder, JobKey, Topic};
+use dq::{Client, ClientBuilder, JobKey, JobState, Topic};
 use dq_testkit::{RedisCluster, RedisSentinelSet, RedisServer, keys_in_namespace};
 
 use super::Harness;
@@ -32,6 +33,21 @@ impl Backend {
             Backend::Cluster(c) => c.url(),
             Backend::Sentinel(s) => s.url(),
         }
+    }
+
+    /// Runs one command built with binary arguments.
+    fn query<T: dq_testkit::redis::FromRedisValue>(self, cmd: &dq_testkit::redis::Cmd) -> T {
+        let reply = match self {
+            Backend::Single(s) => cmd.query(&mut s.connection()),
+            Backend::Cluster(c) => cmd.query(&mut c.connection()),
+            Backend::Sentinel(s) => cmd.query(
+                &mut s
+                    .master()
+                    .expect("the sentinels name a master")
+                    .connection(),
+            ),
+        };
+        reply.expect("a test command")
     }
 
     fn cmd<T: dq_testkit::redis::FromRedisValue>(self, args: &[&str]) -> T {
@@ -76,6 +92,9 @@ impl RedisHarness {
             .connect(&backend.url())
             .await
             .expect("connect to the test redis");
+        // The suite's jobs are written in the newest format, as once every live process of
+        // a namespace reads it (the bodies about formats choose theirs).
+        client.store().formats().set_write(NEWEST_FORMAT);
         let store = RedisStore::connect(
             &backend.url(),
             RedisOptions {
@@ -223,6 +242,82 @@ impl Harness for RedisHarness {
             self.ns,
             left.join("\n  ")
         );
+    }
+
+    async fn plant_record(
+        &self,
+        q: &Queue,
+        key: &str,
+        (format, state): (u8, JobState),
+        at_ms: u64,
+        payload: &[u8],
+    ) {
+        let k = PartitionKeys::new(&self.ns, q);
+        let ran = !matches!(state, JobState::Scheduled | JobState::Ready);
+        let header = |format| layout::RecordHeader {
+            format,
+            state,
+            attempts: u8::from(ran),
+            due_ms: at_ms,
+            created_ms: at_ms,
+            token: u64::from(ran),
+        };
+        let record = if format <= NEWEST_FORMAT {
+            header(format).encode(payload)
+        } else {
+            // a newer dq's: its version byte, then bytes this dq does not read
+            let mut r = vec![format];
+            r.extend_from_slice(&header(LEGACY_FORMAT).encode(payload));
+            r
+        };
+        let mut hset = dq_testkit::redis::cmd("HSET");
+        hset.arg(&k.jobs).arg(key).arg(record);
+        let _: i64 = self.backend.query(&hset);
+        let at = at_ms.to_string();
+        match state {
+            JobState::Ready => self.backend.cmd::<i64>(&["RPUSH", &k.ready, key]),
+            JobState::Scheduled => self.backend.cmd(&["ZADD", &k.scheduled, &at, key]),
+            JobState::Retry => self.backend.cmd(&["ZADD", &k.retry, &at, key]),
+            JobState::Active => self.backend.cmd(&["ZADD", &k.active, &at, key]),
+            JobState::Dead => self.backend.cmd(&["ZADD", &k.dead, &at, key]),
+        };
+    }
+
+    async fn record_format(&self, q: &Queue, key: &str) -> Option<u8> {
+        let k = PartitionKeys::new(&self.ns, q);
+        let mut hget = dq_testkit::redis::cmd("HGET");
+        hget.arg(&k.jobs).arg(key);
+        let record: Option<Vec<u8>> = self.backend.query(&hget);
+        match layout::record_format(&record?, NEWEST_FORMAT) {
+            layout::RecordFormat::Known(f) | layout::RecordFormat::Newer(f) => Some(f),
+            layout::RecordFormat::Corrupt => panic!("job {key:?} holds no record"),
+        }
+    }
+
+    async fn describe_record(&self, q: &Queue, key: &str) -> Option<String> {
+        let k = PartitionKeys::new(&self.ns, q);
+        let mut hget = dq_testkit::redis::cmd("HGET");
+        hget.arg(&k.jobs).arg(key);
+        let record: Option<Vec<u8>> = self.backend.query(&hget);
+        let record = record?;
+        let mut out = format!("record {record:?}");
+        for (name, set) in [
+            ("scheduled", &k.scheduled),
+            ("retry", &k.retry),
+            ("active", &k.active),
+            ("dead", &k.dead),
+        ] {
+            let score: Option<String> = self.backend.cmd(&["ZSCORE", set, key]);
+            out.push_str(&format!(" {name} {score:?}"));
+        }
+        let ready: Vec<String> = self.backend.cmd(&["LRANGE", &k.ready, "0", "-1"]);
+        let at: Vec<usize> = (0..ready.len()).filter(|i| ready[*i] == key).collect();
+        let hist: Option<Vec<u8>> = self.backend.cmd(&["HGET", &k.hist, key]);
+        let cancel: Option<String> = self.backend.cmd(&["HGET", &k.control, &format!("x:{key}")]);
+        out.push_str(&format!(
+            " ready at {at:?} history {hist:?} cancel {cancel:?}"
+        ));
+        Some(out)
     }
 
     async fn assert_untouched(&self) {

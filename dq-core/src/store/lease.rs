@@ -256,6 +256,12 @@ impl Default for FetchRequest {
     }
 }
 
+/// The least wait before a fetch looks again at a structure it found held by a newer dq's
+/// record (the ready list, a due set, the expired leases): such a record is work this process
+/// cannot do, so it must not make the worker poll. (`fetch.lua`'s `NEWER_WAIT_MS`, tied by a
+/// test.)
+pub const NEWER_RECORD_WAIT: Duration = Duration::from_millis(1000);
+
 /// What `fetch` returned.
 #[derive(Clone, Debug, Default)]
 pub struct FetchReply {
@@ -268,6 +274,20 @@ pub struct FetchReply {
     pub buried: Vec<JobKey>,
     /// Dead jobs removed by cap or retention in this call.
     pub trimmed: u64,
+    /// Records of a newer format than this process reads, met and left untouched by this
+    /// call (a newer dq's jobs: this worker cannot run them; see ARCHITECTURE.md §4).
+    pub newer: Vec<NewerRecord>,
+}
+
+/// A job record written by a newer dq, in a format this process does not read: it is never
+/// leased, moved, buried or deleted here, only reported (the worker logs it and says so in
+/// its health report).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewerRecord {
+    /// The job's key.
+    pub key: JobKey,
+    /// The format the record says it was written in.
+    pub format: u8,
 }
 
 /// The outcome of a failed attempt, chosen by the worker from the retry policy.

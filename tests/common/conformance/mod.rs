@@ -113,6 +113,9 @@ macro_rules! conformance_suite {
             schedules::schedules_are_stored_listed_and_removed,
             schedules::racing_scheduler_passes_store_each_tick_once,
             formats::a_process_reading_less_than_the_level_is_refused,
+            formats::both_formats_live_a_whole_job_life,
+            formats::a_newer_record_is_left_untouched_and_reported,
+            formats::older_records_stay_readable_as_newer_ones_are_written,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,

@@ -15,21 +15,42 @@ use super::partition::{
 use super::receipts::FetchReceipt;
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
-use crate::job::{AttemptOutcome, JobState, Queue};
+use crate::job::{AttemptOutcome, Queue};
 use crate::names::JobKey;
 use crate::store::lease::{
     AckOutcome, DeadLimits, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
-    FetchReply, FetchRequest, Lease, WakeListener,
+    FetchReply, FetchRequest, Lease, NEWER_RECORD_WAIT, NewerRecord, WakeListener,
 };
 
 impl Partition {
-    /// Mirrors `fetch.lua`: recover expired leases, promote due jobs, lease ready ones.
+    /// Leases the job under `key` (a record this dq reads) with `token` until `deadline`.
+    fn lease_now(
+        &mut self,
+        queue: &Queue,
+        key: JobKey,
+        token: u64,
+        now: u64,
+        deadline: u64,
+    ) -> Option<crate::store::lease::Delivery> {
+        let rec = self.jobs.get_mut(&key)?;
+        rec.place = Place::Active(deadline);
+        rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
+        rec.token = token;
+        self.sets.active.insert((deadline, key.clone()));
+        Some(rec.delivery(queue, key, now, deadline))
+    }
+
+    /// Mirrors `fetch.lua`: recover expired leases, promote due jobs, lease ready ones. A
+    /// newer dq's record ends the pass over the structure that holds it, as in the script.
     fn fetch(&mut self, queue: &Queue, request: &FetchRequest, now: u64) -> FetchReply {
         let lease_ms = ms(request.lease).max(1);
         let cap = request.dead_limits.cap.max(1);
         let retention_ms = ms(request.dead_limits.retention);
         let mut trimmed = 0;
         let mut buried = Vec::new();
+        // newer records met; where they stopped a pass: ready, scheduled, retry, active
+        let mut newer = Vec::new();
+        let (mut stopped_ready, mut stopped_sets, mut stopped_active) = (false, [false; 2], false);
         let call = request.call;
         let mut jobs = Vec::new();
         let mut token: Option<u64> = None;
@@ -89,6 +110,14 @@ impl Partition {
             .cloned()
             .collect();
         for (deadline, key) in expired {
+            if let Some(rec) = self.jobs.get(&key).filter(|r| r.is_newer()) {
+                newer.push(NewerRecord {
+                    key,
+                    format: rec.format,
+                });
+                stopped_active = true;
+                break;
+            }
             self.sets.active.remove(&(deadline, key.clone()));
             if self.control.cancels.remove(&key).is_some() {
                 // its cancel was requested while it ran: it ends as cancelled
@@ -162,6 +191,8 @@ impl Partition {
         //    `room` are leased (ready is empty by then, so they are next in line), the rest
         //    wait in ready — as fetch.lua does
         let mut promote_more = false;
+        let mut promoted = 0;
+        let deadline = now + lease_ms;
         for pass in 0..2 {
             if pass == 1 {
                 let limit = max_jobs - jobs.len() + request.promote_batch;
@@ -178,36 +209,82 @@ impl Partition {
                 due.truncate(limit);
                 promote_more = limit > 0 && due.len() == limit;
                 for (_, rank, slot) in due {
+                    let r = usize::from(rank);
+                    if stopped_sets[r] {
+                        continue; // behind a newer record of this set: left where it is
+                    }
                     let set = if rank == 0 {
                         &mut self.sets.scheduled
                     } else {
                         &mut self.sets.retry
                     };
-                    let Some(key) = set.remove(&slot) else {
+                    let Some(key) = set.get(&slot).cloned() else {
                         continue;
                     };
+                    if let Some(rec) = self.jobs.get(&key).filter(|r| r.is_newer()) {
+                        newer.push(NewerRecord {
+                            key,
+                            format: rec.format,
+                        });
+                        stopped_sets[r] = true;
+                        continue;
+                    }
+                    set.remove(&slot);
+                    if stopped_ready && jobs.len() < max_jobs && self.jobs.contains_key(&key) {
+                        // ready is held by a newer record: leased directly, as the script does
+                        let next = next_token(&mut self.counters);
+                        jobs.extend(self.lease_now(queue, key, next, now, deadline));
+                        continue;
+                    }
                     let place = self.sets.push_ready_back(&key);
+                    promoted += 1;
                     if let Some(rec) = self.jobs.get_mut(&key) {
                         rec.place = place;
                     }
                 }
+                if stopped_sets.contains(&true) {
+                    promote_more = false;
+                }
             }
-            while jobs.len() < max_jobs {
+            while !stopped_ready && jobs.len() < max_jobs {
+                let Some((_, key)) = self.sets.ready.first_key_value() else {
+                    break;
+                };
+                if let Some(rec) = self.jobs.get(key).filter(|r| r.is_newer()) {
+                    // left at the front with every job behind it; not work this dq can do
+                    newer.push(NewerRecord {
+                        key: key.clone(),
+                        format: rec.format,
+                    });
+                    stopped_ready = true;
+                    break;
+                }
                 let Some((_, key)) = self.sets.ready.pop_first() else {
                     break;
                 };
-                let Some(rec) = self.jobs.get_mut(&key) else {
+                if !self.jobs.contains_key(&key) {
                     continue;
-                };
+                }
                 let next = next_token(&mut self.counters);
-                let deadline = now + lease_ms;
-                rec.place = Place::Active(deadline);
-                rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
-                rec.token = next;
-                self.sets.active.insert((deadline, key.clone()));
-                jobs.push(rec.delivery(queue, key, now, deadline));
+                jobs.extend(self.lease_now(queue, key, next, now, deadline));
             }
         }
+        // work left in ready for this dq (one stopped at a newer record has only what this
+        // call put behind it)
+        let ready_left = if stopped_ready {
+            promoted > 0
+        } else {
+            !self.sets.ready.is_empty()
+        };
+        // an index stopped at a newer record is looked at again no sooner than this
+        let newer_wait = ms(NEWER_RECORD_WAIT);
+        let floor = |stopped: bool, at: u64| {
+            if stopped {
+                at.max(now + newer_wait)
+            } else {
+                at
+            }
+        };
 
         if let Some((t, _, tat)) = &mut gcra
             && jobs.len() > from_receipt
@@ -217,7 +294,7 @@ impl Partition {
         }
 
         // 4. what next
-        let next_in = if limited && (!self.sets.ready.is_empty() || promote_more) {
+        let next_in = if limited && (ready_left || promote_more) {
             // a limit holds due work back: no chained wake-up
             if limit_wait == -2
                 && let Some((t, tau, tat)) = gcra
@@ -225,17 +302,15 @@ impl Partition {
                 let k = (tau / t / 2.0).floor().max(1.0);
                 limit_wait = ((tat - tau + (k - 1.0) * t - now as f64).ceil() as i64).max(1);
             }
-            let head = self
-                .sets
-                .active
-                .first()
-                .map(|(deadline, _)| (deadline + 1).saturating_sub(now) as i64);
+            let head = self.sets.active.first().map(|(deadline, _)| {
+                floor(stopped_active, deadline + 1).saturating_sub(now) as i64
+            });
             match (limit_wait, head) {
                 (w, Some(h)) if w < 0 || h < w => Some(h as u64),
                 (w, _) if w >= 0 => Some(w as u64),
                 _ => None,
             }
-        } else if !self.sets.ready.is_empty() || promote_more {
+        } else if ready_left || promote_more {
             if !jobs.is_empty() {
                 self.wake();
             }
@@ -245,10 +320,16 @@ impl Partition {
                 self.sets
                     .scheduled
                     .first_key_value()
-                    .map(|((due, _), _)| *due),
-                self.sets.retry.first_key_value().map(|((due, _), _)| *due),
+                    .map(|((due, _), _)| floor(stopped_sets[0], *due)),
+                self.sets
+                    .retry
+                    .first_key_value()
+                    .map(|((due, _), _)| floor(stopped_sets[1], *due)),
                 // a lease expires once now > deadline
-                self.sets.active.first().map(|(deadline, _)| deadline + 1),
+                self.sets
+                    .active
+                    .first()
+                    .map(|(deadline, _)| floor(stopped_active, deadline + 1)),
             ];
             let next = heads.into_iter().flatten().min();
             if jobs.is_empty() && retention_ms > 0 {
@@ -274,6 +355,7 @@ impl Partition {
             next_in: next_in.map(Duration::from_millis),
             buried,
             trimmed,
+            newer,
         }
     }
 
@@ -283,9 +365,7 @@ impl Partition {
         for (key, token) in done {
             let outcome = match self.jobs.get(key) {
                 None => AckOutcome::Gone,
-                Some(rec) if rec.state() != JobState::Active || rec.token != *token => {
-                    AckOutcome::Stale
-                }
+                Some(rec) if !rec.is_leased_by(*token) => AckOutcome::Stale,
                 Some(rec) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     self.jobs.remove(key);
@@ -317,7 +397,7 @@ impl Partition {
         let Some(rec) = self.jobs.get_mut(key) else {
             return Ok(FailOutcome::Gone);
         };
-        if rec.state() != JobState::Active || rec.token != token {
+        if !rec.is_leased_by(token) {
             return Err(Error::StaleToken {
                 key: key.to_string(),
             });
@@ -385,7 +465,7 @@ impl Partition {
         leases
             .iter()
             .map(|(key, token)| match self.jobs.get_mut(key) {
-                Some(rec) if rec.state() == JobState::Active && rec.token == *token => {
+                Some(rec) if rec.is_leased_by(*token) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     rec.place = Place::Active(deadline);
                     self.sets.active.insert((deadline, key.clone()));
@@ -408,11 +488,7 @@ impl Partition {
             .iter()
             .rev()
             .map(|(key, token)| match self.jobs.get_mut(key) {
-                Some(rec)
-                    if rec.state() == JobState::Active
-                        && rec.token == *token
-                        && self.control.cancels.contains_key(key) =>
-                {
+                Some(rec) if rec.is_leased_by(*token) && self.control.cancels.contains_key(key) => {
                     // its cancel was requested: it ends as cancelled, never runs again
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     self.jobs.remove(key);
@@ -420,7 +496,7 @@ impl Partition {
                     self.counters.cancelled += 1;
                     true
                 }
-                Some(rec) if rec.state() == JobState::Active && rec.token == *token => {
+                Some(rec) if rec.is_leased_by(*token) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     rec.attempts = rec.attempts.saturating_sub(1);
                     rec.place = self.sets.push_ready_front(key);

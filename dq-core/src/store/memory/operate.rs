@@ -188,7 +188,9 @@ impl Partition {
                             order: ((start + n) as u64, 0),
                             key: key.clone(),
                         };
-                        self.jobs.get(key).map(|rec| (pos, rec.info(key)))
+                        // a newer dq's record is skipped, as list.lua skips it
+                        let rec = self.jobs.get(key).filter(|r| !r.is_newer())?;
+                        Some((pos, rec.info(key)))
                     })
                     .collect();
                 let next = start.saturating_add(jobs.len());
@@ -242,7 +244,8 @@ impl Partition {
             .by_ref()
             .take(limit)
             .filter_map(|pos| {
-                let info = self.jobs.get(&pos.key).map(|rec| rec.info(&pos.key))?;
+                let rec = self.jobs.get(&pos.key).filter(|r| !r.is_newer())?;
+                let info = rec.info(&pos.key);
                 Some((pos, info))
             })
             .collect();
@@ -312,7 +315,8 @@ impl Partition {
 
     /// Mirrors `purge_dead.lua`: the named dead jobs (a name repeated still takes a slot of
     /// `limit`, but is deleted and counted once), or the oldest `limit`.
-    fn purge_dead(&mut self, keys: &[JobKey], limit: usize) -> u64 {
+    /// A job it would delete whose record is newer refuses the call before any delete.
+    fn purge_dead(&mut self, keys: &[JobKey], limit: usize) -> Result<u64> {
         let chosen: Vec<JobKey> = if keys.is_empty() {
             self.sets
                 .dead
@@ -331,6 +335,7 @@ impl Partition {
                 .cloned()
                 .collect()
         };
+        self.check_not_newer(&chosen)?;
         let mut deleted = 0;
         for key in chosen {
             if let Some(rec) = self.jobs.get(&key)
@@ -341,14 +346,17 @@ impl Partition {
                 deleted += 1;
             }
         }
-        deleted
+        Ok(deleted)
     }
 }
 
 #[async_trait]
 impl Operate for MemoryStore {
     async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome> {
-        Ok(self.write(queue, |p, _| p.cancel(key)))
+        self.write(queue, |p, _| {
+            p.check_not_newer([key])?;
+            Ok(p.cancel(key))
+        })
     }
 
     async fn reschedule(
@@ -357,7 +365,10 @@ impl Operate for MemoryStore {
         key: &JobKey,
         due: NewDue,
     ) -> Result<RescheduleOutcome> {
-        Ok(self.write(queue, |p, now| p.reschedule(key, due, now)))
+        self.write(queue, |p, now| {
+            p.check_not_newer([key])?;
+            Ok(p.reschedule(key, due, now))
+        })
     }
 
     async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState> {
@@ -366,9 +377,11 @@ impl Operate for MemoryStore {
     }
 
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {
-        Ok(self.read(queue, |p, _| {
-            p.and_then(|p| p.jobs.get(key)).map(|rec| rec.info(key))
-        }))
+        self.read(queue, |p, _| {
+            let Some(p) = p else { return Ok(None) };
+            p.check_not_newer([key])?;
+            Ok(p.jobs.get(key).map(|rec| rec.info(key)))
+        })
     }
 
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
@@ -392,14 +405,17 @@ impl Operate for MemoryStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.write(queue, |p, now| p.requeue_dead(keys, now)))
+        self.write(queue, |p, now| {
+            p.check_not_newer(keys)?;
+            Ok(p.requeue_dead(keys, now))
+        })
     }
 
     async fn purge_dead(&self, queue: &Queue, keys: &[JobKey], limit: usize) -> Result<u64> {
         if limit == 0 {
             return Ok(0);
         }
-        Ok(self.write(queue, |p, _| p.purge_dead(keys, limit)))
+        self.write(queue, |p, _| p.purge_dead(keys, limit))
     }
 
     async fn act_on_dead(
@@ -412,6 +428,13 @@ impl Operate for MemoryStore {
             return Ok(Vec::new());
         }
         check_act_len(seen)?;
-        Ok(self.write(queue, |p, now| p.act_on_dead(action, seen, now)))
+        self.write(queue, |p, now| {
+            // (dead_act.lua meets a record only when its time of death is the listed one)
+            let listed = seen
+                .iter()
+                .filter(|(k, died)| p.jobs.get(k).is_some_and(|r| r.place == Place::Dead(*died)));
+            p.check_not_newer(listed.map(|(k, _)| k))?;
+            Ok(p.act_on_dead(action, seen, now))
+        })
     }
 }

@@ -10,6 +10,8 @@ use tokio::sync::Notify;
 
 use super::receipts::{FetchReceipts, Receipts};
 use crate::control::Rate;
+use crate::error::{Error, Result};
+use crate::format::NEWEST_FORMAT;
 use crate::job::{
     AttemptOutcome, AttemptRecord, JobInfo, JobState, MAX_HISTORY, Queue, truncate_error,
 };
@@ -39,6 +41,10 @@ pub(super) enum Place {
 
 /// One job: the Redis record's header fields, its payload and its attempt history.
 pub(super) struct Record {
+    /// The record format it was written in (kept when it moves between states). One above
+    /// what this dq reads (planted by a test, standing for a newer dq's job) is never leased,
+    /// moved or deleted: the same rule as the scripts' (`lib.lua` `is_newer`).
+    pub(super) format: u8,
     pub(super) place: Place,
     pub(super) attempts: u32,
     /// For retry: the next attempt; for dead: unchanged from the last wait.
@@ -69,6 +75,18 @@ impl Record {
 }
 
 impl Record {
+    /// Whether a newer dq wrote it, in a format this one does not read. (The embedded store
+    /// is one process: it reads every format this dq knows.)
+    pub(super) fn is_newer(&self) -> bool {
+        self.format > NEWEST_FORMAT
+    }
+
+    /// Whether the lease under `token` holds it: running, with that token, and of a format
+    /// this dq reads (a newer record is never this process's lease: "not yours").
+    pub(super) fn is_leased_by(&self, token: u64) -> bool {
+        !self.is_newer() && self.state() == JobState::Active && self.token == token
+    }
+
     pub(super) fn state(&self) -> JobState {
         match self.place {
             Place::Scheduled(_) => JobState::Scheduled,
@@ -249,6 +267,25 @@ pub(super) struct Partition {
     pub(super) receipts: Receipts,
     pub(super) fetch_receipts: FetchReceipts,
     pub(super) control: Control,
+}
+
+impl Partition {
+    /// Refuses, before any write, an operation on a job whose record is of a newer format
+    /// (the scripts' `newer_error`).
+    pub(super) fn check_not_newer<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a JobKey>,
+    ) -> Result<()> {
+        for key in keys {
+            if let Some(rec) = self.jobs.get(key).filter(|r| r.is_newer()) {
+                return Err(Error::NewerFormat {
+                    format: rec.format,
+                    reads: NEWEST_FORMAT,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The partition's control settings (the Redis `control` hash).

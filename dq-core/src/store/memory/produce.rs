@@ -11,12 +11,21 @@ use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 
 impl Partition {
     /// Mirrors `enqueue.lua`.
-    fn enqueue(&mut self, jobs: &[NewJob], call: EnqueueCall, now: u64) -> Vec<EnqueueOutcome> {
+    /// New records are written in `format` (the store's `formats().write()`).
+    fn enqueue(
+        &mut self,
+        jobs: &[NewJob],
+        call: EnqueueCall,
+        format: u8,
+        now: u64,
+    ) -> Result<Vec<EnqueueOutcome>> {
+        // a newer dq's record can be neither read nor replaced: refused before any write
+        self.check_not_newer(jobs.iter().map(|j| &j.key))?;
         self.receipts.prune(now);
         if let Some((applied, then)) = self.receipts.get(call.id).filter(|_| call.retry) {
             // An earlier try of this call was applied: report, write nothing. A job it created
             // or replaced that is still there (its time, this payload) is reported so again.
-            return jobs
+            return Ok(jobs
                 .iter()
                 .enumerate()
                 .map(|(i, job)| {
@@ -35,7 +44,7 @@ impl Partition {
                         Some(r) => EnqueueOutcome::Exists(r.state()),
                     }
                 })
-                .collect();
+                .collect());
         }
         let mut need_wake = false;
         let mut created = 0;
@@ -61,6 +70,7 @@ impl Partition {
                 self.jobs.insert(
                     job.key.clone(),
                     Record {
+                        format,
                         place,
                         attempts: 0,
                         due_ms: due,
@@ -81,7 +91,7 @@ impl Partition {
         if need_wake {
             self.wake();
         }
-        out
+        Ok(out)
     }
 }
 
@@ -96,6 +106,7 @@ impl Produce for MemoryStore {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.write(queue, |p, now| p.enqueue(jobs, call, now)))
+        let format = self.formats.write();
+        self.write(queue, |p, now| p.enqueue(jobs, call, format, now))
     }
 }

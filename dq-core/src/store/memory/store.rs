@@ -7,9 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use super::clock::Clock;
-use super::partition::Partition;
-use crate::job::Queue;
-use crate::names::Topic;
+use super::partition::{Later, Partition, Place, Record};
+use crate::job::{JobState, Queue};
+use crate::names::{JobKey, Topic};
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
@@ -100,6 +100,91 @@ impl MemoryStore {
                     .iter()
                     .all(|n| *n == 0)
             })
+    }
+
+    /// Plants a job record of record format `format` in `state` (due, lease deadline or time
+    /// of death `at_ms`), placed where its state says, as a dq writing that format would have
+    /// left it: for tests of the version rules (a format above the newest this dq reads stands
+    /// for a newer dq's job, which this store must leave untouched). Replaces any job of
+    /// that key.
+    #[doc(hidden)]
+    pub fn plant_record(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        (format, state): (u8, JobState),
+        at_ms: u64,
+        payload: &[u8],
+    ) {
+        let mut all = self.lock();
+        let p = all.entry(queue.clone()).or_default();
+        if let Some(old) = p.jobs.remove(key) {
+            p.sets.unlink(key, old.place, old.due_ms);
+        }
+        let place = match state {
+            JobState::Scheduled => p.sets.insert_later(Later::Scheduled, key, at_ms),
+            JobState::Retry => p.sets.insert_later(Later::Retry, key, at_ms),
+            JobState::Ready => p.sets.push_ready_back(key),
+            JobState::Active => {
+                p.sets.active.insert((at_ms, key.clone()));
+                Place::Active(at_ms)
+            }
+            JobState::Dead => {
+                p.sets.dead.insert((at_ms, key.clone()));
+                Place::Dead(at_ms)
+            }
+        };
+        let ran = !matches!(state, JobState::Scheduled | JobState::Ready);
+        // its token was handed out by the counter, as by a store that leased it
+        p.counters.token = p.counters.token.max(u64::from(ran));
+        p.jobs.insert(
+            key.clone(),
+            Record {
+                format,
+                place,
+                attempts: u32::from(ran),
+                due_ms: at_ms,
+                created_ms: at_ms,
+                token: u64::from(ran),
+                payload: payload.to_vec(),
+                history: Vec::new(),
+            },
+        );
+    }
+
+    /// The record format of the job under `key`, if there is one (for tests).
+    #[doc(hidden)]
+    pub fn record_format(&self, queue: &Queue, key: &JobKey) -> Option<u8> {
+        self.read(queue, |p, _| p?.jobs.get(key).map(|r| r.format))
+    }
+
+    /// Everything stored about the job under `key` (its fields and where it is), as text, to
+    /// compare before and after an operation that must leave it untouched (for tests).
+    #[doc(hidden)]
+    pub fn describe_record(&self, queue: &Queue, key: &JobKey) -> Option<String> {
+        self.read(queue, |p, _| {
+            let p = p?;
+            let r = p.jobs.get(key)?;
+            let ready_at = p
+                .sets
+                .ready
+                .iter()
+                .find(|(_, k)| *k == key)
+                .map(|(i, _)| *i);
+            Some(format!(
+                "format {} {:?} attempts {} due {} created {} token {} payload {:?} \
+                 history {} ready at {ready_at:?} cancel {:?}",
+                r.format,
+                r.place,
+                r.attempts,
+                r.due_ms,
+                r.created_ms,
+                r.token,
+                r.payload,
+                r.history.len(),
+                p.control.cancels.get(key),
+            ))
+        })
     }
 
     /// The topic registry, locked (before the partitions, if both are taken).

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::record::Record;
-use super::scripts::{Reply, SCRIPTS, codes};
+use super::scripts::{Reply, codes};
 use super::store::{RedisStore, key_of, ms, per_partition_cap};
 use super::wake::RedisWakeListener;
 use crate::error::{Error, Result};
@@ -14,14 +14,14 @@ use crate::job::{Queue, truncate_error};
 use crate::names::JobKey;
 use crate::store::lease::{
     AckOutcome, DeadLimits, Delivery, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
-    FetchReply, FetchRequest, Lease, WakeListener,
+    FetchReply, FetchRequest, Lease, NewerRecord, WakeListener,
 };
 
 #[async_trait]
 impl Lease for RedisStore {
     async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply> {
         let k = self.keys(queue);
-        let s = &SCRIPTS.fetch;
+        let s = &self.scripts().fetch;
         request.validate()?;
         let lease_ms = ms(request.lease).max(1);
         let call = request.call;
@@ -48,7 +48,8 @@ impl Lease for RedisStore {
         let trimmed = r.int("trimmed")? as u64;
         let n_jobs = r.int("n_jobs")? as usize;
         let n_buried = r.int("n_buried")? as usize;
-        if r.remaining() != n_jobs * 2 + n_buried {
+        let n_newer = r.int("n_newer")? as usize;
+        if r.remaining() != n_jobs * 2 + n_buried + n_newer * 2 {
             return Err(Error::Protocol(
                 "fetch: reply length does not match its counts".into(),
             ));
@@ -56,7 +57,7 @@ impl Lease for RedisStore {
         let mut jobs = Vec::with_capacity(n_jobs);
         for _ in 0..n_jobs {
             let key = key_of(r.bytes("key")?)?;
-            let rec = Record::decode(r.bytes("record")?)?;
+            let rec = Record::decode(r.bytes("record")?, self.formats.reads())?;
             jobs.push(Delivery {
                 queue: queue.clone(),
                 key,
@@ -72,6 +73,15 @@ impl Lease for RedisStore {
         let buried = (0..n_buried)
             .map(|_| r.bytes("buried key").and_then(key_of))
             .collect::<Result<Vec<_>>>()?;
+        let newer = (0..n_newer)
+            .map(|_| {
+                let key = r.bytes("newer key").and_then(key_of)?;
+                let format = r.int("newer format")?;
+                let format = u8::try_from(format)
+                    .map_err(|_| Error::Protocol(format!("fetch: record format {format}")))?;
+                Ok(NewerRecord { key, format })
+            })
+            .collect::<Result<Vec<_>>>()?;
         if trimmed > 0 {
             tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
         }
@@ -85,6 +95,7 @@ impl Lease for RedisStore {
             next_in: u64::try_from(next_ms).ok().map(Duration::from_millis),
             buried,
             trimmed,
+            newer,
         })
     }
 
@@ -93,7 +104,7 @@ impl Lease for RedisStore {
             return Ok(Vec::new());
         }
         let k = self.keys(queue);
-        let s = &SCRIPTS.ack;
+        let s = &self.scripts().ack;
         let reply = self
             .run(s, &k, &[], |inv| {
                 for (key, token) in done {
@@ -125,7 +136,7 @@ impl Lease for RedisStore {
             return Ok(Vec::new());
         }
         let k = self.keys(queue);
-        let s = &SCRIPTS.fail;
+        let s = &self.scripts().fail;
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(per_partition_cap(dead_limits))
@@ -188,7 +199,7 @@ impl Lease for RedisStore {
             return Ok(Vec::new());
         }
         let k = self.keys(queue);
-        let s = &SCRIPTS.extend;
+        let s = &self.scripts().extend;
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(ms(lease).max(1));
@@ -216,7 +227,7 @@ impl Lease for RedisStore {
             return Ok(Vec::new());
         }
         let k = self.keys(queue);
-        let s = &SCRIPTS.release;
+        let s = &self.scripts().release;
         let reply = self
             .run(s, &k, &[], |inv| {
                 for (key, token) in leases {

@@ -283,3 +283,170 @@ fn lua_cut_error_is_rust_truncate_error() {
         );
     }
 }
+
+/// The script that classifies each ARGV value with `lib.lua`'s format helpers: per value
+/// {format_of or -1, is_newer, is_record, then for a record: its format as `pack_record` takes
+/// it, header length, state, token}.
+const FORMAT_PROBE: &str = "
+local out = {}
+for i, rec in ipairs(ARGV) do
+  local row = {format_of(rec) or -1, is_newer(rec) and 1 or 0, is_record(rec) and 1 or 0}
+  if is_record(rec) then
+    local state, _, _, _, token = unpack_record(rec)
+    row[4], row[5], row[6], row[7] = record_format(rec), header_len(rec), state, token
+    if state ~= state_of(rec) or token ~= token_of(rec) then row[6] = 'mismatch' end
+  end
+  out[i] = row
+end
+return out
+";
+
+/// Runs `script` (the probe) on the shared server with `values` as ARGV: one row per value.
+fn eval_rows(script: &str, values: &[&[u8]]) -> Vec<Vec<dq_testkit::redis::Value>> {
+    let mut conn = dq_testkit::shared().connection();
+    dq_testkit::redis::cmd("EVAL")
+        .arg(script)
+        .arg(0)
+        .arg(values)
+        .query(&mut conn)
+        .expect("the probe runs")
+}
+
+/// Sample stored values: records of both formats, newer ones, damaged ones.
+fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
+    use crate::store::redis::layout::{MAX_FORMAT, RecordHeader};
+    let header = |format| RecordHeader {
+        format,
+        state: JobState::Retry,
+        attempts: 2,
+        due_ms: 1_790_000_000_123,
+        created_ms: 1_790_000_000_000,
+        token: 77,
+    };
+    let newer = |format: u8| {
+        let mut r = vec![format];
+        r.extend_from_slice(&header(1).encode(b"whatever a newer dq writes"));
+        r
+    };
+    vec![
+        ("format 1", header(1).encode(b"payload")),
+        ("format 1, empty payload", header(1).encode(b"")),
+        ("format 2", header(2).encode(b"payload")),
+        ("format 2, empty payload", header(2).encode(b"")),
+        ("format 3", newer(3)),
+        ("format 31", newer(MAX_FORMAT)),
+        ("format 3, one byte", vec![3]),
+        ("first byte 32", newer(MAX_FORMAT + 1)),
+        ("first byte 0", newer(0)),
+        ("first byte 1", newer(1)),
+        ("unknown letter", b"Zxxxxxxxxxxxxxxxxxxxxxxx".to_vec()),
+        ("format 1 too short", header(1).encode(b"")[..19].to_vec()),
+        ("format 2 too short", header(2).encode(b"")[..20].to_vec()),
+        ("format 2, bad state", {
+            let mut r = header(2).encode(b"p");
+            r[1] = b'Z';
+            r
+        }),
+        ("empty", Vec::new()),
+    ]
+}
+
+/// The version rules are one rule: for a process reading formats up to 1 and up to 2, every
+/// sample value is classified alike by `lib.lua` (format_of, is_newer, is_record, and the
+/// header fields of a record), by Rust's `RecordHeader::decode_reading` (a record, newer
+/// with its format, or not a record), and by the embedded store, which leaves a planted
+/// record of each format untouched exactly when Lua calls that format newer. Also: `FORMAT`
+/// in `lib.lua` is dq-core's `LEGACY_FORMAT` and the layout's `MAX_FORMAT`, and its
+/// `NEWEST_FORMAT` is dq-core's.
+#[test]
+fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
+    use crate::format::{LEGACY_FORMAT, NEWEST_FORMAT};
+    use crate::store::redis::layout::{MAX_FORMAT, RecordHeader, header_len};
+
+    let table = lib_table("FORMAT");
+    assert_eq!(table["legacy"], LEGACY_FORMAT.to_string());
+    assert_eq!(table["versioned"], (LEGACY_FORMAT + 1).to_string());
+    assert_eq!(table["max"], MAX_FORMAT.to_string());
+    assert!(LIB.contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n")));
+
+    use dq_testkit::redis::from_redis_value as from;
+    let samples = format_samples();
+    let mut checked = 0;
+    for reads in LEGACY_FORMAT..=NEWEST_FORMAT {
+        let script = format!("{}\n{FORMAT_PROBE}", super::scripts::lib_reading(reads));
+        let values: Vec<&[u8]> = samples.iter().map(|(_, v)| v.as_slice()).collect();
+        let rows = eval_rows(&script, &values);
+        assert_eq!(rows.len(), samples.len());
+        for ((name, value), row) in samples.iter().zip(rows) {
+            let int = |i: usize| -> i64 { from(row[i].clone()).unwrap() };
+            let (lua_format, lua_newer, lua_record) = (int(0), int(1) == 1, int(2) == 1);
+            let at = format!("{name} (reading formats up to {reads})");
+            match RecordHeader::decode_reading(value, reads) {
+                Ok(h) => {
+                    assert!(
+                        lua_record && !lua_newer,
+                        "{at}: Rust reads a record, Lua not"
+                    );
+                    assert_eq!(i64::from(h.format), lua_format, "{at}");
+                    assert_eq!(int(3), i64::from(h.format), "{at}: record_format");
+                    assert_eq!(int(4), header_len(h.format) as i64, "{at}: header_len");
+                    let state: String = from(row[5].clone()).unwrap();
+                    assert_eq!(state.as_bytes(), [h.state.code()], "{at}: state");
+                    assert_eq!(int(6), h.token as i64, "{at}: token");
+                }
+                Err(crate::error::Error::NewerFormat { format, reads: r }) => {
+                    assert_eq!(r, reads);
+                    assert!(lua_newer && !lua_record, "{at}: Rust says newer, Lua not");
+                    assert_eq!(i64::from(format), lua_format, "{at}");
+                }
+                Err(e) => {
+                    assert!(
+                        !lua_newer && !lua_record,
+                        "{at}: Rust says {e}, Lua reads it"
+                    );
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 2 * samples.len());
+
+    // The embedded store reads every format this dq knows: a planted record of a format Lua
+    // (reading as much) calls newer is left in place and reported; any other is leased.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use crate::store::lease::Lease;
+        let script = format!(
+            "{}\n{FORMAT_PROBE}",
+            super::scripts::lib_reading(NEWEST_FORMAT)
+        );
+        for format in LEGACY_FORMAT..=MAX_FORMAT {
+            let value = if format == LEGACY_FORMAT {
+                b"R".to_vec()
+            } else {
+                vec![format]
+            };
+            let rows = eval_rows(&script, &[&value]);
+            let lua_newer: i64 = from(rows[0][1].clone()).unwrap();
+            let store = crate::store::memory::MemoryStore::new();
+            let queue = crate::job::Queue::new(crate::names::Topic::new("t").unwrap(), 0);
+            let key = crate::names::JobKey::new("k").unwrap();
+            let now = crate::store::catalog::Catalog::now_ms(&store)
+                .await
+                .unwrap();
+            store.plant_record(&queue, &key, (format, JobState::Ready), now, b"p");
+            let reply = store
+                .fetch(&queue, &crate::store::lease::FetchRequest::default())
+                .await
+                .unwrap();
+            assert_eq!(
+                (reply.newer.len(), reply.jobs.len()),
+                if lua_newer == 1 { (1, 0) } else { (0, 1) },
+                "format {format}"
+            );
+        }
+    });
+}

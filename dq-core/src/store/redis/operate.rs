@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::record::{Record, decode_history};
-use super::scripts::{Reply, SCRIPTS, as_int, codes, unexpected};
+use super::scripts::{Reply, as_int, codes, unexpected};
 use super::store::{RedisStore, key_of, ms};
 use crate::control::{ControlChange, ControlState, Rate};
 use crate::error::{Error, Result};
@@ -23,7 +23,7 @@ use crate::store::operate::{
 impl Operate for RedisStore {
     async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome> {
         let k = self.keys(queue);
-        let s = &SCRIPTS.cancel;
+        let s = &self.scripts().cancel;
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(key.as_str());
@@ -48,7 +48,7 @@ impl Operate for RedisStore {
         due: NewDue,
     ) -> Result<RescheduleOutcome> {
         let k = self.keys(queue);
-        let s = &SCRIPTS.reschedule;
+        let s = &self.scripts().reschedule;
         let (mode, value): (&str, i64) = match due {
             // Saturate: a huge time must stay far away, not wrap to a negative "now".
             NewDue::At(t) => ("a", i64::try_from(unix_ms(t)).unwrap_or(i64::MAX)),
@@ -78,7 +78,7 @@ impl Operate for RedisStore {
 
     async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState> {
         let k = self.keys(queue);
-        let s = &SCRIPTS.control;
+        let s = &self.scripts().control;
         check_control(change)?;
         let paused = match change.paused {
             None => "",
@@ -134,7 +134,7 @@ impl Operate for RedisStore {
 
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {
         let k = self.keys(queue);
-        let s = &SCRIPTS.job;
+        let s = &self.scripts().job;
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(key.as_str());
@@ -144,7 +144,7 @@ impl Operate for RedisStore {
             redis::from_redis_value(reply)
                 .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
         let Some(rec) = rec else { return Ok(None) };
-        let rec = Record::decode(rec)?;
+        let rec = Record::decode(rec, self.formats.reads())?;
         let history = hist
             .map(|h| decode_history(&h))
             .transpose()?
@@ -168,7 +168,7 @@ impl Operate for RedisStore {
 
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
         let k = self.keys(queue);
-        let s = &SCRIPTS.stats;
+        let s = &self.scripts().stats;
         let reply = self.run(s, &k, &[], |_| {}).await?;
         let mut r = Reply::new(s.name, reply)?;
         let mut st = TopicStats {
@@ -210,7 +210,7 @@ impl Operate for RedisStore {
         limit: usize,
     ) -> Result<ListChunk> {
         let k = self.keys(queue);
-        let s = &SCRIPTS.list;
+        let s = &self.scripts().list;
         let sorted = state != JobState::Ready;
         let (after_score, after_key, position) = match (sorted, from) {
             (_, ListFrom::Start) => (String::new(), "", 0),
@@ -262,7 +262,7 @@ impl Operate for RedisStore {
             } else {
                 ((place.parse().map_err(|_| bad_place())?, 0), 0)
             };
-            let rec = Record::decode(r.bytes("record")?)?;
+            let rec = Record::decode(r.bytes("record")?, self.formats.reads())?;
             let hist = r.optional_bytes("history")?;
             let info = JobInfo {
                 key: key.clone(),
@@ -292,7 +292,7 @@ impl Operate for RedisStore {
             return Ok(Vec::new());
         }
         let k = self.keys(queue);
-        let s = &SCRIPTS.requeue_dead;
+        let s = &self.scripts().requeue_dead;
         let reply = self
             .run(s, &k, &[], |inv| {
                 for key in keys {
@@ -311,7 +311,7 @@ impl Operate for RedisStore {
             return Ok(0);
         }
         let k = self.keys(queue);
-        let s = &SCRIPTS.purge_dead;
+        let s = &self.scripts().purge_dead;
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(limit);
@@ -336,7 +336,7 @@ impl Operate for RedisStore {
         }
         check_act_len(seen)?;
         let k = self.keys(queue);
-        let s = &SCRIPTS.dead_act;
+        let s = &self.scripts().dead_act;
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(match action {

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use redis::Value;
 
-use super::scripts::{SCRIPTS, unexpected};
+use super::scripts::unexpected;
 use super::store::{RedisStore, ms, state_of};
 use crate::error::{Error, Result};
 use crate::job::{Due, Queue, unix_ms};
@@ -22,8 +22,10 @@ impl Produce for RedisStore {
             return Ok(Vec::new());
         }
         let k = self.keys(queue);
-        let s = &SCRIPTS.enqueue;
+        let s = &self.scripts().enqueue;
         let durable = self.options.durable_enqueue;
+        // New records are written in the format every live process of the namespace reads.
+        let write_format = self.formats.write();
         // The two receipt generations of the call's bucket (the same for every try).
         let receipts = k.enqueue_receipts(call.id);
         let (reply, acked) = self
@@ -34,7 +36,8 @@ impl Produce for RedisStore {
                 |inv| {
                     inv.arg(jobs.len())
                         .arg(&call.id.to_be_bytes()[..])
-                        .arg(if call.retry { "1" } else { "0" });
+                        .arg(if call.retry { "1" } else { "0" })
+                        .arg(write_format);
                     for job in jobs {
                         let (mode, value) = match job.due {
                             Due::Now => ("n", 0),

@@ -1,7 +1,7 @@
 //! The job record as stored in the records hash: a header ([`RecordHeader`], see the layout
-//! module), then the payload; and the attempt history kept beside it.
+//! module; format 1 or 2), then the payload; and the attempt history kept beside it.
 
-use super::layout::{HEADER_LEN, RecordHeader};
+use super::layout::{RecordHeader, header_len};
 use crate::error::{Error, Result};
 use crate::job::{AttemptOutcome, AttemptRecord, JobState};
 
@@ -17,9 +17,10 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    pub fn decode(mut bytes: Vec<u8>) -> Result<Record> {
-        let h = RecordHeader::decode(&bytes)?;
-        bytes.drain(..HEADER_LEN);
+    /// Decodes a record of a format up to `reads`; a newer one is [`Error::NewerFormat`].
+    pub fn decode(mut bytes: Vec<u8>, reads: u8) -> Result<Record> {
+        let h = RecordHeader::decode_reading(&bytes, reads)?;
+        bytes.drain(..header_len(h.format));
         Ok(Record {
             state: h.state,
             attempts: u32::from(h.attempts),
@@ -57,14 +58,25 @@ mod tests {
         bytes.extend_from_slice(&1_790_000_000_000u64.to_be_bytes()[2..]);
         bytes.extend_from_slice(&42u64.to_be_bytes()[2..]);
         bytes.extend_from_slice(b"payload");
-        let r = Record::decode(bytes).unwrap();
+        let r = Record::decode(bytes.clone(), 2).unwrap();
         assert_eq!(r.state, JobState::Active);
+        let mut two = vec![2];
+        two.extend_from_slice(&bytes);
+        let r2 = Record::decode(two.clone(), 2).unwrap();
+        assert_eq!((r2.token, &r2.payload[..]), (42, &b"payload"[..]));
+        assert!(matches!(
+            Record::decode(two, 1),
+            Err(Error::NewerFormat {
+                format: 2,
+                reads: 1
+            })
+        ));
         assert_eq!(
             (r.attempts, r.due_ms, r.created_ms, r.token),
             (3, 1_790_000_000_123, 1_790_000_000_000, 42)
         );
         assert_eq!(r.payload, b"payload");
-        assert!(Record::decode(vec![b'A'; 5]).is_err());
-        assert!(Record::decode(vec![b'Z'; 25]).is_err());
+        assert!(Record::decode(vec![b'A'; 5], 2).is_err());
+        assert!(Record::decode(vec![b'Z'; 25], 2).is_err());
     }
 }

@@ -3,6 +3,10 @@
 //! Each script is `lua/lib.lua` followed by its own file; the store sends it by SHA
 //! (`EVALSHA`) and reloads it transparently after `NOSCRIPT` (a restart, a `SCRIPT FLUSH`, or,
 //! on a cluster, a node that has not seen it yet: see `conn.rs`).
+//!
+//! The scripts are built once per record-format level: a process that reads fewer formats
+//! than this dq knows (`ClientBuilder::format_level`) runs scripts whose `NEWEST_FORMAT` is
+//! its own, so they treat the formats above it as newer ([`Scripts::reading`]).
 
 use std::sync::LazyLock;
 
@@ -10,14 +14,34 @@ use redis::{Script, Value};
 
 use super::layout::{KeyName, script_table};
 use crate::error::{Error, Result};
+use crate::format::{LEGACY_FORMAT, NEWEST_FORMAT};
 
 const LIB: &str = include_str!("lua/lib.lua");
+
+/// The line of `lib.lua` that says which formats a script reads; the loader rewrites it for
+/// a process that reads fewer.
+fn newest_format_line(reads: u8) -> String {
+    format!("local NEWEST_FORMAT = {reads}\n")
+}
+
+/// `lib.lua` for a process that reads formats up to `reads`.
+pub(super) fn lib_reading(reads: u8) -> String {
+    let line = newest_format_line(NEWEST_FORMAT);
+    assert!(
+        LIB.contains(&line),
+        "lib.lua declares `{}`",
+        line.trim_end()
+    );
+    LIB.replacen(&line, &newest_format_line(reads), 1)
+}
 
 /// One script: its name (for errors), its KEYS in order (from the layout's table), and the
 /// loaded `Script`.
 pub(crate) struct LuaScript {
     pub name: &'static str,
     pub keys: &'static [KeyName],
+    /// The newest record format it reads (its `lib.lua`'s `NEWEST_FORMAT`).
+    pub reads: u8,
     pub script: Script,
     /// The full text sent by `SCRIPT LOAD` (on a cluster, to the node that lacks it).
     pub source: String,
@@ -53,12 +77,19 @@ impl Flags {
 }
 
 impl LuaScript {
-    /// `lib.lua` then `body`, under `flags`' shebang.
-    fn new(name: &'static str, flags: Flags, keys: &'static [KeyName], body: &'static str) -> Self {
-        let source = format!("{}{LIB}\n{body}", flags.shebang());
+    /// `lib` (`lib.lua` for the process's format level) then `body`, under `flags`' shebang.
+    fn new(
+        name: &'static str,
+        flags: Flags,
+        keys: &'static [KeyName],
+        (lib, reads): (&str, u8),
+        body: &'static str,
+    ) -> Self {
+        let source = format!("{}{lib}\n{body}", flags.shebang());
         LuaScript {
             name,
             keys,
+            reads,
             script: Script::new(&source),
             source,
             metrics: crate::metrics::StoreOpMetrics::new(name),
@@ -78,12 +109,14 @@ macro_rules! loaded_scripts {
         }
 
         impl Scripts {
-            fn load() -> Scripts {
+            fn load(reads: u8) -> Scripts {
+                let lib = lib_reading(reads);
                 Scripts {
                     $($name: LuaScript::new(
                         stringify!($name),
                         Flags::$flag,
                         &[$(KeyName::$key),*],
+                        (&lib, reads),
                         include_str!(concat!("lua/", stringify!($name), ".lua")),
                     ),)*
                 }
@@ -99,8 +132,23 @@ macro_rules! loaded_scripts {
 }
 script_table!(loaded_scripts);
 
-/// The scripts, loaded on first use.
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::load);
+/// The scripts of a process that reads every format this dq knows, loaded on first use.
+/// (The namespace-wide scripts, which touch no job record, are the same at every level.)
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::load(NEWEST_FORMAT));
+
+/// The scripts of a process that reads only the legacy format (an upgrade test's old dq).
+static LEGACY_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::load(LEGACY_FORMAT));
+
+impl Scripts {
+    /// The scripts for a process that reads record formats up to `reads`.
+    pub(crate) fn reading(reads: u8) -> &'static Scripts {
+        if reads <= LEGACY_FORMAT {
+            &LEGACY_SCRIPTS
+        } else {
+            &SCRIPTS
+        }
+    }
+}
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
 /// the Rust wrapper has a bug, so that is a protocol error; OOM keeps its own meaning.
@@ -109,6 +157,12 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
         return Error::OutOfMemory;
     }
     let text = e.to_string();
+    if let Some(format) = newer_format(&text) {
+        return Error::NewerFormat {
+            format,
+            reads: script.reads,
+        };
+    }
     if text.contains("dq bad arguments") {
         return Error::Protocol(format!(
             "script {} refused its arguments: {text}",
@@ -116,6 +170,14 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
         ));
     }
     Error::Redis(e)
+}
+
+/// The format of `ERR dq newer format <f>`, the reply of a script that met a newer record
+/// (lib.lua `newer_error`) before any write.
+fn newer_format(text: &str) -> Option<u8> {
+    let (_, rest) = text.split_once("dq newer format ")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// Reads script replies with errors that name the script and the field.
@@ -281,6 +343,38 @@ mod tests {
                 .contains(&format!("'v={v};partitions=%d;created_ms=%d'")),
             "topic.lua does not write format version {v}"
         );
+    }
+
+    /// `fetch.lua` waits for an index held by a newer record as long as the embedded store.
+    #[test]
+    fn newer_record_wait_matches() {
+        let ms = crate::store::lease::NEWER_RECORD_WAIT.as_millis();
+        assert!(
+            SCRIPTS
+                .fetch
+                .body
+                .contains(&format!("local NEWER_WAIT_MS = {ms}\n")),
+            "fetch.lua's NEWER_WAIT_MS is not {ms}"
+        );
+    }
+
+    /// A process reading only format 1 runs scripts that say so (and a different text).
+    #[test]
+    fn scripts_read_the_process_level() {
+        let legacy = Scripts::reading(LEGACY_FORMAT);
+        assert_eq!(
+            (legacy.fetch.reads, SCRIPTS.fetch.reads),
+            (1, NEWEST_FORMAT)
+        );
+        assert!(legacy.fetch.source.contains("\nlocal NEWEST_FORMAT = 1\n"));
+        assert!(
+            SCRIPTS
+                .fetch
+                .source
+                .contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n"))
+        );
+        assert!(std::ptr::eq(Scripts::reading(NEWEST_FORMAT), &*SCRIPTS));
+        assert_eq!(newer_format("ERR dq newer format 3 script: ..."), Some(3));
     }
 
     /// The receipt life in `enqueue.lua` is the one the client's retry window is built on.

@@ -15,7 +15,7 @@ use redis::io::tcp::TcpSettings;
 use super::checks::{self, ServerReport};
 use super::conn::{Connector, SentinelTarget, SharedConnection, keepalive, node_client};
 use super::layout::{KeyName, PartitionKeys};
-use super::scripts::{LuaScript, script_error};
+use super::scripts::{LuaScript, Scripts, script_error};
 use super::url::{self, Target};
 use super::wake::WakeSource;
 use crate::error::{Error, Result, from_redis};
@@ -223,6 +223,11 @@ impl RedisStore {
     }
 
     /// The keys of `queue`'s partition, built once per partition.
+    /// The scripts for the record formats this process reads.
+    pub(super) fn scripts(&self) -> &'static Scripts {
+        Scripts::reading(self.formats.reads())
+    }
+
     pub(super) fn keys(&self, queue: &Queue) -> Arc<PartitionKeys> {
         if let Some(k) = self
             .keys

@@ -1,19 +1,65 @@
-//! The record header: the first 20 bytes of every value in a partition's records hash.
+//! The record header: the first bytes of every value in a partition's records hash, in each
+//! record format this dq reads, and the rule that tells the formats apart.
 //!
-//! Layout (big-endian, Lua `struct` format `>c1BI6I6I6`, see `lua/lib.lua`):
-//! state (1 byte) · attempts (u8) · due ms (u48) · created ms (u48) · token (u48), then the
-//! payload. 20 bytes keep a 100-byte job's record inside a small allocation; see the memory
-//! benchmark.
+//! Format 1 ([`LEGACY_FORMAT`], written before records carried a version): the 20-byte header,
+//! Lua `struct` format `>c1BI6I6I6` (see `lua/lib.lua`): state (1 byte) · attempts (u8) · due
+//! ms (u48) · created ms (u48) · token (u48), then the payload. Format 2: the version byte
+//! `0x02`, then the same 20 bytes (21 in all), then the payload. The rule ([`record_format`]):
+//! a first byte that is a state letter is format 1; a first byte in 2..=[`MAX_FORMAT`] is that
+//! format; a format above what the process reads is newer ([`Error::NewerFormat`]: left
+//! untouched); anything else is not a record. 20 bytes keep a 100-byte job's record inside a
+//! small allocation; see the memory benchmark.
 
 use crate::error::{Error, Result};
+use crate::format::{LEGACY_FORMAT, NEWEST_FORMAT};
 use crate::job::JobState;
 
-/// Header length in bytes; the payload starts here.
+/// Header length in bytes of a format-1 record; the payload starts here. A versioned record
+/// has its version byte before it: see [`header_len`].
 pub const HEADER_LEN: usize = 20;
+
+/// The largest format number a version byte may hold: a first byte in `2..=MAX_FORMAT` is a
+/// version byte (state letters are above it).
+pub const MAX_FORMAT: u8 = 31;
+
+/// The header length of a record of `format` (one this dq reads): where its payload starts.
+pub const fn header_len(format: u8) -> usize {
+    if format <= LEGACY_FORMAT {
+        HEADER_LEN
+    } else {
+        HEADER_LEN + 1
+    }
+}
+
+/// What the first byte of a stored value says about it, for a process that reads formats
+/// up to `reads`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordFormat {
+    /// A record of this format, one the process reads (it may still be too short or hold an
+    /// unknown state: [`RecordHeader::decode`] checks those).
+    Known(u8),
+    /// A record of a newer format than the process reads: never rewritten, buried or deleted.
+    Newer(u8),
+    /// Not a record (empty, or a first byte that is neither a version nor a state letter).
+    Corrupt,
+}
+
+/// Classifies a stored value by its first byte (the rule of `lua/lib.lua`'s `format_of`,
+/// tied by a test), for a process that reads formats up to `reads`.
+pub fn record_format(record: &[u8], reads: u8) -> RecordFormat {
+    match record.first() {
+        Some(&b) if (2..=MAX_FORMAT).contains(&b) && b > reads => RecordFormat::Newer(b),
+        Some(&b) if (2..=MAX_FORMAT).contains(&b) => RecordFormat::Known(b),
+        Some(&b) if JobState::from_code(b).is_some() => RecordFormat::Known(LEGACY_FORMAT),
+        _ => RecordFormat::Corrupt,
+    }
+}
 
 /// A decoded record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordHeader {
+    /// The format the record was written in (1: no version byte).
+    pub format: u8,
     /// The job's state: the truth the sorted sets and the ready list index.
     pub state: JobState,
     /// Attempts started (a release or a deferral gives one back).
@@ -31,30 +77,55 @@ fn u48(b: &[u8]) -> u64 {
 }
 
 impl RecordHeader {
-    /// Decodes the header at the start of `record`; the payload is `&record[HEADER_LEN..]`.
-    /// Fails with a protocol error for a record shorter than its header or an unknown state.
+    /// Decodes the header at the start of `record`, of any format this dq reads; the payload
+    /// is `&record[header_len(h.format)..]`. Fails with [`Error::NewerFormat`] for a record
+    /// of a newer format, and with a protocol error for a value that is not a record (too
+    /// short for its header, an unknown state or first byte).
     pub fn decode(record: &[u8]) -> Result<RecordHeader> {
-        if record.len() < HEADER_LEN {
+        RecordHeader::decode_reading(record, NEWEST_FORMAT)
+    }
+
+    /// As [`decode`](RecordHeader::decode), for a process that reads formats up to `reads`.
+    pub fn decode_reading(record: &[u8], reads: u8) -> Result<RecordHeader> {
+        let format = match record_format(record, reads) {
+            RecordFormat::Known(f) => f,
+            RecordFormat::Newer(format) => return Err(Error::NewerFormat { format, reads }),
+            RecordFormat::Corrupt => {
+                return Err(match record.first() {
+                    None => Error::Protocol("empty record".into()),
+                    Some(b) => Error::Protocol(format!("unknown state byte {b:#x}")),
+                });
+            }
+        };
+        let len = header_len(format);
+        if record.len() < len {
             return Err(Error::Protocol(format!(
                 "record of {} bytes is shorter than its header",
                 record.len()
             )));
         }
-        let state = JobState::from_code(record[0])
-            .ok_or_else(|| Error::Protocol(format!("unknown state byte {:#x}", record[0])))?;
+        let h = &record[len - HEADER_LEN..len];
+        let state = JobState::from_code(h[0])
+            .ok_or_else(|| Error::Protocol(format!("unknown state byte {:#x}", h[0])))?;
         Ok(RecordHeader {
+            format,
             state,
-            attempts: record[1],
-            due_ms: u48(&record[2..8]),
-            created_ms: u48(&record[8..14]),
-            token: u48(&record[14..20]),
+            attempts: h[1],
+            due_ms: u48(&h[2..8]),
+            created_ms: u48(&h[8..14]),
+            token: u48(&h[14..20]),
         })
     }
 
-    /// Encodes the header followed by `payload`, as the scripts write a record (for tests
-    /// that plant records by hand). Times and tokens beyond 48 bits are cut to their low bits.
+    /// Encodes the header in its format followed by `payload`, as the scripts write a record
+    /// (for tests and tools that plant records by hand). Times and tokens beyond 48 bits are
+    /// cut to their low bits. A format above [`MAX_FORMAT`] is written as [`MAX_FORMAT`].
     pub fn encode(&self, payload: &[u8]) -> Vec<u8> {
-        let mut r = Vec::with_capacity(HEADER_LEN + payload.len());
+        let format = self.format.clamp(LEGACY_FORMAT, MAX_FORMAT);
+        let mut r = Vec::with_capacity(header_len(format) + payload.len());
+        if format > LEGACY_FORMAT {
+            r.push(format);
+        }
         r.push(self.state.code());
         r.push(self.attempts);
         for v in [self.due_ms, self.created_ms, self.token] {
@@ -70,20 +141,60 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decodes_what_it_encodes() {
-        let h = RecordHeader {
-            state: JobState::Active,
-            attempts: 3,
-            due_ms: 1_790_000_000_123,
-            created_ms: 1_790_000_000_000,
-            token: 42,
-        };
-        let bytes = h.encode(b"payload");
-        assert_eq!(bytes.len(), HEADER_LEN + 7);
-        assert_eq!(RecordHeader::decode(&bytes).unwrap(), h);
+    fn decodes_what_it_encodes_in_both_formats() {
+        for format in [LEGACY_FORMAT, NEWEST_FORMAT] {
+            let h = RecordHeader {
+                format,
+                state: JobState::Active,
+                attempts: 3,
+                due_ms: 1_790_000_000_123,
+                created_ms: 1_790_000_000_000,
+                token: 42,
+            };
+            let bytes = h.encode(b"payload");
+            assert_eq!(bytes.len(), header_len(format) + 7);
+            assert_eq!(RecordHeader::decode(&bytes).unwrap(), h);
+            assert_eq!(&bytes[header_len(format)..], b"payload");
+        }
+        assert_eq!(header_len(2), 21);
         let e = RecordHeader::decode(&[b'A'; 5]).unwrap_err().to_string();
+        assert!(e.contains("shorter than its header"), "{e}");
+        let e = RecordHeader::decode(&[2, b'A', 0]).unwrap_err().to_string();
         assert!(e.contains("shorter than its header"), "{e}");
         let e = RecordHeader::decode(&[b'Z'; 25]).unwrap_err().to_string();
         assert!(e.contains("unknown state byte 0x5a"), "{e}");
+    }
+
+    #[test]
+    fn a_newer_format_is_newer_not_corrupt() {
+        let mut rec = vec![3u8];
+        rec.extend_from_slice(&[0; 30]);
+        assert!(matches!(
+            RecordHeader::decode(&rec),
+            Err(Error::NewerFormat {
+                format: 3,
+                reads: NEWEST_FORMAT
+            })
+        ));
+        let two = RecordHeader {
+            format: 2,
+            state: JobState::Ready,
+            attempts: 0,
+            due_ms: 1,
+            created_ms: 1,
+            token: 0,
+        }
+        .encode(b"x");
+        assert!(matches!(
+            RecordHeader::decode_reading(&two, LEGACY_FORMAT),
+            Err(Error::NewerFormat {
+                format: 2,
+                reads: 1
+            })
+        ));
+        assert_eq!(record_format(&[32], 2), RecordFormat::Corrupt);
+        assert_eq!(record_format(&[1], 2), RecordFormat::Corrupt);
+        assert_eq!(record_format(&[], 2), RecordFormat::Corrupt);
+        assert_eq!(record_format(b"D", 2), RecordFormat::Known(1));
     }
 }

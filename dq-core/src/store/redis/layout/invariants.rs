@@ -518,6 +518,8 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
         }
         let h = match RecordHeader::decode(rec) {
             Ok(h) => h,
+            // A newer dq's record: its rules are not this dq's to check (it is left as it is).
+            Err(crate::error::Error::NewerFormat { .. }) => continue,
             Err(e) => {
                 let e = match e {
                     crate::error::Error::Protocol(what) => what,
@@ -644,6 +646,7 @@ mod tests {
 
     fn rec(state: JobState, due_ms: u64) -> Vec<u8> {
         RecordHeader {
+            format: crate::format::LEGACY_FORMAT,
             state,
             attempts: 1,
             due_ms,
@@ -711,6 +714,16 @@ mod tests {
         part.jobs.insert("r".into(), rec(JobState::Ready, 900));
         part.ready.push("r".into());
         part.ready.push("gone".into()); // a stale hint is fine
+        // both formats are records; a newer dq's record is left to it (in any index)
+        let mut versioned = RecordHeader::decode(&rec(JobState::Scheduled, 700)).unwrap();
+        versioned.format = crate::format::NEWEST_FORMAT;
+        part.jobs.insert("s2".into(), versioned.encode(b"payload"));
+        part.scheduled.insert("s2".into(), 700.0);
+        part.jobs.insert(
+            "newer".into(),
+            vec![crate::store::redis::layout::MAX_FORMAT, 0xff],
+        );
+        part.retry.insert("newer".into(), 1.0);
         part.stats.insert("enqueued".into(), "2".into());
         let mut snap = snapshot(part.clone());
         snap.keys = vec![
@@ -733,6 +746,7 @@ mod tests {
         part.retry.insert("r".into(), 900.0); // a ready job in a set
         part.hist.insert("nobody".into());
         part.jobs.insert("short".into(), vec![b'R']);
+        part.jobs.insert("short2".into(), vec![2, b'R', 0]);
         part.jobs
             .insert("z".into(), format!("Z{}", "\0".repeat(19)).into_bytes());
         part.wake = vec!["1".into(), "1".into()];
@@ -759,6 +773,7 @@ mod tests {
             "\"r\" in state R is also in `retry`",
             "`hist` entry \"nobody\" has no record",
             "record of \"short\": record of 1 bytes is shorter than its header",
+            "record of \"short2\": record of 3 bytes is shorter than its header",
             "record of \"z\": unknown state byte 0x5a",
             "`wake` should hold at most one token",
             "unknown `stats` field \"bogus\"",

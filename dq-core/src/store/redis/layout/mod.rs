@@ -4,7 +4,8 @@
 //! key names of a partition and their Redis types ([`KeyName`]), how a key is built and read
 //! back ([`PartitionKeys`], [`parse_key`]), which keys each Lua script takes and in what order
 //! ([`SCRIPT_KEYS`], the table the store's own script calls are built from), the record header
-//! ([`RecordHeader`]), the namespace's topic registry ([`topics_key`], [`TopicRecord`]) and the
+//! ([`RecordHeader`]) in each record format and the rule that tells them apart
+//! ([`record_format`]), the namespace's topic registry ([`topics_key`], [`TopicRecord`]) and the
 //! invariants that tie them together ([`check_invariants`]).
 //! Tests, the fault scenarios and the benchmark import it; nothing else spells a key.
 //!
@@ -16,7 +17,7 @@ mod keys;
 mod script_keys;
 mod topic_record;
 
-pub use header::{HEADER_LEN, RecordHeader};
+pub use header::{HEADER_LEN, MAX_FORMAT, RecordFormat, RecordHeader, header_len, record_format};
 pub use invariants::{
     CONTROL_FIELDS, KeySeen, PartitionSnapshot, STATS_FIELDS, Snapshot, Violation, check_invariants,
 };

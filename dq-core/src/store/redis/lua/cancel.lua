@@ -17,6 +17,8 @@
 --   'D'              dead: not touched (also a value that is not a record: fetch buries it)
 --   'N'              no such job
 -- Cancelling twice answers 'N' the second time (a running job: 'C' again, the same request).
+-- Errors: 'ERR dq newer format <f>' when the job's record is of a newer format than this dq
+-- reads (lib.lua `is_newer`): nothing written.
 --
 -- Never fails after a write, with no TYPE call: jobs and hist are read (HGET, HEXISTS) first;
 -- the first write is the one to scheduled or retry (or jobs, for a ready job).
@@ -28,6 +30,7 @@ if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key
 
 local rec = redis.call('HGET', jobs, key)
 if not rec then return 'N' end
+if is_newer(rec) then return newer_error(rec) end
 if not is_record(rec) then return STATE.dead end
 local state = state_of(rec)
 if state == STATE.active then

@@ -15,6 +15,8 @@
 --
 -- Returns a string with one character per pair: '1' done, '0' not dead with that time of
 -- death (gone, requeued, died again, or named twice).
+-- Errors: 'ERR dq newer format <f>' when a named job's record is of a newer format than this dq
+-- reads (lib.lua `is_newer`): nothing written.
 --
 -- Never fails after a write: the arguments, the dead set and every record are read first;
 -- ZREM dead is the first write. Checked: ready (requeue) or hist (purge), once, before it.
@@ -39,6 +41,7 @@ for i = 1, n do
     local score = redis.call('ZSCORE', dead, key)
     if score and tonumber(score) == died then
       local rec = redis.call('HGET', jobs, key)
+      if is_newer(rec) then return newer_error(rec) end
       if is_record(rec) and state_of(rec) == STATE.dead then
         take[i], seen[key], any = true, true, true
       end

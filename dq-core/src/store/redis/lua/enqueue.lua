@@ -18,7 +18,10 @@
 -- ARGV[1]            n, the number of jobs
 -- ARGV[2]            call id: 8 bytes, big-endian; the same for every try of one client call
 -- ARGV[3]            '0' first try, '1' a retry after an ambiguous error
--- then per job i (5 arguments each, starting at ARGV[4 + 5*(i-1)]):
+-- ARGV[4]            the record format to write new records in (1..NEWEST_FORMAT: the
+--                    store's `formats().write()`); a replaced job's record is written anew
+--                    in it too
+-- then per job i (5 arguments each, starting at ARGV[5 + 5*(i-1)]):
 --   key              job key
 --   mode             'n' due now | 'd' delay (value = ms from Redis TIME) | 'a' at (value = Unix ms)
 --   value            integer ms (ignored for 'n')
@@ -70,7 +73,8 @@
 --   'E'  (retries only) an earlier try of this call was applied, and the job is gone since
 --        (it ran, or was cancelled or purged); nothing written
 -- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed; 'WRONGTYPE dq: ...'
--- when a key holds another type (nothing written).
+-- when a key holds another type; 'ERR dq newer format <f>' when a key names a record of a
+-- newer format than this dq reads (lib.lua `is_newer`): nothing written in each case.
 --
 -- Never fails after a write: the call reads jobs, scheduled (one lookup per due ms) and the
 -- age of `receipts` (a GETRANGE that fails cleanly on a damaged key), then decides every
@@ -87,15 +91,22 @@ local RECEIPT_MS = 30000
 local ENTRY = 14
 local TRIM = 64
 
+-- The first job's arguments.
+local FIRST = 5
 local n, call, is_retry = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-if not n or n < 1 or #ARGV ~= 3 + 5 * n then
+local format = tonumber(ARGV[4])
+if not n or n < 1 or #ARGV ~= FIRST - 1 + 5 * n then
   return redis.error_reply('ERR dq bad arguments: job count does not match')
 end
 if #call ~= 8 or (is_retry ~= '0' and is_retry ~= '1') then
   return redis.error_reply('ERR dq bad arguments: call')
 end
+if not format or format ~= math.floor(format) or format < FORMAT.legacy
+    or format > NEWEST_FORMAT then
+  return redis.error_reply('ERR dq bad arguments: record format')
+end
 for i = 0, n - 1 do
-  local base = 4 + 5 * i
+  local base = FIRST + 5 * i
   local mode, value, replace = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
   if ARGV[base] == '' or (mode ~= 'n' and mode ~= 'd' and mode ~= 'a')
       or not tonumber(value) or (replace ~= '0' and replace ~= '1') then
@@ -138,8 +149,12 @@ end
 
 local now = now_ms()
 local keys = {}
-for i = 0, n - 1 do keys[i + 1] = ARGV[4 + 5 * i] end
+for i = 0, n - 1 do keys[i + 1] = ARGV[FIRST + 5 * i] end
 local olds = hmget(jobs, keys)
+-- A key that holds a newer dq's record: this dq can neither read nor replace it.
+for i = 1, n do
+  if is_newer(olds[i]) then return newer_error(olds[i]) end
+end
 local applied
 if is_retry == '1' then
   local current, bad = read_receipts(receipts, 'GET')
@@ -169,9 +184,10 @@ if applied then
       -- Still the job that try stored: created at its time, with this call's payload (a job
       -- stored in the same ms by another call would have to carry the same payload too).
       local state, _, _, created = unpack_record(old)
-      local payload = ARGV[4 + 5 * i + 4]
+      local payload = ARGV[FIRST + 5 * i + 4]
+      local len = header_len(old)
       if (then_ == '+' or then_ == '~') and created == applied
-          and #old == HEADER_LEN + #payload and string.sub(old, HEADER_LEN + 1) == payload then
+          and #old == len + #payload and string.sub(old, len + 1) == payload then
         results[i + 1] = then_
       else
         results[i + 1] = state
@@ -190,14 +206,20 @@ local move_key, move_unlink, move_at = {}, {}, {}
 local now_state, last_move = {}, {}
 local replaced = false
 local earliest_new
--- Every new record's header ends with created = now and token 0: packed once per call.
+-- Every new record's header ends with created = now and token 0: packed once per call; it
+-- starts with the version byte of a versioned format.
 local header_tail = struct.pack('>I6I6', now, 0)
+local version = ''
+if format ~= FORMAT.legacy then version = string.char(format) end
 for i = 0, n - 1 do
-  local base = 4 + 5 * i
+  local base = FIRST + 5 * i
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
   local outcome = '+'
-  local state = now_state[key] or (olds[i + 1] and state_of(olds[i + 1]))
+  local old = olds[i + 1]
+  -- (a damaged value answers its first byte, as before records carried a format)
+  local state = now_state[key]
+    or (old and (is_record(old) and state_of(old) or string.sub(old, 1, 1)))
   if state then
     if replace == '1' and state ~= STATE.active then
       outcome = '~'
@@ -212,8 +234,9 @@ for i = 0, n - 1 do
     due = bound_due(due, now)
     local new_state = waiting_state(due, now, STATE.scheduled)
     records[#records + 1] = key
-    -- pack_record(new_state, 0, due, now, 0, payload), in one concatenation.
-    records[#records + 1] = new_state .. '\0' .. struct.pack('>I6', due) .. header_tail .. payload
+    -- pack_record(format, new_state, 0, due, now, 0, payload), in one concatenation.
+    records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
+      .. header_tail .. payload
     if new_state == STATE.ready then
       hints[#hints + 1] = key
       due = nil

@@ -12,6 +12,13 @@
 --      re-link any whose sorted-set entry is missing;
 --   6. leave a receipt of what this call leased.
 --
+-- Newer records (lib.lua `is_newer`: written by a dq that reads more formats than this one)
+-- are never consumed, moved, rewritten or buried. The first one met in the ready list, in
+-- scheduled or retry, or among the expired leases ends this call's pass over that index (it
+-- stays where it is, with what lies behind it, for a newer worker), and is reported. So that a
+-- worker does not poll on such a record, an index stopped at one is not counted as work left
+-- (next_ms waits at least NEWER_WAIT_MS for it). The audit (5) skips and reports them too.
+--
 -- Controls (KEYS[10], absent for a topic without any: one HMGET of nothing). Read first, by
 -- Redis TIME: while `paused` = '1', or before the throttle time `until`, nothing new is
 -- leased; with a concurrency share `conc`, at most conc minus the jobs active after lease
@@ -59,12 +66,14 @@
 -- ARGV[10..] the topic's retry policy, as RetryPolicy::script_args writes it (lib.lua's
 --         read_retry_policy): what a job whose lease expired after attempt n waits
 --
--- Returns {now, next_ms, trimmed, n_jobs, n_buried, key1, record1, ..., buried_key1, ...}
+-- Returns {now, next_ms, trimmed, n_jobs, n_buried, n_newer, key1, record1, ...,
+--          buried_key1, ..., newer_key1, newer_format1, ...}
 --   now      Redis TIME in ms (the lease start)
 --   next_ms  -1 if nothing is pending; 0 if more ready work remains; else ms until the
 --            earliest due time or lease deadline in this partition
---   records are full records (20-byte header + payload), already marked active; the jobs
---   of a found receipt come first
+--   records are full records (header + payload, in the record's own format), already
+--   marked active; the jobs of a found receipt come first
+--   newer    records of a newer format this call met and left untouched: key, its format
 -- Errors: 'ERR dq bad arguments: ...'
 --
 -- Never fails after a write. A leasing fetch reads first (active, ready, jobs, scheduled,
@@ -99,6 +108,8 @@ if not policy then return redis.error_reply('ERR dq bad arguments: ' .. policy_e
 -- A member no job key can be (job keys hold no control characters), longer than the
 -- listpack limit (zset-max-listpack-value, 64): see the lease writes below.
 local ACTIVE_ENCODING_HINT = string.rep('\0', 72)
+-- The least wait before looking again at an index stopped at a newer record.
+local NEWER_WAIT_MS = 1000
 
 local now = now_ms()
 local trimmed = 0
@@ -115,10 +126,18 @@ if stored then
   if ok and type(r) == 'table' and type(r[1]) == 'number' then receipt = r end
 end
 if receipt and receipt[1] > try_no then
-  return {now, 0, 0, 0, 0} -- a later try of this call ran already: this one is stale
+  return {now, 0, 0, 0, 0, 0} -- a later try of this call ran already: this one is stale
 end
 
 local seen = {} -- a key may have two hints in ready (one stale): lease it once
+-- Newer records met (key, format, ...) and the indexes stopped at one (by key name).
+local newer, stopped = {}, {}
+local function met_newer(index, key, rec)
+  seen[key] = true -- reported once (the audit skips it)
+  newer[#newer + 1] = key
+  newer[#newer + 1] = format_of(rec)
+  stopped[index] = true
+end
 local lease_keys, lease_recs = {}, {}
 -- 0. (continued, reads) a retry gets back the jobs its receipt names that are still leased
 --    under the recorded token: nobody else has them (a recovered or acked job has another
@@ -153,7 +172,8 @@ local function bury_corrupt(key, rec)
   redis.call('ZREM', scheduled, key)
   redis.call('ZREM', retry, key)
   redis.call('ZREM', active, key)
-  redis.call('HSET', jobs, key, pack_record(STATE.dead, 0, now, now, 0, rec))
+  -- wrapped as a format-1 record: readable by every dq
+  redis.call('HSET', jobs, key, pack_record(FORMAT.legacy, STATE.dead, 0, now, now, 0, rec))
   add_history(hist, key, read_history(hist, key), 0, now, HISTORY.buried, 'corrupt record')
   redis.call('ZADD', dead, now, key)
   count(stats, 'buried', 1)
@@ -174,9 +194,13 @@ if #expired > 0 then
 end
 -- (a receipt's job, seen above, is leased again below and not charged)
 for _, key in ipairs(expired) do
+  local rec = not seen[key] and redis.call('HGET', jobs, key)
+  if is_newer(rec) then
+    met_newer(active, key, rec)
+    break
+  end
   if not seen[key] then
     redis.call('ZREM', active, key)
-    local rec = redis.call('HGET', jobs, key)
     if rec and not is_record(rec) then
       bury_corrupt(key, rec)
     elseif rec and state_of(rec) == STATE.active
@@ -252,7 +276,7 @@ if max_jobs == 0 then
   ready_more = redis.call('LLEN', ready) > 0
 end
 local rounds = 0
-while #lease_keys < max_jobs and rounds < 4 do
+while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
   rounds = rounds + 1
   local want = max_jobs - #lease_keys
   local got = redis.call('LRANGE', ready, consumed, consumed + want)
@@ -263,7 +287,13 @@ while #lease_keys < max_jobs and rounds < 4 do
   local recs = hmget(jobs, got)
   for i, key in ipairs(got) do
     local rec = recs[i]
-    if rec and not is_record(rec) then
+    if rec and not is_record(rec) and is_newer(rec) then
+      -- left in the list with every entry behind it; not work this fetch can do
+      met_newer(ready, key, rec)
+      consumed = consumed - #got + i - 1
+      ready_more = false
+      break
+    elseif rec and not is_record(rec) then
       if not seen[key] then corrupt(key, rec) end
     elseif rec and not seen[key] and state_of(rec) == STATE.ready then
       seen[key] = true
@@ -271,7 +301,7 @@ while #lease_keys < max_jobs and rounds < 4 do
       lease_recs[#lease_recs + 1] = rec
     end
   end
-  if not ready_more then break end
+  if not ready_more or stopped[ready] then break end
 end
 
 -- 3. (reads) due jobs (score < now + 1) of scheduled and retry, merged by due ms (scheduled
@@ -284,7 +314,8 @@ local s_list = redis.call('ZRANGEBYSCORE', scheduled, '-inf', string.format('(%d
   'WITHSCORES', 'LIMIT', 0, limit)
 local r_list = redis.call('ZRANGEBYSCORE', retry, '-inf', string.format('(%d', now + 1),
   'WITHSCORES', 'LIMIT', 0, limit)
-local taken, from_set = {}, {{}, {}}
+local taken, taken_from, from_set = {}, {}, {{}, {}}
+local indexes = {scheduled, retry}
 local si, ri = 1, 1
 while #taken < limit and (si <= #s_list or ri <= #r_list) do
   local key, from
@@ -295,7 +326,7 @@ while #taken < limit and (si <= #s_list or ri <= #r_list) do
     key, from, ri = r_list[ri], 2, ri + 2
   end
   taken[#taken + 1] = key
-  from_set[from][#from_set[from] + 1] = key
+  taken_from[#taken] = from
 end
 local promote_more = #taken == limit and limit > 0
 local records, hints = {}, {}
@@ -303,23 +334,33 @@ if #taken > 0 then
   local recs = hmget(jobs, taken)
   for i, key in ipairs(taken) do
     local rec = recs[i]
-    local state = rec and state_of(rec)
-    if rec and not is_record(rec) and not seen[key] then
-      corrupt(key, rec)
-    elseif (state == STATE.scheduled or state == STATE.retry) and not seen[key] then
-      seen[key] = true
-      if #lease_keys < max_jobs then
-        lease_keys[#lease_keys + 1] = key
-        lease_recs[#lease_recs + 1] = rec
-      else
-        local _, attempts, due, _, old_token = unpack_record(rec)
-        records[#records + 1] = key
-        records[#records + 1] = with_header(rec, STATE.ready, attempts, due, old_token)
-        hints[#hints + 1] = key
+    local from = taken_from[i]
+    local ok = is_record(rec)
+    if stopped[indexes[from]] then
+      -- behind a newer record of this index: left where it is
+    elseif not ok and is_newer(rec) then
+      met_newer(indexes[from], key, rec)
+    else
+      from_set[from][#from_set[from] + 1] = key
+      local state = ok and state_of(rec)
+      if rec and not ok and not seen[key] then
+        corrupt(key, rec)
+      elseif (state == STATE.scheduled or state == STATE.retry) and not seen[key] then
+        seen[key] = true
+        if #lease_keys < max_jobs then
+          lease_keys[#lease_keys + 1] = key
+          lease_recs[#lease_recs + 1] = rec
+        else
+          local _, attempts, due, _, old_token = unpack_record(rec)
+          records[#records + 1] = key
+          records[#records + 1] = with_header(rec, STATE.ready, attempts, due, old_token)
+          hints[#hints + 1] = key
+        end
       end
     end
   end
 end
+if stopped[scheduled] or stopped[retry] then promote_more = false end
 local n_jobs = #lease_keys
 
 -- 5a. (reads) a fetch that leases nothing audits a few records (see 5 below).
@@ -347,12 +388,11 @@ if n_jobs > 0 then
   local members = {}
   for i, key in ipairs(lease_keys) do
     local rec = lease_recs[i]
-    local _, attempts, due, created = struct.unpack(HEADER, rec)
+    local _, attempts, due = unpack_record(rec)
     token = token + 1
     -- a receipt's job keeps its attempt: its earlier lease never reached a worker
     local spent = i <= from_receipt and 0 or 1
-    local leased = pack_record(STATE.active, attempts + spent, due, created, token,
-      string.sub(rec, HEADER_LEN + 1))
+    local leased = with_header(rec, STATE.active, attempts + spent, due, token)
     leases[#leases + 1] = key
     leases[#leases + 1] = token
     records[#records + 1] = key
@@ -391,12 +431,16 @@ local ready_left = ready_more or #hints > 0
 local repaired = 0
 if scan then
   redis.call('HSET', stats, 'audit_cursor', scan[1])
-  local ready_empty = not ready_left
+  -- (a ready list stopped at a newer record is not empty, though nothing is left for this dq)
+  local ready_empty = not ready_left and not stopped[ready]
   local entries = scan[2]
   for i = 1, #entries, 2 do
     local key, rec = entries[i], entries[i + 1]
     if seen[key] then
       -- moved (or buried) by this call
+    elseif is_newer(rec) then
+      newer[#newer + 1] = key -- a newer dq's: reported, never touched
+      newer[#newer + 1] = format_of(rec)
     elseif not is_record(rec) then
       bury_corrupt(key, rec)
     else
@@ -437,6 +481,7 @@ if limited and (ready_left or promote_more) then
   local head = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
   if head[2] then
     local wait = math.max(0, math.floor(tonumber(head[2])) + 1 - now)
+    if stopped[active] then wait = math.max(wait, NEWER_WAIT_MS) end
     if next_ms < 0 or wait < next_ms then next_ms = wait end
   end
 elseif ready_left or promote_more or repaired > 0 then
@@ -450,6 +495,7 @@ else
       if z == active then at = at + 1 end -- a lease expires once now > deadline
       local wait = at - now
       if wait < 0 then wait = 0 end
+      if stopped[z] then wait = math.max(wait, NEWER_WAIT_MS) end
       if next_ms < 0 or wait < next_ms then next_ms = wait end
     end
   end
@@ -465,7 +511,8 @@ if n_jobs > 0 or try_no > 0 then
 end
 for i = 12, #KEYS do redis.call('DEL', KEYS[i]) end
 
-local reply = {now, next_ms, trimmed, n_jobs, #buried}
+local reply = {now, next_ms, trimmed, n_jobs, #buried, #newer / 2}
 for _, v in ipairs(out) do reply[#reply + 1] = v end
 for _, k in ipairs(buried) do reply[#reply + 1] = k end
+for _, v in ipairs(newer) do reply[#reply + 1] = v end
 return reply

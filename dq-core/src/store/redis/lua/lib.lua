@@ -1,13 +1,21 @@
 -- lib.lua: helpers shared by every dq script; prepended to each script's body at load time.
 --
--- A job record is one value in the partition's `jobs` hash, field = job key:
---   20-byte header, struct '>c1BI6I6I6':
+-- A job record is one value in the partition's `jobs` hash, field = job key. Its first byte
+-- says which format wrote it (FORMAT below; ARCHITECTURE.md §4):
+--   format 1 (legacy, no version byte): the 20-byte header, then the payload;
+--   format 2: the version byte 0x02, then the same 20-byte header, then the payload.
+--   The 20-byte header, struct '>c1BI6I6I6':
 --     state    1 char   STATE below (S scheduled, R ready, A active, F retry, D dead)
 --     attempts u8      attempts started (a release or a deferral gives one back)
 --     due      u48     due time, ms (for F: the next attempt; for D: unchanged)
 --     created  u48     first enqueue, ms
 --     token    u48     delivery token of the current/last lease (0 before the first)
 --   followed by the payload bytes, opaque here.
+-- Version rules: a first byte that is a state letter is format 1; a first byte in
+-- 2..FORMAT.max is that format; a format above NEWEST_FORMAT is newer than this dq reads
+-- (`is_newer`): such a record is never consumed, moved, rewritten, buried or deleted; anything
+-- else is not a record (corrupt). A record moved from one state to another keeps its format
+-- (`with_header`); new records are written in the format the caller names.
 -- A job's failed attempts live in the `hist` hash (same field), a cmsgpack array of
 -- {attempt, at_ms, code, error}; codes: HISTORY below.
 --
@@ -28,7 +36,16 @@ for _, letter in pairs(STATE) do IS_STATE[letter] = true end
 -- How an attempt ended, as a history entry's code (AttemptOutcome in Rust).
 local HISTORY = {failed = 'F', lease_expired = 'L', deferred = 'd', buried = 'B'}
 
+-- The newest record format this script reads. The loader writes a lower number here for a
+-- process that reads less (a dq acting as an older one: ClientBuilder::format_level), so the
+-- line must stay exactly `local NEWEST_FORMAT = <n>` (scripts.rs, tied by a test).
+local NEWEST_FORMAT = 2
+-- Record formats (dq-core/src/format.rs, tied by a test): `legacy` has no version byte;
+-- a first byte in 2..max is a version byte.
+local FORMAT = {legacy = 1, versioned = 2, max = 31}
+
 local HEADER = '>c1BI6I6I6'
+-- The header of a format-1 record; a versioned record has its version byte before it.
 local HEADER_LEN = 20
 local MAX_HISTORY = 32
 local MAX_ERROR_LEN = 1024
@@ -55,27 +72,73 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- True for a value that is a well-formed record (a header and a known state).
-local function is_record(rec)
-  return rec and #rec >= HEADER_LEN and IS_STATE[string.sub(rec, 1, 1)] == true
+-- The format a value says it was written in (any number, newer ones too), or nil when its
+-- first byte is neither a version byte nor a state letter (not a record).
+local function format_of(rec)
+  local b = string.byte(rec, 1)
+  if not b then return nil end
+  if b >= FORMAT.versioned and b <= FORMAT.max then return b end
+  if IS_STATE[string.char(b)] then return FORMAT.legacy end
+  return nil
 end
 
--- The state letter of a record (its first byte), read without decoding the header.
+-- The header length of a record of a format this dq reads: 20 for format 1, one more for
+-- the version byte of a later one.
+local function header_len(rec)
+  if string.byte(rec, 1) <= FORMAT.max then return HEADER_LEN + 1 end
+  return HEADER_LEN
+end
+
+-- True for a value of a format newer than this dq reads: left untouched, reported.
+local function is_newer(rec)
+  if not rec then return false end
+  local f = format_of(rec)
+  return f ~= nil and f > NEWEST_FORMAT
+end
+
+-- True for a value that is a well-formed record of a format this dq reads: long enough for
+-- its header, with a known state.
+local function is_record(rec)
+  if not rec then return false end
+  local f = format_of(rec)
+  if not f or f > NEWEST_FORMAT then return false end
+  local at = header_len(rec) - HEADER_LEN + 1
+  return #rec >= at + HEADER_LEN - 1 and IS_STATE[string.sub(rec, at, at)] == true
+end
+
+-- The state letter of a record (is_record), read without decoding the header.
 local function state_of(rec)
-  return string.sub(rec, 1, 1)
+  local at = header_len(rec) - HEADER_LEN + 1
+  return string.sub(rec, at, at)
 end
 
 -- Returns state, attempts, due, created, token of a record (the payload is not copied).
 local function unpack_record(rec)
-  local state, attempts, due, created, token = struct.unpack(HEADER, rec)
+  local state, attempts, due, created, token =
+    struct.unpack(HEADER, rec, header_len(rec) - HEADER_LEN + 1)
   return state, attempts, due, created, token
 end
 
-local function pack_record(state, attempts, due, created, token, payload)
+-- A record of `format` (one this dq reads): its header, then `payload`.
+local function pack_record(format, state, attempts, due, created, token, payload)
   if attempts > 255 then attempts = 255 end
   if attempts < 0 then attempts = 0 end
   if due < 0 then due = 0 end
-  return struct.pack(HEADER, state, attempts, due, created, token) .. payload
+  local header = struct.pack(HEADER, state, attempts, due, created, token)
+  if format == FORMAT.legacy then return header .. payload end
+  return string.char(format) .. header .. payload
+end
+
+-- The format of a record as `pack_record` takes it (the record's own).
+local function record_format(rec)
+  if string.byte(rec, 1) <= FORMAT.max then return string.byte(rec, 1) end
+  return FORMAT.legacy
+end
+
+-- The error a script answers, before any write, when an operation names a newer record:
+-- Rust reads it as Error::NewerFormat (scripts.rs `script_error`).
+local function newer_error(rec)
+  return redis.error_reply('ERR dq newer format ' .. format_of(rec))
 end
 
 -- Variadic commands take many arguments, but Lua's unpack only a few thousand at once.
@@ -149,13 +212,16 @@ end
 
 -- The delivery token of a record, read without copying the payload.
 local function token_of(rec)
-  return (struct.unpack('>I6', rec, 15))
+  return (struct.unpack('>I6', rec, header_len(rec) - 5))
 end
 
--- Rewrites the header of `rec` in place of the old one, keeping `created` and the payload.
+-- Rewrites the header of `rec` in place of the old one, keeping its format, `created` and
+-- the payload.
 local function with_header(rec, state, attempts, due, token)
-  local created = struct.unpack('>I6', rec, 9) -- bytes 9-14; no second full decode
-  return pack_record(state, attempts, due, created, token, string.sub(rec, HEADER_LEN + 1))
+  local len = header_len(rec)
+  local created = struct.unpack('>I6', rec, len - 11) -- no second full decode
+  return pack_record(record_format(rec), state, attempts, due, created, token,
+    string.sub(rec, len + 1))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.

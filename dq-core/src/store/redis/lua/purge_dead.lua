@@ -8,6 +8,8 @@
 -- ARGV[2..] job keys; none means "the oldest ARGV[1] dead jobs"
 --
 -- Returns the number of jobs deleted. Only dead jobs are ever deleted.
+-- Errors: 'ERR dq newer format <f>' when a job it would delete has a record of a newer format
+-- than this dq reads (lib.lua `is_newer`): nothing deleted.
 --
 -- Never fails after a write: dead is read first and ZREM dead is the first write. Checked:
 -- jobs and hist, whose first touch is a write after that.
@@ -25,6 +27,9 @@ else
   keys = redis.call('ZRANGE', dead, 0, limit - 1)
 end
 if #keys == 0 then return 0 end
+for _, rec in ipairs(hmget(jobs, keys)) do
+  if is_newer(rec) then return newer_error(rec) end
+end
 local bad = check_types({jobs, 'hash', hist, 'hash'})
 if bad then return bad end
 local deleted = 0

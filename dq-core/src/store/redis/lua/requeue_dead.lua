@@ -8,6 +8,8 @@
 -- ARGV: job keys (at least one)
 --
 -- Returns a string with one character per key: '1' requeued, '0' not in the dead queue.
+-- Errors: 'ERR dq newer format <f>' when a named job's record is of a newer format than this dq
+-- reads (lib.lua `is_newer`): nothing written.
 --
 -- Never fails after a write: jobs is read first and ZREM dead is the first write. Checked:
 -- ready, once, before the first job is moved (its first touch is a write after that).
@@ -15,13 +17,17 @@
 local dead, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if #ARGV == 0 then return redis.error_reply('ERR dq bad arguments: no keys') end
 
+local recs = hmget(jobs, ARGV)
+for _, rec in ipairs(recs) do
+  if is_newer(rec) then return newer_error(rec) end
+end
 local now = now_ms()
 local codes = {}
 local moved = 0
 local checked = false
-for _, key in ipairs(ARGV) do
+for i, key in ipairs(ARGV) do
   local ok = '0'
-  local rec = redis.call('HGET', jobs, key)
+  local rec = recs[i]
   if is_record(rec) and state_of(rec) == STATE.dead then
     if not checked then
       local bad = check_types({ready, 'list'})

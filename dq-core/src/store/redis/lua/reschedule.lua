@@ -17,7 +17,8 @@
 --   code 'K' rescheduled; due_ms is the new due time (never before now)
 --        'A' running, 'D' dead: not touched;  'N' no such job
 --        (a value that is not a record counts as dead: fetch buries it)
--- Errors: 'ERR dq bad arguments: ...'
+-- Errors: 'ERR dq bad arguments: ...'; 'ERR dq newer format <f>' when the job's record is of a
+-- newer format than this dq reads (lib.lua `is_newer`): nothing written.
 --
 -- Never fails after a write: jobs, and scheduled for a later time, are read first; the first
 -- write is the one to the set that held the job (or jobs). Checked: ready, when the job
@@ -31,6 +32,7 @@ end
 
 local rec = redis.call('HGET', jobs, key)
 if not rec then return {'N', 0} end
+if is_newer(rec) then return newer_error(rec) end
 if not is_record(rec) then return {STATE.dead, 0} end
 local state, attempts, due, _, token = unpack_record(rec)
 if state == STATE.active or state == STATE.dead then return {state, 0} end

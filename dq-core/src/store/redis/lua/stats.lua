@@ -42,7 +42,7 @@ end
 local hints = redis.call('LRANGE', ready, 0, 15)
 for _, key in ipairs(hints) do
   local rec = redis.call('HGET', jobs, key)
-  if rec and state_of(rec) == STATE.ready then
+  if is_record(rec) and state_of(rec) == STATE.ready then
     local _, _, due = unpack_record(rec)
     if now - due > oldest then oldest = now - due end
     break
