@@ -29,9 +29,10 @@
 -- table by a test, which also fails on a state letter written anywhere else.
 local STATE = {scheduled = 'S', ready = 'R', active = 'A', retry = 'F', dead = 'D'}
 
--- Which states exist, by letter.
-local IS_STATE = {}
-for _, letter in pairs(STATE) do IS_STATE[letter] = true end
+-- Which states exist, by byte (a record's state is checked as a byte: no string is made for
+-- it on the hot path).
+local IS_STATE_BYTE = {}
+for _, letter in pairs(STATE) do IS_STATE_BYTE[string.byte(letter)] = true end
 
 -- How an attempt ended, as a history entry's code (AttemptOutcome in Rust).
 local HISTORY = {failed = 'F', lease_expired = 'L', deferred = 'd', buried = 'B'}
@@ -43,8 +44,12 @@ local NEWEST_FORMAT = 2
 -- Record formats (dq-core/src/format.rs, tied by a test): `legacy` has no version byte;
 -- a first byte in 2..max is a version byte.
 local FORMAT = {legacy = 1, versioned = 2, max = 31}
+-- The same, as locals for the helpers below (a table field costs a lookup per record).
+local LEGACY_FORMAT, FIRST_VERSIONED, MAX_FORMAT = FORMAT.legacy, FORMAT.versioned, FORMAT.max
 
 local HEADER = '>c1BI6I6I6'
+-- The header of a versioned record: its version byte, then HEADER.
+local VERSIONED_HEADER = '>Bc1BI6I6I6'
 -- The header of a format-1 record; a versioned record has its version byte before it.
 local HEADER_LEN = 20
 local MAX_HISTORY = 32
@@ -77,45 +82,47 @@ end
 local function format_of(rec)
   local b = string.byte(rec, 1)
   if not b then return nil end
-  if b >= FORMAT.versioned and b <= FORMAT.max then return b end
-  if IS_STATE[string.char(b)] then return FORMAT.legacy end
+  if b >= FIRST_VERSIONED and b <= MAX_FORMAT then return b end
+  if IS_STATE_BYTE[b] then return LEGACY_FORMAT end
   return nil
 end
 
 -- The header length of a record of a format this dq reads: 20 for format 1, one more for
 -- the version byte of a later one.
 local function header_len(rec)
-  if string.byte(rec, 1) <= FORMAT.max then return HEADER_LEN + 1 end
+  if string.byte(rec, 1) <= MAX_FORMAT then return HEADER_LEN + 1 end
   return HEADER_LEN
 end
 
 -- True for a value of a format newer than this dq reads: left untouched, reported.
 local function is_newer(rec)
   if not rec then return false end
-  local f = format_of(rec)
-  return f ~= nil and f > NEWEST_FORMAT
+  local b = string.byte(rec, 1)
+  return b ~= nil and b > NEWEST_FORMAT and b <= MAX_FORMAT
 end
 
 -- True for a value that is a well-formed record of a format this dq reads: long enough for
--- its header, with a known state.
+-- its header, with a known state. (Hot: bytes only, no string made.)
 local function is_record(rec)
   if not rec then return false end
-  local f = format_of(rec)
-  if not f or f > NEWEST_FORMAT then return false end
-  local at = header_len(rec) - HEADER_LEN + 1
-  return #rec >= at + HEADER_LEN - 1 and IS_STATE[string.sub(rec, at, at)] == true
+  local b = string.byte(rec, 1)
+  if not b then return false end
+  if IS_STATE_BYTE[b] then return #rec >= HEADER_LEN end
+  if b < FIRST_VERSIONED or b > NEWEST_FORMAT then return false end
+  return #rec > HEADER_LEN and IS_STATE_BYTE[string.byte(rec, 2)] == true
 end
 
 -- The state letter of a record (is_record), read without decoding the header.
 local function state_of(rec)
-  local at = header_len(rec) - HEADER_LEN + 1
-  return string.sub(rec, at, at)
+  if string.byte(rec, 1) <= MAX_FORMAT then return string.sub(rec, 2, 2) end
+  return string.sub(rec, 1, 1)
 end
 
 -- Returns state, attempts, due, created, token of a record (the payload is not copied).
 local function unpack_record(rec)
-  local state, attempts, due, created, token =
-    struct.unpack(HEADER, rec, header_len(rec) - HEADER_LEN + 1)
+  local at = 1
+  if string.byte(rec, 1) <= MAX_FORMAT then at = 2 end
+  local state, attempts, due, created, token = struct.unpack(HEADER, rec, at)
   return state, attempts, due, created, token
 end
 
@@ -124,15 +131,17 @@ local function pack_record(format, state, attempts, due, created, token, payload
   if attempts > 255 then attempts = 255 end
   if attempts < 0 then attempts = 0 end
   if due < 0 then due = 0 end
-  local header = struct.pack(HEADER, state, attempts, due, created, token)
-  if format == FORMAT.legacy then return header .. payload end
-  return string.char(format) .. header .. payload
+  if format == LEGACY_FORMAT then
+    return struct.pack(HEADER, state, attempts, due, created, token) .. payload
+  end
+  return struct.pack(VERSIONED_HEADER, format, state, attempts, due, created, token) .. payload
 end
 
 -- The format of a record as `pack_record` takes it (the record's own).
 local function record_format(rec)
-  if string.byte(rec, 1) <= FORMAT.max then return string.byte(rec, 1) end
-  return FORMAT.legacy
+  local b = string.byte(rec, 1)
+  if b <= MAX_FORMAT then return b end
+  return LEGACY_FORMAT
 end
 
 -- The error a script answers, before any write, when an operation names a newer record:
@@ -212,16 +221,17 @@ end
 
 -- The delivery token of a record, read without copying the payload.
 local function token_of(rec)
-  return (struct.unpack('>I6', rec, header_len(rec) - 5))
+  if string.byte(rec, 1) <= MAX_FORMAT then return (struct.unpack('>I6', rec, 16)) end
+  return (struct.unpack('>I6', rec, 15))
 end
 
 -- Rewrites the header of `rec` in place of the old one, keeping its format, `created` and
 -- the payload.
 local function with_header(rec, state, attempts, due, token)
-  local len = header_len(rec)
+  local format = record_format(rec)
+  local len = format == LEGACY_FORMAT and HEADER_LEN or HEADER_LEN + 1
   local created = struct.unpack('>I6', rec, len - 11) -- no second full decode
-  return pack_record(record_format(rec), state, attempts, due, created, token,
-    string.sub(rec, len + 1))
+  return pack_record(format, state, attempts, due, created, token, string.sub(rec, len + 1))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.
