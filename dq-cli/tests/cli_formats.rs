@@ -181,3 +181,17 @@ async fn workers_shows_the_format_each_worker_reads() {
     assert_eq!(json[0]["reads"], 1, "{json}");
     assert_eq!(json[0]["topics"][0], "orders", "{json}");
 }
+
+/// A registry the CLI cannot read (here a key of another type) does not keep it from
+/// inspecting the namespace: it acts as a dq writing format 1 and leaves the key as it is; only
+/// a level newer than it reads refuses it.
+#[tokio::test]
+async fn a_registry_the_cli_cannot_read_does_not_stop_it() {
+    let server = RedisServer::start();
+    let ns = dq_testkit::namespace("cli-formats");
+    server.cmd::<()>(&["SET", &layout::formats_key(&ns), "not a hash"]);
+    let run = dq(&server, &ns, &["topics"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let value: String = server.cmd(&["GET", &layout::formats_key(&ns)]);
+    assert_eq!(value, "not a hash");
+}
