@@ -327,20 +327,10 @@ impl ClientBuilder {
                 let registration = Registration::start(store, role, self.format_beat).await?;
                 Ok(client.with_registration(registration))
             }
-            None => match check_unregistered(&*store).await {
-                Ok(_) => Ok(client),
-                Err(e @ Error::FormatTooOld { .. }) => Err(e),
-                // A registry it cannot read (a user that may not run scripts, a key of
-                // another type) must not keep a tool from inspecting the namespace: it writes
-                // format 1, which every dq reads.
-                Err(e) => {
-                    tracing::warn!(
-                        error = %e,
-                        "could not read the namespace's format registry; writing format 1"
-                    );
-                    Ok(client)
-                }
-            },
+            None => {
+                check_unregistered(&*store).await?;
+                Ok(client)
+            }
         }
     }
 

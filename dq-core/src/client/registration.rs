@@ -135,9 +135,20 @@ impl Drop for Registration {
 
 /// The check of a client that does not register (a one-shot tool): refused with
 /// [`Error::FormatTooOld`] when the namespace's level is newer than this process reads;
-/// otherwise it writes the level's format.
-pub(crate) async fn check_unregistered(store: &dyn Store) -> Result<FormatLevel> {
-    let level = store.format_registry().await?.level;
+/// otherwise it writes the level's format. A registry it cannot read (a user that may not run
+/// scripts, a key of another type) does not stop it, as it does not stop a registering
+/// client: it writes format 1, which every dq reads.
+pub(crate) async fn check_unregistered(store: &dyn Store) -> Result<()> {
+    let level = match store.format_registry().await {
+        Ok(registry) => registry.level,
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "could not read the namespace's format registry; writing format 1"
+            );
+            return Ok(());
+        }
+    };
     let reads = store.formats().reads();
     if level.level > reads {
         return Err(Error::FormatTooOld {
@@ -146,7 +157,7 @@ pub(crate) async fn check_unregistered(store: &dyn Store) -> Result<FormatLevel>
         });
     }
     store.formats().set_write(level.level);
-    Ok(level)
+    Ok(())
 }
 
 /// One beat: (while the level is below what this process reads) the lowest format a live
