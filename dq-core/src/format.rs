@@ -2,7 +2,8 @@
 //! reads, and the one a process writes while a rolling upgrade runs (ARCHITECTURE.md §4).
 //!
 //! Format 1 is what dq wrote before records carried a version (the header starts with the
-//! state letter); every later format starts its record with its version byte. A process
+//! state letter); every later format starts its record with its version byte. Format 2 added
+//! only that byte; format 3 has a smaller header and a lean lease ([`LEAN_FORMAT`]). A process
 //! reads every format up to [`Formats::reads`] and writes [`Formats::write`], which starts
 //! at the oldest format a live process of the namespace may still need and rises only once
 //! every live process reads the newer one.
@@ -20,8 +21,13 @@ use crate::error::{Error, Result};
 /// The format of records written before dq versioned them: no version byte.
 pub const LEGACY_FORMAT: u8 = 1;
 
+/// The first format with a lean lease (format 3): a lease leaves the record as it is and
+/// keeps the delivery token in the partition's `leases` hash; the header has no token and
+/// counts the attempts finished, not started (ARCHITECTURE.md §6.3).
+pub const LEAN_FORMAT: u8 = 3;
+
 /// The newest record format this dq reads and writes.
-pub const NEWEST_FORMAT: u8 = 2;
+pub const NEWEST_FORMAT: u8 = 3;
 
 /// The highest format number a record's first byte can name (bytes 2..=31 are versions;
 /// a state letter is format 1).

@@ -163,10 +163,15 @@ impl RedisHarness {
             let Ok(t) = Topic::new(topic) else { continue };
             let queue = Queue::new(t, *p);
             for (job, rec) in part.jobs.iter().take(DECODE_SAMPLE) {
-                let (Ok(k), Ok(h)) = (JobKey::new(job.clone()), layout::RecordHeader::decode(rec))
+                let (Ok(k), Ok(mut h)) =
+                    (JobKey::new(job.clone()), layout::RecordHeader::decode(rec))
                 else {
                     continue;
                 };
+                // a lean record is running while `leases` holds it
+                if let Some(token) = part.leases.get(job).and_then(|t| t.parse().ok()) {
+                    h = h.leased(token);
+                }
                 let at = format!("{topic}#{p}");
                 match store.job(&queue, &k).await {
                     Ok(Some(info)) if info.state == h.state => {}

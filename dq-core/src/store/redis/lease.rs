@@ -49,7 +49,7 @@ impl Lease for RedisStore {
         let n_jobs = r.int("n_jobs")? as usize;
         let n_buried = r.int("n_buried")? as usize;
         let n_newer = r.int("n_newer")? as usize;
-        if r.remaining() != n_jobs * 2 + n_buried + n_newer * 2 {
+        if r.remaining() != n_jobs * 3 + n_buried + n_newer * 2 {
             return Err(Error::Protocol(
                 "fetch: reply length does not match its counts".into(),
             ));
@@ -57,7 +57,10 @@ impl Lease for RedisStore {
         let mut jobs = Vec::with_capacity(n_jobs);
         for _ in 0..n_jobs {
             let key = key_of(r.bytes("key")?)?;
-            let rec = Record::decode(r.bytes("record")?, self.formats.reads())?;
+            let bytes = r.bytes("record")?;
+            let token = r.int("token")? as u64;
+            // (a format-1/2 record comes back leased; a lean one as stored, its lease beside it)
+            let rec = Record::decode_leased(bytes, self.formats.reads(), Some(token))?;
             jobs.push(Delivery {
                 queue: queue.clone(),
                 key,

@@ -333,9 +333,17 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
         ("format 1, empty payload", header(1).encode(b"")),
         ("format 2", header(2).encode(b"payload")),
         ("format 2, empty payload", header(2).encode(b"")),
-        ("format 3", newer(3)),
+        ("format 3", RecordHeader { token: 0, ..header(3) }.encode(b"payload")),
+        ("format 3, empty payload", RecordHeader { token: 0, ..header(3) }.encode(b"")),
+        ("format 3 too short", RecordHeader { token: 0, ..header(3) }.encode(b"")[..14].to_vec()),
+        ("format 3, active (a lean record never is)", {
+            let mut r = RecordHeader { token: 0, ..header(3) }.encode(b"p");
+            r[1] = b'A';
+            r
+        }),
+        ("format 4", newer(4)),
         ("format 31", newer(MAX_FORMAT)),
-        ("format 3, one byte", vec![3]),
+        ("format 4, one byte", vec![4]),
         ("first byte 32", newer(MAX_FORMAT + 1)),
         ("first byte 0", newer(0)),
         ("first byte 1", newer(1)),
@@ -351,7 +359,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// The version rules are one rule: for a process reading formats up to 1 and up to 2, every
+/// The version rules are one rule: for a process reading formats up to 1, 2 and 3, every
 /// sample value is classified alike by `lib.lua` (format_of, is_newer, is_record, and the
 /// header fields of a record), by Rust's `RecordHeader::decode_reading` (a record, newer
 /// with its format, or not a record), and by the embedded store, which leaves a planted
@@ -367,6 +375,7 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
     assert_eq!(table["legacy"], LEGACY_FORMAT.to_string());
     assert_eq!(table["versioned"], (LEGACY_FORMAT + 1).to_string());
     assert_eq!(table["max"], MAX_FORMAT.to_string());
+    assert_eq!(table["lean"], crate::format::LEAN_FORMAT.to_string());
     assert!(LIB.contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n")));
 
     use dq_testkit::redis::from_redis_value as from;
@@ -409,7 +418,7 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 2 * samples.len());
+    assert_eq!(checked, usize::from(NEWEST_FORMAT) * samples.len());
 
     // The embedded store reads every format this dq knows: a planted record of a format Lua
     // (reading as much) calls newer is left in place and reported; any other is leased.

@@ -140,11 +140,17 @@ impl Operate for RedisStore {
                 inv.arg(key.as_str());
             })
             .await?;
-        let (rec, hist, lease, died): (Option<Vec<u8>>, Option<Vec<u8>>, Option<f64>, Option<f64>) =
-            redis::from_redis_value(reply)
-                .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
+        type JobReply = (
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Option<f64>,
+            Option<f64>,
+            Option<u64>,
+        );
+        let (rec, hist, lease, died, token): JobReply = redis::from_redis_value(reply)
+            .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
         let Some(rec) = rec else { return Ok(None) };
-        let rec = Record::decode(rec, self.formats.reads())?;
+        let rec = Record::decode_leased(rec, self.formats.reads(), token)?;
         let history = hist
             .map(|h| decode_history(&h))
             .transpose()?
@@ -245,12 +251,12 @@ impl Operate for RedisStore {
         let mut r = Reply::new(s.name, reply)?;
         let more = r.int("more")? != 0;
         let next_index = r.int("next position")?.max(0) as u64;
-        if r.remaining() % 4 != 0 {
+        if r.remaining() % 5 != 0 {
             return Err(Error::Protocol(
-                "list: reply is not key, place, record, history groups".into(),
+                "list: reply is not key, place, record, history, lease groups".into(),
             ));
         }
-        let mut jobs = Vec::with_capacity(r.remaining() / 4);
+        let mut jobs = Vec::with_capacity(r.remaining() / 5);
         while r.remaining() > 0 {
             let key = key_of(r.bytes("key")?)?;
             let place = r.string("place")?;
@@ -262,8 +268,10 @@ impl Operate for RedisStore {
             } else {
                 ((place.parse().map_err(|_| bad_place())?, 0), 0)
             };
-            let rec = Record::decode(r.bytes("record")?, self.formats.reads())?;
+            let bytes = r.bytes("record")?;
             let hist = r.optional_bytes("history")?;
+            let lease = r.optional_int("lease")?.map(|t| t as u64);
+            let rec = Record::decode_leased(bytes, self.formats.reads(), lease)?;
             let info = JobInfo {
                 key: key.clone(),
                 state: rec.state,

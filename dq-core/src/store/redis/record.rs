@@ -1,5 +1,5 @@
 //! The job record as stored in the records hash: a header ([`RecordHeader`], see the layout
-//! module; format 1 or 2), then the payload; and the attempt history kept beside it.
+//! module; format 1, 2 or 3), then the payload; and the attempt history kept beside it.
 
 use super::layout::{RecordHeader, header_len};
 use crate::error::{Error, Result};
@@ -18,8 +18,18 @@ pub(crate) struct Record {
 
 impl Record {
     /// Decodes a record of a format up to `reads`; a newer one is [`Error::NewerFormat`].
-    pub fn decode(mut bytes: Vec<u8>, reads: u8) -> Result<Record> {
-        let h = RecordHeader::decode_reading(&bytes, reads)?;
+    #[cfg(test)]
+    pub fn decode(bytes: Vec<u8>, reads: u8) -> Result<Record> {
+        Record::decode_leased(bytes, reads, None)
+    }
+
+    /// Decodes a record read beside the lease its job runs under, if a script found one (the
+    /// `leases` hash of a format-3 record: [`RecordHeader::leased`]).
+    pub fn decode_leased(mut bytes: Vec<u8>, reads: u8, lease: Option<u64>) -> Result<Record> {
+        let mut h = RecordHeader::decode_reading(&bytes, reads)?;
+        if let Some(token) = lease {
+            h = h.leased(token);
+        }
         bytes.drain(..header_len(h.format));
         Ok(Record {
             state: h.state,

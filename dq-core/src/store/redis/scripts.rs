@@ -229,6 +229,16 @@ impl Reply {
         }
     }
 
+    /// An integer, or `None` for a nil (a Lua `false`).
+    pub fn optional_int(&mut self, what: &str) -> Result<Option<i64>> {
+        match self.next(what)? {
+            Value::Nil => Ok(None),
+            v => as_int(&v)
+                .map(Some)
+                .ok_or_else(|| unexpected(self.script, what, &v)),
+        }
+    }
+
     pub fn string(&mut self, what: &str) -> Result<String> {
         let b = self.bytes(what)?;
         String::from_utf8(b)

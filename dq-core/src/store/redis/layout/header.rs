@@ -4,14 +4,18 @@
 //! Format 1 ([`LEGACY_FORMAT`], written before records carried a version): the 20-byte header,
 //! Lua `struct` format `>c1BI6I6I6` (see `lua/lib.lua`): state (1 byte) · attempts (u8) · due
 //! ms (u48) · created ms (u48) · token (u48), then the payload. Format 2: the version byte
-//! `0x02`, then the same 20 bytes (21 in all), then the payload. The rule ([`record_format`]):
-//! a first byte that is a state letter is format 1; a first byte in 2..=[`MAX_FORMAT`] is that
-//! format; a format above what the process reads is newer ([`Error::NewerFormat`]: left
-//! untouched); anything else is not a record. 20 bytes keep a 100-byte job's record inside a
-//! small allocation; see the memory benchmark.
+//! `0x02`, then the same 20 bytes (21 in all), then the payload. Format 3 ([`LEAN_FORMAT`]):
+//! the version byte `0x03`, state · attempts · due · created (15 bytes in all, no token), then
+//! the payload; its state is never active (a lease leaves the record as it is and keeps its
+//! token in the partition's `leases` hash) and its attempts count the attempts finished (a
+//! running job's current attempt is one more: [`RecordHeader::leased`]). The rule
+//! ([`record_format`]): a first byte that is a state letter is format 1; a first byte in
+//! 2..=[`MAX_FORMAT`] is that format; a format above what the process reads is newer
+//! ([`Error::NewerFormat`]: left untouched); anything else is not a record. A 100-byte job's
+//! record fits a 112-byte allocation in format 3 (128 before); see the memory benchmark.
 
 use crate::error::{Error, Result};
-use crate::format::{LEGACY_FORMAT, NEWEST_FORMAT};
+use crate::format::{LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT};
 use crate::job::JobState;
 
 /// Header length in bytes of a format-1 record; the payload starts here. A versioned record
@@ -26,10 +30,15 @@ pub const MAX_FORMAT: u8 = 31;
 pub const fn header_len(format: u8) -> usize {
     if format <= LEGACY_FORMAT {
         HEADER_LEN
-    } else {
+    } else if format < LEAN_FORMAT {
         HEADER_LEN + 1
+    } else {
+        LEAN_HEADER_LEN
     }
 }
+
+/// Header length of a format-3 record: version, state, attempts, due, created (no token).
+pub const LEAN_HEADER_LEN: usize = 15;
 
 /// What the first byte of a stored value says about it, for a process that reads formats
 /// up to `reads`.
@@ -62,13 +71,15 @@ pub struct RecordHeader {
     pub format: u8,
     /// The job's state: the truth the sorted sets and the ready list index.
     pub state: JobState,
-    /// Attempts started (a release or a deferral gives one back).
+    /// Attempts started (a release or a deferral gives one back); in a format-3 record the
+    /// attempts finished (a running job's current one is not counted: see [`Self::leased`]).
     pub attempts: u8,
     /// Due time, Unix ms (for a retry: the next attempt; for a dead job: unchanged).
     pub due_ms: u64,
     /// First enqueue, Unix ms.
     pub created_ms: u64,
-    /// Delivery token of the current or last lease (0 before the first).
+    /// Delivery token of the current or last lease (0 before the first); always 0 in a
+    /// format-3 record, whose lease token is in the `leases` hash.
     pub token: u64,
 }
 
@@ -104,8 +115,9 @@ impl RecordHeader {
                 record.len()
             )));
         }
-        let h = &record[len - HEADER_LEN..len];
+        let h = &record[usize::from(format > LEGACY_FORMAT)..len];
         let state = JobState::from_code(h[0])
+            .filter(|s| format < LEAN_FORMAT || *s != JobState::Active)
             .ok_or_else(|| Error::Protocol(format!("unknown state byte {:#x}", h[0])))?;
         Ok(RecordHeader {
             format,
@@ -113,12 +125,29 @@ impl RecordHeader {
             attempts: h[1],
             due_ms: u48(&h[2..8]),
             created_ms: u48(&h[8..14]),
-            token: u48(&h[14..20]),
+            token: if format < LEAN_FORMAT { u48(&h[14..20]) } else { 0 },
         })
     }
 
+    /// The header of a job known to be running under lease `token` (read beside its record:
+    /// the `leases` hash of a format-3 record): active, that token, and — for format 3, whose
+    /// header counts the attempts finished — the running attempt counted. A header of format
+    /// 1 or 2 already says all of it and is returned as it is.
+    pub fn leased(self, token: u64) -> RecordHeader {
+        if self.format < LEAN_FORMAT {
+            return self;
+        }
+        RecordHeader {
+            state: JobState::Active,
+            attempts: self.attempts.saturating_add(1),
+            token,
+            ..self
+        }
+    }
+
     /// Encodes the header in its format followed by `payload`, as the scripts write a record
-    /// (for tests and tools that plant records by hand). Times and tokens beyond 48 bits are
+    /// (for tests and tools that plant records by hand; format 3 writes no token, and a
+    /// state it never holds, active, as given). Times and tokens beyond 48 bits are
     /// cut to their low bits. A format above [`MAX_FORMAT`] is written as [`MAX_FORMAT`].
     pub fn encode(&self, payload: &[u8]) -> Vec<u8> {
         let format = self.format.clamp(LEGACY_FORMAT, MAX_FORMAT);
@@ -128,8 +157,11 @@ impl RecordHeader {
         }
         r.push(self.state.code());
         r.push(self.attempts);
-        for v in [self.due_ms, self.created_ms, self.token] {
+        for v in [self.due_ms, self.created_ms] {
             r.extend_from_slice(&v.to_be_bytes()[2..]);
+        }
+        if format < LEAN_FORMAT {
+            r.extend_from_slice(&self.token.to_be_bytes()[2..]);
         }
         r.extend_from_slice(payload);
         r
@@ -141,22 +173,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decodes_what_it_encodes_in_both_formats() {
-        for format in [LEGACY_FORMAT, NEWEST_FORMAT] {
+    fn decodes_what_it_encodes_in_every_format() {
+        for format in LEGACY_FORMAT..=NEWEST_FORMAT {
+            let lean = format >= LEAN_FORMAT;
             let h = RecordHeader {
                 format,
-                state: JobState::Active,
+                state: if lean { JobState::Retry } else { JobState::Active },
                 attempts: 3,
                 due_ms: 1_790_000_000_123,
                 created_ms: 1_790_000_000_000,
-                token: 42,
+                token: if lean { 0 } else { 42 },
             };
             let bytes = h.encode(b"payload");
             assert_eq!(bytes.len(), header_len(format) + 7);
             assert_eq!(RecordHeader::decode(&bytes).unwrap(), h);
             assert_eq!(&bytes[header_len(format)..], b"payload");
         }
-        assert_eq!(header_len(2), 21);
+        assert_eq!((header_len(1), header_len(2), header_len(3)), (20, 21, 15));
+        // format 3: never active in the record; leased() says what a lease adds
+        let lean = RecordHeader {
+            format: LEAN_FORMAT,
+            state: JobState::Ready,
+            attempts: 2,
+            due_ms: 5,
+            created_ms: 4,
+            token: 0,
+        };
+        let mut active = lean.encode(b"p");
+        active[1] = JobState::Active.code();
+        let e = RecordHeader::decode(&active).unwrap_err().to_string();
+        assert!(e.contains("unknown state byte 0x41"), "{e}");
+        let running = lean.leased(9);
+        assert_eq!(
+            (running.state, running.attempts, running.token),
+            (JobState::Active, 3, 9)
+        );
+        let two = RecordHeader { format: 2, ..running };
+        assert_eq!(two.leased(1), two);
         let e = RecordHeader::decode(&[b'A'; 5]).unwrap_err().to_string();
         assert!(e.contains("shorter than its header"), "{e}");
         let e = RecordHeader::decode(&[2, b'A', 0]).unwrap_err().to_string();
@@ -167,14 +220,14 @@ mod tests {
 
     #[test]
     fn a_newer_format_is_newer_not_corrupt() {
-        let mut rec = vec![3u8];
+        let mut rec = vec![NEWEST_FORMAT + 1];
         rec.extend_from_slice(&[0; 30]);
         assert!(matches!(
             RecordHeader::decode(&rec),
             Err(Error::NewerFormat {
-                format: 3,
+                format,
                 reads: NEWEST_FORMAT
-            })
+            }) if format == NEWEST_FORMAT + 1
         ));
         let two = RecordHeader {
             format: 2,

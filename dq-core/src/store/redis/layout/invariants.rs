@@ -7,7 +7,9 @@
 //!   `fetch:<call id>` strings) carry an expiry within their life;
 //! - every record has a valid header and sits in exactly the structure its state names:
 //!   S → `scheduled` only, F → `retry` only, A → `active` only, D → `dead` only, R → none of
-//!   the sorted sets and at least one hint in `ready` (else no fetch would ever find it);
+//!   the sorted sets and at least one hint in `ready` (else no fetch would ever find it); a
+//!   lean (format 3) record whose key `leases` holds is active (its state byte keeps the state
+//!   it was leased from), and every `leases` field belongs to a lean record;
 //! - scheduled and retry scores are `due + fraction` (fraction below 0.5) of their record, and
 //!   not before its creation; an R record is due; an active or retried record has a token and
 //!   an attempt;
@@ -30,6 +32,7 @@ use super::{
     topics_key, workers_key,
 };
 use crate::error::{Result, from_redis};
+use crate::format::LEAN_FORMAT;
 use crate::job::{JobState, Queue};
 use crate::names::{JobKey, Topic};
 use crate::store::lease::FETCH_RECEIPT_LIFE;
@@ -109,6 +112,8 @@ pub struct PartitionSnapshot {
     pub stats: BTreeMap<String, String>,
     /// The `control` hash (pause, limits, throttle, cancel requests), as stored.
     pub control: BTreeMap<String, String>,
+    /// The `leases` hash (job key → token of a running lean record), as stored.
+    pub leases: BTreeMap<String, String>,
 }
 
 impl PartitionSnapshot {
@@ -330,6 +335,13 @@ impl Snapshot {
                         .await
                         .map_err(from_redis)?;
                 }
+                if has(&k.leases, KeyName::Leases) {
+                    part.leases = redis::cmd("HGETALL")
+                        .arg(&k.leases)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(from_redis)?;
+                }
             }
             snapshot.partitions.insert((topic, p), part);
         }
@@ -517,6 +529,17 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
             say(format!("`jobs` holds an invalid job key {job:?}"));
         }
         let h = match RecordHeader::decode(rec) {
+            // a lean record is running while `leases` holds its key
+            Ok(h) if h.format >= LEAN_FORMAT => match part.leases.get(job) {
+                None => h,
+                Some(token) => match token.parse::<u64>() {
+                    Ok(token) if token > 0 => h.leased(token),
+                    _ => {
+                        say(format!("`leases` token of {job:?} is {token:?}, not a token"));
+                        h.leased(0)
+                    }
+                },
+            },
             Ok(h) => h,
             // A newer dq's record: its rules are not this dq's to check (it is left as it is).
             Err(crate::error::Error::NewerFormat { .. }) => continue,
@@ -572,7 +595,10 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
                         h.due_ms, h.created_ms
                     ));
                 }
-                if h.state == JobState::Retry && (h.token == 0 || h.attempts == 0) {
+                // (a lean record keeps no token: its attempts say it ran)
+                if h.state == JobState::Retry
+                    && ((h.token == 0 && h.format < LEAN_FORMAT) || h.attempts == 0)
+                {
                     say(format!("retrying job {job:?} has never run: {h:?}"));
                 }
             }
@@ -601,6 +627,16 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
             say(format!("`hist` entry {job:?} has no record"));
         }
     }
+    for job in part.leases.keys() {
+        match part.jobs.get(job).map(|r| RecordHeader::decode(r)) {
+            None => say(format!("`leases` entry {job:?} has no record")),
+            Some(Ok(h)) if h.format < LEAN_FORMAT => say(format!(
+                "`leases` entry {job:?} belongs to a format-{} record (its lease is in it)",
+                h.format
+            )),
+            _ => {}
+        }
+    }
     if part.wake.len() > 1 || part.wake.iter().any(|t| t != "1") {
         say(format!(
             "`wake` should hold at most one token, holds {:?}",
@@ -614,7 +650,10 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
                 .jobs
                 .get(job)
                 .and_then(|r| RecordHeader::decode(r).ok())
-                .map(|h| h.state);
+                .map(|h| match part.leases.contains_key(job) {
+                    true if h.format >= LEAN_FORMAT => JobState::Active,
+                    _ => h.state,
+                });
             if state != Some(JobState::Active) {
                 say(format!(
                     "`control` holds a cancel request for {job:?}, which is not running ({state:?})"

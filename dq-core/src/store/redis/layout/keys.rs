@@ -23,6 +23,10 @@ pub enum KeyName {
     Ready,
     /// ZSET job key → lease deadline (ms): running jobs.
     Active,
+    /// HASH job key → delivery token (decimal): the leases of running jobs whose record is
+    /// of format 3 or later (a lean lease leaves the record as it is; see `lua/lib.lua`).
+    /// A job of format 1 or 2 keeps its token in its record instead.
+    Leases,
     /// ZSET job key → time of death (ms): the dead queue.
     Dead,
     /// HASH job key → record ([`RecordHeader`](super::RecordHeader) + payload).
@@ -78,12 +82,13 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 11] = [
+    pub const PARTITION: [KeyName; 12] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
         KeyName::Ready,
         KeyName::Active,
+        KeyName::Leases,
         KeyName::Dead,
         KeyName::Hist,
         KeyName::Stats,
@@ -100,6 +105,7 @@ impl KeyName {
             KeyName::Retry => "retry",
             KeyName::Ready => "ready",
             KeyName::Active => "active",
+            KeyName::Leases => "leases",
             KeyName::Dead => "dead",
             KeyName::Jobs => "jobs",
             KeyName::Hist => "hist",
@@ -127,6 +133,7 @@ impl KeyName {
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
             KeyName::Jobs
+            | KeyName::Leases
             | KeyName::Hist
             | KeyName::Stats
             | KeyName::Control
@@ -207,6 +214,8 @@ pub struct PartitionKeys {
     pub ready: String,
     /// See [`KeyName::Active`].
     pub active: String,
+    /// See [`KeyName::Leases`].
+    pub leases: String,
     /// See [`KeyName::Dead`].
     pub dead: String,
     /// See [`KeyName::Jobs`].
@@ -238,6 +247,7 @@ impl PartitionKeys {
             retry: key(KeyName::Retry),
             ready: key(KeyName::Ready),
             active: key(KeyName::Active),
+            leases: key(KeyName::Leases),
             dead: key(KeyName::Dead),
             jobs: key(KeyName::Jobs),
             hist: key(KeyName::Hist),
@@ -259,6 +269,7 @@ impl PartitionKeys {
             KeyName::Retry => &self.retry,
             KeyName::Ready => &self.ready,
             KeyName::Active => &self.active,
+            KeyName::Leases => &self.leases,
             KeyName::Dead => &self.dead,
             KeyName::Jobs => &self.jobs,
             KeyName::Hist => &self.hist,

@@ -20,28 +20,28 @@ macro_rules! script_table {
             /// (with a typed `OutOfMemory`, before it writes): it adds jobs.
             enqueue (Writes): [
                 Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls, Receipts,
-                OldReceipts,
+                OldReceipts, Leases,
             ];
             /// Recovers expired leases, promotes due jobs, leases ready ones. May take further
             /// fetch receipts (to delete) after its own keys.
             fetch (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
-                FetchReceipt,
+                Leases, FetchReceipt,
             ];
             /// Deletes succeeded jobs whose token still owns them.
-            ack (AllowOom): [Active, Jobs, Hist, Stats, Control, Wake];
+            ack (AllowOom): [Active, Jobs, Hist, Stats, Control, Wake, Leases];
             /// Records failed attempts: retry, defer, bury, cancel or throttle each.
             fail (AllowOom): [
-                Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
+                Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control, Leases,
             ];
             /// Renews leases; reports which are still owned.
-            extend (AllowOom): [Active, Jobs, Control];
+            extend (AllowOom): [Active, Jobs, Control, Leases];
             /// Hands running jobs back to the front of `ready`.
-            release (AllowOom): [Active, Ready, Jobs, Wake, Hist, Stats, Control];
+            release (AllowOom): [Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases];
             /// Cancels a waiting job, or asks a running one to stop.
-            cancel (AllowOom): [Scheduled, Retry, Jobs, Hist, Stats, Control];
+            cancel (AllowOom): [Scheduled, Retry, Jobs, Hist, Stats, Control, Leases];
             /// Gives a waiting job a new due time.
-            reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake];
+            reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake, Leases];
             /// Moves dead jobs back to `ready`.
             requeue_dead (AllowOom): [Dead, Ready, Jobs, Wake];
             /// Deletes dead jobs by key, or the oldest n.
@@ -53,9 +53,9 @@ macro_rules! script_table {
             /// Pause, rate, concurrency share and throttle: must work when the server is full.
             control (AllowOom): [Control, Wake];
             /// One job's record, history, lease deadline or time of death.
-            job (NoWrites): [Active, Dead, Jobs, Hist];
+            job (NoWrites): [Active, Dead, Jobs, Hist, Leases];
             /// A page of one state.
-            list (NoWrites): [Scheduled, Retry, Ready, Active, Dead, Jobs, Hist];
+            list (NoWrites): [Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Leases];
             /// Namespace-wide: the topic registry. An existing topic is only read, which works
             /// at `maxmemory`; recording a new one there fails like an enqueue.
             topic (Writes): [Topics];

@@ -6,6 +6,7 @@
 -- KEYS[4] hist       dq:{topic#p}:hist
 -- KEYS[5] stats      dq:{topic#p}:stats
 -- KEYS[6] control    dq:{topic#p}:control   HASH; 'x:<key>' -> token: cancel requests
+-- KEYS[7] leases     dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 --
 -- ARGV[1] key
 --
@@ -20,11 +21,12 @@
 -- Errors: 'ERR dq newer format <f>' when the job's record is of a newer format than this dq
 -- reads (lib.lua `is_newer`): nothing written.
 --
--- Never fails after a write, with no TYPE call: jobs and hist are read (HGET, HEXISTS) first;
+-- Never fails after a write, with no TYPE call: jobs, leases (for a lean record) and hist are
+-- read (HGET, HEXISTS) first;
 -- the first write is the one to scheduled or retry (or jobs, for a ready job).
 
 local scheduled, retry, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local control = KEYS[6]
+local control, leases = KEYS[6], KEYS[7]
 local key = ARGV[1]
 if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
 
@@ -32,10 +34,11 @@ local rec = redis.call('HGET', jobs, key)
 if not rec then return 'N' end
 if is_newer(rec) then return newer_error(rec) end
 if not is_record(rec) then return STATE.dead end
-local state = state_of(rec)
+local lease = lease_of(leases, key, rec)
+local state = job_state(rec, lease)
 if state == STATE.active then
   -- the only write: HSET raises, writing nothing, on a control key of another type
-  redis.call('HSET', control, cancel_field(key), token_of(rec))
+  redis.call('HSET', control, cancel_field(key), lease)
   return 'C'
 end
 if state == STATE.dead then return state end

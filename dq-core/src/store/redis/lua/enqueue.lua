@@ -14,6 +14,8 @@
 -- KEYS[11] old_receipts dq:{topic#p}:receipts:<b>:old STRING receipts, the generation before
 --   (<b>: the call id's low byte, two hex digits; any pair works as long as every try of a
 --   call names the same one)
+-- KEYS[12] leases    dq:{topic#p}:leases     HASH key -> token: the leases of lean records
+--                                            (read only for a key whose lean record exists)
 --
 -- ARGV[1]            n, the number of jobs
 -- ARGV[2]            call id: 8 bytes, big-endian; the same for every try of one client call
@@ -86,7 +88,7 @@
 
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local calls, receipts, old_receipts = KEYS[9], KEYS[10], KEYS[11]
+local calls, receipts, old_receipts, leases = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local RECEIPT_MS = 30000
 local ENTRY = 14
 local TRIM = 64
@@ -155,6 +157,25 @@ local olds = hmget(jobs, keys)
 for i = 1, n do
   if is_newer(olds[i]) then return newer_error(olds[i]) end
 end
+-- The keys whose lean record exists and is running (a lease in `leases`): reported as active,
+-- never replaced. One HMGET, only when such a record exists (rare for an enqueue).
+local running = {}
+local lean_keys = {}
+for i = 1, n do
+  local old = olds[i]
+  if old and is_record(old) and is_lean(old) then lean_keys[#lean_keys + 1] = keys[i] end
+end
+if #lean_keys > 0 then
+  local held = hmget(leases, lean_keys)
+  for j, key in ipairs(lean_keys) do
+    if held[j] then running[key] = true end
+  end
+end
+-- The state of an existing record, as a job is reported (running: active).
+local function existing_state(key, old)
+  if running[key] then return STATE.active end
+  return state_of(old)
+end
 local applied
 if is_retry == '1' then
   local current, bad = read_receipts(receipts, 'GET')
@@ -183,7 +204,8 @@ if applied then
     else
       -- Still the job that try stored: created at its time, with this call's payload (a job
       -- stored in the same ms by another call would have to carry the same payload too).
-      local state, _, _, created = unpack_record(old)
+      local _, _, _, created = unpack_record(old)
+      local state = existing_state(keys[i + 1], old)
       local payload = ARGV[FIRST + 5 * i + 4]
       local len = header_len(old)
       if (then_ == '+' or then_ == '~') and created == applied
@@ -209,6 +231,8 @@ local earliest_new
 -- Every new record's header ends with created = now and token 0: packed once per call; it
 -- starts with the version byte of a versioned format.
 local header_tail = struct.pack('>I6I6', now, 0)
+-- (a lean record has no token: created ends its header)
+if format >= FORMAT.lean then header_tail = struct.pack('>I6', now) end
 local version = ''
 if format ~= FORMAT.legacy then version = string.char(format) end
 for i = 0, n - 1 do
@@ -219,7 +243,7 @@ for i = 0, n - 1 do
   local old = olds[i + 1]
   -- (a damaged value answers its first byte, as before records carried a format)
   local state = now_state[key]
-    or (old and (is_record(old) and state_of(old) or string.sub(old, 1, 1)))
+    or (old and (is_record(old) and existing_state(key, old) or string.sub(old, 1, 1)))
   if state then
     if replace == '1' and state ~= STATE.active then
       outcome = '~'

@@ -12,6 +12,7 @@
 -- KEYS[8] stats      dq:{topic#p}:stats
 -- KEYS[9] wake       dq:{topic#p}:wake
 -- KEYS[10] control   dq:{topic#p}:control   cancel requests, throttle time, concurrency cap
+-- KEYS[11] leases    dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 --
 -- ARGV[1] dead-queue cap for this partition
 -- ARGV[2] dead-queue retention, ms
@@ -48,7 +49,7 @@
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local control = KEYS[10]
+local control, leases = KEYS[10], KEYS[11]
 
 local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
@@ -66,9 +67,12 @@ for i = 1, n do
   keys[i] = ARGV[b + 1]
 end
 
--- (reads) the records, and the control hash: HMGET checks its type before any write
+-- (reads) the records, the leases of the lean ones, and the control hash: HMGET checks its
+-- type before any write
 local recs = hmget(jobs, keys)
+local owner = owners(leases, keys, recs)
 local reply, live = {}, {}
+local any_lean = false
 local seen, dups = {}, {} -- dups: index of a key named again -> index of its first naming
 for i, key in ipairs(keys) do
   local rec = recs[i]
@@ -80,9 +84,10 @@ for i, key in ipairs(keys) do
     code = 0
   elseif not is_record(rec) then
     code = -1 -- damaged: this delivery cannot own it; fetch buries it
-  else
-    local state, _, _, _, owner = unpack_record(rec)
-    if state ~= STATE.active or owner ~= tonumber(ARGV[2 + (i - 1) * 5 + 2]) then code = -1 end
+  elseif owner[i] ~= tonumber(ARGV[2 + (i - 1) * 5 + 2]) then
+    code = -1
+  elseif is_lean(rec) then
+    any_lean = true
   end
   if code then
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = code, 0, 0
@@ -133,7 +138,8 @@ for j, i in ipairs(live) do
   local b = 2 + (i - 1) * 5
   local key, rec = keys[i], recs[i]
   local action, delay, err = ARGV[b + 3], tonumber(ARGV[b + 4]), ARGV[b + 5]
-  local _, attempts, due, _, owner = unpack_record(rec)
+  local _, _, due, _, token = unpack_record(rec)
+  local attempts = started(rec)
   if cancels[i] then action = 'c' end
   if action == 'c' then
     cancelled[#cancelled + 1] = key
@@ -141,7 +147,7 @@ for j, i in ipairs(live) do
   elseif action == 'b' then
     history(j, attempts, HISTORY.buried, err)
     job_writes[#job_writes + 1] = key
-    job_writes[#job_writes + 1] = with_header(rec, STATE.dead, attempts, due, owner)
+    job_writes[#job_writes + 1] = with_header(rec, STATE.dead, attempts, due, token)
     buried[#buried + 1] = now
     buried[#buried + 1] = key
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 2, now, 0
@@ -160,7 +166,7 @@ for j, i in ipairs(live) do
     history(j, attempts, code, err)
     if code == HISTORY.deferred then attempts = attempts - 1 else retried = retried + 1 end
     job_writes[#job_writes + 1] = key
-    job_writes[#job_writes + 1] = with_header(rec, waiting_state(at, now, later), attempts, at, owner)
+    job_writes[#job_writes + 1] = with_header(rec, waiting_state(at, now, later), attempts, at, token)
     if at <= now then
       to_ready[#to_ready + 1] = key
     else
@@ -191,6 +197,7 @@ if bad then return bad end
 
 -- Writes.
 call_many('ZREM', active, live_keys)
+if any_lean then call_many('HDEL', leases, live_keys) end -- (read above)
 if #cancelled > 0 then
   call_many('HDEL', jobs, cancelled)
   call_many('HDEL', hist, cancelled)

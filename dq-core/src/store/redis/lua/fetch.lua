@@ -37,8 +37,14 @@
 -- fresh deadline and WITHOUT counting an attempt (the lost lease never reached a worker),
 -- then fills the rest of its room as any fetch does. A try older than the receipt's (held up
 -- on an old connection while a later try ran) does nothing: nobody waits for its reply. The
--- fetcher names in KEYS[11..] the receipts of its earlier calls whose replies arrived; they
--- are deleted, so receipts do not pile up while they wait to expire. (KEYS[12..])
+-- fetcher names in KEYS[13..] the receipts of its earlier calls whose replies arrived; they
+-- are deleted, so receipts do not pile up while they wait to expire.
+--
+-- Leases (ARCHITECTURE.md §6.3): a job of format 1 or 2 is leased by rewriting its record
+-- (state A, attempts + 1, the token); a lean one (format 3) is leased without touching its
+-- record: its token goes into `leases` (key -> token), and its record keeps its waiting state
+-- and its finished attempts. Either way its key goes into `active` with the deadline, and the
+-- reply carries the token beside the record.
 --
 -- KEYS[1] scheduled  dq:{topic#p}:scheduled
 -- KEYS[2] retry      dq:{topic#p}:retry
@@ -50,7 +56,8 @@
 -- KEYS[8] stats      dq:{topic#p}:stats
 -- KEYS[9] wake       dq:{topic#p}:wake
 -- KEYS[10] control   dq:{topic#p}:control    HASH pause, limits, throttle, cancel requests
--- KEYS[11] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[11] leases    dq:{topic#p}:leases     HASH key -> token: the leases of lean records
+-- KEYS[12] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -66,13 +73,14 @@
 -- ARGV[10..] the topic's retry policy, as RetryPolicy::script_args writes it (lib.lua's
 --         read_retry_policy): what a job whose lease expired after attempt n waits
 --
--- Returns {now, next_ms, trimmed, n_jobs, n_buried, n_newer, key1, record1, ...,
+-- Returns {now, next_ms, trimmed, n_jobs, n_buried, n_newer, key1, record1, token1, ...,
 --          buried_key1, ..., newer_key1, newer_format1, ...}
 --   now      Redis TIME in ms (the lease start)
 --   next_ms  -1 if nothing is pending; 0 if more ready work remains; else ms until the
 --            earliest due time or lease deadline in this partition
---   records are full records (header + payload, in the record's own format), already
---   marked active; the jobs of a found receipt come first
+--   records are full records (header + payload, in the record's own format): a format-1/2
+--   one already marked active with its token, a lean one as stored (waiting state, attempts
+--   finished); token is the delivery token of each; the jobs of a found receipt come first
 --   newer    records of a newer format this call met and left untouched: key, its format
 -- Errors: 'ERR dq bad arguments: ...'
 --
@@ -85,7 +93,7 @@
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local control, receipt_key = KEYS[10], KEYS[11]
+local control, leases, receipt_key = KEYS[10], KEYS[11], KEYS[12]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -108,6 +116,8 @@ if not policy then return redis.error_reply('ERR dq bad arguments: ' .. policy_e
 -- A member no job key can be (job keys hold no control characters), longer than the
 -- listpack limit (zset-max-listpack-value, 64): see the lease writes below.
 local ACTIVE_ENCODING_HINT = string.rep('\0', 72)
+-- The state byte of a ready record (the ready list's hot path reads it by byte).
+local READY_BYTE = byte(STATE.ready)
 -- The least wait before looking again at an index stopped at a newer record.
 local NEWER_WAIT_MS = 1000
 
@@ -153,10 +163,10 @@ if receipt and try_no > 0 then
   end
   if #keys > 0 then
     local recs = hmget(jobs, keys)
+    local owner = owners(leases, keys, recs)
     for i, key in ipairs(keys) do
       local rec = recs[i]
-      if rec and is_record(rec) and not seen[key] and state_of(rec) == STATE.active
-          and token_of(rec) == tokens[i] then
+      if owner[i] and owner[i] == tokens[i] and not seen[key] then
         seen[key] = true
         lease_keys[#lease_keys + 1] = key
         lease_recs[#lease_recs + 1] = rec
@@ -172,6 +182,7 @@ local function bury_corrupt(key, rec)
   redis.call('ZREM', scheduled, key)
   redis.call('ZREM', retry, key)
   redis.call('ZREM', active, key)
+  redis.call('HDEL', leases, key) -- (checked: a damaged record makes the call check leases)
   -- wrapped as a format-1 record: readable by every dq
   redis.call('HSET', jobs, key, pack_record(FORMAT.legacy, STATE.dead, 0, now, now, 0, rec))
   add_history(hist, key, read_history(hist, key), 0, now, HISTORY.buried, 'corrupt record')
@@ -186,7 +197,7 @@ local expired = redis.call('ZRANGEBYSCORE', active, '-inf', string.format('(%d',
 if #expired > 0 then
   -- (rare) recovery writes before the reads below: check every key the call may touch
   local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
-    jobs, 'hash', hist, 'hash', stats, 'hash'})
+    jobs, 'hash', hist, 'hash', stats, 'hash', leases, 'hash'})
   if bad then return bad end
   -- Redis 7 does not reseed math.random between calls (older versions reset it to one
   -- seed): either way, the caller's seed makes this call's draws its own.
@@ -201,14 +212,24 @@ for _, key in ipairs(expired) do
   end
   if not seen[key] then
     redis.call('ZREM', active, key)
+    -- running: a format-1/2 record in state A; a lean one with a lease (which ends here)
+    local running = false
+    if rec and is_record(rec) then
+      if is_lean(rec) then
+        running = redis.call('HGET', leases, key) ~= false
+        if running then redis.call('HDEL', leases, key) end
+      else
+        running = state_of(rec) == STATE.active
+      end
+    end
     if rec and not is_record(rec) then
       bury_corrupt(key, rec)
-    elseif rec and state_of(rec) == STATE.active
-        and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
+    elseif running and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       -- its cancel was requested while it ran: it ends as cancelled, never retried
-      drop_cancelled(active, jobs, hist, stats, control, key)
-    elseif rec and state_of(rec) == STATE.active then
-      local _, attempts, due, _, token = unpack_record(rec)
+      drop_cancelled(active, jobs, hist, stats, control, leases, key)
+    elseif running then
+      local _, _, due, _, token = unpack_record(rec)
+      local attempts = started(rec)
       count(stats, 'expired', 1)
       add_history(hist, key, read_history(hist, key), attempts, now, HISTORY.lease_expired, 'lease expired')
       local delay = retry_delay(policy, attempts, math.random())
@@ -218,7 +239,7 @@ for _, key in ipairs(expired) do
         redis.call('ZADD', retry, slot_score(retry, at), key)
         count(stats, 'retried', 1)
       else
-        bury(dead, jobs, stats, key, rec, now)
+        bury(dead, jobs, stats, key, rec, now, attempts)
         buried[#buried + 1] = key
       end
     end
@@ -285,9 +306,27 @@ while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
   if #got == 0 then break end
   consumed = consumed + #got
   local recs = hmget(jobs, got)
+  -- this round's ready records, in list order; the lean ones are leasable only if `leases`
+  -- does not hold them (a second hint of a job leased since: its record still says ready)
+  local cand_keys, cand_recs, lean_keys = {}, {}, {}
+  local function candidate(key, rec)
+    seen[key] = true
+    cand_keys[#cand_keys + 1] = key
+    cand_recs[#cand_recs + 1] = rec
+    if is_lean(rec) then lean_keys[#lean_keys + 1] = key end
+  end
   for i, key in ipairs(got) do
     local rec = recs[i]
-    if rec and not is_record(rec) and is_newer(rec) then
+    -- the common case first, by bytes: a well-formed ready record of a format this dq reads
+    -- (what is_record and state_of would say, without their calls)
+    local b1, b2 = nil, nil
+    if rec then b1, b2 = byte(rec, 1, 2) end
+    if b1 == READY_BYTE and #rec >= HEADER_LEN and not seen[key] then
+      candidate(key, rec)
+    elseif b1 and b1 >= FIRST_VERSIONED and b1 <= NEWEST_FORMAT and b2 == READY_BYTE
+        and #rec >= header_len(rec) then
+      if not seen[key] then candidate(key, rec) end
+    elseif rec and not is_record(rec) and is_newer(rec) then
       -- left in the list with every entry behind it; not work this fetch can do
       met_newer(ready, key, rec)
       consumed = consumed - #got + i - 1
@@ -295,10 +334,17 @@ while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
       break
     elseif rec and not is_record(rec) then
       if not seen[key] then corrupt(key, rec) end
-    elseif rec and not seen[key] and state_of(rec) == STATE.ready then
-      seen[key] = true
+    end
+  end
+  local held = {}
+  if #lean_keys > 0 then
+    local tokens = hmget(leases, lean_keys)
+    for j, key in ipairs(lean_keys) do held[key] = tokens[j] end
+  end
+  for j, key in ipairs(cand_keys) do
+    if not held[key] then
       lease_keys[#lease_keys + 1] = key
-      lease_recs[#lease_recs + 1] = rec
+      lease_recs[#lease_recs + 1] = cand_recs[j]
     end
   end
   if not ready_more or stopped[ready] then break end
@@ -332,6 +378,17 @@ local promote_more = #taken == limit and limit > 0
 local records, hints = {}, {}
 if #taken > 0 then
   local recs = hmget(jobs, taken)
+  -- (a lean job found leased here is a stale entry: it is removed from the set, not leased)
+  local lean_keys = {}
+  for i, key in ipairs(taken) do
+    local rec = recs[i]
+    if rec and is_record(rec) and is_lean(rec) then lean_keys[#lean_keys + 1] = key end
+  end
+  local held = {}
+  if #lean_keys > 0 then
+    local tokens = hmget(leases, lean_keys)
+    for j, key in ipairs(lean_keys) do held[key] = tokens[j] end
+  end
   for i, key in ipairs(taken) do
     local rec = recs[i]
     local from = taken_from[i]
@@ -345,7 +402,8 @@ if #taken > 0 then
       local state = ok and state_of(rec)
       if rec and not ok and not seen[key] then
         corrupt(key, rec)
-      elseif (state == STATE.scheduled or state == STATE.retry) and not seen[key] then
+      elseif (state == STATE.scheduled or state == STATE.retry) and not seen[key]
+          and not held[key] then
         seen[key] = true
         if #lease_keys < max_jobs then
           lease_keys[#lease_keys + 1] = key
@@ -374,33 +432,45 @@ end
 
 -- Every key the writes below touch has been read, but these (rare, or idle) paths':
 local checks = {}
-if #corrupt_keys > 0 or n_jobs == 0 then checks = {dead, 'zset', hist, 'hash'} end
+if #corrupt_keys > 0 or n_jobs == 0 then
+  checks = {dead, 'zset', hist, 'hash', leases, 'hash'}
+end
 local bad = check_types(checks)
 if bad then return bad end
 
 -- Writes. The token counter first (it raises only if stats is not a hash).
-local out = {}
-local leases = {try_no} -- this call's receipt: try, then key, token of each job leased
+-- The reply, built in place: six header slots (filled at the end), then key, record of
+-- each job leased (also the HSET of the leased records), then the buried and newer keys.
+local out = {0, 0, 0, 0, 0, 0}
+local receipt_out = {try_no} -- this call's receipt: try, then key, token of each job leased
+local legacy_writes, lease_writes = {}, {}
 if n_jobs > 0 then
   -- one counter bump for the whole call; tokens are base+1 .. base+max_jobs
   local token = next_tokens(stats, max_jobs)
-  local deadline = now + lease
+  -- (as the string redis.call sends: a number is formatted once, not once per job)
+  local deadline = string.format('%d', now + lease)
   local members = {}
   for i, key in ipairs(lease_keys) do
-    local rec = lease_recs[i]
-    local _, attempts, due = unpack_record(rec)
     token = token + 1
-    -- a receipt's job keeps its attempt: its earlier lease never reached a worker
-    local spent = i <= from_receipt and 0 or 1
-    local leased = with_header(rec, STATE.active, attempts + spent, due, token)
-    leases[#leases + 1] = key
-    leases[#leases + 1] = token
-    records[#records + 1] = key
-    records[#records + 1] = leased
-    members[#members + 1] = deadline
-    members[#members + 1] = key
-    out[#out + 1] = key
-    out[#out + 1] = leased
+    local rec = lease_recs[i]
+    if is_lean(rec) then
+      -- a lean lease: the record stays as it is; the token goes into `leases`
+      lease_writes[#lease_writes + 1] = key
+      lease_writes[#lease_writes + 1] = token
+    else
+      -- a receipt's job keeps its attempt: its earlier lease never reached a worker
+      rec = leased_record(rec, token, i <= from_receipt and 0 or 1)
+      legacy_writes[#legacy_writes + 1] = key
+      legacy_writes[#legacy_writes + 1] = rec
+    end
+    -- (indexes computed once: a table append by #t costs a length walk each)
+    receipt_out[2 * i] = key
+    receipt_out[2 * i + 1] = token
+    members[2 * i - 1] = deadline
+    members[2 * i] = key
+    out[3 * i + 4] = key
+    out[3 * i + 5] = rec
+    out[3 * i + 6] = token
   end
   -- With a member longer than 64 bytes Redis stores `active` as a skiplist (it keeps that
   -- encoding until the set is empty): a small sorted set is otherwise a flat listpack, where
@@ -417,6 +487,9 @@ if n_jobs > 0 then
 end
 for i, key in ipairs(corrupt_keys) do bury_corrupt(key, corrupt_recs[i]) end
 if consumed > 0 then redis.call('LTRIM', ready, consumed, -1) end
+-- the leases: lean ones in `leases`, format-1/2 records rewritten; then the records promoted
+if #lease_writes > 0 then call_many('HSET', leases, lease_writes) end
+if #legacy_writes > 0 then call_many('HSET', jobs, legacy_writes) end
 if #records > 0 then call_many('HSET', jobs, records) end
 if #hints > 0 then call_many('RPUSH', ready, hints) end
 call_many('ZREM', scheduled, from_set[1])
@@ -445,6 +518,8 @@ if scan then
       bury_corrupt(key, rec)
     else
       local state, _, due = unpack_record(rec)
+      -- a lean record is running while `leases` holds it, whatever its state byte says
+      if is_lean(rec) and redis.call('HEXISTS', leases, key) == 1 then state = STATE.active end
       if state == STATE.scheduled and not redis.call('ZSCORE', scheduled, key) then
         redis.call('ZADD', scheduled, slot_score(scheduled, due), key)
         repaired = repaired + 1
@@ -507,12 +582,12 @@ end
 -- 6. the receipt: only for a call that leased something (or a retry, whose receipt also
 --    tells a stale earlier try that it is stale); and the receipts whose replies arrived go.
 if n_jobs > 0 or try_no > 0 then
-  redis.call('SET', receipt_key, cmsgpack.pack(leases), 'PX', receipt_ms)
+  redis.call('SET', receipt_key, cmsgpack.pack(receipt_out), 'PX', receipt_ms)
 end
-for i = 12, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 13, #KEYS do redis.call('DEL', KEYS[i]) end
 
-local reply = {now, next_ms, trimmed, n_jobs, #buried, #newer / 2}
-for _, v in ipairs(out) do reply[#reply + 1] = v end
-for _, k in ipairs(buried) do reply[#reply + 1] = k end
-for _, v in ipairs(newer) do reply[#reply + 1] = v end
-return reply
+out[1], out[2], out[3], out[4], out[5], out[6] = now, next_ms, trimmed, n_jobs, #buried,
+  #newer / 2
+for _, k in ipairs(buried) do out[#out + 1] = k end
+for _, v in ipairs(newer) do out[#out + 1] = v end
+return out

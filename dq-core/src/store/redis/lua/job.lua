@@ -5,13 +5,15 @@
 -- KEYS[2] dead    dq:{topic#p}:dead
 -- KEYS[3] jobs    dq:{topic#p}:jobs
 -- KEYS[4] hist    dq:{topic#p}:hist
+-- KEYS[5] leases  dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 --
 -- ARGV[1] key
 --
--- Returns {record, history, lease deadline, died}, each nil when absent (record nil: no such
--- job); the two times are sorted-set scores, as text.
+-- Returns {record, history, lease deadline, died, lease token}, each nil when absent (record
+-- nil: no such job); the two times are sorted-set scores, as text; the lease token is a lean
+-- record's (its job is running under it), nil for a format-1/2 record (its own says it).
 
-local active, dead, jobs, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local active, dead, jobs, hist, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local key = ARGV[1]
 if not key then return redis.error_reply('ERR dq bad arguments: key') end
 return {
@@ -19,4 +21,5 @@ return {
   redis.call('HGET', hist, key),
   redis.call('ZSCORE', active, key),
   redis.call('ZSCORE', dead, key),
+  redis.call('HGET', leases, key),
 }

@@ -3,7 +3,12 @@
 -- A job record is one value in the partition's `jobs` hash, field = job key. Its first byte
 -- says which format wrote it (FORMAT below; ARCHITECTURE.md §4):
 --   format 1 (legacy, no version byte): the 20-byte header, then the payload;
---   format 2: the version byte 0x02, then the same 20-byte header, then the payload.
+--   format 2: the version byte 0x02, then the same 20-byte header, then the payload;
+--   format 3 (lean): the version byte 0x03, then state, attempts, due, created (LEAN_HEADER:
+--   15 bytes in all, no token), then the payload. A lease leaves a format-3 record as it is:
+--   the job is running while the partition's `leases` hash holds its key (-> its delivery
+--   token), its state byte keeps the waiting state it was leased from (never A), and its
+--   attempts count the attempts finished (the running one is attempts + 1: `started`).
 --   The 20-byte header, struct '>c1BI6I6I6':
 --     state    1 char   STATE below (S scheduled, R ready, A active, F retry, D dead)
 --     attempts u8      attempts started (a release or a deferral gives one back)
@@ -40,18 +45,28 @@ local HISTORY = {failed = 'F', lease_expired = 'L', deferred = 'd', buried = 'B'
 -- The newest record format this script reads. The loader writes a lower number here for a
 -- process that reads less (a dq acting as an older one: ClientBuilder::format_level), so the
 -- line must stay exactly `local NEWEST_FORMAT = <n>` (scripts.rs, tied by a test).
-local NEWEST_FORMAT = 2
+local NEWEST_FORMAT = 3
 -- Record formats (dq-core/src/format.rs, tied by a test): `legacy` has no version byte;
 -- a first byte in 2..max is a version byte.
-local FORMAT = {legacy = 1, versioned = 2, max = 31}
+-- `lean` is the first format whose lease leaves the record as it is (format.rs LEAN_FORMAT).
+local FORMAT = {legacy = 1, versioned = 2, lean = 3, max = 31}
 -- The same, as locals for the helpers below (a table field costs a lookup per record).
 local LEGACY_FORMAT, FIRST_VERSIONED, MAX_FORMAT = FORMAT.legacy, FORMAT.versioned, FORMAT.max
+local LEAN_FORMAT = FORMAT.lean
+
+-- The string functions the hot paths call, as locals (a global table lookup each otherwise).
+local byte, sub, char = string.byte, string.sub, string.char
+-- The state byte of an active record, for the hot paths that read a record's state by byte.
+local ACTIVE_BYTE = byte(STATE.active)
 
 local HEADER = '>c1BI6I6I6'
 -- The header of a versioned record: its version byte, then HEADER.
 local VERSIONED_HEADER = '>Bc1BI6I6I6'
--- The header of a format-1 record; a versioned record has its version byte before it.
+-- The header of a format-1 record; a format-2 record has its version byte before it.
 local HEADER_LEN = 20
+-- A format-3 record's header, after its version byte (no token), and its whole length.
+local LEAN_HEADER = '>c1BI6I6'
+local LEAN_HEADER_LEN = 15
 local MAX_HISTORY = 32
 local MAX_ERROR_LEN = 1024
 local CUT_MARK = '… [cut from '
@@ -65,11 +80,11 @@ local function cut_error(err)
   local keep = MAX_ERROR_LEN - #marker
   -- the byte after the kept ones must not be a continuation byte (10xxxxxx)
   while keep > 0 do
-    local b = string.byte(err, keep + 1)
+    local b = byte(err, keep + 1)
     if b < 0x80 or b >= 0xC0 then break end
     keep = keep - 1
   end
-  return string.sub(err, 1, keep) .. marker
+  return sub(err, 1, keep) .. marker
 end
 
 local function now_ms()
@@ -80,7 +95,7 @@ end
 -- The format a value says it was written in (any number, newer ones too), or nil when its
 -- first byte is neither a version byte nor a state letter (not a record).
 local function format_of(rec)
-  local b = string.byte(rec, 1)
+  local b = byte(rec, 1)
   if not b then return nil end
   if b >= FIRST_VERSIONED and b <= MAX_FORMAT then return b end
   if IS_STATE_BYTE[b] then return LEGACY_FORMAT end
@@ -90,14 +105,22 @@ end
 -- The header length of a record of a format this dq reads: 20 for format 1, one more for
 -- the version byte of a later one.
 local function header_len(rec)
-  if string.byte(rec, 1) <= MAX_FORMAT then return HEADER_LEN + 1 end
-  return HEADER_LEN
+  local b = byte(rec, 1)
+  if b > MAX_FORMAT then return HEADER_LEN end
+  if b >= LEAN_FORMAT then return LEAN_HEADER_LEN end
+  return HEADER_LEN + 1
+end
+
+-- True for a record of a lean format this dq reads (format 3 on): its lease is in `leases`.
+local function is_lean(rec)
+  local b = byte(rec, 1)
+  return b >= LEAN_FORMAT and b <= NEWEST_FORMAT
 end
 
 -- True for a value of a format newer than this dq reads: left untouched, reported.
 local function is_newer(rec)
   if not rec then return false end
-  local b = string.byte(rec, 1)
+  local b = byte(rec, 1)
   return b ~= nil and b > NEWEST_FORMAT and b <= MAX_FORMAT
 end
 
@@ -105,25 +128,45 @@ end
 -- its header, with a known state. (Hot: bytes only, no string made.)
 local function is_record(rec)
   if not rec then return false end
-  local b = string.byte(rec, 1)
+  local b = byte(rec, 1)
   if not b then return false end
   if IS_STATE_BYTE[b] then return #rec >= HEADER_LEN end
   if b < FIRST_VERSIONED or b > NEWEST_FORMAT then return false end
-  return #rec > HEADER_LEN and IS_STATE_BYTE[string.byte(rec, 2)] == true
+  if b >= LEAN_FORMAT then
+    -- (a lean record is never active: its lease is in `leases`)
+    local s = byte(rec, 2)
+    return #rec >= LEAN_HEADER_LEN and IS_STATE_BYTE[s] == true and s ~= ACTIVE_BYTE
+  end
+  return #rec > HEADER_LEN and IS_STATE_BYTE[byte(rec, 2)] == true
 end
 
 -- The state letter of a record (is_record), read without decoding the header.
 local function state_of(rec)
-  if string.byte(rec, 1) <= MAX_FORMAT then return string.sub(rec, 2, 2) end
-  return string.sub(rec, 1, 1)
+  if byte(rec, 1) <= MAX_FORMAT then return sub(rec, 2, 2) end
+  return sub(rec, 1, 1)
 end
 
--- Returns state, attempts, due, created, token of a record (the payload is not copied).
+-- Returns state, attempts, due, created, token of a record (the payload is not copied). A
+-- lean record answers token 0 and the attempts finished (see `started` for a running job).
 local function unpack_record(rec)
+  local b = byte(rec, 1)
+  if b <= MAX_FORMAT and b >= LEAN_FORMAT then
+    local state, attempts, due, created = struct.unpack(LEAN_HEADER, rec, 2)
+    return state, attempts, due, created, 0
+  end
   local at = 1
-  if string.byte(rec, 1) <= MAX_FORMAT then at = 2 end
+  if b <= MAX_FORMAT then at = 2 end
   local state, attempts, due, created, token = struct.unpack(HEADER, rec, at)
   return state, attempts, due, created, token
+end
+
+-- The attempts a running job's record says were started, this lease's one included: a
+-- format-1/2 record counts it (its lease rewrote the header), a lean one does not.
+local function started(rec)
+  local b = byte(rec, 1)
+  if b <= MAX_FORMAT and b >= LEAN_FORMAT then return byte(rec, 3) + 1 end
+  if b <= MAX_FORMAT then return byte(rec, 3) end
+  return byte(rec, 2)
 end
 
 -- A record of `format` (one this dq reads): its header, then `payload`.
@@ -134,12 +177,15 @@ local function pack_record(format, state, attempts, due, created, token, payload
   if format == LEGACY_FORMAT then
     return struct.pack(HEADER, state, attempts, due, created, token) .. payload
   end
+  if format >= LEAN_FORMAT then
+    return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created) .. payload
+  end
   return struct.pack(VERSIONED_HEADER, format, state, attempts, due, created, token) .. payload
 end
 
 -- The format of a record as `pack_record` takes it (the record's own).
 local function record_format(rec)
-  local b = string.byte(rec, 1)
+  local b = byte(rec, 1)
   if b <= MAX_FORMAT then return b end
   return LEGACY_FORMAT
 end
@@ -160,8 +206,17 @@ local function call_many(cmd, key, args)
   end
 end
 
+-- Runs `cmd key t[from..to]` in slices (keep pairs whole: SLICE is even, and so must be
+-- to - from + 1 for pairs).
+local function call_range(cmd, key, t, from, to)
+  for i = from, to, SLICE do
+    redis.call(cmd, key, unpack(t, i, math.min(i + SLICE - 1, to)))
+  end
+end
+
 -- HMGET over any number of fields; the result is aligned with `fields` (false: missing).
 local function hmget(key, fields)
+  if #fields <= SLICE then return redis.call('HMGET', key, unpack(fields)) end
   local out = {}
   for i = 1, #fields, SLICE do
     local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + SLICE - 1, #fields)))
@@ -221,17 +276,86 @@ end
 
 -- The delivery token of a record, read without copying the payload.
 local function token_of(rec)
-  if string.byte(rec, 1) <= MAX_FORMAT then return (struct.unpack('>I6', rec, 16)) end
+  local b = byte(rec, 1)
+  if b <= MAX_FORMAT and b >= LEAN_FORMAT then return 0 end
+  if b <= MAX_FORMAT then return (struct.unpack('>I6', rec, 16)) end
   return (struct.unpack('>I6', rec, 15))
+end
+
+-- True when `rec` is a well-formed format-1/2 record, active, and leased under `token` (a
+-- number): what ack, extend, fail and release check before they act on such a record (a
+-- lean record's lease is in `leases`: see `owners`). (Hot: reads bytes and the token only.)
+local function leased_by(rec, token)
+  if not rec then return false end
+  local b1, b2 = byte(rec, 1, 2)
+  if b1 == ACTIVE_BYTE then
+    return #rec >= HEADER_LEN and struct.unpack('>I6', rec, 15) == token
+  end
+  return b1 ~= nil and b1 >= FIRST_VERSIONED and b1 < LEAN_FORMAT and b2 == ACTIVE_BYTE
+    and #rec > HEADER_LEN and struct.unpack('>I6', rec, 16) == token
+end
+
+-- The lease each job of `keys` runs under now, from their records `recs` (HMGET of jobs,
+-- aligned): its token, or false when the job is not running (gone, waiting, dead, damaged).
+-- A format-1/2 record says it itself (state A, its token); a lean record's lease is read
+-- from `leases`, in one HMGET for all of them (none when no record is lean).
+local function owners(leases, keys, recs)
+  local tokens, lean_keys, lean_at = {}, {}, {}
+  for i = 1, #keys do
+    local rec = recs[i]
+    tokens[i] = false
+    if rec and is_record(rec) then
+      if is_lean(rec) then
+        lean_keys[#lean_keys + 1] = keys[i]
+        lean_at[#lean_keys] = i
+      elseif state_of(rec) == STATE.active then
+        tokens[i] = token_of(rec)
+      end
+    end
+  end
+  if #lean_keys > 0 then
+    local held = hmget(leases, lean_keys)
+    for j, i in ipairs(lean_at) do tokens[i] = tonumber(held[j]) or false end
+  end
+  return tokens
+end
+
+-- The lease one job runs under (its record `rec` is a record this dq reads): its token, or
+-- false when it is not running. One HGET of `leases` for a lean record.
+local function lease_of(leases, key, rec)
+  if is_lean(rec) then return tonumber(redis.call('HGET', leases, key)) or false end
+  if state_of(rec) == STATE.active then return token_of(rec) end
+  return false
+end
+
+-- The state a job is in: active while it runs (`lease`, from lease_of or owners, is not
+-- false), else the state its record says.
+local function job_state(rec, lease)
+  if lease then return STATE.active end
+  return state_of(rec)
+end
+
+-- `rec` (a record this dq reads, as is_record checks) leased under `token`: state active,
+-- `spent` (0 or 1) added to its attempts (capped at 255), its format, due, created and
+-- payload kept. One concatenation, no decoding: the lease's hot path.
+local function leased_record(rec, token, spent)
+  local o = 0
+  if byte(rec, 1) <= MAX_FORMAT then o = 1 end
+  local attempts = byte(rec, o + 2) + spent
+  if attempts > 255 then attempts = 255 end
+  return sub(rec, 1, o) .. STATE.active .. char(attempts) .. sub(rec, o + 3, o + 14)
+    .. struct.pack('>I6', token) .. sub(rec, o + 21)
 end
 
 -- Rewrites the header of `rec` in place of the old one, keeping its format, `created` and
 -- the payload.
+-- (A lean record has no token: `token` is ignored for it.)
 local function with_header(rec, state, attempts, due, token)
   local format = record_format(rec)
-  local len = format == LEGACY_FORMAT and HEADER_LEN or HEADER_LEN + 1
-  local created = struct.unpack('>I6', rec, len - 11) -- no second full decode
-  return pack_record(format, state, attempts, due, created, token, string.sub(rec, len + 1))
+  local len = header_len(rec)
+  -- created: the 6 bytes before the token, or the last 6 of a lean header (no second decode)
+  local created = struct.unpack('>I6', rec, format >= LEAN_FORMAT and len - 5 or len - 11)
+  return pack_record(format, state, attempts, due, created, token, sub(rec, len + 1))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.
@@ -297,10 +421,11 @@ end
 -- Pushes one wake-up token unless one is already waiting (the list never grows past 1).
 -- Never fails: a wake key of another type (damage) only loses this nudge; the fetchers'
 -- BLPOP on that key reports the damage.
+-- (One call in the common case: the push answers the length, and only a token already
+-- waiting makes a second call take the extra one back.)
 local function wake(wake_key)
-  if redis.pcall('LLEN', wake_key) == 0 then
-    redis.call('RPUSH', wake_key, '1')
-  end
+  local len = redis.pcall('RPUSH', wake_key, '1')
+  if type(len) == 'number' and len > 1 then redis.pcall('RPOP', wake_key) end
 end
 
 -- Removes at most `limit` dead jobs older than the retention or beyond the cap.
@@ -331,9 +456,9 @@ local function trim_dead(dead, jobs, hist, stats, now, cap, retention, limit)
   return removed
 end
 
--- Moves an active/failed job to the dead queue.
-local function bury(dead, jobs, stats, key, rec, now)
-  local _, attempts, due, _, token = unpack_record(rec)
+-- Moves a running job whose attempt failed to the dead queue, with `attempts` started.
+local function bury(dead, jobs, stats, key, rec, now, attempts)
+  local _, _, due, _, token = unpack_record(rec)
   redis.call('HSET', jobs, key, with_header(rec, STATE.dead, attempts, due, token))
   redis.call('ZADD', dead, now, key)
   count(stats, 'buried', 1)
@@ -378,8 +503,9 @@ end
 
 -- Deletes an active job whose cancel was requested while it ran: gone, counted as
 -- cancelled, never retried. Callers have read (or type-checked) every key first.
-local function drop_cancelled(active, jobs, hist, stats, control, key)
+local function drop_cancelled(active, jobs, hist, stats, control, leases, key)
   redis.call('ZREM', active, key)
+  redis.pcall('HDEL', leases, key) -- (a lean job's lease; never fails)
   redis.call('HDEL', jobs, key)
   redis.call('HDEL', hist, key)
   redis.call('HDEL', control, cancel_field(key))

@@ -10,6 +10,7 @@
 -- KEYS[5] dead       dq:{topic#p}:dead
 -- KEYS[6] jobs       dq:{topic#p}:jobs     the records hash
 -- KEYS[7] hist       dq:{topic#p}:hist
+-- KEYS[8] leases     dq:{topic#p}:leases   HASH key -> token: the leases of lean (format 3) records
 -- (The listed state's index is one of KEYS[1..5], chosen by ARGV[2]; all are passed so that
 -- the script's key list is the same for every state.)
 --
@@ -22,10 +23,12 @@
 --
 -- Returns {more (0/1), next position ('r': where reading stopped; 'z': 0), then per job:
 -- key, place (the score as text for 'z', the queue position as text for 'r'), record,
--- history (nil if none)}. A queue entry is listed only if its record says ready and its key
--- was not listed before in this call (stale hints are skipped).
+-- history (nil if none), lease token (nil unless a lean record's job is running)}. A job is
+-- listed in the state it is in: a lean record under a lease is active, whatever its state
+-- byte says. A queue entry is listed only if its job is ready and its key was not listed
+-- before in this call (stale hints are skipped).
 
-local records, hist = KEYS[6], KEYS[7]
+local records, hist, leases = KEYS[6], KEYS[7], KEYS[8]
 local mode, state, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local index = ({[STATE.scheduled] = KEYS[1], [STATE.retry] = KEYS[2], [STATE.ready] = KEYS[3],
   [STATE.active] = KEYS[4], [STATE.dead] = KEYS[5]})[state or '']
@@ -47,7 +50,7 @@ local function bytes_le(a, b)
 end
 
 local out = {0, 0}
-local keys, places, recs = {}, {}, {}
+local keys, places, recs, tokens = {}, {}, {}, {}
 
 if mode == 'z' then
   local after_score, after_key = ARGV[4], ARGV[5]
@@ -75,10 +78,12 @@ if mode == 'z' then
   for i = 1, #page, 2 do got[#got + 1] = page[i] end
   if #got > 0 then
     local found = hmget(records, got)
+    local owner = owners(leases, got, found)
     for i, key in ipairs(got) do
       local rec = found[i]
-      if is_record(rec) and state_of(rec) == state then
+      if is_record(rec) and job_state(rec, owner[i]) == state then
         keys[#keys + 1], places[#places + 1], recs[#recs + 1] = key, page[2 * i], rec
+        tokens[#keys] = is_lean(rec) and owner[i]
       end
     end
   end
@@ -93,9 +98,10 @@ else
     read = i
     if not seen[key] then
       local rec = redis.call('HGET', records, key)
-      if is_record(rec) and state_of(rec) == state then
+      if is_record(rec) and job_state(rec, lease_of(leases, key, rec)) == state then
         seen[key] = true
         keys[#keys + 1], places[#places + 1], recs[#recs + 1] = key, tostring(from + i - 1), rec
+        tokens[#keys] = false
       end
     end
   end
@@ -110,6 +116,7 @@ if #keys > 0 then
     out[#out + 1] = places[i]
     out[#out + 1] = recs[i]
     out[#out + 1] = hists[i]
+    out[#out + 1] = tokens[i]
   end
 end
 return out

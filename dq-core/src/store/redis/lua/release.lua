@@ -10,6 +10,7 @@
 -- KEYS[6] stats   dq:{topic#p}:stats
 -- KEYS[7] control dq:{topic#p}:control   a job whose cancel was requested is deleted as
 --                                         cancelled instead (it never runs again)
+-- KEYS[8] leases  dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 --
 -- ARGV: pairs key, token
 --
@@ -20,7 +21,7 @@
 -- ready, once, before the first job is released (its first touch is a write after that).
 
 local active, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local hist, stats, control = KEYS[5], KEYS[6], KEYS[7]
+local hist, stats, control, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -33,32 +34,36 @@ if has_control then
   local bad = check_types({control, 'hash', hist, 'hash', ready, 'list'})
   if bad then return bad end
 end
-local codes = {}
+-- (reads) every record, and the lease of the lean ones
+local keys, tokens = {}, {}
+for i = 1, #ARGV / 2 do keys[i], tokens[i] = ARGV[2 * i - 1], tonumber(ARGV[2 * i]) end
+local recs = hmget(jobs, keys)
+local owner = owners(leases, keys, recs)
+local codes, done = {}, {}
 local released = 0
--- Backwards, so that after the LPUSHes the jobs stand at the front in the order given.
-for i = #ARGV - 1, 1, -2 do
-  local key, token = ARGV[i], tonumber(ARGV[i + 1])
-  local rec = redis.call('HGET', jobs, key)
+for i = #keys, 1, -1 do
+  local key, rec = keys[i], recs[i]
   local ok = '0'
-  if is_record(rec) then
-    local state, attempts, due, _, owner = unpack_record(rec)
-    if state == STATE.active and owner == token and has_control
-        and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
-      drop_cancelled(active, jobs, hist, stats, control, key)
-      ok = '1'
-    elseif state == STATE.active and owner == token then
+  if owner[i] and owner[i] == tokens[i] and not done[key] then
+    if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
+      drop_cancelled(active, jobs, hist, stats, control, leases, key)
+    else
       if released == 0 then
         local bad = check_types({ready, 'list'})
         if bad then return bad end
       end
+      local _, _, due, _, token = unpack_record(rec)
       redis.call('ZREM', active, key)
-      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, attempts - 1, due, owner))
+      if is_lean(rec) then redis.call('HDEL', leases, key) end -- (read above)
+      -- the attempt is given back
+      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, started(rec) - 1, due, token))
       redis.call('LPUSH', ready, key)
       released = released + 1
-      ok = '1'
     end
+    done[key] = true -- (a key named twice is released once)
+    ok = '1'
   end
-  codes[(i + 1) / 2] = ok
+  codes[i] = ok
 end
 if released > 0 then wake(wake_key) end
 return table.concat(codes)

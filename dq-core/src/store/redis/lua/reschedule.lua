@@ -7,6 +7,7 @@
 -- KEYS[3] ready      dq:{topic#p}:ready
 -- KEYS[4] jobs       dq:{topic#p}:jobs
 -- KEYS[5] wake       dq:{topic#p}:wake
+-- KEYS[6] leases     dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 --
 -- ARGV[1] key
 -- ARGV[2] mode: 'a' at ARGV[3] Unix ms | 'd' ARGV[3] ms after now | 's' shift the current
@@ -25,6 +26,7 @@
 -- becomes due at once (its first touch is a write after those).
 
 local scheduled, retry, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local leases = KEYS[6]
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
   return redis.error_reply('ERR dq bad arguments: reschedule')
@@ -34,7 +36,8 @@ local rec = redis.call('HGET', jobs, key)
 if not rec then return {'N', 0} end
 if is_newer(rec) then return newer_error(rec) end
 if not is_record(rec) then return {STATE.dead, 0} end
-local state, attempts, due, _, token = unpack_record(rec)
+local _, attempts, due, _, token = unpack_record(rec)
+local state = job_state(rec, lease_of(leases, key, rec))
 if state == STATE.active or state == STATE.dead then return {state, 0} end
 
 local now = now_ms()
