@@ -3,7 +3,8 @@
 //!
 //! The old process is a second OS process: this test binary started again with
 //! `DQ_ROLLING_CHILD` set, running only [`rolling_child`], which acts as a dq that reads
-//! format 1 only (`ClientBuilder::format_level(1)`). It reports on stdout (`rolling: …`
+//! formats up to 1 or up to 2 only (`ClientBuilder::format_level`): the dq before versioned
+//! records, or the one before the lean lease (format 3). It reports on stdout (`rolling: …`
 //! lines) and takes orders on stdin; every job run, by either process, appends a line to a
 //! ledger file: key, payload, and the format level of the process that ran it.
 
@@ -26,7 +27,7 @@ const PARTITIONS: u16 = 2;
 const WAIT: Duration = Duration::from_secs(60);
 /// A short format beat, so an exited process stops holding the level within a second or so.
 const BEAT: Duration = Duration::from_millis(200);
-/// Set in a child process: `<mode> <redis url> <namespace> <ledger path>`.
+/// Set in a child process: `<mode> <redis url> <namespace> <ledger path> <old level>`.
 const CHILD: &str = "DQ_ROLLING_CHILD";
 /// How a child's report lines start on its stdout (the test harness prints its own lines).
 const SAYS: &str = "rolling: ";
@@ -165,10 +166,13 @@ struct ChildProcess {
 }
 
 impl ChildProcess {
-    fn spawn(mode: &str, url: &str, ns: &str, ledger: &Path) -> ChildProcess {
+    fn spawn(mode: &str, url: &str, ns: &str, ledger: &Path, level: u8) -> ChildProcess {
         let mut child = Command::new(std::env::current_exe().expect("the test binary"))
             .args(["rolling_child", "--exact", "--ignored", "--nocapture"])
-            .env(CHILD, format!("{mode} {url} {ns} {}", ledger.display()))
+            .env(
+                CHILD,
+                format!("{mode} {url} {ns} {} {level}", ledger.display()),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -229,23 +233,24 @@ async fn rolling_child() {
         return;
     };
     let f: Vec<&str> = spec.split(' ').collect();
-    let [mode, url, ns, ledger] = f[..] else {
+    let [mode, url, ns, ledger, level] = f[..] else {
         panic!("{CHILD}={spec:?}");
     };
+    let level: u8 = level.parse().expect("the old level");
     let say = |what: &str| {
         println!("{SAYS}{what}");
         std::io::stdout().flush().unwrap();
     };
     match mode {
-        // The old process: a dq that reads format 1 only, producer and worker.
+        // The old process: a dq that reads formats up to `level` only, producer and worker.
         "old" => {
-            let client = connect(url, ns, LEGACY_FORMAT).await.expect("connect");
+            let client = connect(url, ns, level).await.expect("connect");
             say(&format!("writes {}", client.store().formats().write()));
             let worker = start_worker(
                 &client,
                 Ledger {
                     path: ledger.into(),
-                    reads: LEGACY_FORMAT,
+                    reads: level,
                 },
             )
             .await;
@@ -277,8 +282,9 @@ async fn rolling_child() {
             say("stopped");
             std::future::pending::<()>().await;
         }
-        // A dq that reads format 1 only, started once the namespace writes format 2.
-        "late" => match connect(url, ns, LEGACY_FORMAT).await {
+        // A dq that reads formats up to `level` only, started once the namespace writes the
+        // newest.
+        "late" => match connect(url, ns, level).await {
             Err(Error::FormatTooOld { level, reads }) => {
                 say(&format!("refused level={level} reads={reads}"));
             }
@@ -289,35 +295,57 @@ async fn rolling_child() {
     }
 }
 
-/// An old process (format level 1: producer and worker) and a new one (level 2) share a
-/// topic. While the old lives the namespace stays at level 1 and the new process writes
-/// format 1; once the old exits (killed by its pid) its registration expires, the level rises
-/// to 2 and the new process writes format 2; a level-1 process started then is refused at
-/// connect and writes nothing. Every job, enqueued by either, runs exactly once with its own
-/// payload, and nothing is stranded.
+/// An old process (format level 1: producer and worker) and a new one (the newest level)
+/// share a topic. While the old lives the namespace stays at level 1 and the new process
+/// writes format 1; once the old exits (killed by its pid) its registration expires, the level
+/// rises to the newest and the new process writes it; a level-1 process started then is
+/// refused at connect and writes nothing. Every job, enqueued by either, runs exactly once
+/// with its own payload, and nothing is stranded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_and_new_processes_share_a_topic_through_a_rolling_upgrade() {
+    rolling_upgrade_from(LEGACY_FORMAT).await;
+}
+
+/// The same from the dq before the lean lease (format level 2: records with a version byte
+/// and the token in them) to this one (format 3): while the old process lives both write and
+/// lease format 2; then the level rises to 3 and format-2 and format-3 jobs drain side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_2_dq_and_a_format_3_dq_share_a_topic_through_a_rolling_upgrade() {
+    rolling_upgrade_from(2).await;
+}
+
+/// The record format an old process at `level` writes, by its first byte.
+fn written_by(level: u8, byte: u8) -> bool {
+    if level == LEGACY_FORMAT {
+        is_format_1(byte)
+    } else {
+        byte == level
+    }
+}
+
+async fn rolling_upgrade_from(old_level: u8) {
     let server = RedisServer::start();
     let url = server.url();
     let ns = namespace("rolling");
     let ledger = server.dir().join("rolling.ledger");
 
     // 1. The old process connects, starts its worker and enqueues 20 jobs.
-    let mut old = ChildProcess::spawn("old", &url, &ns, &ledger);
-    assert_eq!(old.says().await, "writes 1");
+    let mut old = ChildProcess::spawn("old", &url, &ns, &ledger, old_level);
+    assert_eq!(old.says().await, format!("writes {old_level}"));
     assert_eq!(old.says().await, "ready");
 
-    // 2. The new process: the old one is live, so the level stays 1 and it writes format 1.
+    // 2. The new process: the old one is live, so the level stays at the old one's and it
+    //    writes that format.
     let new = connect(&url, &ns, NEWEST_FORMAT).await.expect("connect");
     let formats = new.store().formats();
     assert_eq!(
         (formats.reads(), formats.write()),
-        (NEWEST_FORMAT, LEGACY_FORMAT)
+        (NEWEST_FORMAT, old_level)
     );
     let registry = new.admin().formats().await.unwrap();
-    assert_eq!(registry.level.level, LEGACY_FORMAT);
+    assert_eq!(registry.level.level, old_level);
     let reads: BTreeSet<u8> = registry.processes.iter().map(|p| p.reads).collect();
-    assert_eq!(reads, BTreeSet::from([LEGACY_FORMAT, NEWEST_FORMAT]));
+    assert_eq!(reads, BTreeSet::from([old_level, NEWEST_FORMAT]));
     let worker = start_worker(
         &new,
         Ledger {
@@ -331,15 +359,15 @@ async fn old_and_new_processes_share_a_topic_through_a_rolling_upgrade() {
     enqueue(&new, [500], Duration::from_secs(3600)).await;
     let byte = first_byte(&server, &ns, 500);
     assert!(
-        is_format_1(byte),
-        "written at level 1: format 1, got {byte:#x}"
+        written_by(old_level, byte),
+        "written at level {old_level}: format {old_level}, got {byte:#x}"
     );
 
-    // Several beats of both processes later, the old one still holds the level at 1.
+    // Several beats of both processes later, the old one still holds the level.
     let old_beat = |r: &dq::store::FormatRegistry| {
         r.processes
             .iter()
-            .find(|p| p.reads == LEGACY_FORMAT)
+            .find(|p| p.reads == old_level)
             .map(|p| p.beat_ms)
     };
     let first = old_beat(&registry).expect("the old process is registered");
@@ -351,19 +379,16 @@ async fn old_and_new_processes_share_a_topic_through_a_rolling_upgrade() {
         }
     })
     .await;
-    assert_eq!(
-        new.admin().formats().await.unwrap().level.level,
-        LEGACY_FORMAT
-    );
-    assert_eq!(new.store().formats().write(), LEGACY_FORMAT);
+    assert_eq!(new.admin().formats().await.unwrap().level.level, old_level);
+    assert_eq!(new.store().formats().write(), old_level);
 
     // 3. The old process stops its worker, then is killed: its registration expires and
-    //    the level rises to 2 within a few beats; the new process writes format 2.
+    //    the level rises to the newest within a few beats; the new process writes it.
     old.tell("stop");
     assert_eq!(old.says().await, "stopped");
     old.kill();
     eventually(
-        "the level rises to 2 and the new process writes it",
+        "the level rises to the newest and the new process writes it",
         WAIT,
         || {
             let new = new.clone();
@@ -376,13 +401,19 @@ async fn old_and_new_processes_share_a_topic_through_a_rolling_upgrade() {
     .await;
     enqueue(&new, [501], Duration::from_secs(3600)).await;
     let byte = first_byte(&server, &ns, 501);
-    // Format 2: the record starts with its version byte.
-    assert_eq!(byte, NEWEST_FORMAT, "written at level 2: {byte:#x}");
+    // The newest format: the record starts with its version byte.
+    assert_eq!(
+        byte, NEWEST_FORMAT,
+        "written at the newest level: {byte:#x}"
+    );
 
-    // 4. A level-1 process started now is refused at connect and writes nothing.
+    // 4. An old-level process started now is refused at connect and writes nothing.
     let enqueued = new.stats::<close_order>().await.unwrap().enqueued;
-    let mut late = ChildProcess::spawn("late", &url, &ns, &ledger);
-    assert_eq!(late.says().await, "refused level=2 reads=1");
+    let mut late = ChildProcess::spawn("late", &url, &ns, &ledger, old_level);
+    assert_eq!(
+        late.says().await,
+        format!("refused level={NEWEST_FORMAT} reads={old_level}")
+    );
     late.kill();
     assert_eq!(new.stats::<close_order>().await.unwrap().enqueued, enqueued);
     let registry = new.admin().formats().await.unwrap();

@@ -246,7 +246,7 @@ async fn many_jobs_failing_at_once_each_retry_once() {
         ),
         (2000, 2000, 0, 0, 0, 0)
     );
-    // The failures were written in batches: fewer `fail` calls (the one script with 10 KEYS)
+    // The failures were written in batches: fewer `fail` calls (the one script with 11 KEYS)
     // than failures. (One at a time would need the completer to never find a second failure
     // waiting while a call is in flight, with 32 jobs failing together after each fetch.)
     type Entry = (i64, i64, i64, Vec<Vec<u8>>, Vec<u8>, Vec<u8>);
@@ -256,7 +256,7 @@ async fn many_jobs_failing_at_once_each_retry_once() {
         .filter(|(_, _, _, args, _, _)| {
             args.first()
                 .is_some_and(|a| a.eq_ignore_ascii_case(b"evalsha"))
-                && args.get(2).is_some_and(|n| n == b"10")
+                && args.get(2).is_some_and(|n| n == b"11")
         })
         .count();
     assert!(

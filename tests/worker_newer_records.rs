@@ -144,7 +144,7 @@ async fn a_worker_leaves_newer_records_warns_once_and_asks_to_be_upgraded() {
         "WARN",
         "newer.jobs",
         &format!("format={format}"),
-        "reads=2",
+        &format!("reads={}", dq::store::NEWEST_FORMAT),
         "upgrade this worker",
     ] {
         assert!(

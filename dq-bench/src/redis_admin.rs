@@ -335,16 +335,23 @@ mod tests {
             "bench",
             &dq::store::Queue::new(dq::Topic::new("bench.s3").unwrap(), 0),
         );
-        let mut names: Vec<String> = dq::store::redis::layout::script_keys(script)
-            .unwrap()
-            .iter()
-            .filter_map(|n| keys.get(*n).map(str::to_string))
-            .collect();
-        if script == "enqueue" {
-            // its two receipt strings, named per call (not by `PartitionKeys::get`)
-            names.extend(keys.enqueue_receipts(0));
+        // in the script's order; the keys `PartitionKeys::get` does not give are named per
+        // call: enqueue's two receipt strings, fetch's receipt (then those it deletes)
+        let mut per_call: Vec<String> = if script == "enqueue" {
+            keys.enqueue_receipts(0).to_vec()
+        } else {
+            receipts.iter().map(|id| keys.fetch_receipt(*id)).collect()
+        };
+        per_call.reverse();
+        let mut names: Vec<String> = Vec::new();
+        for n in dq::store::redis::layout::script_keys(script).unwrap() {
+            match keys.get(*n) {
+                Some(k) => names.push(k.to_string()),
+                None => names.extend(per_call.pop()),
+            }
         }
-        names.extend(receipts.iter().map(|id| keys.fetch_receipt(*id)));
+        per_call.reverse();
+        names.extend(per_call);
         let mut a = args(&["EVALSHA", "abc", &names.len().to_string()]);
         a.extend(names);
         a.extend(args(&["50", "30000", "1000", "100"]));

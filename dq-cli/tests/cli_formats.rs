@@ -74,7 +74,10 @@ async fn formats_shows_the_level_the_hold_and_each_live_process() {
         out.contains("new jobs are written in format 1 (no hold)"),
         "{out}"
     );
-    assert!(out.contains("this dq reads formats up to 2"), "{out}");
+    assert!(
+        out.contains(&format!("this dq reads formats up to {NEWEST_FORMAT}")),
+        "{out}"
+    );
     for header in ["ID", "ROLE", "HOST", "PID", "VERSION", "READS", "LAST BEAT"] {
         assert!(out.contains(header), "{out}");
     }
@@ -100,7 +103,11 @@ async fn formats_shows_the_level_the_hold_and_each_live_process() {
         .iter()
         .map(|p| p["reads"].as_u64().unwrap())
         .collect();
-    assert_eq!(reads, BTreeSet::from([1, 2]), "{json}");
+    assert_eq!(
+        reads,
+        BTreeSet::from([1, u64::from(NEWEST_FORMAT)]),
+        "{json}"
+    );
 
     // Hold at the level now, then release.
     let held = dq(&server, &ns, &["formats", "hold"]);
@@ -114,12 +121,15 @@ async fn formats_shows_the_level_the_hold_and_each_live_process() {
 
     // The old process gone, the level rises; a hold below it is refused as bad input.
     drop(old);
-    eventually("the level rises to 2", WAIT, || {
+    eventually("the level rises to the newest", WAIT, || {
         let new = new.clone();
         async move { new.store().formats().write() == NEWEST_FORMAT }
     })
     .await;
-    assert_eq!(dq(&server, &ns, &["formats", "--json"]).json()["level"], 2);
+    assert_eq!(
+        dq(&server, &ns, &["formats", "--json"]).json()["level"],
+        NEWEST_FORMAT
+    );
     let refused = dq(&server, &ns, &["formats", "hold", "1"]);
     assert_eq!(refused.code, 2, "{refused:?}");
     assert!(refused.stderr.contains("cannot lower"), "{refused:?}");
@@ -142,7 +152,9 @@ async fn a_namespace_newer_than_the_cli_is_refused() {
         assert_eq!(run.code, 1, "{args:?}: {run:?}");
         assert!(
             run.stderr.contains(&format!("format {newer}"))
-                && run.stderr.contains("reads formats up to 2")
+                && run
+                    .stderr
+                    .contains(&format!("reads formats up to {NEWEST_FORMAT}"))
                 && run.stderr.contains("docs/UPGRADING.md"),
             "{args:?}: {run:?}"
         );

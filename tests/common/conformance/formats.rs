@@ -60,14 +60,17 @@ fn write_in<H: Harness>(h: &H, format: u8) {
     assert_eq!(h.store().formats().set_write(format), format);
 }
 
-/// A job of format 1 and one of format 2 each go through enqueue → fetch → fail → retry →
-/// ack, and enqueue → fetch → dead → requeue → ack, keeping their format at every step.
+/// A job of every format (1, 2 and the lean format 3) goes through enqueue → fetch → fail →
+/// retry → ack, enqueue → fetch → dead → requeue → ack, and enqueue → fetch → extend →
+/// cancel requested → release (deleted as cancelled), and one through fetch → release →
+/// fetch → ack, keeping its format at every step; the running job reads as active with its
+/// attempt counted, whatever format keeps its lease.
 pub async fn both_formats_live_a_whole_job_life<H: Harness>(h: &H) {
     let c = h.client().await;
     let t = c.topic("formats.life").unwrap();
     let q = queue("formats.life");
     let r = one_retry();
-    for format in [LEGACY_FORMAT, NEWEST_FORMAT] {
+    for format in LEGACY_FORMAT..=NEWEST_FORMAT {
         write_in(h, format);
         let n = u64::from(format);
         let key = format!("life-{format}");
@@ -113,6 +116,74 @@ pub async fn both_formats_live_a_whole_job_life<H: Harness>(h: &H) {
             (&*dead, 1, n + 10)
         );
         ack_all(h, &q, std::slice::from_ref(&d)).await;
+
+        // the lease calls of a running job, and a cancel of it
+        let run = format!("run-{format}");
+        t.enqueue(raw(n + 20)).key(&run).await.unwrap();
+        let d = fetch_one(h, &q, &r).await;
+        let lease = (d.key.clone(), d.token);
+        let i = info(&t, &run).await;
+        assert_eq!((i.state, i.attempts), (JobState::Active, 1), "running");
+        assert_eq!(
+            h.store()
+                .extend(&q, std::slice::from_ref(&lease), LONG_LEASE)
+                .await
+                .unwrap(),
+            [Extended::Held]
+        );
+        assert_eq!(
+            h.store()
+                .extend(&q, &[(d.key.clone(), d.token + 1)], LONG_LEASE)
+                .await
+                .unwrap(),
+            [Extended::Lost],
+            "another token"
+        );
+        assert_eq!(
+            h.store().cancel(&q, &jk(&run)).await.unwrap(),
+            CancelOutcome::CancelRequested
+        );
+        assert_eq!(
+            h.store()
+                .extend(&q, std::slice::from_ref(&lease), LONG_LEASE)
+                .await
+                .unwrap(),
+            [Extended::CancelRequested]
+        );
+        assert_eq!(
+            h.store()
+                .release(&q, std::slice::from_ref(&lease))
+                .await
+                .unwrap(),
+            [true]
+        );
+        assert_eq!(h.record_format(&q, &run).await, None, "cancelled");
+
+        // a release gives the attempt back; the next lease is attempt 1 again
+        let back = format!("back-{format}");
+        t.enqueue(raw(n + 30)).key(&back).await.unwrap();
+        let d = fetch_one(h, &q, &r).await;
+        assert_eq!(
+            h.store()
+                .release(&q, &[(d.key.clone(), d.token)])
+                .await
+                .unwrap(),
+            [true]
+        );
+        assert_eq!(info(&t, &back).await.state, JobState::Ready);
+        assert_eq!(h.record_format(&q, &back).await, Some(format), "released");
+        let again = fetch_one(h, &q, &r).await;
+        assert_eq!((again.key.as_str(), again.attempt), (&*back, 1));
+        assert_ne!(again.token, d.token);
+        assert_eq!(
+            h.store()
+                .ack(&q, &[(d.key.clone(), d.token)])
+                .await
+                .unwrap(),
+            [AckOutcome::Stale],
+            "the released lease"
+        );
+        ack_all(h, &q, std::slice::from_ref(&again)).await;
     }
     h.assert_no_leftovers().await;
 }

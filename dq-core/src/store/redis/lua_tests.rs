@@ -333,11 +333,37 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
         ("format 1, empty payload", header(1).encode(b"")),
         ("format 2", header(2).encode(b"payload")),
         ("format 2, empty payload", header(2).encode(b"")),
-        ("format 3", RecordHeader { token: 0, ..header(3) }.encode(b"payload")),
-        ("format 3, empty payload", RecordHeader { token: 0, ..header(3) }.encode(b"")),
-        ("format 3 too short", RecordHeader { token: 0, ..header(3) }.encode(b"")[..14].to_vec()),
+        (
+            "format 3",
+            RecordHeader {
+                token: 0,
+                ..header(3)
+            }
+            .encode(b"payload"),
+        ),
+        (
+            "format 3, empty payload",
+            RecordHeader {
+                token: 0,
+                ..header(3)
+            }
+            .encode(b""),
+        ),
+        (
+            "format 3 too short",
+            RecordHeader {
+                token: 0,
+                ..header(3)
+            }
+            .encode(b"")[..14]
+                .to_vec(),
+        ),
         ("format 3, active (a lean record never is)", {
-            let mut r = RecordHeader { token: 0, ..header(3) }.encode(b"p");
+            let mut r = RecordHeader {
+                token: 0,
+                ..header(3)
+            }
+            .encode(b"p");
             r[1] = b'A';
             r
         }),

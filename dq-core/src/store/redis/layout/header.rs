@@ -125,7 +125,11 @@ impl RecordHeader {
             attempts: h[1],
             due_ms: u48(&h[2..8]),
             created_ms: u48(&h[8..14]),
-            token: if format < LEAN_FORMAT { u48(&h[14..20]) } else { 0 },
+            token: if format < LEAN_FORMAT {
+                u48(&h[14..20])
+            } else {
+                0
+            },
         })
     }
 
@@ -178,7 +182,11 @@ mod tests {
             let lean = format >= LEAN_FORMAT;
             let h = RecordHeader {
                 format,
-                state: if lean { JobState::Retry } else { JobState::Active },
+                state: if lean {
+                    JobState::Retry
+                } else {
+                    JobState::Active
+                },
                 attempts: 3,
                 due_ms: 1_790_000_000_123,
                 created_ms: 1_790_000_000_000,
@@ -208,7 +216,10 @@ mod tests {
             (running.state, running.attempts, running.token),
             (JobState::Active, 3, 9)
         );
-        let two = RecordHeader { format: 2, ..running };
+        let two = RecordHeader {
+            format: 2,
+            ..running
+        };
         assert_eq!(two.leased(1), two);
         let e = RecordHeader::decode(&[b'A'; 5]).unwrap_err().to_string();
         assert!(e.contains("shorter than its header"), "{e}");

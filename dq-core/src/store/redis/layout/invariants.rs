@@ -535,7 +535,9 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
                 Some(token) => match token.parse::<u64>() {
                     Ok(token) if token > 0 => h.leased(token),
                     _ => {
-                        say(format!("`leases` token of {job:?} is {token:?}, not a token"));
+                        say(format!(
+                            "`leases` token of {job:?} is {token:?}, not a token"
+                        ));
                         h.leased(0)
                     }
                 },

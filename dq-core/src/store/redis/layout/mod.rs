@@ -17,7 +17,9 @@ mod keys;
 mod script_keys;
 mod topic_record;
 
-pub use header::{HEADER_LEN, LEAN_HEADER_LEN, MAX_FORMAT, RecordFormat, RecordHeader, header_len, record_format};
+pub use header::{
+    HEADER_LEN, LEAN_HEADER_LEN, MAX_FORMAT, RecordFormat, RecordHeader, header_len, record_format,
+};
 pub use invariants::{
     CONTROL_FIELDS, KeySeen, PartitionSnapshot, STATS_FIELDS, Snapshot, Violation, check_invariants,
 };
