@@ -9,6 +9,7 @@
 //! | `F` | when the handler has done its work and is about to return `Ok`: the job's side effect, made only if `ctx.is_cancelled()` is false right before it |
 //! | `C` | when the handler saw `ctx.cancelled()` and gave up (its result is discarded anyway) |
 //! | `X` | right before the handler aborts the process (the poison pill) |
+//! | `E` | when the handler returns `Err` on purpose (the first attempt of a `fault.flaky` job) |
 //!
 //! The file is opened with `O_APPEND` and every line is one unbuffered `write(2)`, so each line
 //! lands whole and a `SIGKILL` loses at most the line being written. Several processes may
@@ -30,6 +31,8 @@ pub enum Kind {
     Cancelled,
     /// The handler is about to abort the whole process.
     Abort,
+    /// The handler failed on purpose (its attempt is retried).
+    Failed,
 }
 
 impl Kind {
@@ -39,6 +42,7 @@ impl Kind {
             Kind::Finish => 'F',
             Kind::Cancelled => 'C',
             Kind::Abort => 'X',
+            Kind::Failed => 'E',
         }
     }
 
@@ -48,6 +52,7 @@ impl Kind {
             "F" => Kind::Finish,
             "C" => Kind::Cancelled,
             "X" => Kind::Abort,
+            "E" => Kind::Failed,
             _ => return None,
         })
     }
