@@ -91,6 +91,12 @@ fn a_short_soak_loses_nothing_and_explains_every_duplicate() {
     let load = &report["load"];
     assert!(load["flaky"].as_u64() > Some(0), "{report}");
     assert!(load["cancel"]["cancelled"].as_u64() > Some(0), "{report}");
-    assert!(load["reschedule"]["rescheduled"].as_u64() > Some(0), "{report}");
-    assert_eq!(report["soak"]["reference"], "half time (the run is shorter than 10 minutes)");
+    assert!(
+        load["reschedule"]["rescheduled"].as_u64() > Some(0),
+        "{report}"
+    );
+    assert_eq!(
+        report["soak"]["reference"],
+        "half time (the run is shorter than 10 minutes)"
+    );
 }

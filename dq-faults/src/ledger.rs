@@ -174,6 +174,7 @@ mod tests {
         let w = LedgerWriter::open(&path).unwrap();
         w.record(Kind::Start, "job 1\twith tab", 7, 2);
         w.record(Kind::Finish, "job-2", 8, 1);
+        w.record(Kind::Failed, "job-3", 9, 1);
         std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
@@ -182,10 +183,11 @@ mod tests {
             .unwrap();
         let (entries, bad) = read_dir(dir.path());
         assert_eq!(bad, 1);
-        assert_eq!(entries.len(), 2);
+        assert_eq!(entries.len(), 3);
         assert_eq!(entries[0].kind, Kind::Start);
         assert_eq!(entries[0].key, "job 1\twith tab");
         assert_eq!((entries[0].token, entries[0].attempt), (7, 2));
         assert_eq!(entries[1].pid, std::process::id());
+        assert_eq!(entries[2].kind, Kind::Failed);
     }
 }

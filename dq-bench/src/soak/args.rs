@@ -203,7 +203,13 @@ mod tests {
                 ..args()
             },
         ];
-        let names = ["--minutes", "--kill-every", "--rate", "--max-delay", "fault-worker"];
+        let names = [
+            "--minutes",
+            "--kill-every",
+            "--rate",
+            "--max-delay",
+            "fault-worker",
+        ];
         for (a, name) in bad.iter().zip(names) {
             let e = Plan::new(a).unwrap_err();
             assert!(e.contains(name), "{e}");

@@ -8,7 +8,7 @@
 //! | business key (`soak-<n>`) / generated key | 50 % / 50 % |
 //! | topic `fault.flaky` (first attempt fails, retried 500 ms later) / `fault.work` | 10 % / 90 % |
 //! | cancelled 1 s after enqueue (jobs of the far band only: they are waiting) | 10 % of them |
-//! | rescheduled 0.5 s after enqueue to 0.1–10 s from then (business keys only) | 10 % of them |
+//! | rescheduled 0.5 s after enqueue to 0.1–10 s from then (business keys not due now) | 10 % of them |
 //!
 //! Handlers work 1–20 ms (the payload's `sleep_ms`).
 
@@ -216,7 +216,7 @@ impl Load {
         let now = Instant::now();
         if band >= 7 && self.chance(10) {
             self.cancels.push_back((now + CANCEL_AFTER, key, topic));
-        } else if key.starts_with("soak-") && self.chance(10) {
+        } else if band >= 4 && key.starts_with("soak-") && self.chance(10) {
             let to = self.millis(Duration::from_millis(100), RESCHEDULE_MAX);
             self.reschedules
                 .push_back((now + RESCHEDULE_AFTER, key, topic, to));

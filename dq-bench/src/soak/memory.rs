@@ -14,6 +14,9 @@ pub struct Sample {
     pub worker_rss_kib: Option<u64>,
     /// Redis `INFO memory` `used_memory`, bytes.
     pub used_memory: u64,
+    /// `used_memory` of the empty server before the load, bytes.
+    #[serde(skip)]
+    pub used_memory_empty: u64,
     /// Jobs in the store (scheduled, ready, active, retry and dead, over every topic).
     pub pending: u64,
 }
@@ -27,6 +30,14 @@ impl Sample {
     /// Redis `used_memory` per pending job, bytes (`None` with nothing pending).
     pub fn redis_per_pending(&self) -> Option<f64> {
         (self.pending > 0).then(|| self.used_memory as f64 / self.pending as f64)
+    }
+
+    /// Redis `used_memory` above the empty server's, per pending job, bytes: what the jobs
+    /// cost without the server's own fixed memory (which dominates while few jobs wait).
+    pub fn redis_above_empty_per_pending(&self) -> Option<f64> {
+        (self.pending > 0).then(|| {
+            self.used_memory.saturating_sub(self.used_memory_empty) as f64 / self.pending as f64
+        })
     }
 }
 
@@ -95,6 +106,7 @@ mod tests {
             at_s,
             worker_rss_kib: Some(rss),
             used_memory: used,
+            used_memory_empty: 0,
             pending,
         }
     }
@@ -110,9 +122,19 @@ mod tests {
         let rss = drift(&samples, Duration::from_secs(300), Sample::worker_rss).unwrap();
         assert_eq!((rss.reference, rss.end), (10_000.0, 10_200.0));
         assert!((rss.drift_pct - 2.0).abs() < 1e-9);
-        let redis = drift(&samples, Duration::from_secs(300), Sample::redis_per_pending).unwrap();
+        let redis = drift(
+            &samples,
+            Duration::from_secs(300),
+            Sample::redis_per_pending,
+        )
+        .unwrap();
         assert_eq!((redis.reference, redis.end), (400.0, 400.0));
         assert!(drift(&samples, Duration::from_secs(901), Sample::worker_rss).is_none());
+        let net = Sample {
+            used_memory_empty: 1_000,
+            ..samples[1]
+        };
+        assert_eq!(net.redis_above_empty_per_pending(), Some(300.0));
     }
 
     #[test]

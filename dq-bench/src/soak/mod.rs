@@ -74,9 +74,8 @@ pub async fn run(args: SoakArgs) -> Result<()> {
 
     let enqueued = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(
-        Load::new(s.client.clone(), plan.clone(), enqueued.clone()).run(stop.clone()),
-    );
+    let load =
+        tokio::spawn(Load::new(s.client.clone(), plan.clone(), enqueued.clone()).run(stop.clone()));
     let start = Instant::now();
     let mut problems = Vec::new();
     let mut samples = Vec::new();
@@ -97,7 +96,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
             next_kill = (next_kill + plan.kill_every).max(start.elapsed());
         }
         if now >= next_sample {
-            samples.push(sample(&s, &mut admin, start).await?);
+            samples.push(sample(&s, &mut admin, start, used_memory_empty).await?);
             next_sample += plan.sample_every;
         }
         if now >= next_report {
@@ -123,7 +122,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
     }
     stop.store(true, Ordering::Relaxed);
     let produced = load.await?;
-    samples.push(sample(&s, &mut admin, start).await?);
+    samples.push(sample(&s, &mut admin, start, used_memory_empty).await?);
 
     eprintln!("soak: load stopped; waiting for everything due to run ...");
     let drain_start = Instant::now();
@@ -188,13 +187,19 @@ async fn census(s: &Scenario) -> dq::Result<(u64, u64)> {
 }
 
 /// One memory sample.
-async fn sample(s: &Scenario, admin: &mut redis::Connection, start: Instant) -> Result<Sample> {
+async fn sample(
+    s: &Scenario,
+    admin: &mut redis::Connection,
+    start: Instant,
+    used_memory_empty: u64,
+) -> Result<Sample> {
     let used_memory = used_memory(admin)?;
     let (pending, _) = census(s).await?;
     Ok(Sample {
         at_s: start.elapsed().as_secs_f64(),
         worker_rss_kib: memory::rss_kib(s.workers[STEADY].pid()),
         used_memory,
+        used_memory_empty,
         pending,
     })
 }

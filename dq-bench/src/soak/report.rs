@@ -44,7 +44,19 @@ impl Outcome<'_> {
     }
 
     fn redis(&self) -> Option<Drift> {
-        drift(self.samples, self.plan.reference_at, Sample::redis_per_pending)
+        drift(
+            self.samples,
+            self.plan.reference_at,
+            Sample::redis_per_pending,
+        )
+    }
+
+    fn redis_above_empty(&self) -> Option<Drift> {
+        drift(
+            self.samples,
+            self.plan.reference_at,
+            Sample::redis_above_empty_per_pending,
+        )
     }
 
     /// The JSON line.
@@ -71,6 +83,7 @@ impl Outcome<'_> {
             "violations": r.violations.len(),
             "worker_rss_kib": self.rss(),
             "redis_used_memory_per_pending": self.redis(),
+            "redis_used_memory_above_empty_per_pending": self.redis_above_empty(),
             "enqueued": c.enqueued,
             "enqueued_per_s": c.enqueued as f64 / self.load_s.max(1e-9),
             "kills": self.kills,
@@ -102,10 +115,10 @@ impl Outcome<'_> {
         let pct = |part: u64| 100.0 * part as f64 / c.enqueued.max(1) as f64;
         let drift_line = |name: &str, unit: &str, d: Option<Drift>| match d {
             Some(d) => format!(
-                "  {name:<32} {:>10.0} {unit} at {:.0} s ({})  {:>10.0} {unit} at the end  drift {:+.1} %",
-                d.reference, d.reference_at_s, p.reference_rule, d.end, d.drift_pct
+                "  {name:<34} {:>8.0} {unit} at {:>5.0} s  {:>8.0} {unit} at {:>5.0} s  drift {:+.1} %",
+                d.reference, d.reference_at_s, d.end, d.end_at_s, d.drift_pct
             ),
-            None => format!("  {name:<32} (too few samples)"),
+            None => format!("  {name:<34} (too few samples)"),
         };
         let mut t = vec![
             format!(
@@ -148,8 +161,14 @@ impl Outcome<'_> {
                 r.unexplained.len(),
                 r.violations.len()
             ),
+            format!("  memory (reference: {}):", p.reference_rule),
             drift_line("worker RSS", "KiB", self.rss()),
             drift_line("Redis used_memory / pending job", "B", self.redis()),
+            drift_line(
+                "  the same above the empty server",
+                "B",
+                self.redis_above_empty(),
+            ),
         ];
         if self.problems.is_empty() {
             t.push("  ok".into());
