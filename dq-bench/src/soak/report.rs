@@ -36,7 +36,9 @@ impl Outcome<'_> {
     /// Duplicates whose extra finished runs were all in flight at a kill.
     fn explained(&self) -> usize {
         let r = self.reconciliation;
-        r.duplicates - r.unexplained.len() - r.recreated.len()
+        r.duplicates
+            .saturating_sub(r.unexplained.len())
+            .saturating_sub(r.recreated.len())
     }
 
     fn rss(&self) -> Option<Drift> {
