@@ -19,11 +19,15 @@
 //! `dq-bench all [--quick] [--big]` is the orchestrator: it starts its own `redis-server`,
 //! runs every scenario three times through the commands above (as child processes), and
 //! prints a table of medians and writes everything to `bench-results/<timestamp>.json`.
+//!
+//! `dq-bench soak [--minutes 30] [--kill-every 10]` runs mixed load against its own
+//! `redis-server` with a worker process killed over and over, then reconciles (see `soak`).
 
 mod all;
 mod enqueue;
 mod jobs;
 mod redis_admin;
+mod soak;
 mod worker;
 
 use std::process::ExitCode;
@@ -61,6 +65,9 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// Start a private redis-server and run every scenario (the orchestrator).
     All(all::AllArgs),
+    /// Mixed load for a long time with a worker process killed every few seconds; prints
+    /// lost jobs, duplicates and memory drift (the soak; not run in CI).
+    Soak(soak::SoakArgs),
 }
 
 /// A benchmark scenario: its topic and what its handler expects.
@@ -186,6 +193,7 @@ fn main() -> ExitCode {
             runtime(args.runtime).and_then(|rt| rt.block_on(worker::run(args)))
         }
         Command::All(args) => all::run(args),
+        Command::Soak(args) => runtime(Flavor::Multi).and_then(|rt| rt.block_on(soak::run(args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

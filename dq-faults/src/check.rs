@@ -146,6 +146,8 @@ pub fn runs(entries: &[Entry]) -> BTreeMap<String, Vec<Run>> {
             Kind::Finish => run.finished = Some(e.ms),
             Kind::Cancelled => run.cancelled = true,
             Kind::Abort => run.aborted = true,
+            // A deliberate failure: the run stays unfinished and its job is retried.
+            Kind::Failed => {}
         }
     }
     by_key

@@ -9,6 +9,7 @@
 //! | `F` | when the handler has done its work and is about to return `Ok`: the job's side effect, made only if `ctx.is_cancelled()` is false right before it |
 //! | `C` | when the handler saw `ctx.cancelled()` and gave up (its result is discarded anyway) |
 //! | `X` | right before the handler aborts the process (the poison pill) |
+//! | `E` | when the handler returns `Err` on purpose (the first attempt of a `fault.flaky` job) |
 //!
 //! The file is opened with `O_APPEND` and every line is one unbuffered `write(2)`, so each line
 //! lands whole and a `SIGKILL` loses at most the line being written. Several processes may
@@ -30,6 +31,8 @@ pub enum Kind {
     Cancelled,
     /// The handler is about to abort the whole process.
     Abort,
+    /// The handler failed on purpose (its attempt is retried).
+    Failed,
 }
 
 impl Kind {
@@ -39,6 +42,7 @@ impl Kind {
             Kind::Finish => 'F',
             Kind::Cancelled => 'C',
             Kind::Abort => 'X',
+            Kind::Failed => 'E',
         }
     }
 
@@ -48,6 +52,7 @@ impl Kind {
             "F" => Kind::Finish,
             "C" => Kind::Cancelled,
             "X" => Kind::Abort,
+            "E" => Kind::Failed,
             _ => return None,
         })
     }
@@ -169,6 +174,7 @@ mod tests {
         let w = LedgerWriter::open(&path).unwrap();
         w.record(Kind::Start, "job 1\twith tab", 7, 2);
         w.record(Kind::Finish, "job-2", 8, 1);
+        w.record(Kind::Failed, "job-3", 9, 1);
         std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
@@ -177,10 +183,11 @@ mod tests {
             .unwrap();
         let (entries, bad) = read_dir(dir.path());
         assert_eq!(bad, 1);
-        assert_eq!(entries.len(), 2);
+        assert_eq!(entries.len(), 3);
         assert_eq!(entries[0].kind, Kind::Start);
         assert_eq!(entries[0].key, "job 1\twith tab");
         assert_eq!((entries[0].token, entries[0].attempt), (7, 2));
         assert_eq!(entries[1].pid, std::process::id());
+        assert_eq!(entries[2].kind, Kind::Failed);
     }
 }

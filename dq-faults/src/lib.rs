@@ -33,6 +33,20 @@ pub const POISON_TOPIC: &str = "fault.poison";
 /// `Err` when it is cancelled) sends the job to the dead queue at once.
 pub const ONCE_TOPIC: &str = "fault.once";
 
+/// The topic of jobs whose first attempt fails on purpose: `retry = "fixed(500ms, 5)"`; the
+/// handler returns `Err` on attempt 1 (a `Failed` ledger line) and works normally after that
+/// (the retries of `dq-bench soak`).
+pub const FLAKY_TOPIC: &str = "fault.flaky";
+
+/// Producers' handle on [`FLAKY_TOPIC`] (the handler lives in `fault-worker`).
+#[derive(Debug)]
+pub struct FlakyJob;
+
+impl Job for FlakyJob {
+    type Payload = FaultPayload;
+    const TOPIC: &'static str = FLAKY_TOPIC;
+}
+
 /// Producers' handle on [`ONCE_TOPIC`] (the handler lives in `fault-worker`).
 #[derive(Debug)]
 pub struct OnceJob;

@@ -34,7 +34,7 @@ fn max_overlap(entries: &[Entry]) -> usize {
             .or_insert((u64::MAX, None));
         match e.kind {
             Kind::Start => run.0 = e.ms,
-            Kind::Finish | Kind::Cancelled | Kind::Abort => run.1 = Some(e.ms),
+            Kind::Finish | Kind::Cancelled | Kind::Abort | Kind::Failed => run.1 = Some(e.ms),
         }
     }
     // Ends sort before starts at the same ms: a slot freed and taken in one ms is not an

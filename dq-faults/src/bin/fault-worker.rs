@@ -75,6 +75,20 @@ async fn once(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
     behave(job, ctx).await
 }
 
+/// Jobs whose first attempt fails on purpose (a `Failed` ledger line), retried 500 ms later.
+#[dq::delayed_job(topic = "fault.flaky", retry = "fixed(500ms, 5)")]
+async fn flaky(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
+    if ctx.attempt == 1 {
+        let b = ctx.data::<Arc<Behaviour>>()?;
+        b.ledger
+            .record(Kind::Start, ctx.key.as_str(), ctx.token, ctx.attempt);
+        b.ledger
+            .record(Kind::Failed, ctx.key.as_str(), ctx.token, ctx.attempt);
+        return Err(JobError::retry("the first attempt of a flaky job fails"));
+    }
+    behave(job, ctx).await
+}
+
 /// One run: ledger start → (abort | work until done or cancelled) → ledger finish/cancelled.
 async fn behave(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
     let b = ctx.data::<Arc<Behaviour>>()?;
