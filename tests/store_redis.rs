@@ -1639,7 +1639,13 @@ async fn a_function_flush_is_reloaded_by_the_next_call() {
     let d = durable.topic("fn.flush").unwrap();
     let e = d.enqueue(raw(2)).key("durable").await;
     assert!(
-        matches!(e, Err(Error::NotReplicated { acked: 0, wanted: 1 })),
+        matches!(
+            e,
+            Err(Error::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ),
         "{e:?}"
     );
     assert_eq!(t.stats().await.unwrap().ready, 3);
@@ -1671,7 +1677,11 @@ async fn two_format_levels_keep_their_own_libraries_on_one_server() {
         for (name, c) in [("old", &old), ("new", &new)] {
             let t = c.topic("fn.levels").unwrap();
             let e = t.enqueue(raw(round)).key(format!("{name}-{round}")).await;
-            assert_eq!(e.unwrap().outcome, EnqueueOutcome::Created, "{name} {round}");
+            assert_eq!(
+                e.unwrap().outcome,
+                EnqueueOutcome::Created,
+                "{name} {round}"
+            );
             assert!(t.stats().await.is_ok(), "{name} {round}");
         }
         assert_eq!(dq_libraries(&server).len(), 2, "round {round}");

@@ -47,10 +47,7 @@ impl Catalog for RedisStore {
             // At `maxmemory` Redis refuses the (writing) function before it runs; a topic
             // already recorded is only read, which a plain `HGET` still does there.
             Err(Error::OutOfMemory) => {
-                let record = self
-                    .topic_record(topic)
-                    .await?
-                    .ok_or(Error::OutOfMemory)?;
+                let record = self.topic_record(topic).await?.ok_or(Error::OutOfMemory)?;
                 return Ok(TopicMeta::new(
                     topic.clone(),
                     record.partitions,

@@ -52,9 +52,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{
-    Cmd, ConnectionAddr, ErrorKind, RedisFuture, RedisResult, ServerErrorKind, Value,
-};
+use redis::{Cmd, ConnectionAddr, ErrorKind, RedisFuture, RedisResult, ServerErrorKind, Value};
 
 use super::url::NodeUrl;
 

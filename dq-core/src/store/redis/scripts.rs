@@ -473,7 +473,13 @@ mod tests {
             (legacy.fetch.reads, SCRIPTS.fetch.reads),
             (1, NEWEST_FORMAT)
         );
-        assert!(legacy.fetch.library.code.contains("\nlocal NEWEST_FORMAT = 1\n"));
+        assert!(
+            legacy
+                .fetch
+                .library
+                .code
+                .contains("\nlocal NEWEST_FORMAT = 1\n")
+        );
         assert!(
             SCRIPTS
                 .fetch
@@ -610,7 +616,10 @@ mod tests {
             "dq bad arguments: x".to_owned(),
         ));
         assert!(!function_missing(&other));
-        assert!(matches!(script_error(&SCRIPTS.ack, other), Error::Protocol(_)));
+        assert!(matches!(
+            script_error(&SCRIPTS.ack, other),
+            Error::Protocol(_)
+        ));
     }
 
     /// The receipt life in `enqueue.lua` is the one the client's retry window is built on.
