@@ -75,6 +75,14 @@ impl Default for RedisOptions {
 
 /// The Redis implementation of [`Store`](crate::store::Store), on one node, a Redis Cluster or
 /// a master watched by Sentinel.
+///
+/// Its Lua scripts run as Redis Functions: one library per dq build and record-format level,
+/// `dq_<hash>` (functions `dq_<hash>_<script>`, see
+/// [`layout::script_of_function`](super::layout::script_of_function)), loaded by the first
+/// call that finds the server without it (after a restart without persistence, a `FUNCTION
+/// FLUSH`, on a new cluster node). Its Redis user needs `FCALL` and `FUNCTION LOAD`
+/// (`@scripting`). A library left by an earlier dq build costs the server a little memory and
+/// nothing else; `FUNCTION DELETE dq_<hash>` removes it once no process of that build runs.
 #[derive(Clone)]
 pub struct RedisStore {
     /// Where wake-up listeners connect.
