@@ -339,3 +339,24 @@ fn describe(args: &[redis::Value]) -> String {
         None => String::new(),
     }
 }
+
+/// A dq script call in the slow log is named by its function's script; other scripts and
+/// commands keep their names.
+#[test]
+fn slow_log_entries_name_their_script() {
+    let args = |a: &[&str]| -> Vec<redis::Value> {
+        a.iter()
+            .map(|s| redis::Value::BulkString(s.as_bytes().to_vec()))
+            .collect()
+    };
+    let fetch = format!(
+        "{}0123456789ab_fetch",
+        dq::store::redis::layout::LIBRARY_PREFIX
+    );
+    assert_eq!(describe(&args(&["FCALL", &fetch, "1", "k"])), "fetch");
+    assert!(is_script(&describe(&args(&["FCALL", &fetch, "1", "k"]))));
+    assert_eq!(describe(&args(&["FCALL", "other", "0"])), "other script");
+    assert_eq!(describe(&args(&["EVALSHA", "abc", "0"])), "other script");
+    assert_eq!(describe(&args(&["ZADD", "k", "1", "m"])), "ZADD");
+    assert!(!is_script("ZADD"));
+}

@@ -598,6 +598,37 @@ mod tests {
         out
     }
 
+    /// lib.lua's top level runs once per load now, so its tables are shared by every call:
+    /// no script writes one (a write would leak into every later call).
+    #[test]
+    fn no_script_writes_lib_tables() {
+        let tables: Vec<&str> = LIB
+            .lines()
+            .filter_map(|l| l.strip_prefix("local "))
+            .filter_map(|l| l.split_once(" = {"))
+            .map(|(name, _)| name.trim())
+            .collect();
+        assert!(tables.contains(&"STATE"), "{tables:?}");
+        for script in SCRIPTS.all() {
+            for line in script.body.lines().map(str::trim) {
+                for table in &tables {
+                    let Some(rest) = line.strip_prefix(table) else {
+                        continue;
+                    };
+                    let indexed = rest.starts_with('[') || rest.starts_with('.');
+                    let assigns = rest.split_once('=').is_some_and(|(before, after)| {
+                        !after.starts_with('=') && !before.ends_with(['~', '<', '>', '='])
+                    });
+                    assert!(
+                        !(indexed && assigns),
+                        "script {} writes lib.lua's table {table}: {line}",
+                        script.name
+                    );
+                }
+            }
+        }
+    }
+
     /// A function the server lacks (after a `FUNCTION FLUSH`) did not run: it is retryable,
     /// and surely not applied.
     #[test]
