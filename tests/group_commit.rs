@@ -23,17 +23,17 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// A reply delay that outlasts every test: the reply is lost until the fault is lifted.
 const HELD: Duration = Duration::from_secs(3600);
 
-/// `EVALSHA` calls the server has run so far (every dq script call is one).
+/// `FCALL` calls the server has run so far (every dq script call is one).
 fn script_calls(server: &RedisServer) -> u64 {
     let info: String = server.cmd(&["INFO", "commandstats"]);
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().expect("a call count"))
 }
 
 /// A client of `ns` on `url`, configured by `configure`, that has checked the topic and run
-/// the enqueue script once (so that later calls are plain `EVALSHA`s of the call under test).
+/// the enqueue script once (so that later calls are plain `FCALL`s of the call under test).
 async fn client_on(
     url: &str,
     ns: &str,

@@ -206,9 +206,10 @@ async fn wake_up_listeners_block_on_the_master_of_their_partition() {
     assert_eq!((stats.succeeded, stats.ready, stats.active), (24, 0, 0));
 }
 
-/// `NOSCRIPT` is handled on the node that lacks the script: with a replica hung (`SIGSTOP`:
-/// connected, never answering) and the scripts flushed on every master, calls to every
-/// partition load their script on their own master (`SCRIPT LOAD` there alone) and succeed.
+/// A missing function is handled on the node that lacks it: with a replica hung (`SIGSTOP`:
+/// connected, never answering) and dq's functions flushed on every master (`FUNCTION FLUSH`),
+/// calls to every partition load the library on their own master (`FUNCTION LOAD` there
+/// alone) and succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_flushed_on_every_master_are_reloaded_while_a_replica_hangs() {
     let cluster = RedisCluster::start();
@@ -228,7 +229,7 @@ async fn scripts_flushed_on_every_master_are_reloaded_while_a_replica_hangs() {
     let masters = cluster.masters();
     replica.signal("STOP");
     for m in &masters {
-        m.cmd::<()>(&["SCRIPT", "FLUSH"]);
+        m.cmd::<()>(&["FUNCTION", "FLUSH"]);
     }
     for i in 0..24u64 {
         let e = t.enqueue(raw(i)).key(format!("k{i}")).await.unwrap();

@@ -1584,3 +1584,139 @@ async fn an_older_dq_runs_its_jobs_and_leaves_format_2_ones_to_a_newer_one() {
     ack_all(&h, &q, &rest).await;
     h.assert_no_leftovers().await;
 }
+
+/// The libraries of dq's Redis Functions on `server` (`FUNCTION LIST`), by name.
+fn dq_libraries(server: &RedisServer) -> BTreeSet<String> {
+    let listed: Vec<Vec<dq_testkit::redis::Value>> = server.cmd(&["FUNCTION", "LIST"]);
+    listed
+        .iter()
+        .filter_map(|lib| {
+            let at = lib.iter().position(|v| {
+                matches!(v, dq_testkit::redis::Value::BulkString(b) if b.as_slice() == b"library_name")
+            })?;
+            match lib.get(at + 1)? {
+                dq_testkit::redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            }
+        })
+        .filter(|name| layout::is_library(name))
+        .collect()
+}
+
+/// After a `FUNCTION FLUSH` (or a restart without persistence) the server has none of dq's
+/// functions: the next call of each kind loads the library again and succeeds — a single
+/// call, a namespace-wide one (the topic registry), and an enqueue sent with `WAIT` in one
+/// pipeline (durable enqueue; this server has no replica, so it stores the job and reports
+/// `NotReplicated`, not a missing function).
+#[tokio::test]
+async fn a_function_flush_is_reloaded_by_the_next_call() {
+    let server = RedisServer::start();
+    let ns = dq_testkit::namespace("fn-flush");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let durable = Client::builder()
+        .namespace(&ns)
+        .durable_enqueue(1, Duration::from_millis(50))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let t = client.topic("fn.flush").unwrap();
+    t.enqueue(raw(0)).key("before").await.unwrap();
+    assert_eq!(dq_libraries(&server).len(), 1);
+
+    server.cmd::<()>(&["FUNCTION", "FLUSH"]);
+    assert!(dq_libraries(&server).is_empty());
+    let e = t.enqueue(raw(1)).key("after").await.unwrap();
+    assert_eq!(e.outcome, EnqueueOutcome::Created);
+    assert_eq!(dq_libraries(&server).len(), 1, "loaded again");
+
+    server.cmd::<()>(&["FUNCTION", "FLUSH"]);
+    let other = client.check_topic("fn.other").await.unwrap();
+    assert_eq!(other.partitions, 1);
+
+    server.cmd::<()>(&["FUNCTION", "FLUSH"]);
+    let d = durable.topic("fn.flush").unwrap();
+    let e = d.enqueue(raw(2)).key("durable").await;
+    assert!(
+        matches!(
+            e,
+            Err(Error::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(t.stats().await.unwrap().ready, 3);
+}
+
+/// Two record-format levels (a dq acting as format 1 only, and the newest) keep a library
+/// each on one server — named by the hash of its text, so neither replaces the other's
+/// functions — and both keep working, also after both were flushed.
+#[tokio::test]
+async fn two_format_levels_keep_their_own_libraries_on_one_server() {
+    use dq::store::LEGACY_FORMAT;
+    let server = RedisServer::start();
+    let ns = dq_testkit::namespace("fn-levels");
+    let connect = |level: Option<u8>| {
+        let url = server.url();
+        let ns = ns.clone();
+        async move {
+            let b = Client::builder().namespace(&ns);
+            let b = match level {
+                Some(level) => b.format_level(level),
+                None => b,
+            };
+            b.connect(&url).await.unwrap()
+        }
+    };
+    let old = connect(Some(LEGACY_FORMAT)).await;
+    let new = connect(None).await;
+    for round in 0..2 {
+        for (name, c) in [("old", &old), ("new", &new)] {
+            let t = c.topic("fn.levels").unwrap();
+            let e = t.enqueue(raw(round)).key(format!("{name}-{round}")).await;
+            assert_eq!(
+                e.unwrap().outcome,
+                EnqueueOutcome::Created,
+                "{name} {round}"
+            );
+            assert!(t.stats().await.is_ok(), "{name} {round}");
+        }
+        assert_eq!(dq_libraries(&server).len(), 2, "round {round}");
+        server.cmd::<()>(&["FUNCTION", "FLUSH"]);
+    }
+    let t = new.topic("fn.levels").unwrap();
+    assert_eq!(t.stats().await.unwrap().ready, 4);
+}
+
+/// At `maxmemory` Redis refuses a writing function before it runs, so the topic registry's
+/// script is refused there; a topic already recorded is still checked (read with a plain
+/// `HGET`), so a client or a worker started at `maxmemory` serves its recorded topics, while
+/// recording a new topic fails with `OutOfMemory` like an enqueue.
+#[tokio::test]
+async fn a_recorded_topic_is_checked_at_maxmemory() {
+    let server = RedisServer::start();
+    let ns = dq_testkit::namespace("fn-oom");
+    let first = Client::builder()
+        .namespace(&ns)
+        .partitions("fn.recorded", 3)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    first.check_topic("fn.recorded").await.unwrap();
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "1"]);
+    let later = Client::builder()
+        .namespace(&ns)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let meta = later.check_topic("fn.recorded").await;
+    assert_eq!(meta.map(|m| m.partitions).ok(), Some(3));
+    let new = later.check_topic("fn.new").await;
+    assert!(matches!(new, Err(Error::OutOfMemory)), "{new:?}");
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "0"]);
+}

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use dq::store::redis::layout::script_of_function;
 use dq::{Client, JobContext, JobError, JobSpec, JobState, Worker};
 use dq_testkit::{Persistence, RedisServer, ServerOptions, eventually};
 use support::{Log, NoExtend, WAIT, record};
@@ -246,7 +247,7 @@ async fn many_jobs_failing_at_once_each_retry_once() {
         ),
         (2000, 2000, 0, 0, 0, 0)
     );
-    // The failures were written in batches: fewer `fail` calls (the one script with 11 KEYS)
+    // The failures were written in batches: fewer `fail` calls (`FCALL dq_<hash>_fail`)
     // than failures. (One at a time would need the completer to never find a second failure
     // waiting while a call is in flight, with 32 jobs failing together after each fetch.)
     type Entry = (i64, i64, i64, Vec<Vec<u8>>, Vec<u8>, Vec<u8>);
@@ -255,8 +256,10 @@ async fn many_jobs_failing_at_once_each_retry_once() {
         .iter()
         .filter(|(_, _, _, args, _, _)| {
             args.first()
-                .is_some_and(|a| a.eq_ignore_ascii_case(b"evalsha"))
-                && args.get(2).is_some_and(|n| n == b"11")
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"fcall"))
+                && args.get(1).is_some_and(|f| {
+                    std::str::from_utf8(f).is_ok_and(|f| script_of_function(f) == Some("fail"))
+                })
         })
         .count();
     assert!(
@@ -741,7 +744,8 @@ async fn an_idle_worker_sends_about_one_command_per_second() {
     handle.shutdown().await;
     // Commands scripts run inside Redis are listed too; count what a client sends.
     let sent_by_clients = [
-        "evalsha", "eval", "blpop", "script", "ping", "hello", "client", "select",
+        "fcall", "fcall_ro", "function", "evalsha", "eval", "blpop", "script", "ping", "hello",
+        "client", "select",
     ];
     let calls: u64 = info
         .lines()

@@ -1,10 +1,13 @@
 //! What the orchestrator reads from Redis and from `/proc`: `INFO` fields, command statistics,
 //! a census of the keys (type, `MEMORY USAGE`), the slow log with each script call named, and
 //! the CPU time of a process.
+//!
+//! dq calls its scripts as Redis Functions (`FCALL dq_<hash>_<script>`); BullMQ and the
+//! ceilings of `redis-benchmark` call theirs by `EVALSHA`. Both count as script calls.
 
 use std::collections::BTreeMap;
 
-use dq::store::redis::layout::{KeyName, SCRIPT_KEYS};
+use dq::store::redis::layout::{KeyName, SCRIPT_KEYS, script_of_function};
 use redis::{Connection, Value};
 use serde::Serialize;
 
@@ -58,9 +61,9 @@ impl CmdStat {
     }
 }
 
-/// `INFO commandstats`, by command name (`evalsha`, `zadd`, `client|setinfo`, ...).
+/// `INFO commandstats`, by command name (`fcall`, `evalsha`, `zadd`, `client|setinfo`, ...).
 ///
-/// Redis counts the commands scripts run too, so `zadd` includes those inside `evalsha`.
+/// Redis counts the commands scripts run too, so `zadd` includes those inside `fcall`.
 pub fn commandstats(conn: &mut Connection) -> Result<BTreeMap<String, CmdStat>> {
     let info = info(conn, "commandstats")?;
     let mut out = BTreeMap::new();
@@ -85,9 +88,14 @@ pub fn commandstats(conn: &mut Connection) -> Result<BTreeMap<String, CmdStat>> 
     Ok(out)
 }
 
-/// `evalsha` and `evalsha_ro` together: the time Redis spent in script calls.
+/// The commands that call a script: dq's `FCALL`s, and the `EVALSHA`s of BullMQ and of the
+/// ceilings.
+pub const SCRIPT_COMMANDS: &[&str] = &["fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval"];
+
+/// Every [`SCRIPT_COMMANDS`] line together: the time Redis spent in script calls (a drain
+/// runs one peer alone, so these are its calls only).
 pub fn script_calls(stats: &BTreeMap<String, CmdStat>) -> CmdStat {
-    ["evalsha", "evalsha_ro"]
+    SCRIPT_COMMANDS
         .iter()
         .filter_map(|name| stats.get(*name))
         .fold(CmdStat::default(), |a, s| CmdStat {
@@ -104,6 +112,8 @@ pub const SENT_BY_CLIENTS: &[&str] = &[
     "evalsha_ro",
     "eval_ro",
     "fcall",
+    "fcall_ro",
+    "function",
     "blpop",
     "brpop",
     "blmove",
@@ -224,16 +234,36 @@ pub fn slowlog(conn: &mut Connection) -> Result<Vec<SlowEntry>> {
     Ok(out)
 }
 
-/// What a slow-log entry was: `evalsha:fetch`, `evalsha:ack`, `blpop`, ...
+/// Whether a slow-log entry is a script call (not a command a script ran).
+pub fn is_script_call(args: &[String]) -> bool {
+    args.first()
+        .is_some_and(|c| SCRIPT_COMMANDS.contains(&c.to_ascii_lowercase().as_str()))
+}
+
+/// The slow-log class of a call of dq's script `script`.
+pub fn script_class(script: &str) -> String {
+    format!("script:{script}")
+}
+
+/// What a slow-log entry was: `script:fetch`, `script:ack`, `blpop`, ...
 ///
-/// A script call is told by its KEYS, read against the layout's table of each script's keys
-/// (fetch may name further receipts, to delete, after its own keys). Scripts that take the
-/// same keys would be named together (`evalsha:<one>|<other>`).
+/// dq's calls name their script (`FCALL dq_<hash>_<script>`). An `EVALSHA` is told by its
+/// KEYS, read against the layout's table of each script's keys (fetch may name further
+/// receipts, to delete, after its own keys); scripts that take the same keys would be named
+/// together (`script:<one>|<other>`), and keys of no dq script are listed
+/// (`evalsha:keys=…`).
 pub fn classify(args: &[String]) -> String {
     let Some(name) = args.first() else {
         return "?".into();
     };
     let name = name.to_ascii_lowercase();
+    if name == "fcall" || name == "fcall_ro" {
+        let function = args.get(1).map_or("", String::as_str);
+        return match script_of_function(function) {
+            Some(script) => script_class(script),
+            None => format!("{name}:{function}"),
+        };
+    }
     if name != "evalsha" && name != "eval" {
         return name;
     }
@@ -269,7 +299,7 @@ pub fn classify(args: &[String]) -> String {
             .collect();
         return format!("{name}:keys={}", suffixes.join(","));
     }
-    format!("{name}:{}", scripts.join("|"))
+    script_class(&scripts.join("|"))
 }
 
 /// Per-class totals of a slow log: calls, total µs, max µs.
@@ -329,8 +359,8 @@ mod tests {
         s.iter().map(std::string::ToString::to_string).collect()
     }
 
-    /// A call of `script` on partition 0 of `bench.s3`, as the slow log shows it.
-    fn call(script: &str, receipts: &[u64]) -> Vec<String> {
+    /// An `EVALSHA` with the KEYS of `script` on partition 0 of `bench.s3`.
+    fn evalsha(script: &str, receipts: &[u64]) -> Vec<String> {
         let keys = dq::store::redis::layout::PartitionKeys::new(
             "bench",
             &dq::store::Queue::new(dq::Topic::new("bench.s3").unwrap(), 0),
@@ -358,30 +388,49 @@ mod tests {
         a
     }
 
+    /// dq's calls name their script's function; the class is the script.
+    #[test]
+    fn function_calls_are_named_by_their_script() {
+        for (script, _) in SCRIPT_KEYS {
+            let function = format!(
+                "{}{}_{script}",
+                dq::store::redis::layout::LIBRARY_PREFIX,
+                "0123456789ab"
+            );
+            let mut call = args(&["FCALL", &function, "1", "k", "a"]);
+            assert_eq!(classify(&call), script_class(script));
+            assert!(is_script_call(&call));
+            call[0] = "fcall_ro".into();
+            assert_eq!(classify(&call), script_class(script));
+        }
+        assert_eq!(classify(&args(&["FCALL", "other", "0"])), "fcall:other");
+        assert!(!is_script_call(&args(&["ZADD", "k", "1", "m"])));
+    }
+
     #[test]
     fn scripts_are_told_apart_by_their_keys() {
-        assert_eq!(classify(&call("fetch", &[123])), "evalsha:fetch");
+        assert_eq!(classify(&evalsha("fetch", &[123])), "script:fetch");
         // with two earlier receipts to delete
-        assert_eq!(classify(&call("fetch", &[1, 2, 3])), "evalsha:fetch");
+        assert_eq!(classify(&evalsha("fetch", &[1, 2, 3])), "script:fetch");
         for script in [
             "fail", "ack", "enqueue", "extend", "release", "stats", "job",
         ] {
-            assert_eq!(classify(&call(script, &[])), format!("evalsha:{script}"));
+            assert_eq!(classify(&evalsha(script, &[])), script_class(script));
         }
-        assert_eq!(classify(&call("purge_dead", &[])), "evalsha:purge_dead");
+        assert_eq!(classify(&evalsha("purge_dead", &[])), "script:purge_dead");
         // A receipt after keys of a script that takes none is not that script.
-        assert!(classify(&call("ack", &[1])).starts_with("evalsha:keys="));
+        assert!(classify(&evalsha("ack", &[1])).starts_with("evalsha:keys="));
         assert_eq!(classify(&args(&["BLPOP", "x", "5"])), "blpop");
     }
 
     #[test]
     fn commandstats_lines_parse() {
         let mut m = BTreeMap::new();
-        m.insert("evalsha".to_owned(), CmdStat { calls: 4, usec: 10 });
+        m.insert("fcall".to_owned(), CmdStat { calls: 4, usec: 10 });
         m.insert("zadd".to_owned(), CmdStat { calls: 9, usec: 1 });
         m.insert("client|setinfo".to_owned(), CmdStat { calls: 2, usec: 1 });
         assert_eq!(client_sent_calls(&m), 6);
-        assert_eq!(m["evalsha"].usec_per_call(), 2.5);
+        assert_eq!(m["fcall"].usec_per_call(), 2.5);
         m.insert("evalsha_ro".to_owned(), CmdStat { calls: 1, usec: 5 });
         let both = script_calls(&m);
         assert_eq!((both.calls, both.usec), (5, 15));

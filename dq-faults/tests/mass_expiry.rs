@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use dq::store::redis::layout::{script_keys, script_of_function};
 use dq::{Client, JobSpec};
 use dq_faults::ledger::now_ms;
 use dq_faults::{FaultPayload, Scenario, WORK_TOPIC, WorkJob};
@@ -311,39 +312,51 @@ fn slow_log(s: &Scenario) -> SlowLog {
 }
 
 fn is_script(command: &str) -> bool {
-    matches!(
-        command,
-        "enqueue" | "fetch/fail" | "ack/release" | "extend" | "stats" | "other script"
-    )
+    command == "other script" || script_keys(command).is_some()
 }
 
-/// Names a slow-log entry's command: the command, and for a script its key count and the
-/// name of its first key (`enqueue` has 8 keys, `fetch` 9 starting with `scheduled`, ...).
+/// Names a slow-log entry's command: the command, and for a dq script call (`FCALL
+/// dq_<hash>_<script>`) the script's name.
 fn describe(args: &[redis::Value]) -> String {
     let text: Vec<String> = args
         .iter()
-        .take(4)
+        .take(2)
         .map(|a| match a {
             redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
             other => format!("{other:?}"),
         })
         .collect();
     match text.first().map(String::as_str) {
-        Some("EVALSHA" | "EVAL") => {
-            let first_key = text
-                .get(3)
-                .map_or("", |k| k.rsplit(':').next().unwrap_or(""));
-            let script = match (text.get(2).map(String::as_str), first_key) {
-                (Some("8"), _) => "enqueue",
-                (Some("9"), _) => "fetch/fail",
-                (Some("4"), "active") => "ack/release",
-                (Some("2"), _) => "extend",
-                (Some("7"), _) => "stats",
-                _ => "other script",
-            };
-            script.to_string()
+        Some(f) if f.eq_ignore_ascii_case("FCALL") || f.eq_ignore_ascii_case("FCALL_RO") => text
+            .get(1)
+            .and_then(|function| script_of_function(function))
+            .unwrap_or("other script")
+            .to_string(),
+        Some(e) if e.eq_ignore_ascii_case("EVALSHA") || e.eq_ignore_ascii_case("EVAL") => {
+            "other script".to_string()
         }
         Some(cmd) => cmd.to_string(),
         None => String::new(),
     }
+}
+
+/// A dq script call in the slow log is named by its function's script; other scripts and
+/// commands keep their names.
+#[test]
+fn slow_log_entries_name_their_script() {
+    let args = |a: &[&str]| -> Vec<redis::Value> {
+        a.iter()
+            .map(|s| redis::Value::BulkString(s.as_bytes().to_vec()))
+            .collect()
+    };
+    let fetch = format!(
+        "{}0123456789ab_fetch",
+        dq::store::redis::layout::LIBRARY_PREFIX
+    );
+    assert_eq!(describe(&args(&["FCALL", &fetch, "1", "k"])), "fetch");
+    assert!(is_script(&describe(&args(&["FCALL", &fetch, "1", "k"]))));
+    assert_eq!(describe(&args(&["FCALL", "other", "0"])), "other script");
+    assert_eq!(describe(&args(&["EVALSHA", "abc", "0"])), "other script");
+    assert_eq!(describe(&args(&["ZADD", "k", "1", "m"])), "ZADD");
+    assert!(!is_script("ZADD"));
 }

@@ -1,5 +1,5 @@
 //! Redis faults: SIGKILL under load (AOF `always` and `everysec`), down for 10 s, not yet up
-//! when the worker starts, client connections killed over and over, and `SCRIPT FLUSH`.
+//! when the worker starts, client connections killed over and over, and `FUNCTION FLUSH`.
 //!
 //! Every scenario runs real `fault-worker` processes against its own `redis-server` and ends
 //! with the reconciliation of `dq_faults::check`.
@@ -350,12 +350,14 @@ async fn connections_killed_repeatedly() {
     s.stop_workers();
 }
 
-/// Scenario 11: `SCRIPT FLUSH` every 100 ms while jobs run: redis-rs reloads the scripts
-/// transparently (EVALSHA → NOSCRIPT → load → EVALSHA), so every job runs exactly once.
+/// Scenario 11: `FUNCTION FLUSH` every 100 ms while jobs run: the store loads dq's library
+/// again transparently (FCALL → `Function not found` → `FUNCTION LOAD` → FCALL), so every job
+/// runs exactly once.
 ///
-/// A flush that lands between the load and the second EVALSHA fails the call with NOSCRIPT
-/// again; dq retries it like a dropped connection (see `noscript_is_retryable`). Before that
-/// was so, such an ack was given up and its job ran a second time after its lease.
+/// A flush that lands between the load and the second FCALL fails the call with `Function not
+/// found` again; dq types that as `NOSCRIPT` and retries it like a dropped connection (see
+/// `noscript_is_retryable`). Before that was so, such an ack was given up and its job ran a
+/// second time after its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_mid_run_reloads_transparently() {
     let mut s = Scenario::start("script-flush", BIN, ServerOptions::default()).await;
@@ -365,7 +367,7 @@ async fn script_flush_mid_run_reloads_transparently() {
     let mut flushes = 0;
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
-        s.server.cmd::<()>(&["SCRIPT", "FLUSH"]);
+        s.server.cmd::<()>(&["FUNCTION", "FLUSH"]);
         flushes += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -393,9 +395,10 @@ async fn script_flush_mid_run_reloads_transparently() {
 }
 
 /// NOSCRIPT means the script did not run at all, so the same call is always safe to repeat:
-/// dq must treat it as retryable (the retry reloads the script). Otherwise an ack that meets a
-/// `SCRIPT FLUSH` between redis-rs's reload and its second EVALSHA is given up, and the job
-/// runs twice (seen in `script_flush_mid_run_reloads_transparently`).
+/// dq must treat it as retryable (the retry reloads the library). dq gives a function the
+/// server lacks this kind (`store::redis::scripts::script_error`). Otherwise an ack that meets
+/// a `FUNCTION FLUSH` between the reload and its second FCALL is given up, and the job runs
+/// twice (seen in `script_flush_mid_run_reloads_transparently`).
 #[test]
 fn noscript_is_retryable() {
     let e = dq::Error::from(redis::RedisError::from((

@@ -598,12 +598,12 @@ fn summary(section: &str, v: &Value) -> String {
             f("/s5/total_secs")
         ),
         "s3" | "s3c1" | "s3r" => format!(
-            "{} jobs/s, not once {}, redis {}% worker {}% CPU, evalsha {} µs/call",
+            "{} jobs/s, not once {}, redis {}% worker {}% CPU, script calls {} µs/call",
             f("/worker/jobs_per_s"),
             f("/worker/jobs_not_exactly_expected"),
             f("/cpu/redis_pct"),
             f("/cpu/worker_pct"),
-            f("/redis/evalsha_usec_per_call")
+            f("/redis/script_usec_per_call")
         ),
         "limiter" => format!(
             "S3R without limits {} jobs/s, with limits that never bind {} (ratio {}); \

@@ -117,12 +117,12 @@ impl Orchestrator {
                     o.push(&format!("{which}_worker_cpu"), c);
                 }
                 o.push(
-                    &format!("{which}_evalsha_us"),
-                    num(&v, "/redis/evalsha_usec_per_call")?,
+                    &format!("{which}_script_us"),
+                    num(&v, "/redis/script_usec_per_call")?,
                 );
                 o.push(
-                    &format!("{which}_evalsha_per_job"),
-                    num(&v, "/redis/evalsha_calls_per_job")?,
+                    &format!("{which}_script_calls_per_job"),
+                    num(&v, "/redis/script_calls_per_job")?,
                 );
                 o.push(
                     &format!("{which}_server_us_per_job"),
@@ -185,8 +185,8 @@ impl Orchestrator {
     ///
     /// `redis` in the result holds Redis's time in scripts while the worker ran (`INFO
     /// commandstats` reset just before it starts, read after it exits): with one producer done
-    /// and nothing else connected, every `evalsha`/`evalsha_ro` call is the worker's fetches,
-    /// acks and bookkeeping.
+    /// and nothing else connected, every script call (dq's `fcall`s, BullMQ's `evalsha`s) is
+    /// the worker's fetches, acks and bookkeeping.
     pub(super) fn drain_with(
         &mut self,
         peer: &Peer,
@@ -223,19 +223,18 @@ impl Orchestrator {
         let running = self.start_worker_with(peer, scenario, conc, n, 600)?;
         let (worker, cpu) = self.finish_worker(running, Duration::from_secs(700))?;
         let stats = self.commandstats()?;
-        let evalsha = admin::script_calls(&stats);
+        let scripts = admin::script_calls(&stats);
         let mut v = json!({
             "peer": peer.name,
             "enqueue": produced,
             "worker": worker,
             "cpu": cpu,
             "redis": {
-                "evalsha_calls": evalsha.calls,
-                "evalsha_ro_included": stats.contains_key("evalsha_ro"),
-                "evalsha_usec": evalsha.usec,
-                "evalsha_usec_per_call": evalsha.usec_per_call(),
-                "evalsha_calls_per_job": evalsha.calls as f64 / n as f64,
-                "script_usec_per_job": evalsha.usec as f64 / n as f64,
+                "script_calls": scripts.calls,
+                "script_usec": scripts.usec,
+                "script_usec_per_call": scripts.usec_per_call(),
+                "script_calls_per_job": scripts.calls as f64 / n as f64,
+                "script_usec_per_job": scripts.usec as f64 / n as f64,
                 "commandstats": stats,
             },
         });
@@ -292,7 +291,7 @@ impl Orchestrator {
                 let mut other = 0.0;
                 for (class, us) in per_job {
                     let us = us.as_f64().unwrap_or(0.0);
-                    match class.strip_prefix("evalsha:") {
+                    match class.strip_prefix(admin::script_class("").as_str()) {
                         Some("fetch") => self.push("s3r_split_fetch", us),
                         Some("ack") => self.push("s3r_split_ack", us),
                         Some(script) if !script.starts_with("keys=") => self.push_labeled(
@@ -518,7 +517,7 @@ impl Orchestrator {
             s(p.scale_delay_ms),
         ])?;
         let enq_stats = self.commandstats()?;
-        let enq = enq_stats.get("evalsha").copied().unwrap_or_default();
+        let enq = admin::script_calls(&enq_stats);
         sleep_until_ms(
             num(&produced, "/last_due_ms")? as u64 + 1000,
             Duration::from_secs(60),
@@ -526,11 +525,7 @@ impl Orchestrator {
         self.resetstat()?;
         let running = self.start_worker(Scenario::Scale, p.conc, p.scale_m, 600)?;
         let (worker, cpu) = self.finish_worker(running, Duration::from_secs(700))?;
-        let fire = self
-            .commandstats()?
-            .get("evalsha")
-            .copied()
-            .unwrap_or_default();
+        let fire = admin::script_calls(&self.commandstats()?);
         let m = p.scale_m as f64;
         Ok(json!({
             "pending": pending,
@@ -539,12 +534,12 @@ impl Orchestrator {
             "enqueue": produced,
             "enqueue_us_per_job": num(&produced, "/secs")? * 1e6 / m,
             "enqueue_script_us_per_job": enq.usec as f64 / m,
-            "enqueue_evalsha_calls": enq.calls,
+            "enqueue_script_calls": enq.calls,
             "worker": worker,
             "cpu": cpu,
             "fire_us_per_job": num(&worker, "/secs")? * 1e6 / m,
             "fire_script_us_per_job": fire.usec as f64 / m,
-            "fire_evalsha_calls": fire.calls,
+            "fire_script_calls": fire.calls,
         }))
     }
 
@@ -636,11 +631,7 @@ impl Orchestrator {
             // The script calls (the bulk chunks); the commands they run are logged apart too.
             let calls: Vec<u64> = entries
                 .iter()
-                .filter(|e| {
-                    e.args.first().is_some_and(|a| {
-                        a.eq_ignore_ascii_case("evalsha") || a.eq_ignore_ascii_case("eval")
-                    })
-                })
+                .filter(|e| admin::is_script_call(&e.args))
                 .map(|e| e.micros)
                 .collect();
             self.slowlog_default()?;
@@ -690,14 +681,14 @@ impl Orchestrator {
             "used_memory_per_pending_job": used.saturating_sub(empty) as f64 / pf,
             "enqueue_us_per_job": num(&fill, "/secs")? * 1e6 / pf,
             "enqueue_script_us_per_job": enq.usec as f64 / pf,
-            "enqueue_evalsha_calls": enq.calls,
+            "enqueue_script_calls": enq.calls,
             "slowlog": slowlog,
             "measured": produced,
             "worker": worker,
             "cpu": cpu,
             "fire_us_per_job": num(&worker, "/secs")? * 1e6 / mf,
             "fire_script_us_per_job": fire.usec as f64 / mf,
-            "fire_evalsha_calls": fire.calls,
+            "fire_script_calls": fire.calls,
         }))
     }
 
@@ -744,11 +735,7 @@ impl Orchestrator {
         let fire_classes = admin::slow_classes(&fire_entries);
         let longest_script = fire_entries
             .iter()
-            .filter(|e| {
-                e.args.first().is_some_and(|a| {
-                    a.eq_ignore_ascii_case("evalsha") || a.eq_ignore_ascii_case("eval")
-                })
-            })
+            .filter(|e| admin::is_script_call(&e.args))
             .map(|e| e.micros)
             .max()
             .unwrap_or(0);
@@ -762,12 +749,15 @@ impl Orchestrator {
         self.push("mass_longest_script", longest_script as f64);
         self.push(
             "mass_longest_fetch",
-            class_max(&fire_classes, "evalsha:fetch"),
+            class_max(&fire_classes, &admin::script_class("fetch")),
         );
-        self.push("mass_longest_ack", class_max(&fire_classes, "evalsha:ack"));
+        self.push(
+            "mass_longest_ack",
+            class_max(&fire_classes, &admin::script_class("ack")),
+        );
         self.push(
             "mass_longest_enqueue",
-            class_max(&enqueue_classes, "evalsha:enqueue"),
+            class_max(&enqueue_classes, &admin::script_class("enqueue")),
         );
         self.push("mass_not_once", num(&worker, "/jobs_not_exactly_expected")?);
         if enqueue_late {

@@ -40,9 +40,22 @@ impl Catalog for RedisStore {
         let s = &SCRIPTS.topic;
         let key = self.topics_key();
         let partitions = partitions.to_string();
-        let reply = self
+        let reply = match self
             .run_on_key(s, &key, &[topic.as_str().as_bytes(), partitions.as_bytes()])
-            .await?;
+            .await
+        {
+            // At `maxmemory` Redis refuses the (writing) function before it runs; a topic
+            // already recorded is only read, which a plain `HGET` still does there.
+            Err(Error::OutOfMemory) => {
+                let record = self.topic_record(topic).await?.ok_or(Error::OutOfMemory)?;
+                return Ok(TopicMeta::new(
+                    topic.clone(),
+                    record.partitions,
+                    record.created_ms,
+                ));
+            }
+            other => other?,
+        };
         let text = match &reply {
             Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
             Value::SimpleString(t) => t.clone(),

@@ -22,7 +22,7 @@
 //! caller's own new job, a second `Shift` would shift twice, a second `fetch` would orphan the
 //! first one's leases). dq's own retries mark a retry as one (ARCHITECTURE.md §6.1, §6.2). What
 //! the server refused without running it — `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
-//! `MASTERDOWN`, `LOADING`, `READONLY` — is safe to resend, and [`Conn::eval`] does so with a
+//! `MASTERDOWN`, `LOADING`, `READONLY` — is safe to resend, and [`Conn::fcall`] does so with a
 //! bounded back-off for up to the response timeout (a `MOVED` also makes redis-rs refresh its
 //! slot map): a slot migrating (`TRYAGAIN` while its keys are split between two nodes, `ASK`
 //! once they have all moved, then `MOVED`) or a master failing over (`CLUSTERDOWN`, then
@@ -52,9 +52,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{
-    Cmd, ConnectionAddr, ErrorKind, RedisFuture, RedisResult, Script, ServerErrorKind, Value,
-};
+use redis::{Cmd, ConnectionAddr, ErrorKind, RedisFuture, RedisResult, ServerErrorKind, Value};
 
 use super::url::NodeUrl;
 
@@ -122,57 +120,81 @@ pub(crate) fn refused_by_cluster(e: &redis::RedisError) -> bool {
     )
 }
 
+/// Whether the server answered that it lacks the function called (`ERR Function not found`,
+/// also inside a pipeline's error): after a restart without persistence, a `FUNCTION FLUSH`,
+/// or on a cluster node that never loaded the library. The call did not run.
+pub(crate) fn function_missing(e: &redis::RedisError) -> bool {
+    e.code() == Some("ERR") && e.to_string().contains("Function not found")
+}
+
+/// Whether a `FUNCTION LOAD` failed only because the library is there already (loaded by a
+/// concurrent call, or another process of the same build): the load's purpose is met.
+pub(crate) fn already_loaded(e: &redis::RedisError) -> bool {
+    e.code() == Some("ERR") && e.to_string().contains("already exists")
+}
+
+/// `FUNCTION LOAD` of a library's `code`.
+fn load_command(code: &str) -> Cmd {
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg(code);
+    load
+}
+
+/// The outcome of a `FUNCTION LOAD`: a library already there counts as loaded.
+fn loaded(result: RedisResult<Value>) -> RedisResult<()> {
+    match result {
+        Err(e) if !already_loaded(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 impl Conn {
-    /// Runs a script call: `evalsha` is `EVALSHA <sha> <numkeys> <keys…> <args…>` of `script`
-    /// (whose text is `source`), and `key` its first key. After `NOSCRIPT` the script is loaded
-    /// on the node that answered — on a cluster, the master of `key`'s slot — and the call
-    /// sent again. On a cluster, a call refused without being run ([`refused_by_cluster`]) is
-    /// sent again with a bounded exponential back-off ([`refused_backoff`]) for up to
-    /// `patience` of pauses in all: a slot that migrates or fails over within that time costs
-    /// the caller a wait, not an error.
-    pub async fn eval(
+    /// Runs a script call: `fcall` is `FCALL <function> <numkeys> <keys…> <args…>` of a
+    /// function of the library whose text is `library`, and `key` its first key. When the
+    /// server lacks the function ([`function_missing`]) the library is loaded on the node that
+    /// answered — on a cluster, the master of `key`'s slot — and the call sent again. On a
+    /// cluster, a call refused without being run ([`refused_by_cluster`]) is sent again with a
+    /// bounded exponential back-off ([`refused_backoff`]) for up to `patience` of pauses in
+    /// all: a slot that migrates or fails over within that time costs the caller a wait, not
+    /// an error.
+    pub async fn fcall(
         &mut self,
-        script: &Script,
-        source: &str,
-        evalsha: &Cmd,
+        library: &str,
+        fcall: &Cmd,
         key: &str,
         patience: Duration,
     ) -> RedisResult<Value> {
         match self {
-            Conn::Single(c) => match evalsha.query_async(c).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.load_async(c).await?;
-                    evalsha.query_async(c).await
+            Conn::Single(c) => match fcall.query_async(c).await {
+                Err(e) if function_missing(&e) => {
+                    loaded(load_command(library).query_async(c).await)?;
+                    fcall.query_async(c).await
                 }
                 other => other,
             },
             Conn::Cluster(c) => {
                 // Each try on its own handle of the same connection (a clone shares it).
-                (|| eval_on_cluster(c.clone(), source, evalsha, key))
+                (|| fcall_on_cluster(c.clone(), library, fcall, key))
                     .retry(refused_backoff(patience))
-                    .when(|e| {
-                        refused_by_cluster(e)
-                            || e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
-                    })
+                    .when(|e| refused_by_cluster(e) || function_missing(e))
                     .await
             }
         }
     }
 
-    /// Like [`Conn::eval`], then `WAIT replicas timeout_ms` in the same pipeline, on the
+    /// Like [`Conn::fcall`], then `WAIT replicas timeout_ms` in the same pipeline, on the
     /// same connection (on a cluster: to the master of `key`'s slot, where the script ran).
     /// Returns the script's reply and how many replicas confirmed its write.
-    pub async fn eval_and_wait(
+    pub async fn fcall_and_wait(
         &mut self,
-        script: &Script,
-        source: &str,
-        evalsha: &Cmd,
+        library: &str,
+        fcall: &Cmd,
         key: &str,
         (replicas, timeout): (usize, Duration),
         patience: Duration,
     ) -> RedisResult<(Value, i64)> {
         let mut pipe = redis::pipe();
-        pipe.add_command(evalsha.clone())
+        pipe.add_command(fcall.clone())
             .cmd("WAIT")
             .arg(replicas)
             .arg(
@@ -180,23 +202,21 @@ impl Conn {
                     .unwrap_or(u64::MAX)
                     .max(1),
             );
-        // A pipeline whose script did not run (NOSCRIPT, or refused) is sent again: it runs
-        // the script once, and the failed pipeline's WAIT waited for nothing of ours.
+        // A pipeline whose script did not run (its function missing, or refused) is sent
+        // again: it runs the script once, and the failed pipeline's WAIT waited for nothing
+        // of ours.
         match self {
             Conn::Single(c) => match pipe.query_async::<(Value, i64)>(c).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.load_async(c).await?;
+                Err(e) if function_missing(&e) => {
+                    loaded(load_command(library).query_async(c).await)?;
                     pipe.query_async(c).await
                 }
                 other => other,
             },
             Conn::Cluster(c) => {
-                (|| wait_on_cluster(c.clone(), source, &pipe, key))
+                (|| wait_on_cluster(c.clone(), library, &pipe, key))
                     .retry(refused_backoff(patience))
-                    .when(|e| {
-                        refused_by_cluster(e)
-                            || e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
-                    })
+                    .when(|e| refused_by_cluster(e) || function_missing(e))
                     .await
             }
         }
@@ -256,48 +276,48 @@ impl Conn {
     }
 }
 
-/// `SCRIPT LOAD` of `source` on the master of `key`'s slot only: a node down elsewhere in the
-/// cluster must not fail this partition's calls.
-async fn load_on_master_of(c: &mut ClusterConnection, source: &str, key: &str) -> RedisResult<()> {
-    let mut load = redis::cmd("SCRIPT");
-    load.arg("LOAD").arg(source);
+/// `FUNCTION LOAD` of `library` on the master of `key`'s slot only: a node down elsewhere in
+/// the cluster must not fail this partition's calls.
+async fn load_on_master_of(c: &mut ClusterConnection, library: &str, key: &str) -> RedisResult<()> {
     let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-    c.route_command(
-        load,
-        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+    loaded(
+        c.route_command(
+            load_command(library),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+        )
+        .await,
     )
-    .await?;
-    Ok(())
 }
 
-/// One try of a script call on a cluster: `EVALSHA`, and after `NOSCRIPT` a `SCRIPT LOAD` on
-/// the master of `key`'s slot and `EVALSHA` again.
-async fn eval_on_cluster(
+/// One try of a script call on a cluster: `FCALL`, and when the function is missing a
+/// `FUNCTION LOAD` on the master of `key`'s slot and `FCALL` again.
+async fn fcall_on_cluster(
     mut c: ClusterConnection,
-    source: &str,
-    evalsha: &Cmd,
+    library: &str,
+    fcall: &Cmd,
     key: &str,
 ) -> RedisResult<Value> {
-    match evalsha.query_async(&mut c).await {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            load_on_master_of(&mut c, source, key).await?;
-            evalsha.query_async(&mut c).await
+    match fcall.query_async(&mut c).await {
+        Err(e) if function_missing(&e) => {
+            load_on_master_of(&mut c, library, key).await?;
+            fcall.query_async(&mut c).await
         }
         other => other,
     }
 }
 
-/// One try of a script-and-`WAIT` pipeline on a cluster (routed by the script's key): after
-/// `NOSCRIPT` a `SCRIPT LOAD` on the master of `key`'s slot and the pipeline again.
+/// One try of a script-and-`WAIT` pipeline on a cluster (routed by the script's key): when
+/// the function is missing, a `FUNCTION LOAD` on the master of `key`'s slot and the pipeline
+/// again.
 async fn wait_on_cluster(
     mut c: ClusterConnection,
-    source: &str,
+    library: &str,
     pipe: &redis::Pipeline,
     key: &str,
 ) -> RedisResult<(Value, i64)> {
     match pipe.query_async::<(Value, i64)>(&mut c).await {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            load_on_master_of(&mut c, source, key).await?;
+        Err(e) if function_missing(&e) => {
+            load_on_master_of(&mut c, library, key).await?;
             pipe.query_async(&mut c).await
         }
         other => other,
@@ -310,7 +330,7 @@ fn backoff(tries: u32) -> Duration {
     (Duration::from_millis(10) * 2u32.saturating_pow(tries.min(8))).min(REFUSED_BACKOFF_CAP)
 }
 
-/// How [`Conn::eval`] spaces the tries of a call the cluster refused without running it:
+/// How [`Conn::fcall`] spaces the tries of a call the cluster refused without running it:
 /// from 10 ms, doubling, at most [`REFUSED_BACKOFF_CAP`] apart, with jitter, until the pauses
 /// add up to `patience` (at most [`REFUSED_TRIES`] tries).
 fn refused_backoff(patience: Duration) -> ExponentialBuilder {

@@ -1,18 +1,31 @@
-//! The Lua scripts, loaded once, and the one place their replies and codes become Rust values.
+//! The Lua scripts, built into one Redis Functions library per record-format level, and the
+//! one place their replies and codes become Rust values.
 //!
-//! Each script is `lua/lib.lua` followed by its own file; the store sends it by SHA
-//! (`EVALSHA`) and reloads it transparently after `NOSCRIPT` (a restart, a `SCRIPT FLUSH`, or,
-//! on a cluster, a node that has not seen it yet: see `conn.rs`).
+//! The library (`FUNCTION LOAD`) holds `lua/lib.lua` and every script's body, each wrapped as
+//! a function of `(KEYS, ARGV)` and registered as `dq_<hash>_<script>` with the flags of the
+//! layout's script table (`layout::script_of_function`). The store calls a script by `FCALL`,
+//! and loads the library wherever the server lacks it (`ERR Function not found`: a restart
+//! without persistence, a `FUNCTION FLUSH`, a new cluster node; see `conn.rs`).
 //!
-//! The scripts are built once per record-format level: a process that reads fewer formats
+//! Redis runs a library's top level at `FUNCTION LOAD` with nothing but `redis` in reach (no
+//! `pairs`, `string`, `struct`, …), so the top level only registers the functions; the first
+//! call after a load runs `lib.lua`'s top level and builds every script's closure, once, and
+//! every later call finds them built. That is the saving over `EVALSHA` of lib.lua prepended to
+//! each script, which ran lib.lua's top level (some 40 closures and a few tables) on every
+//! call. lib.lua's tables are therefore shared by every call: a script must never write them.
+//!
+//! The library is built once per record-format level: a process that reads fewer formats
 //! than this dq knows (`ClientBuilder::format_level`) runs scripts whose `NEWEST_FORMAT` is
-//! its own, so they treat the formats above it as newer ([`Scripts::reading`]).
+//! its own, so they treat the formats above it as newer ([`Scripts::reading`]). Its name is a
+//! hash of its text, so two levels, or two dq versions, keep their own library on one server.
+//! A library an earlier build left on a server costs a little memory and nothing else.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
-use redis::{Script, Value};
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
 
-use super::layout::{KeyName, script_table};
+use super::conn::function_missing;
+use super::layout::{KeyName, function_name, library_name, script_table};
 use crate::error::{Error, Result};
 use crate::format::{LEGACY_FORMAT, NEWEST_FORMAT};
 
@@ -35,26 +48,97 @@ pub(super) fn lib_reading(reads: u8) -> String {
     LIB.replacen(&line, &newest_format_line(reads), 1)
 }
 
+/// One Redis Functions library: every script of one record-format level.
+pub(crate) struct Library {
+    /// `dq_<hash>` (`layout::library_name`).
+    pub name: String,
+    /// The text `FUNCTION LOAD` sends.
+    pub code: String,
+}
+
+/// One script as the table lists it: its name, flags, KEYS and body (`lua/<name>.lua`).
+struct Source {
+    name: &'static str,
+    flags: Flags,
+    keys: &'static [KeyName],
+    body: &'static str,
+}
+
+impl Library {
+    /// The library of `scripts` over `lib` (lib.lua at one level). Its name is the hash of its
+    /// text written under a fixed name, so the same lib.lua, bodies and flags always give the
+    /// same name, and any change gives another.
+    fn build(lib: &str, scripts: &[Source]) -> Library {
+        let draft = library_code("dq", lib, scripts);
+        let name = library_name(Script::new(&draft).get_hash());
+        Library {
+            code: library_code(&name, lib, scripts),
+            name,
+        }
+    }
+}
+
+/// The text of library `name`. Each body becomes an anonymous function of `(KEYS, ARGV)`
+/// (anonymous, so that no script's name shadows a lib.lua local its body calls), built with
+/// lib.lua's top level by `dq_define__` on the first call after a load.
+fn library_code(name: &str, lib: &str, scripts: &[Source]) -> String {
+    let mut code = format!(
+        "#!lua name={name}\n\
+         -- dq's scripts, built by dq-core's store/redis/scripts.rs from lua/lib.lua and\n\
+         -- lua/<script>.lua. Redis offers a library nothing but `redis` while it loads, so\n\
+         -- lib.lua's top level and the scripts are built by the first call after a load.\n\
+         local dq_scripts__ = {{}}\n\
+         local dq_defined__ = false\n\
+         local function dq_define__()\n\
+         {lib}\n"
+    );
+    for s in scripts {
+        code.push_str(&format!(
+            "dq_scripts__.{} = function(KEYS, ARGV)\n{}\nend\n",
+            s.name, s.body
+        ));
+    }
+    code.push_str("dq_defined__ = true\nend\n");
+    for s in scripts {
+        code.push_str(&format!(
+            "redis.register_function{{function_name = '{}', flags = {}, \
+             callback = function(keys, args)\n\
+             \x20 if not dq_defined__ then dq_define__() end\n\
+             \x20 return dq_scripts__.{}(keys, args)\n\
+             end}}\n",
+            function_name(name, s.name),
+            s.flags.lua(),
+            s.name
+        ));
+    }
+    code
+}
+
 /// One script: its name (for errors), its KEYS in order (from the layout's table), and the
-/// loaded `Script`.
+/// function that runs it.
 pub(crate) struct LuaScript {
     pub name: &'static str,
     pub keys: &'static [KeyName],
     /// The newest record format it reads (its `lib.lua`'s `NEWEST_FORMAT`).
     pub reads: u8,
-    pub script: Script,
-    /// The full text sent by `SCRIPT LOAD` (on a cluster, to the node that lacks it).
-    pub source: String,
+    /// Its function: `dq_<hash>_<name>`, what `FCALL` names.
+    pub function: String,
+    /// The library that defines it: loaded (on a cluster, on the node that lacks it) when a
+    /// call finds the function missing.
+    pub library: Arc<Library>,
     /// Its metric handles (`op` = its name), registered on its first call.
     pub metrics: crate::metrics::StoreOpMetrics,
     #[cfg(test)]
     pub body: &'static str,
+    #[cfg(test)]
+    flags: Flags,
 }
 
-/// What a script declares to Redis (7.0+) in its shebang line, as the script list says.
-#[derive(Clone, Copy)]
+/// What a script declares to Redis (7.0+) when its function is registered, as the script
+/// list says.
+#[derive(Clone, Copy, Debug)]
 enum Flags {
-    /// None: Redis refuses the script at `maxmemory`.
+    /// None: Redis refuses the script at `maxmemory`, before it runs.
     Writes,
     /// Scripts that only move, shrink or rewrite jobs keep working when Redis is at
     /// `maxmemory`: acks, leases and failures must never stall behind a full server.
@@ -67,58 +151,64 @@ enum Flags {
 }
 
 impl Flags {
-    fn shebang(self) -> &'static str {
+    /// The flags as `redis.register_function` takes them.
+    fn lua(self) -> &'static str {
         match self {
-            Flags::Writes => "",
-            Flags::AllowOom => "#!lua flags=allow-oom\n",
-            Flags::NoWrites => "#!lua flags=no-writes\n",
+            Flags::Writes => "{}",
+            Flags::AllowOom => "{'allow-oom'}",
+            Flags::NoWrites => "{'no-writes'}",
+        }
+    }
+
+    /// The flags as `FUNCTION LIST` shows them.
+    #[cfg(test)]
+    fn listed(self) -> &'static [&'static str] {
+        match self {
+            Flags::Writes => &[],
+            Flags::AllowOom => &["allow-oom"],
+            Flags::NoWrites => &["no-writes"],
         }
     }
 }
 
 impl LuaScript {
-    /// `lib` (`lib.lua` for the process's format level) then `body`, under `flags`' shebang.
-    fn new(
-        name: &'static str,
-        flags: Flags,
-        keys: &'static [KeyName],
-        (lib, reads): (&str, u8),
-        body: &'static str,
-    ) -> Self {
-        let source = format!("{}{lib}\n{body}", flags.shebang());
+    fn new(source: &Source, reads: u8, library: &Arc<Library>) -> Self {
         LuaScript {
-            name,
-            keys,
+            name: source.name,
+            keys: source.keys,
             reads,
-            script: Script::new(&source),
-            source,
-            metrics: crate::metrics::StoreOpMetrics::new(name),
+            function: function_name(&library.name, source.name),
+            library: library.clone(),
+            metrics: crate::metrics::StoreOpMetrics::new(source.name),
             #[cfg(test)]
-            body,
+            body: source.body,
+            #[cfg(test)]
+            flags: source.flags,
         }
     }
 }
 
 /// Builds [`Scripts`] from the layout's list: a field per script, its text from
-/// `lua/<name>.lua`.
+/// `lua/<name>.lua`, all in one library.
 macro_rules! loaded_scripts {
     ($($(#[doc = $doc:literal])* $name:ident ($flag:ident): [$($key:ident),* $(,)?];)*) => {
-        /// All scripts, loaded.
+        /// All scripts, in one library (each names it: [`LuaScript::library`]).
         pub(crate) struct Scripts {
             $($(#[doc = $doc])* pub $name: LuaScript,)*
         }
 
         impl Scripts {
             fn load(reads: u8) -> Scripts {
-                let lib = lib_reading(reads);
+                let sources = [$(Source {
+                    name: stringify!($name),
+                    flags: Flags::$flag,
+                    keys: &[$(KeyName::$key),*],
+                    body: include_str!(concat!("lua/", stringify!($name), ".lua")),
+                }),*];
+                let library = Arc::new(Library::build(&lib_reading(reads), &sources));
+                let mut scripts = sources.iter().map(|s| LuaScript::new(s, reads, &library));
                 Scripts {
-                    $($name: LuaScript::new(
-                        stringify!($name),
-                        Flags::$flag,
-                        &[$(KeyName::$key),*],
-                        (&lib, reads),
-                        include_str!(concat!("lua/", stringify!($name), ".lua")),
-                    ),)*
+                    $($name: scripts.next().expect("one script per entry"),)*
                 }
             }
 
@@ -132,7 +222,7 @@ macro_rules! loaded_scripts {
 }
 script_table!(loaded_scripts);
 
-/// The scripts of a process that reads every format this dq knows, loaded on first use.
+/// The scripts of a process that reads every format this dq knows, built on first use.
 /// (The namespace-wide scripts, which touch no job record, are the same at every level.)
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::load(NEWEST_FORMAT));
 
@@ -151,10 +241,20 @@ impl Scripts {
 }
 
 /// Turns a script error into a typed error. Scripts raise `ERR dq bad arguments: …` only when
-/// the Rust wrapper has a bug, so that is a protocol error; OOM keeps its own meaning.
+/// the Rust wrapper has a bug, so that is a protocol error; OOM keeps its own meaning; a
+/// function the server still lacks (a `FUNCTION FLUSH` between the load and the call) did not
+/// run, and is retryable like `NOSCRIPT`; a library the server refused to load is a bug of
+/// this dq build (a protocol error naming what Redis said).
 pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
     if e.code() == Some("OOM") {
         return Error::OutOfMemory;
+    }
+    if function_missing(&e) {
+        return Error::Redis(redis::RedisError::from((
+            ErrorKind::Server(ServerErrorKind::NoScript),
+            "the server lacks dq's function",
+            script.function.clone(),
+        )));
     }
     let text = e.to_string();
     if let Some(format) = newer_format(&text) {
@@ -167,6 +267,12 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
         return Error::Protocol(format!(
             "script {} refused its arguments: {text}",
             script.name
+        ));
+    }
+    if text.contains("Error registering functions") || text.contains("Error compiling") {
+        return Error::Protocol(format!(
+            "the server refused dq's scripts library {}: {text}",
+            script.library.name
         ));
     }
     Error::Redis(e)
@@ -368,7 +474,8 @@ mod tests {
         );
     }
 
-    /// A process reading only format 1 runs scripts that say so (and a different text).
+    /// A process reading only format 1 runs scripts that say so, in a library of its own
+    /// (another text, so another name: both coexist on one server).
     #[test]
     fn scripts_read_the_process_level() {
         let legacy = Scripts::reading(LEGACY_FORMAT);
@@ -376,15 +483,184 @@ mod tests {
             (legacy.fetch.reads, SCRIPTS.fetch.reads),
             (1, NEWEST_FORMAT)
         );
-        assert!(legacy.fetch.source.contains("\nlocal NEWEST_FORMAT = 1\n"));
+        assert!(
+            legacy
+                .fetch
+                .library
+                .code
+                .contains("\nlocal NEWEST_FORMAT = 1\n")
+        );
         assert!(
             SCRIPTS
                 .fetch
-                .source
+                .library
+                .code
                 .contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n"))
+        );
+        assert_ne!(legacy.fetch.library.name, SCRIPTS.fetch.library.name);
+        assert_eq!(
+            crate::store::redis::layout::script_of_function(&legacy.fetch.function),
+            Some("fetch")
         );
         assert!(std::ptr::eq(Scripts::reading(NEWEST_FORMAT), &*SCRIPTS));
         assert_eq!(newer_format("ERR dq newer format 3 script: ..."), Some(3));
+    }
+
+    /// The library loads on a real redis-server at every level (which also holds every body
+    /// to Lua 5.1's limits, such as 60 upvalues per function: lib.lua's locals are upvalues of
+    /// the bodies now), registers every script under its name with the flags of the table,
+    /// and loading it twice (two processes at once) is no error.
+    #[tokio::test]
+    async fn the_library_loads_with_every_function_and_its_flags() {
+        let server = dq_testkit::RedisServer::start();
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for level in [LEGACY_FORMAT, NEWEST_FORMAT] {
+            let scripts = Scripts::reading(level);
+            let missing = redis::cmd("FCALL")
+                .arg(&scripts.stats.function)
+                .arg(0)
+                .query_async::<redis::Value>(&mut conn)
+                .await
+                .unwrap_err();
+            assert!(function_missing(&missing), "{missing}");
+            for _ in 0..2 {
+                let load = redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg(&scripts.fetch.library.code)
+                    .query_async::<String>(&mut conn)
+                    .await;
+                match load {
+                    Ok(name) => assert_eq!(name, scripts.fetch.library.name),
+                    Err(e) => assert!(super::super::conn::already_loaded(&e), "{e}"),
+                }
+            }
+            let listed: Vec<redis::Value> = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .arg("LIBRARYNAME")
+                .arg(&scripts.fetch.library.name)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let functions = listed_functions(&listed, &scripts.fetch.library.name);
+            let want: Vec<(String, Vec<String>)> = scripts
+                .all()
+                .iter()
+                .map(|s| {
+                    let flags = s.flags.listed().iter().map(|f| (*f).to_owned()).collect();
+                    (s.function.clone(), flags)
+                })
+                .collect();
+            let mut want = want;
+            want.sort();
+            assert_eq!(functions, want, "level {level}");
+        }
+    }
+
+    /// `(name, flags)` of every function of `library` in a `FUNCTION LIST` reply, sorted.
+    fn listed_functions(reply: &[redis::Value], library: &str) -> Vec<(String, Vec<String>)> {
+        use redis::Value::{Array, BulkString, Map};
+        let text = |v: &redis::Value| match v {
+            BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            redis::Value::SimpleString(s) => s.clone(),
+            _ => String::new(),
+        };
+        // RESP2 (arrays of field, value) or RESP3 (maps): the same fields either way.
+        let fields = |v: &redis::Value| -> Vec<(String, redis::Value)> {
+            match v {
+                Array(items) => items
+                    .chunks(2)
+                    .map(|kv| (text(&kv[0]), kv[1].clone()))
+                    .collect(),
+                Map(items) => items.iter().map(|(k, v)| (text(k), v.clone())).collect(),
+                _ => Vec::new(),
+            }
+        };
+        let field = |v: &redis::Value, name: &str| {
+            fields(v)
+                .into_iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v)
+        };
+        let mut out = Vec::new();
+        for lib in reply {
+            if field(lib, "library_name").map(|v| text(&v)).as_deref() != Some(library) {
+                continue;
+            }
+            let Some(Array(functions)) = field(lib, "functions") else {
+                continue;
+            };
+            for f in &functions {
+                let name = field(f, "name").map(|v| text(&v)).unwrap_or_default();
+                let flags = match field(f, "flags") {
+                    Some(Array(flags)) | Some(redis::Value::Set(flags)) => {
+                        flags.iter().map(text).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                out.push((name, flags));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// lib.lua's top level runs once per load now, so its tables are shared by every call:
+    /// no script writes one (a write would leak into every later call).
+    #[test]
+    fn no_script_writes_lib_tables() {
+        let tables: Vec<&str> = LIB
+            .lines()
+            .filter_map(|l| l.strip_prefix("local "))
+            .filter_map(|l| l.split_once(" = {"))
+            .map(|(name, _)| name.trim())
+            .collect();
+        assert!(tables.contains(&"STATE"), "{tables:?}");
+        for script in SCRIPTS.all() {
+            for line in script.body.lines().map(str::trim) {
+                for table in &tables {
+                    let Some(rest) = line.strip_prefix(table) else {
+                        continue;
+                    };
+                    let indexed = rest.starts_with('[') || rest.starts_with('.');
+                    let assigns = rest.split_once('=').is_some_and(|(before, after)| {
+                        !after.starts_with('=') && !before.ends_with(['~', '<', '>', '='])
+                    });
+                    assert!(
+                        !(indexed && assigns),
+                        "script {} writes lib.lua's table {table}: {line}",
+                        script.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// A function the server lacks (after a `FUNCTION FLUSH`) did not run: it is retryable,
+    /// and surely not applied.
+    #[test]
+    fn a_missing_function_is_retryable() {
+        let e = redis::RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "Function not found".to_owned(),
+        ));
+        assert!(function_missing(&e));
+        let typed = script_error(&SCRIPTS.ack, e);
+        assert!(typed.is_retryable() && !typed.may_have_applied(), "{typed}");
+        let other = redis::RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "dq bad arguments: x".to_owned(),
+        ));
+        assert!(!function_missing(&other));
+        assert!(matches!(
+            script_error(&SCRIPTS.ack, other),
+            Error::Protocol(_)
+        ));
     }
 
     /// The receipt life in `enqueue.lua` is the one the client's retry window is built on.

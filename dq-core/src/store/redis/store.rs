@@ -75,6 +75,14 @@ impl Default for RedisOptions {
 
 /// The Redis implementation of [`Store`](crate::store::Store), on one node, a Redis Cluster or
 /// a master watched by Sentinel.
+///
+/// Its Lua scripts run as Redis Functions: one library per dq build and record-format level,
+/// `dq_<hash>` (functions `dq_<hash>_<script>`, see
+/// [`layout::script_of_function`](super::layout::script_of_function)), loaded by the first
+/// call that finds the server without it (after a restart without persistence, a `FUNCTION
+/// FLUSH`, on a new cluster node). Its Redis user needs `FCALL` and `FUNCTION LOAD`
+/// (`@scripting`). A library left by an earlier dq build costs the server a little memory and
+/// nothing else; `FUNCTION DELETE dq_<hash>` removes it once no process of that build runs.
 #[derive(Clone)]
 pub struct RedisStore {
     /// Where wake-up listeners connect.
@@ -291,15 +299,19 @@ impl RedisStore {
         key: &str,
         args: &[&[u8]],
     ) -> Result<Value> {
-        let mut invocation = script.script.prepare_invoke();
-        invocation.key(key);
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(&script.function).arg(1).arg(key);
         for a in args {
-            invocation.arg(*a);
+            fcall.arg(*a);
         }
         let sent = std::time::Instant::now();
+        let patience = self.options.response_timeout;
         let result = self
             .conn
-            .call(async |conn| invocation.invoke_async(conn).await)
+            .call(async |conn| {
+                conn.fcall(&script.library.code, &fcall, key, patience)
+                    .await
+            })
             .await;
         script.metrics.record(sent.elapsed(), result.is_ok());
         result.map_err(|e| script_error(script, e))
@@ -353,36 +365,24 @@ impl RedisStore {
         let first = *keys
             .first()
             .ok_or_else(|| Error::Protocol(format!("script {} has no keys", script.name)))?;
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha
-            .arg(script.script.get_hash())
-            .arg(keys.len())
-            .arg(&keys[..]);
-        args(&mut evalsha);
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(&script.function).arg(keys.len()).arg(&keys[..]);
+        args(&mut fcall);
+        let library = &script.library.code;
         let sent = std::time::Instant::now();
         // What the cluster refuses without running it is resent for up to a reply's timeout.
         let patience = self.options.response_timeout;
         let result = match wait {
             None => self
                 .conn
-                .call(async |conn| {
-                    conn.eval(&script.script, &script.source, &evalsha, first, patience)
-                        .await
-                })
+                .call(async |conn| conn.fcall(library, &fcall, first, patience).await)
                 .await
                 .map(|v| (v, None)),
             Some((replicas, timeout)) => self
                 .conn
                 .call(async |conn| {
-                    conn.eval_and_wait(
-                        &script.script,
-                        &script.source,
-                        &evalsha,
-                        first,
-                        (replicas, timeout),
-                        patience,
-                    )
-                    .await
+                    conn.fcall_and_wait(library, &fcall, first, (replicas, timeout), patience)
+                        .await
                 })
                 .await
                 .map(|(v, acked)| (v, Some(acked))),

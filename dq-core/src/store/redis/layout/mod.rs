@@ -3,7 +3,8 @@
 //! This module is the one definition of what the Redis store writes (ARCHITECTURE.md §4): the
 //! key names of a partition and their Redis types ([`KeyName`]), how a key is built and read
 //! back ([`PartitionKeys`], [`parse_key`]), which keys each Lua script takes and in what order
-//! ([`SCRIPT_KEYS`], the table the store's own script calls are built from), the record header
+//! ([`SCRIPT_KEYS`], the table the store's own script calls are built from), the names of
+//! dq's Redis Functions library and functions ([`script_of_function`]), the record header
 //! ([`RecordHeader`]) in each record format and the rule that tells them apart
 //! ([`record_format`]), the namespace's topic registry ([`topics_key`], [`TopicRecord`]) and the
 //! invariants that tie them together ([`check_invariants`]).
@@ -11,12 +12,15 @@
 //!
 //! The layout is not a stable interface: it may change in any release before 1.0.
 
+mod functions;
 mod header;
 mod invariants;
 mod keys;
 mod script_keys;
 mod topic_record;
 
+pub use functions::{HASH_LEN, LIBRARY_PREFIX, is_library, script_of_function};
+pub(crate) use functions::{function_name, library_name};
 pub use header::{
     HEADER_LEN, LEAN_HEADER_LEN, MAX_FORMAT, RecordFormat, RecordHeader, header_len, record_format,
 };

@@ -1,4 +1,5 @@
--- lib.lua: helpers shared by every dq script; prepended to each script's body at load time.
+-- lib.lua: helpers shared by every dq script: one Redis Functions library holds it and every
+-- script body (scripts.rs builds it), and its top level runs once per load, on the first call.
 --
 -- A job record is one value in the partition's `jobs` hash, field = job key. Its first byte
 -- says which format wrote it (FORMAT below; ARCHITECTURE.md §4):
