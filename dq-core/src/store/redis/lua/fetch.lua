@@ -113,8 +113,9 @@ end
 local policy, policy_error = read_retry_policy(ARGV, 10)
 if not policy then return redis.error_reply('ERR dq bad arguments: ' .. policy_error) end
 
--- A member no job key can be (job keys hold no control characters), longer than the
--- listpack limit (zset-max-listpack-value, 64): see the lease writes below.
+-- A member (and a field) no job key can be (job keys hold no control characters), longer
+-- than the listpack limits (zset-max-listpack-value, hash-max-listpack-value: 64): see the
+-- lease writes below.
 local ACTIVE_ENCODING_HINT = string.rep('\0', 72)
 -- The state byte of a ready record (the ready list's hot path reads it by byte).
 local READY_BYTE = byte(STATE.ready)
@@ -488,7 +489,15 @@ end
 for i, key in ipairs(corrupt_keys) do bury_corrupt(key, corrupt_recs[i]) end
 if consumed > 0 then redis.call('LTRIM', ready, consumed, -1) end
 -- the leases: lean ones in `leases`, format-1/2 records rewritten; then the records promoted
-if #lease_writes > 0 then call_many('HSET', leases, lease_writes) end
+if #lease_writes > 0 then
+  -- `leases` as a hash table, not a listpack (where every field is found by a scan of the
+  -- whole hash, and every write shifts it): a field longer than hash-max-listpack-value
+  -- (64) converts it, and Redis never converts a hash back. The field leaves in this call.
+  lease_writes[#lease_writes + 1] = ACTIVE_ENCODING_HINT
+  lease_writes[#lease_writes + 1] = '0'
+  call_many('HSET', leases, lease_writes)
+  redis.call('HDEL', leases, ACTIVE_ENCODING_HINT)
+end
 if #legacy_writes > 0 then call_many('HSET', jobs, legacy_writes) end
 if #records > 0 then call_many('HSET', jobs, records) end
 if #hints > 0 then call_many('RPUSH', ready, hints) end
