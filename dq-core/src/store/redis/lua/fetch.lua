@@ -440,8 +440,8 @@ local bad = check_types(checks)
 if bad then return bad end
 
 -- Writes. The token counter first (it raises only if stats is not a hash).
--- The reply, built in place: six header slots (filled at the end), then key, record of
--- each job leased (also the HSET of the leased records), then the buried and newer keys.
+-- The reply, built in place: six header slots (filled at the end), then key, record, token
+-- of each job leased, then the buried and newer keys.
 local out = {0, 0, 0, 0, 0, 0}
 local receipt_out = {try_no} -- this call's receipt: try, then key, token of each job leased
 local legacy_writes, lease_writes = {}, {}

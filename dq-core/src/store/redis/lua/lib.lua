@@ -217,6 +217,7 @@ end
 
 -- HMGET over any number of fields; the result is aligned with `fields` (false: missing).
 local function hmget(key, fields)
+  if #fields == 0 then return {} end
   if #fields <= SLICE then return redis.call('HMGET', key, unpack(fields)) end
   local out = {}
   for i = 1, #fields, SLICE do
