@@ -321,26 +321,18 @@ impl Snapshot {
                         .await
                         .map_err(from_redis)?;
                 }
-                if has(&k.stats, KeyName::Stats) {
-                    part.stats = redis::cmd("HGETALL")
-                        .arg(&k.stats)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(from_redis)?;
-                }
-                if has(&k.control, KeyName::Control) {
-                    part.control = redis::cmd("HGETALL")
-                        .arg(&k.control)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(from_redis)?;
-                }
-                if has(&k.leases, KeyName::Leases) {
-                    part.leases = redis::cmd("HGETALL")
-                        .arg(&k.leases)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(from_redis)?;
+                for (name, key, into) in [
+                    (KeyName::Stats, &k.stats, &mut part.stats),
+                    (KeyName::Control, &k.control, &mut part.control),
+                    (KeyName::Leases, &k.leases, &mut part.leases),
+                ] {
+                    if has(key, name) {
+                        *into = redis::cmd("HGETALL")
+                            .arg(key)
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(from_redis)?;
+                    }
                 }
             }
             snapshot.partitions.insert((topic, p), part);

@@ -337,11 +337,7 @@ while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
       if not seen[key] then corrupt(key, rec) end
     end
   end
-  local held = {}
-  if #lean_keys > 0 then
-    local tokens = hmget(leases, lean_keys)
-    for j, key in ipairs(lean_keys) do held[key] = tokens[j] end
-  end
+  local held = held_leases(leases, lean_keys)
   for j, key in ipairs(cand_keys) do
     if not held[key] then
       lease_keys[#lease_keys + 1] = key
@@ -385,11 +381,7 @@ if #taken > 0 then
     local rec = recs[i]
     if rec and is_record(rec) and is_lean(rec) then lean_keys[#lean_keys + 1] = key end
   end
-  local held = {}
-  if #lean_keys > 0 then
-    local tokens = hmget(leases, lean_keys)
-    for j, key in ipairs(lean_keys) do held[key] = tokens[j] end
-  end
+  local held = held_leases(leases, lean_keys)
   for i, key in ipairs(taken) do
     local rec = recs[i]
     local from = taken_from[i]

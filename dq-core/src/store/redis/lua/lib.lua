@@ -322,6 +322,17 @@ local function owners(leases, keys, recs)
   return tokens
 end
 
+-- The leases `leases` holds for `keys` (of lean records), by key: key -> token; one HMGET,
+-- none for no keys.
+local function held_leases(leases, keys)
+  local held = {}
+  if #keys > 0 then
+    local tokens = hmget(leases, keys)
+    for j, key in ipairs(keys) do held[key] = tokens[j] end
+  end
+  return held
+end
+
 -- The lease one job runs under (its record `rec` is a record this dq reads): its token, or
 -- false when it is not running. One HGET of `leases` for a lean record.
 local function lease_of(leases, key, rec)
