@@ -397,6 +397,12 @@ impl Orchestrator {
                 None,
             ),
             d(
+                "s5_enqueue_secs",
+                "S5 producer's bulk enqueue of the N jobs (inside the S5 total)".into(),
+                "s",
+                None,
+            ),
+            d(
                 "s5_retry_ratio",
                 "(S5 total − 1 s retry delay) / S3R drain of the same N".into(),
                 "×",

@@ -17,8 +17,8 @@
 //! Every wait is bounded; every child process is killed if it outlives its purpose.
 //!
 //! This file holds the orchestration (the plan, the order of sections, the child processes'
-//! start and finish, repetitions); the sections themselves are in `scenarios.rs` and
-//! `ceiling.rs`, the figures and their targets in `figures.rs`, the printed table and the JSON
+//! start and finish, repetitions); the sections themselves are in `scenarios.rs`,
+//! `ceiling.rs`, `lease_floor.rs`, `client_floor.rs` (and the others below), the figures and their targets in `figures.rs`, the printed table and the JSON
 //! file in `report.rs`. The other files start with `use super::*;`: the imports below are
 //! shared by all.
 
@@ -43,7 +43,9 @@ use crate::{Result, Scenario};
 
 mod bullmq;
 mod ceiling;
+mod client_floor;
 mod figures;
+mod lease_floor;
 mod limiter;
 mod payloads;
 mod process;
@@ -73,7 +75,8 @@ pub struct AllArgs {
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
     /// s3c1, s3r, s3r-metrics, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
-    /// limiter, payloads, ceilings, bullmq (default: all; with --quick all but bullmq).
+    /// limiter, payloads, ceilings, lease-floor, client-floor, bullmq (default: all; with --quick
+    /// all but bullmq).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory of the JSON result (default: bench-results/ at the workspace root).
@@ -281,7 +284,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         }
     };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 17] = [
+    let sections: [(&str, Section); 19] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
@@ -298,6 +301,8 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("limiter", Orchestrator::limiter),
         ("payloads", Orchestrator::payloads),
         ("ceilings", Orchestrator::ceilings),
+        ("lease-floor", Orchestrator::lease_floor),
+        ("client-floor", Orchestrator::client_floor),
         ("bullmq", Orchestrator::bullmq),
     ];
     for name in &args.only {

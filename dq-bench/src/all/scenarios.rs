@@ -378,6 +378,9 @@ impl Orchestrator {
                 num(&v, "/worker/jobs_not_exactly_expected")?,
             );
             o.push("s5_s3r_secs", drain_secs);
+            // (total − 1 s) holds the producer's bulk enqueue of the N jobs: the last one's
+            // retry cannot be due before it was added + 1 s
+            o.push("s5_enqueue_secs", num(&v, "/enqueue/secs")?);
             let ratio = (total - 1.0) / drain_secs;
             o.push("s5_retry_ratio", ratio);
             v["s3r_same_n"] = json!({"secs": drain_secs, "run": drain});
