@@ -81,6 +81,67 @@ impl Orchestrator {
             json!({"results": parsed, "zset_members_after": members_left}),
         );
         self.flush()?;
+        // The dense fill's chunk without dq: EVALSHA of 100 × (ZADD + HSET of a 117-byte
+        // record), 16 jobs per due ms, one client; calls over 2 ms in the slow log (the
+        // dense fill's target) say how often this machine alone stretches a ~0.5 ms call.
+        let chunk = "local base = tonumber(ARGV[1]) * 100 for i = 1, 100 do \
+                     local k = 'k' .. (base + i) \
+                     redis.call('ZADD', KEYS[1], 1795000000000 + math.floor((base + i) / 16), k) \
+                     redis.call('HSET', KEYS[2], k, ARGV[2]) end return 1";
+        let sha: String = self.cmd(&["SCRIPT", "LOAD", chunk])?;
+        let record = "r".repeat(117);
+        let calls = s(p.zrem_calls * 2);
+        self.slowlog_on(2_000)?;
+        self.resetstat()?;
+        let text = run_captured(
+            "redis-benchmark",
+            &[
+                "-p",
+                &port,
+                "-n",
+                &calls,
+                "-c",
+                "1",
+                "-r",
+                "100000000",
+                "-q",
+                "EVALSHA",
+                &sha,
+                "2",
+                "ceil:{d}:z",
+                "ceil:{d}:h",
+                "__rand_int__",
+                &record,
+            ],
+            Duration::from_secs(600),
+        );
+        let slow = admin::slowlog(&mut self.admin);
+        let stat = self.commandstats().map(|s| admin::script_calls(&s));
+        self.slowlog_default()?;
+        let (_, slow, stat) = (text?, slow?, stat?);
+        let over = slow
+            .iter()
+            .filter(|e| admin::is_script_call(&e.args))
+            .count();
+        let label = format!("EVALSHA 100 × ZADD+HSET, dense (calls over 2 ms of {calls})");
+        raw.insert(
+            label,
+            json!({"over_2ms": over, "calls": stat.calls,
+                                 "usec_per_call": stat.usec_per_call()}),
+        );
+        self.push_labeled(
+            "ceiling_dense_chunk_over_2ms",
+            "plain 100-job script (no dq), dense: calls over 2 ms",
+            "calls",
+            over as f64,
+        );
+        self.push_labeled(
+            "ceiling_dense_chunk_us",
+            "plain 100-job script (no dq), dense: mean per call",
+            "µs",
+            stat.usec_per_call(),
+        );
+        self.flush()?;
         self.ceilings = json!({"rows": rows, "raw": raw});
         for r in &rows {
             eprintln!(
