@@ -19,7 +19,7 @@ pub use dq_core::{
     TopicClient,
 };
 pub use dq_core::{
-    CancelOutcome, DeadLimits, Due, EnqueueOutcome, MAX_DUE_MS, NewDue, RescheduleOutcome,
+    CancelOutcome, DeadLimits, Due, EnqueueOutcome, Expiry, MAX_DUE_MS, NewDue, RescheduleOutcome,
 };
 pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 
@@ -82,8 +82,8 @@ pub mod payload {
 pub mod store {
     pub use dq_core::client::SchedulerPass;
     pub use dq_core::format::{
-        FormatLevel, FormatRegistry, Formats, LEGACY_FORMAT, NEWEST_FORMAT, ProcessInfo,
-        ProcessRole,
+        EXPIRING_FORMAT, FormatLevel, FormatRegistry, Formats, LEGACY_FORMAT, NEWEST_FORMAT,
+        ProcessInfo, ProcessRole,
     };
     pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};

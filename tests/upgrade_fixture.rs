@@ -543,6 +543,7 @@ impl Drain {
                 payload: unhex(&c.payload_hex),
                 due: Due::At(from_unix_ms(c.due_ms)),
                 replace: false,
+                expires: None,
             };
             let call = EnqueueCall {
                 id: c.call_id,

@@ -35,6 +35,7 @@ fn newer_record(format: u8, state: JobState, due_ms: u64) -> Vec<u8> {
             due_ms,
             created_ms: due_ms,
             token: 0,
+            expires_ms: 0,
         }
         .encode(b"a payload of a newer dq"),
     );

@@ -47,6 +47,25 @@ pub enum Error {
     /// A value given to a builder or policy is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// A job's expiry that cannot be kept: not after its due time, or an `AfterDue` of zero
+    /// (see [`Expiry`](crate::Expiry)). Nothing was written.
+    #[error("invalid expiry: {0}")]
+    InvalidExpiry(String),
+    /// The job needs a record format the namespace does not write yet: some live process
+    /// reads only older formats (`dq formats` lists them). Nothing was written; once every
+    /// process runs a dq that reads `needs`, the level rises and the call succeeds.
+    #[error(
+        "{feature} needs record format {needs}, but the namespace writes format {level} while \
+         processes that read no newer are live (see `dq formats`, docs/UPGRADING.md)"
+    )]
+    NeedsFormat {
+        /// What needs the format (e.g. "a job's expiry").
+        feature: &'static str,
+        /// The format it needs.
+        needs: u8,
+        /// The format the namespace writes now.
+        level: u8,
+    },
     /// A periodic schedule that cannot be used: a bad cron expression, an unknown time zone,
     /// an interval out of range, a bad schedule name, or an expression that never fires.
     /// Nothing was written.

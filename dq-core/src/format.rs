@@ -26,8 +26,12 @@ pub const LEGACY_FORMAT: u8 = 1;
 /// counts the attempts finished, not started (ARCHITECTURE.md §6.3).
 pub const LEAN_FORMAT: u8 = 3;
 
+/// The first format that can hold a job's expiry (format 4): format 3's header followed by
+/// the expiry, Unix ms (0: none) ([`Expiry`](crate::Expiry)).
+pub const EXPIRING_FORMAT: u8 = 4;
+
 /// The newest record format this dq reads and writes.
-pub const NEWEST_FORMAT: u8 = 3;
+pub const NEWEST_FORMAT: u8 = 4;
 
 /// The highest format number a record's first byte can name (bytes 2..=31 are versions;
 /// a state letter is format 1).

@@ -21,6 +21,10 @@ pub trait Job: Send + Sync + 'static {
     type Payload: Serialize + DeserializeOwned + Send + Sync + 'static;
     /// The topic jobs of this kind are queued under.
     const TOPIC: &'static str;
+    /// How long after its due time a job of this kind may still start
+    /// (`#[delayed_job(expires_after = "10m")]`): a job enqueued through the typed client
+    /// without an expiry of its own gets [`Expiry::AfterDue`] of this. `None`: no expiry.
+    const EXPIRES_AFTER: Option<Duration> = None;
 }
 
 /// One partition of a topic: the unit every store operation works on.
@@ -131,6 +135,22 @@ pub enum Due {
     At(SystemTime),
 }
 
+/// When a job that has not started is dropped instead: it is never started after that
+/// time, whether it waits to be due, in `ready`, or for a retry (docs/GUARANTEES.md).
+///
+/// An expired job is deleted and counted ([`TopicStats::expired_before_start`]
+/// (crate::TopicStats::expired_before_start)); a running job is never stopped by its expiry.
+/// Expiry needs record format 4: a namespace whose live processes do not all read it yet
+/// refuses an expiring job with [`Error::NeedsFormat`](crate::Error::NeedsFormat).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// This long after the job's due time (more than zero): for a job due at 9:00 with
+    /// `AfterDue(10 min)`, nothing starts it after 9:10.
+    AfterDue(Duration),
+    /// At this wall-clock time, which must be after the job's due time.
+    At(SystemTime),
+}
+
 impl Due {
     /// Refuses a due time dq cannot store (past [`MAX_DUE_MS`]).
     pub fn check(&self) -> crate::error::Result<()> {
@@ -224,6 +244,8 @@ pub struct JobInfo {
     pub lease_deadline_ms: Option<u64>,
     /// For a dead job: when it went to the dead queue (store ms); `None` in every other state.
     pub died_ms: Option<u64>,
+    /// When it expires unless it has started (store ms; see [`Expiry`]); `None`: never.
+    pub expires_ms: Option<u64>,
     /// Its failed attempts, oldest first (at most [`MAX_HISTORY`]).
     pub history: Vec<AttemptRecord>,
     /// The MessagePack payload.

@@ -39,7 +39,9 @@ pub use handler::{
 pub use inspect::{
     AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
 };
-pub use job::{AttemptOutcome, AttemptRecord, Due, Job, JobInfo, JobState, MAX_DUE_MS, Queue};
+pub use job::{
+    AttemptOutcome, AttemptRecord, Due, Expiry, Job, JobInfo, JobState, MAX_DUE_MS, Queue,
+};
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};
 pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleOutcome, ScheduleRecord};

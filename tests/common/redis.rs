@@ -266,6 +266,7 @@ impl Harness for RedisHarness {
             due_ms: at_ms,
             created_ms: at_ms,
             token: u64::from(ran),
+            expires_ms: 0,
         };
         let record = if format <= NEWEST_FORMAT {
             header(format).encode(payload)

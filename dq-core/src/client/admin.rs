@@ -41,6 +41,7 @@ impl AddAssign for TopicStats {
         self.retried += s.retried;
         self.buried += s.buried;
         self.expired += s.expired;
+        self.expired_before_start += s.expired_before_start;
         self.cancelled += s.cancelled;
         self.succeeded_after_cancel_request += s.succeeded_after_cancel_request;
         self.trimmed += s.trimmed;

@@ -16,7 +16,7 @@ use super::group::{self, BatchSend};
 use super::handle::TopicClient;
 use super::retrying::{ENQUEUE_RETRY_WINDOW, retrying};
 use crate::error::{BulkStored, Error, Result};
-use crate::job::{Due, Queue};
+use crate::job::{Due, Expiry, MAX_DUE_MS, Queue, unix_ms};
 use crate::names::JobKey;
 use crate::payload;
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, Enqueued, NewJob};
@@ -44,6 +44,9 @@ pub struct JobSpec<P> {
     pub due: Due,
     /// Replace an existing job with the same key.
     pub replace: bool,
+    /// When it is dropped if it has not started (default: never; the typed client gives
+    /// the handler's `expires_after`).
+    pub expires: Option<Expiry>,
 }
 
 impl<P> JobSpec<P> {
@@ -54,6 +57,7 @@ impl<P> JobSpec<P> {
             key: None,
             due: Due::Now,
             replace: false,
+            expires: None,
         }
     }
 
@@ -78,6 +82,18 @@ impl<P> JobSpec<P> {
     /// Replaces an existing pending or dead job with the same key.
     pub fn replace(mut self) -> Self {
         self.replace = true;
+        self
+    }
+
+    /// Drops the job if it has not started `after` its due time ([`Expiry::AfterDue`]).
+    pub fn expires_after(mut self, after: Duration) -> Self {
+        self.expires = Some(Expiry::AfterDue(after));
+        self
+    }
+
+    /// Drops the job if it has not started by `time` ([`Expiry::At`]).
+    pub fn expires_at(mut self, time: SystemTime) -> Self {
+        self.expires = Some(Expiry::At(time));
         self
     }
 }
@@ -125,6 +141,43 @@ impl Enqueue {
         self
     }
 
+    /// Drops the job, never starting it, if it has not started `after` its due time (by the
+    /// store's clock): a reminder due at 9:00 with `expires_after(10 min)` is not sent after
+    /// 9:10, even if every worker was down or it waits for a retry. More than zero. Replaces
+    /// the handler's `expires_after`. See [`Expiry`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # struct remind;
+    /// # impl dq_core::Job for remind { type Payload = u64; const TOPIC: &'static str = "remind"; }
+    /// use std::time::Duration;
+    /// client
+    ///     .enqueue::<remind>(7)
+    ///     .delay(Duration::from_secs(3600))
+    ///     .expires_after(Duration::from_secs(600))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn expires_after(mut self, after: Duration) -> Self {
+        self.spec = self.spec.expires_after(after);
+        self
+    }
+
+    /// Drops the job, never starting it, if it has not started by `time`, which must be
+    /// after its due time ([`Error::InvalidExpiry`] otherwise). See [`Expiry`].
+    pub fn expires_at(mut self, time: SystemTime) -> Self {
+        self.spec = self.spec.expires_at(time);
+        self
+    }
+
+    /// The handler's default expiry, unless the job has one of its own.
+    pub(super) fn default_expiry(mut self, after: Option<Duration>) -> Self {
+        if self.spec.expires.is_none() {
+            self.spec.expires = after.map(Expiry::AfterDue);
+        }
+        self
+    }
+
     async fn send(self) -> Result<Enqueued> {
         let topic = self.topic?;
         let JobSpec {
@@ -132,12 +185,14 @@ impl Enqueue {
             key,
             due,
             replace,
+            expires,
         } = self.spec;
         let job = topic.new_job(JobSpec {
             payload: payload?,
             key,
             due,
             replace,
+            expires,
         })?;
         let key = job.key.clone();
         let outcome = topic.enqueue_one(job).await?;
@@ -266,6 +321,7 @@ impl TopicClient {
             None => job,
         };
         job.due.check()?;
+        check_expiry(job.due, job.expires)?;
         let key = match job.key {
             Some(k) => JobKey::new(k)?,
             None => JobKey::generate(),
@@ -275,6 +331,7 @@ impl TopicClient {
             payload: job.payload,
             due: job.due,
             replace: job.replace,
+            expires: job.expires,
         })
     }
 
@@ -381,5 +438,40 @@ impl BatchSend for TopicClient {
         jobs: &'a [NewJob],
     ) -> Pin<Box<dyn Future<Output = Result<Vec<EnqueueOutcome>>> + Send + 'a>> {
         Box::pin(self.send_enqueue(queue, jobs, EnqueueCall::new()))
+    }
+}
+
+/// Refuses an expiry that cannot be kept, before anything is written: an `AfterDue` of
+/// zero or past what dq can store, an `At` not after the due time (by this machine's clock
+/// for a delayed job; the store checks again by its own).
+fn check_expiry(due: Due, expires: Option<Expiry>) -> Result<()> {
+    match expires {
+        None => Ok(()),
+        Some(Expiry::AfterDue(d)) if d.is_zero() => Err(Error::InvalidExpiry(
+            "expires_after must be longer than zero (leave it out for no expiry)".into(),
+        )),
+        Some(Expiry::AfterDue(d)) if d.as_millis() > u128::from(MAX_DUE_MS) => Err(
+            Error::InvalidExpiry(format!("expires_after of {d:?} is past what dq can store")),
+        ),
+        Some(Expiry::AfterDue(_)) => Ok(()),
+        Some(Expiry::At(t)) => {
+            let at = unix_ms(t);
+            let due_ms = match due {
+                Due::Now => unix_ms(SystemTime::now()),
+                Due::After(d) => unix_ms(SystemTime::now()).saturating_add(d.as_millis() as u64),
+                Due::At(d) => unix_ms(d).max(unix_ms(SystemTime::now())),
+            };
+            if at <= due_ms {
+                return Err(Error::InvalidExpiry(format!(
+                    "expires_at ({at} ms) is not after the job's due time ({due_ms} ms)"
+                )));
+            }
+            if at > MAX_DUE_MS {
+                return Err(Error::InvalidExpiry(format!(
+                    "expires_at ({at} ms) is past what dq can store ({MAX_DUE_MS} ms)"
+                )));
+            }
+            Ok(())
+        }
     }
 }

@@ -243,6 +243,7 @@ impl Client {
             key: Some(key),
             due: Due::At(from_unix_ms(tick)),
             replace: false,
+            expires: None,
         };
         let outcome = topic.enqueue_as(job, call).await?;
         Ok(outcome == EnqueueOutcome::Created)

@@ -7,7 +7,7 @@ use super::handle::{Client, TopicClient};
 use crate::control::{Rate, TopicControl};
 use crate::error::Result;
 use crate::inspect::{JobPage, JobView, Page};
-use crate::job::{Job, JobInfo, JobState};
+use crate::job::{Expiry, Job, JobInfo, JobState};
 use crate::payload;
 use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};
 use crate::store::produce::Enqueued;
@@ -18,7 +18,8 @@ impl Client {
     }
 
     /// Enqueues a job of type `J`. Await the returned builder; before that, set
-    /// `.key(…)`, `.delay(…)` or `.at(…)`, `.replace()`.
+    /// `.key(…)`, `.delay(…)` or `.at(…)`, `.replace()`, `.expires_after(…)` or
+    /// `.expires_at(…)` (the handler's `expires_after` is the default).
     ///
     /// ```no_run
     /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
@@ -35,7 +36,7 @@ impl Client {
     /// ```
     pub fn enqueue<J: Job>(&self, payload: J::Payload) -> Enqueue {
         let encoded = payload::encode(&payload, self.config.max_payload);
-        Enqueue::new(self.typed::<J>(), encoded)
+        Enqueue::new(self.typed::<J>(), encoded).default_expiry(J::EXPIRES_AFTER)
     }
 
     /// Enqueues many jobs of type `J` with one script call per partition and chunk of
@@ -57,6 +58,7 @@ impl Client {
                     key: j.key,
                     due: j.due,
                     replace: j.replace,
+                    expires: j.expires.or(J::EXPIRES_AFTER.map(Expiry::AfterDue)),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

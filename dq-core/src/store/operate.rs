@@ -198,6 +198,9 @@ pub struct TopicStats {
     pub buried: u64,
     /// Leases that expired and were recovered.
     pub expired: u64,
+    /// Jobs dropped because their expiry ([`Expiry`](crate::Expiry)) came before they
+    /// started. Stores written by versions before expiry read 0.
+    pub expired_before_start: u64,
     /// Jobs that ended cancelled, their work not done: removed by a cancel before they
     /// started, or running when a cancel was requested and then stopped without success (the
     /// handler returned an error or was stopped, the worker shut down, or the lease ran out).

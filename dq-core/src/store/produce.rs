@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::job::{Due, JobState, Queue};
+use crate::job::{Due, Expiry, JobState, Queue};
 use crate::names::JobKey;
 
 /// Storing new jobs: what a producer needs of a store.
@@ -37,6 +37,8 @@ pub struct NewJob {
     pub due: Due,
     /// Replace a pending job with the same key instead of reporting it.
     pub replace: bool,
+    /// When it is dropped if it has not started (checked against `due` by the client).
+    pub expires: Option<Expiry>,
 }
 
 /// What an enqueue did.

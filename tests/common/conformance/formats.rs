@@ -246,6 +246,7 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
             payload: raw(1),
             due: Due::Now,
             replace,
+            expires: None,
         };
         let other = NewJob {
             key: jk("fresh"),

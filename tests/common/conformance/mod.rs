@@ -34,6 +34,7 @@ pub mod dead_queue;
 pub mod dead_sweep;
 pub mod due;
 pub mod enqueue;
+pub mod expiry;
 pub mod fetch;
 pub mod formats;
 pub mod group_commit;
@@ -113,6 +114,10 @@ macro_rules! conformance_suite {
             schedules::schedules_are_stored_listed_and_removed,
             schedules::racing_scheduler_passes_store_each_tick_once,
             formats::a_process_reading_less_than_the_level_is_refused,
+            expiry::an_expired_job_is_never_started,
+            expiry::a_job_waiting_for_a_retry_expires,
+            expiry::an_expiry_that_cannot_be_kept_is_refused,
+            expiry::an_expiry_needs_format_4,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

@@ -15,6 +15,7 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
         payload: raw(1),
         due: Due::Now,
         replace,
+        expires: None,
     };
     let pair = [job("r-1", false), job("r-2", false)];
 

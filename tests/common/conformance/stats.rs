@@ -60,6 +60,7 @@ pub async fn stats_count_states_and_counters<H: Harness>(h: &H) {
         retried: 2,
         buried: 1,
         expired: 1,
+        expired_before_start: 0,
         cancelled: 1,
         succeeded_after_cancel_request: 0,
         trimmed: 0,

@@ -33,6 +33,13 @@ impl Partition {
         deadline: u64,
     ) -> Option<crate::store::lease::Delivery> {
         let rec = self.jobs.get_mut(&key)?;
+        if rec.expires_ms > 0 && rec.expires_ms <= now && !matches!(rec.place, Place::Active(_)) {
+            // its expiry came before it started: never started (fetch.lua drops it so; a
+            // receipt's job, leased already, is leased again)
+            self.jobs.remove(&key);
+            self.counters.expired_before_start += 1;
+            return None;
+        }
         rec.place = Place::Active(deadline);
         rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
         rec.token = token;

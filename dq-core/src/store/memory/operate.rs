@@ -103,6 +103,7 @@ impl Partition {
             retried: c.retried,
             buried: c.buried,
             expired: c.expired,
+            expired_before_start: c.expired_before_start,
             cancelled: c.cancelled,
             succeeded_after_cancel_request: c.succeeded_after_cancel_request,
             trimmed: c.trimmed,

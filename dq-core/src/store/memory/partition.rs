@@ -52,6 +52,8 @@ pub(super) struct Record {
     pub(super) created_ms: u64,
     /// Token of the current or last lease (0 before the first).
     pub(super) token: u64,
+    /// The job's expiry (Unix ms; 0: none): past it, it is never leased again.
+    pub(super) expires_ms: u64,
     pub(super) payload: Vec<u8>,
     pub(super) history: Vec<AttemptRecord>,
 }
@@ -112,6 +114,7 @@ impl Record {
                 Place::Dead(died) => Some(died),
                 _ => None,
             },
+            expires_ms: (self.expires_ms > 0).then_some(self.expires_ms),
             history: self.history.clone(),
             payload: self.payload.clone(),
         }
@@ -235,6 +238,7 @@ pub(super) struct Counters {
     pub(super) retried: u64,
     pub(super) buried: u64,
     pub(super) expired: u64,
+    pub(super) expired_before_start: u64,
     pub(super) cancelled: u64,
     pub(super) succeeded_after_cancel_request: u64,
     pub(super) trimmed: u64,

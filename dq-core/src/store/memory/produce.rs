@@ -5,8 +5,9 @@ use async_trait::async_trait;
 use super::clock::{bound_due, ms};
 use super::partition::{Later, Partition, Record};
 use super::store::MemoryStore;
-use crate::error::Result;
-use crate::job::{Due, JobState, Queue, unix_ms};
+use crate::error::{Error, Result};
+use crate::format::EXPIRING_FORMAT;
+use crate::job::{Due, Expiry, JobState, MAX_DUE_MS, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 
 impl Partition {
@@ -46,10 +47,37 @@ impl Partition {
                 })
                 .collect());
         }
+        // every job's expiry, checked before any write (enqueue.lua's decide step)
+        let mut expiries = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.iter().enumerate() {
+            let Some(expiry) = job.expires else {
+                expiries.push(0);
+                continue;
+            };
+            if format < EXPIRING_FORMAT {
+                return Err(Error::NeedsFormat {
+                    feature: "a job's expiry",
+                    needs: EXPIRING_FORMAT,
+                    level: format,
+                });
+            }
+            let due = due_of(job.due, now);
+            let expires = match expiry {
+                Expiry::AfterDue(d) => due.saturating_add(ms(d).max(1)),
+                Expiry::At(t) => unix_ms(t),
+            };
+            if expires <= due {
+                return Err(Error::InvalidExpiry(format!(
+                    "the expiry is not after the due time by the store's clock (job {})",
+                    i + 1
+                )));
+            }
+            expiries.push(expires.min(MAX_DUE_MS));
+        }
         let mut need_wake = false;
         let mut created = 0;
         let mut out = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        for (job, &expires_ms) in jobs.iter().zip(&expiries) {
             let outcome = match self.jobs.get(&job.key) {
                 None => EnqueueOutcome::Created,
                 Some(old) if job.replace && old.state() != JobState::Active => {
@@ -59,12 +87,7 @@ impl Partition {
                 Some(old) => EnqueueOutcome::Exists(old.state()),
             };
             if matches!(outcome, EnqueueOutcome::Created | EnqueueOutcome::Replaced) {
-                let due = match job.due {
-                    Due::Now => i128::from(now),
-                    Due::After(d) => i128::from(now) + i128::from(ms(d)),
-                    Due::At(t) => i128::from(unix_ms(t)),
-                };
-                let due = bound_due(due, now);
+                let due = due_of(job.due, now);
                 let (place, wake) = self.sets.place(Later::Scheduled, &job.key, due, now);
                 need_wake |= wake;
                 self.jobs.insert(
@@ -76,6 +99,7 @@ impl Partition {
                         due_ms: due,
                         created_ms: now,
                         token: 0,
+                        expires_ms,
                         payload: job.payload.clone(),
                         history: Vec::new(),
                     },
@@ -93,6 +117,16 @@ impl Partition {
         }
         Ok(out)
     }
+}
+
+/// A job's due time by the store's clock `now` (enqueue.lua's `bound_due`).
+fn due_of(due: Due, now: u64) -> u64 {
+    let due = match due {
+        Due::Now => i128::from(now),
+        Due::After(d) => i128::from(now) + i128::from(ms(d)),
+        Due::At(t) => i128::from(unix_ms(t)),
+    };
+    bound_due(due, now)
 }
 
 #[async_trait]

@@ -146,6 +146,7 @@ impl MemoryStore {
                 due_ms: at_ms,
                 created_ms: at_ms,
                 token: u64::from(ran),
+                expires_ms: 0,
                 payload: payload.to_vec(),
                 history: Vec::new(),
             },

@@ -80,6 +80,7 @@ fn new_job(k: &str, due: Due) -> NewJob {
         payload: k.as_bytes().to_vec(),
         due,
         replace: false,
+        expires: None,
     }
 }
 
@@ -93,6 +94,7 @@ async fn put(store: &MemoryStore, k: &str, due: Due) -> EnqueueOutcome {
 async fn replace(store: &MemoryStore, k: &str, due: Due) -> EnqueueOutcome {
     let job = NewJob {
         replace: true,
+        expires: None,
         ..new_job(k, due)
     };
     store

@@ -322,6 +322,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
         due_ms: 1_790_000_000_123,
         created_ms: 1_790_000_000_000,
         token: 77,
+        expires_ms: 0,
     };
     let newer = |format: u8| {
         let mut r = vec![format];
@@ -337,6 +338,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
             "format 3",
             RecordHeader {
                 token: 0,
+                expires_ms: 0,
                 ..header(3)
             }
             .encode(b"payload"),
@@ -345,6 +347,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
             "format 3, empty payload",
             RecordHeader {
                 token: 0,
+                expires_ms: 0,
                 ..header(3)
             }
             .encode(b""),
@@ -353,6 +356,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
             "format 3 too short",
             RecordHeader {
                 token: 0,
+                expires_ms: 0,
                 ..header(3)
             }
             .encode(b"")[..14]
@@ -361,6 +365,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
         ("format 3, active (a lean record never is)", {
             let mut r = RecordHeader {
                 token: 0,
+                expires_ms: 0,
                 ..header(3)
             }
             .encode(b"p");

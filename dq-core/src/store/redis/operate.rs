@@ -167,6 +167,7 @@ impl Operate for RedisStore {
             died_ms: died
                 .filter(|_| rec.state == JobState::Dead)
                 .map(|m| m as u64),
+            expires_ms: rec.expires_ms,
             history,
             payload: rec.payload,
         }))
@@ -196,6 +197,7 @@ impl Operate for RedisStore {
                 "retried" => st.retried = value,
                 "buried" => st.buried = value,
                 "expired" => st.expired = value,
+                "expired_before_start" => st.expired_before_start = value,
                 "cancelled" => st.cancelled = value,
                 "succeeded_after_cancel_request" => st.succeeded_after_cancel_request = value,
                 "trimmed" => st.trimmed = value,
@@ -280,6 +282,7 @@ impl Operate for RedisStore {
                 attempts: rec.attempts,
                 lease_deadline_ms: (state == JobState::Active).then_some(time),
                 died_ms: (state == JobState::Dead).then_some(time),
+                expires_ms: rec.expires_ms,
                 history: hist
                     .map(|h| decode_history(&h))
                     .transpose()?

@@ -7,7 +7,8 @@ use redis::Value;
 use super::scripts::unexpected;
 use super::store::{RedisStore, ms, state_of};
 use crate::error::{Error, Result};
-use crate::job::{Due, Queue, unix_ms};
+use crate::format::EXPIRING_FORMAT;
+use crate::job::{Due, Expiry, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 
 #[async_trait]
@@ -26,6 +27,13 @@ impl Produce for RedisStore {
         let durable = self.options.durable_enqueue;
         // New records are written in the format every live process of the namespace reads.
         let write_format = self.formats.write();
+        if write_format < EXPIRING_FORMAT && jobs.iter().any(|j| j.expires.is_some()) {
+            return Err(Error::NeedsFormat {
+                feature: "a job's expiry",
+                needs: EXPIRING_FORMAT,
+                level: write_format,
+            });
+        }
         // The two receipt generations of the call's bucket (the same for every try).
         let receipts = k.enqueue_receipts(call.id);
         let (reply, acked) = self
@@ -39,10 +47,16 @@ impl Produce for RedisStore {
                         .arg(if call.retry { "1" } else { "0" })
                         .arg(write_format);
                     for job in jobs {
-                        let (mode, value) = match job.due {
+                        let (letter, value) = match job.due {
                             Due::Now => ("n", 0),
                             Due::After(d) => ("d", ms(d)),
                             Due::At(t) => ("a", unix_ms(t)),
+                        };
+                        // the expiry follows the mode letter: '+' ms after due, '@' Unix ms
+                        let mode = match job.expires {
+                            None => letter.to_owned(),
+                            Some(Expiry::AfterDue(d)) => format!("{letter}+{}", ms(d).max(1)),
+                            Some(Expiry::At(t)) => format!("{letter}@{}", unix_ms(t).max(1)),
                         };
                         inv.arg(job.key.as_str())
                             .arg(mode)

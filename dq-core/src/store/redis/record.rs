@@ -1,5 +1,5 @@
 //! The job record as stored in the records hash: a header ([`RecordHeader`], see the layout
-//! module; format 1, 2 or 3), then the payload; and the attempt history kept beside it.
+//! module; format 1 to 4), then the payload; and the attempt history kept beside it.
 
 use super::layout::{RecordHeader, header_len};
 use crate::error::{Error, Result};
@@ -13,6 +13,8 @@ pub(crate) struct Record {
     pub due_ms: u64,
     pub created_ms: u64,
     pub token: u64,
+    /// The job's expiry (format 4), Unix ms.
+    pub expires_ms: Option<u64>,
     pub payload: Vec<u8>,
 }
 
@@ -37,6 +39,7 @@ impl Record {
             due_ms: h.due_ms,
             created_ms: h.created_ms,
             token: h.token,
+            expires_ms: (h.expires_ms > 0).then_some(h.expires_ms),
             payload: bytes,
         })
     }

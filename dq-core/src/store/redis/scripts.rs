@@ -263,6 +263,11 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
             reads: script.reads,
         };
     }
+    if text.contains("dq expiry not after due") {
+        return Error::InvalidExpiry(format!(
+            "the expiry is not after the due time by the store's clock ({text})"
+        ));
+    }
     if text.contains("dq bad arguments") {
         return Error::Protocol(format!(
             "script {} refused its arguments: {text}",

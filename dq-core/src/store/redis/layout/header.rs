@@ -8,14 +8,16 @@
 //! the version byte `0x03`, state · attempts · due · created (15 bytes in all, no token), then
 //! the payload; its state is never active (a lease leaves the record as it is and keeps its
 //! token in the partition's `leases` hash) and its attempts count the attempts finished (a
-//! running job's current attempt is one more: [`RecordHeader::leased`]). The rule
+//! running job's current attempt is one more: [`RecordHeader::leased`]). Format 4
+//! ([`EXPIRING_FORMAT`]): format 3's 15 bytes, then the job's expiry, Unix ms (u48, 0: none;
+//! 21 bytes in all), then the payload; leased like format 3. The rule
 //! ([`record_format`]): a first byte that is a state letter is format 1; a first byte in
 //! 2..=[`MAX_FORMAT`] is that format; a format above what the process reads is newer
 //! ([`Error::NewerFormat`]: left untouched); anything else is not a record. A 100-byte job's
 //! record fits a 112-byte allocation in format 3 (128 before); see the memory benchmark.
 
 use crate::error::{Error, Result};
-use crate::format::{LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT};
+use crate::format::{EXPIRING_FORMAT, LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT};
 use crate::job::JobState;
 
 /// Header length in bytes of a format-1 record; the payload starts here. A versioned record
@@ -32,8 +34,10 @@ pub const fn header_len(format: u8) -> usize {
         HEADER_LEN
     } else if format < LEAN_FORMAT {
         HEADER_LEN + 1
-    } else {
+    } else if format < EXPIRING_FORMAT {
         LEAN_HEADER_LEN
+    } else {
+        LEAN_HEADER_LEN + 6
     }
 }
 
@@ -81,6 +85,8 @@ pub struct RecordHeader {
     /// Delivery token of the current or last lease (0 before the first); always 0 in a
     /// format-3 record, whose lease token is in the `leases` hash.
     pub token: u64,
+    /// The job's expiry, Unix ms; 0: none (always 0 before format 4).
+    pub expires_ms: u64,
 }
 
 fn u48(b: &[u8]) -> u64 {
@@ -130,6 +136,11 @@ impl RecordHeader {
             } else {
                 0
             },
+            expires_ms: if format >= EXPIRING_FORMAT {
+                u48(&h[14..20])
+            } else {
+                0
+            },
         })
     }
 
@@ -166,6 +177,8 @@ impl RecordHeader {
         }
         if format < LEAN_FORMAT {
             r.extend_from_slice(&self.token.to_be_bytes()[2..]);
+        } else if format >= EXPIRING_FORMAT {
+            r.extend_from_slice(&self.expires_ms.to_be_bytes()[2..]);
         }
         r.extend_from_slice(payload);
         r
@@ -191,13 +204,21 @@ mod tests {
                 due_ms: 1_790_000_000_123,
                 created_ms: 1_790_000_000_000,
                 token: if lean { 0 } else { 42 },
+                expires_ms: if format >= EXPIRING_FORMAT {
+                    1_790_000_060_000
+                } else {
+                    0
+                },
             };
             let bytes = h.encode(b"payload");
             assert_eq!(bytes.len(), header_len(format) + 7);
             assert_eq!(RecordHeader::decode(&bytes).unwrap(), h);
             assert_eq!(&bytes[header_len(format)..], b"payload");
         }
-        assert_eq!((header_len(1), header_len(2), header_len(3)), (20, 21, 15));
+        assert_eq!(
+            (header_len(1), header_len(2), header_len(3), header_len(4)),
+            (20, 21, 15, 21)
+        );
         // format 3: never active in the record; leased() says what a lease adds
         let lean = RecordHeader {
             format: LEAN_FORMAT,
@@ -206,6 +227,7 @@ mod tests {
             due_ms: 5,
             created_ms: 4,
             token: 0,
+            expires_ms: 0,
         };
         let mut active = lean.encode(b"p");
         active[1] = JobState::Active.code();
@@ -247,6 +269,7 @@ mod tests {
             due_ms: 1,
             created_ms: 1,
             token: 0,
+            expires_ms: 0,
         }
         .encode(b"x");
         assert!(matches!(

@@ -44,12 +44,13 @@ pub const CONTROL_FIELDS: [&str; 6] = ["paused", "until", "conc", "rate_n", "rat
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 13] = [
+pub const STATS_FIELDS: [&str; 14] = [
     "enqueued",
     "succeeded",
     "retried",
     "buried",
     "expired",
+    "expired_before_start",
     "cancelled",
     "succeeded_after_cancel_request",
     "trimmed",
@@ -685,6 +686,7 @@ mod tests {
             due_ms,
             created_ms: 0,
             token: 1,
+            expires_ms: 0,
         }
         .encode(b"payload")
     }

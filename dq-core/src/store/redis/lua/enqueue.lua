@@ -25,7 +25,10 @@
 --                    in it too
 -- then per job i (5 arguments each, starting at ARGV[5 + 5*(i-1)]):
 --   key              job key
---   mode             'n' due now | 'd' delay (value = ms from Redis TIME) | 'a' at (value = Unix ms)
+--   mode             'n' due now | 'd' delay (value = ms from Redis TIME) | 'a' at (value = Unix ms),
+--                    optionally followed by the job's expiry: '+<ms>' that long after its due
+--                    time (> 0), or '@<Unix ms>' at that time (after its due time); only with
+--                    a record format of 4 or more (ARGV[4])
 --   value            integer ms (ignored for 'n')
 --   replace          '1' replace an existing non-running job, '0' keep it
 --   payload          bytes
@@ -74,7 +77,9 @@
 --   ('A' is also the answer with replace: a running job is never replaced)
 --   'E'  (retries only) an earlier try of this call was applied, and the job is gone since
 --        (it ran, or was cancelled or purged); nothing written
--- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed; 'WRONGTYPE dq: ...'
+-- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed (an expiry with a
+-- record format below 4 too); 'ERR dq expiry not after due: job <i>' when a job's expiry
+-- is not after its due time by Redis's clock; 'WRONGTYPE dq: ...'
 -- when a key holds another type; 'ERR dq newer format <f>' when a key names a record of a
 -- newer format than this dq reads (lib.lua `is_newer`): nothing written in each case.
 --
@@ -107,12 +112,27 @@ if not format or format ~= math.floor(format) or format < FORMAT.legacy
     or format > NEWEST_FORMAT then
   return redis.error_reply('ERR dq bad arguments: record format')
 end
+-- A job's expiry, from its mode argument: '+' and the ms after due, or '@' and Unix ms; nil
+-- for none, false for a malformed one.
+local function expiry_spec(mode)
+  if #mode == 1 then return nil end
+  local kind, ms = string.sub(mode, 2, 2), tonumber(string.sub(mode, 3))
+  if (kind ~= '+' and kind ~= '@') or not ms or ms <= 0 or ms ~= math.floor(ms) then
+    return false
+  end
+  return kind, ms
+end
 for i = 0, n - 1 do
   local base = FIRST + 5 * i
   local mode, value, replace = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
-  if ARGV[base] == '' or (mode ~= 'n' and mode ~= 'd' and mode ~= 'a')
-      or not tonumber(value) or (replace ~= '0' and replace ~= '1') then
+  local letter = string.sub(mode, 1, 1)
+  if ARGV[base] == '' or (letter ~= 'n' and letter ~= 'd' and letter ~= 'a')
+      or not tonumber(value) or (replace ~= '0' and replace ~= '1')
+      or expiry_spec(mode) == false then
     return redis.error_reply('ERR dq bad arguments: job ' .. (i + 1))
+  end
+  if #mode > 1 and format < FORMAT.expiring then
+    return redis.error_reply('ERR dq bad arguments: an expiry needs record format 4')
   end
 end
 
@@ -239,6 +259,8 @@ for i = 0, n - 1 do
   local base = FIRST + 5 * i
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
+  local kind, expiry_ms = expiry_spec(mode)
+  mode = string.sub(mode, 1, 1)
   local outcome = '+'
   local old = olds[i + 1]
   -- (a damaged value answers its first byte, as before records carried a format)
@@ -257,10 +279,22 @@ for i = 0, n - 1 do
     if mode == 'd' then due = now + value elseif mode == 'a' then due = value end
     due = bound_due(due, now)
     local new_state = waiting_state(due, now, STATE.scheduled)
+    local expires = 0
+    if kind == '+' then expires = due + expiry_ms elseif kind == '@' then expires = expiry_ms end
+    if kind and expires <= due then
+      -- (checked by the client before; this is the store's clock's word, before any write)
+      return redis.error_reply('ERR dq expiry not after due: job ' .. (i + 1))
+    end
+    if expires > MAX_DUE then expires = MAX_DUE end
     records[#records + 1] = key
-    -- pack_record(format, new_state, 0, due, now, 0, payload), in one concatenation.
-    records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
-      .. header_tail .. payload
+    -- pack_record(format, new_state, 0, due, now, 0, payload, expires), in one concatenation.
+    if format >= FORMAT.expiring then
+      records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
+        .. header_tail .. struct.pack('>I6', expires) .. payload
+    else
+      records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
+        .. header_tail .. payload
+    end
     if new_state == STATE.ready then
       hints[#hints + 1] = key
       due = nil

@@ -10,6 +10,8 @@
 --   4. pass a wake-up token on if ready work is left behind (chained wake-ups);
 --   5. on a fetch that leased nothing, audit up to 32 records (HSCAN, cursor in stats) and
 --      re-link any whose sorted-set entry is missing;
+--   (2, 3) a job whose expiry (format 4) has come is not leased or promoted: it is deleted
+--      with its history and counted ('expired_before_start');
 --   6. leave a receipt of what this call leased.
 --
 -- Newer records (lib.lua `is_newer`: written by a dq that reads more formats than this one)
@@ -292,6 +294,8 @@ local function corrupt(key, rec)
   corrupt_keys[#corrupt_keys + 1] = key
   corrupt_recs[#corrupt_recs + 1] = rec
 end
+-- Jobs whose expiry came before they started: deleted with the writes (never leased).
+local expired_keys = {}
 local consumed = 0
 local ready_more = false
 if max_jobs == 0 then
@@ -312,6 +316,10 @@ while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
   local cand_keys, cand_recs, lean_keys = {}, {}, {}
   local function candidate(key, rec)
     seen[key] = true
+    if is_expired(rec, now) then
+      expired_keys[#expired_keys + 1] = key
+      return
+    end
     cand_keys[#cand_keys + 1] = key
     cand_recs[#cand_recs + 1] = rec
     if is_lean(rec) then lean_keys[#lean_keys + 1] = key end
@@ -398,7 +406,9 @@ if #taken > 0 then
       elseif (state == STATE.scheduled or state == STATE.retry) and not seen[key]
           and not held[key] then
         seen[key] = true
-        if #lease_keys < max_jobs then
+        if is_expired(rec, now) then
+          expired_keys[#expired_keys + 1] = key
+        elseif #lease_keys < max_jobs then
           lease_keys[#lease_keys + 1] = key
           lease_recs[#lease_recs + 1] = rec
         else
@@ -427,6 +437,8 @@ end
 local checks = {}
 if #corrupt_keys > 0 or n_jobs == 0 then
   checks = {dead, 'zset', hist, 'hash', leases, 'hash'}
+elseif #expired_keys > 0 then
+  checks = {hist, 'hash'}
 end
 local bad = check_types(checks)
 if bad then return bad end
@@ -479,6 +491,12 @@ if n_jobs > 0 then
   end
 end
 for i, key in ipairs(corrupt_keys) do bury_corrupt(key, corrupt_recs[i]) end
+if #expired_keys > 0 then
+  -- (their index entries go with the others: ready is trimmed, the due sets' ZREM below)
+  call_many('HDEL', jobs, expired_keys)
+  call_many('HDEL', hist, expired_keys)
+  count(stats, 'expired_before_start', #expired_keys)
+end
 if consumed > 0 then redis.call('LTRIM', ready, consumed, -1) end
 -- the leases: lean ones in `leases`, format-1/2 records rewritten; then the records promoted
 if #lease_writes > 0 then

@@ -46,14 +46,15 @@ local HISTORY = {failed = 'F', lease_expired = 'L', deferred = 'd', buried = 'B'
 -- The newest record format this script reads. The loader writes a lower number here for a
 -- process that reads less (a dq acting as an older one: ClientBuilder::format_level), so the
 -- line must stay exactly `local NEWEST_FORMAT = <n>` (scripts.rs, tied by a test).
-local NEWEST_FORMAT = 3
+local NEWEST_FORMAT = 4
 -- Record formats (dq-core/src/format.rs, tied by a test): `legacy` has no version byte;
 -- a first byte in 2..max is a version byte.
--- `lean` is the first format whose lease leaves the record as it is (format.rs LEAN_FORMAT).
-local FORMAT = {legacy = 1, versioned = 2, lean = 3, max = 31}
+-- `lean` is the first format whose lease leaves the record as it is (format.rs LEAN_FORMAT);
+-- `expiring` the first whose header ends with the job's expiry (EXPIRING_FORMAT).
+local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, max = 31}
 -- The same, as locals for the helpers below (a table field costs a lookup per record).
 local LEGACY_FORMAT, FIRST_VERSIONED, MAX_FORMAT = FORMAT.legacy, FORMAT.versioned, FORMAT.max
-local LEAN_FORMAT = FORMAT.lean
+local LEAN_FORMAT, EXPIRING_FORMAT = FORMAT.lean, FORMAT.expiring
 
 -- The string functions the hot paths call, as locals (a global table lookup each otherwise).
 local byte, sub, char = string.byte, string.sub, string.char
@@ -68,6 +69,8 @@ local HEADER_LEN = 20
 -- A format-3 record's header, after its version byte (no token), and its whole length.
 local LEAN_HEADER = '>c1BI6I6'
 local LEAN_HEADER_LEN = 15
+-- A format-4 record's header: format 3's, then the expiry (u48 Unix ms, 0: none).
+local EXPIRING_HEADER_LEN = 21
 local MAX_HISTORY = 32
 local MAX_ERROR_LEN = 1024
 local CUT_MARK = '… [cut from '
@@ -108,8 +111,22 @@ end
 local function header_len(rec)
   local b = byte(rec, 1)
   if b > MAX_FORMAT then return HEADER_LEN end
+  if b >= EXPIRING_FORMAT then return EXPIRING_HEADER_LEN end
   if b >= LEAN_FORMAT then return LEAN_HEADER_LEN end
   return HEADER_LEN + 1
+end
+
+-- The expiry of a record (format 4 on), Unix ms; 0 for none (and for every older format).
+local function expiry_of(rec)
+  local b = byte(rec, 1)
+  if b >= EXPIRING_FORMAT and b <= MAX_FORMAT then return struct.unpack('>I6', rec, 16) end
+  return 0
+end
+
+-- True for a record whose expiry has come by `now`: it is never started again.
+local function is_expired(rec, now)
+  local e = expiry_of(rec)
+  return e > 0 and e <= now
 end
 
 -- True for a record of a lean format this dq reads (format 3 on): its lease is in `leases`.
@@ -136,7 +153,8 @@ local function is_record(rec)
   if b >= LEAN_FORMAT then
     -- (a lean record is never active: its lease is in `leases`)
     local s = byte(rec, 2)
-    return #rec >= LEAN_HEADER_LEN and IS_STATE_BYTE[s] == true and s ~= ACTIVE_BYTE
+    local len = b >= EXPIRING_FORMAT and EXPIRING_HEADER_LEN or LEAN_HEADER_LEN
+    return #rec >= len and IS_STATE_BYTE[s] == true and s ~= ACTIVE_BYTE
   end
   return #rec > HEADER_LEN and IS_STATE_BYTE[byte(rec, 2)] == true
 end
@@ -170,13 +188,18 @@ local function started(rec)
   return byte(rec, 2)
 end
 
--- A record of `format` (one this dq reads): its header, then `payload`.
-local function pack_record(format, state, attempts, due, created, token, payload)
+-- A record of `format` (one this dq reads): its header, then `payload`; `expires` (Unix ms,
+-- 0 or nil: none) is kept by format 4 on and dropped by older ones.
+local function pack_record(format, state, attempts, due, created, token, payload, expires)
   if attempts > 255 then attempts = 255 end
   if attempts < 0 then attempts = 0 end
   if due < 0 then due = 0 end
   if format == LEGACY_FORMAT then
     return struct.pack(HEADER, state, attempts, due, created, token) .. payload
+  end
+  if format >= EXPIRING_FORMAT then
+    return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created)
+      .. struct.pack('>I6', expires or 0) .. payload
   end
   if format >= LEAN_FORMAT then
     return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created) .. payload
@@ -360,15 +383,16 @@ local function leased_record(rec, token, spent)
     .. struct.pack('>I6', token) .. sub(rec, o + 21)
 end
 
--- Rewrites the header of `rec` in place of the old one, keeping its format, `created` and
--- the payload.
+-- Rewrites the header of `rec` in place of the old one, keeping its format, `created`, its
+-- expiry and the payload.
 -- (A lean record has no token: `token` is ignored for it.)
 local function with_header(rec, state, attempts, due, token)
   local format = record_format(rec)
   local len = header_len(rec)
-  -- created: the 6 bytes before the token, or the last 6 of a lean header (no second decode)
-  local created = struct.unpack('>I6', rec, format >= LEAN_FORMAT and len - 5 or len - 11)
-  return pack_record(format, state, attempts, due, created, token, sub(rec, len + 1))
+  -- created: the 6 bytes before the token, or bytes 10..15 of a lean header
+  local created = struct.unpack('>I6', rec, format >= LEAN_FORMAT and 10 or len - 11)
+  return pack_record(format, state, attempts, due, created, token, sub(rec, len + 1),
+    expiry_of(rec))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.
