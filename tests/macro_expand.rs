@@ -23,6 +23,7 @@ static BLOCKING: AtomicU64 = AtomicU64::new(0);
     topic = "orders.close",
     retry = "15s,3m , 10m",
     timeout = "30s",
+    expires_after = "10m",
     concurrency = 16
 )]
 async fn close_order(order: CloseOrder, ctx: JobContext) -> Result<(), JobError> {
@@ -148,6 +149,11 @@ fn companion_types_name_the_jobs() {
         payload
     }
     assert_eq!(<close_order as Job>::TOPIC, "orders.close");
+    assert_eq!(
+        <close_order as Job>::EXPIRES_AFTER,
+        Some(Duration::from_secs(600))
+    );
+    assert_eq!(<without_ctx as Job>::EXPIRES_AFTER, None);
     assert_eq!(<without_ctx as Job>::TOPIC, "without_ctx");
     assert_eq!(<io_errors as Job>::TOPIC, "files.sync");
     assert_eq!(

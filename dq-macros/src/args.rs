@@ -16,6 +16,7 @@ mod kw {
     syn::custom_keyword!(topic);
     syn::custom_keyword!(retry);
     syn::custom_keyword!(timeout);
+    syn::custom_keyword!(expires_after);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(data);
     syn::custom_keyword!(cron);
@@ -28,6 +29,7 @@ mod kw {
 pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 
 const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
+                             `expires_after = \"…\"`, \
                              `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
                              `every = \"…\"`, `missed = \"…\"` or `crate = \"…\"`";
 
@@ -40,6 +42,8 @@ pub(crate) struct Args {
     retry: Option<String>,
     /// `timeout = "…"`, in ms.
     timeout_ms: Option<u64>,
+    /// `expires_after = "…"`, in ms.
+    expires_after_ms: Option<u64>,
     /// `concurrency = N`.
     concurrency: Option<u32>,
     /// `crate = "…"`: where the generated code finds `__private`.
@@ -98,6 +102,20 @@ impl Parse for Args {
                     ));
                 }
                 set(&mut args.timeout_ms, key.span, "timeout", ms)?;
+            } else if lookahead.peek(kw::expires_after) {
+                let key = input.parse::<kw::expires_after>()?;
+                let value = value::<LitStr>(input, "a duration such as \"10m\"")?;
+                let ms = retry_syntax::parse_duration_ms(&value.value()).map_err(|e| {
+                    syn::Error::new(value.span(), format!("invalid expires_after: {e}"))
+                })?;
+                if ms == 0 {
+                    return Err(syn::Error::new(
+                        value.span(),
+                        "invalid expires_after: must be longer than zero (leave it out for no \
+                         expiry)",
+                    ));
+                }
+                set(&mut args.expires_after_ms, key.span, "expires_after", ms)?;
             } else if lookahead.peek(kw::concurrency) {
                 let key = input.parse::<kw::concurrency>()?;
                 let value = value::<LitInt>(input, "an integer such as 16")?;
@@ -356,6 +374,8 @@ pub(crate) struct Handler {
     /// The normalized retry policy text.
     pub(crate) retry: String,
     pub(crate) timeout_ms: Option<u64>,
+    /// `expires_after`, in ms: the default expiry of the jobs the typed client enqueues.
+    pub(crate) expires_after_ms: Option<u64>,
     pub(crate) concurrency: Option<u32>,
     /// The path generated code reaches `__private` through (`::dq` unless overridden).
     pub(crate) krate: Path,
@@ -471,6 +491,7 @@ impl Handler {
             topic_span,
             retry: args.retry.unwrap_or_else(|| DEFAULT_RETRY.to_owned()),
             timeout_ms: args.timeout_ms,
+            expires_after_ms: args.expires_after_ms,
             concurrency: args.concurrency,
             krate: args.krate.unwrap_or_else(|| syn::parse_quote!(::dq)),
             payload: payload_type,

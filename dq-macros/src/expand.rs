@@ -20,6 +20,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         topic_span,
         retry,
         timeout_ms,
+        expires_after_ms,
         concurrency,
         krate,
         payload,
@@ -61,6 +62,12 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
     let pinned = quote_spanned!(name.span()=> ::std::boxed::Box::pin(#body));
     let topic_lit = syn::LitStr::new(topic, *topic_span);
     let timeout_ms = option(timeout_ms.map(|ms| quote!(#ms)));
+    let expires_after = expires_after_ms.map(|ms| {
+        quote! {
+            const EXPIRES_AFTER: ::core::option::Option<::core::time::Duration> =
+                ::core::option::Option::Some(::core::time::Duration::from_millis(#ms));
+        }
+    });
     let concurrency = option(concurrency.map(|n| quote!(#n)));
     // Each spanned on the user's type: one that cannot be shared data (not `Send + Sync +
     // 'static`) is reported there.
@@ -101,6 +108,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         impl #private::Job for #name {
             type Payload = #payload;
             const TOPIC: &'static str = #topic_lit;
+            #expires_after
         }
 
         const _: () = {

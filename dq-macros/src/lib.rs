@@ -56,6 +56,7 @@ use dq_syntax as retry_syntax;
 /// | `topic = "orders.close"` | the fn's name | 1–128 characters of `[A-Za-z0-9._-]` |
 /// | `retry = "15s, 3m, 10m"` | `"15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h"` | also `"none"`, `"fixed(1s, 5)"`, `"exponential(1s, 1h, 10)"` (initial, max, retries) |
 /// | `timeout = "30s"` | none | units `ms`, `s`, `m`, `h`, `d` |
+/// | `expires_after = "10m"` | none | a job enqueued through the typed client without an expiry of its own is dropped, never started, if it has not started this long after its due time (`dq::Expiry`) |
 /// | `concurrency = 16` | the worker's | most jobs of this topic running at once in one worker |
 /// | `data(Db, Mailer)` | none | shared data the handler takes with `ctx.data::<T>()`: a worker built without one of them fails at `build()` with `WorkerError::MissingData` |
 /// | `crate = "my_crate::dq"` | `"::dq"` | where generated code finds dq, when it is re-exported |
