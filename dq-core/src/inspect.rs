@@ -40,6 +40,8 @@ pub struct JobView<P> {
     pub lease_deadline: Option<SystemTime>,
     /// For a dead job: when it went to the dead queue.
     pub died: Option<SystemTime>,
+    /// When it is dropped unless it has started ([`Expiry`](crate::Expiry)); `None`: never.
+    pub expires: Option<SystemTime>,
     /// Its failed (or deferred) attempts, oldest first (at most
     /// [`MAX_HISTORY`](crate::job::MAX_HISTORY)).
     pub history: Vec<AttemptView>,
@@ -86,6 +88,7 @@ impl JobInfo {
             attempts: self.attempts,
             lease_deadline: self.lease_deadline_ms.map(from_unix_ms),
             died: self.died_ms.map(from_unix_ms),
+            expires: self.expires_ms.map(from_unix_ms),
             history: self.history.into_iter().map(AttemptView::from).collect(),
             raw_payload: self.payload,
         }
