@@ -103,6 +103,8 @@ pub struct Counters {
     pub buried: u64,
     /// Leases that expired.
     pub expired: u64,
+    /// Jobs dropped because their expiry came before they started.
+    pub expired_before_start: u64,
     /// Jobs that ended cancelled, their work not done.
     pub cancelled: u64,
     /// Jobs that succeeded although a cancel was requested while they ran (also in
@@ -133,6 +135,7 @@ impl StatsView {
                 retried: s.retried,
                 buried: s.buried,
                 expired: s.expired,
+                expired_before_start: s.expired_before_start,
                 cancelled: s.cancelled,
                 succeeded_after_cancel_request: s.succeeded_after_cancel_request,
                 trimmed: s.trimmed,
@@ -195,7 +198,7 @@ pub fn stats_detail(r: &StatsView) -> String {
          leasing         {}\n\
          counters        enqueued {}, succeeded {}, retried {}, buried {}, expired {}, \
          cancelled {}, trimmed {}, throttles {}\n\
-         {}",
+         {}{}",
         r.topic,
         r.partitions,
         if r.partitions == 1 { "" } else { "s" },
@@ -226,6 +229,10 @@ pub fn stats_detail(r: &StatsView) -> String {
                 "                {n} of the succeeded had a cancel requested while running \
                  (their handler finished anyway)\n"
             ),
+        },
+        match c.expired_before_start {
+            0 => String::new(),
+            n => format!("                {n} dropped: their expiry came before they started\n"),
         }
     )
 }
@@ -249,6 +256,8 @@ pub struct JobOut {
     pub lease_deadline: Option<String>,
     /// For a dead job, when it died.
     pub died: Option<String>,
+    /// When it is dropped unless it has started (its expiry), if it has one.
+    pub expires: Option<String>,
     /// Its failed or deferred attempts, oldest first.
     pub history: Vec<AttemptOut>,
     /// The payload decoded from MessagePack, or `null` if it does not decode.
@@ -290,6 +299,7 @@ impl JobOut {
             attempts: info.attempts,
             lease_deadline: info.lease_deadline_ms.map(rfc3339),
             died: info.died_ms.map(rfc3339),
+            expires: info.expires_ms.map(rfc3339),
             history: info
                 .history
                 .iter()
@@ -330,6 +340,13 @@ pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
     }
     if let (Some(d), Some(ms)) = (&j.died, info.died_ms) {
         let _ = writeln!(out, "died      {d} ({})", relative(ms, now_ms));
+    }
+    if let (Some(e), Some(ms)) = (&j.expires, info.expires_ms) {
+        let _ = writeln!(
+            out,
+            "expires   {e} ({}) unless it has started",
+            relative(ms, now_ms)
+        );
     }
     if j.history.is_empty() {
         out.push_str("errors    none\n");

@@ -89,6 +89,7 @@ pub(super) async fn topic_page(
         @if stats.paused { p.error #leasing { "Paused: no worker leases this topic's jobs until it is resumed." } }
         @else if stats.throttled { p.muted #leasing { "Throttled: a rate or concurrency limit holds due jobs back (lateness, not an error)." } }
         p.muted #throttles { "Throttles: " span data-stat="throttles" { (stats.throttles) } " (times a handler asked to slow the topic down)" }
+        @if stats.expired_before_start > 0 { p.muted #expired-before-start { "Expired before they started: " span data-stat="expired_before_start" { (stats.expired_before_start) } " (dropped, never run: their expiry came first)" } }
         @if stats.succeeded_after_cancel_request > 0 { p.muted #after-cancel { "Succeeded after a cancel request: " span data-stat="succeeded_after_cancel_request" { (stats.succeeded_after_cancel_request) } " (counted as succeeded, not cancelled: the handler finished anyway)" } }
         form.search method="get" action=(base) {
             input type="text" name="key" placeholder="Find a job by key" value=[missing.as_deref()] required;

@@ -294,6 +294,7 @@ for i, rec in ipairs(ARGV) do
   if is_record(rec) then
     local state, _, _, _, token = unpack_record(rec)
     row[4], row[5], row[6], row[7] = record_format(rec), header_len(rec), state, token
+    row[8] = expiry_of(rec)
     if state ~= state_of(rec) or token ~= token_of(rec) then row[6] = 'mismatch' end
   end
   out[i] = row
@@ -372,9 +373,37 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
             r[1] = b'A';
             r
         }),
-        ("format 4", newer(4)),
+        (
+            "format 4",
+            RecordHeader {
+                token: 0,
+                expires_ms: 1_790_000_060_000,
+                ..header(4)
+            }
+            .encode(b"payload"),
+        ),
+        (
+            "format 4, no expiry",
+            RecordHeader {
+                token: 0,
+                expires_ms: 0,
+                ..header(4)
+            }
+            .encode(b""),
+        ),
+        (
+            "format 4 too short",
+            RecordHeader {
+                token: 0,
+                expires_ms: 5,
+                ..header(4)
+            }
+            .encode(b"")[..20]
+                .to_vec(),
+        ),
+        ("format 5", newer(5)),
         ("format 31", newer(MAX_FORMAT)),
-        ("format 4, one byte", vec![4]),
+        ("format 5, one byte", vec![5]),
         ("first byte 32", newer(MAX_FORMAT + 1)),
         ("first byte 0", newer(0)),
         ("first byte 1", newer(1)),
@@ -390,7 +419,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// The version rules are one rule: for a process reading formats up to 1, 2 and 3, every
+/// The version rules are one rule: for a process reading formats up to 1, 2, 3 and 4, every
 /// sample value is classified alike by `lib.lua` (format_of, is_newer, is_record, and the
 /// header fields of a record), by Rust's `RecordHeader::decode_reading` (a record, newer
 /// with its format, or not a record), and by the embedded store, which leaves a planted
@@ -407,6 +436,10 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
     assert_eq!(table["versioned"], (LEGACY_FORMAT + 1).to_string());
     assert_eq!(table["max"], MAX_FORMAT.to_string());
     assert_eq!(table["lean"], crate::format::LEAN_FORMAT.to_string());
+    assert_eq!(
+        table["expiring"],
+        crate::format::EXPIRING_FORMAT.to_string()
+    );
     assert!(LIB.contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n")));
 
     use dq_testkit::redis::from_redis_value as from;
@@ -433,6 +466,7 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
                     let state: String = from(row[5].clone()).unwrap();
                     assert_eq!(state.as_bytes(), [h.state.code()], "{at}: state");
                     assert_eq!(int(6), h.token as i64, "{at}: token");
+                    assert_eq!(int(7), h.expires_ms as i64, "{at}: expiry");
                 }
                 Err(crate::error::Error::NewerFormat { format, reads: r }) => {
                     assert_eq!(r, reads);
