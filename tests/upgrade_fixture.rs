@@ -42,7 +42,7 @@ async fn format_1_fixture_drains_completely() {
 }
 
 /// A namespace written by the dq of issue 21 (format 2: the version byte, payloads by field
-/// name), kept for the next format change.
+/// name).
 #[tokio::test]
 async fn format_2_fixture_drains_completely() {
     drain(&fixture_dir("format-2")).await;
