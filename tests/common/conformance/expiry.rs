@@ -162,7 +162,7 @@ pub async fn an_expiry_needs_format_4<H: Harness>(h: &H) {
     let r = t.enqueue(raw(1)).key("e").expires_after(ms(1000)).await;
     match r {
         Err(Error::NeedsFormat { needs, level, .. }) => {
-            assert_eq!((needs, level), (EXPIRING_FORMAT, 3))
+            assert_eq!((needs, level), (EXPIRING_FORMAT, 3));
         }
         other => panic!("an expiry at level 3 is refused: {other:?}"),
     }
