@@ -70,6 +70,17 @@ async fn hourly(_unit: (), ctx: JobContext) -> Result<(), JobError> {
     record(&ctx)
 }
 
+/// Every minute; a tick not started 30 s after its time is dropped (the handler's expiry).
+#[dq::delayed_job(
+    topic = "test.periodic.expiring",
+    retry = "none",
+    every = "1m",
+    expires_after = "30s"
+)]
+async fn expiring_tick(_unit: (), ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx)
+}
+
 fn berlin() -> TimeZone {
     TimeZone::get(BERLIN).unwrap()
 }
@@ -341,6 +352,52 @@ async fn a_schedule_declared_on_the_handler_is_stored_and_runs() {
         })
         .collect();
     assert_eq!(keys, expected);
+    queue.shutdown().await;
+}
+
+/// The handler's `expires_after` reaches its periodic ticks: each tick job carries it, and
+/// ticks that waited past it (the topic paused) are dropped, never run, once it resumes.
+#[tokio::test(start_paused = true)]
+async fn periodic_ticks_carry_the_handlers_expiry() {
+    let runs = Runs::default();
+    let store =
+        dq::store::MemoryStore::starting_at(dq::store::from_unix_ms(ms("2026-06-01T00:10:00Z")));
+    let client = Client::from_store(Arc::new(store), dq::ClientConfig::default());
+    let topic = client.topic("test.periodic.expiring").unwrap();
+    topic.pause().await.unwrap();
+    let queue = TestQueue::start_on(client.clone(), |w| {
+        w.topics(["test.periodic.expiring"]).data(runs.clone())
+    })
+    .unwrap();
+    // (the paused topic never settles: time passes by a plain sleep on the paused clock)
+    tokio::time::sleep(Duration::from_millis(3 * MINUTE + 5_000)).await;
+    let mut ticks = Vec::new();
+    for state in [dq::JobState::Scheduled, dq::JobState::Ready] {
+        let page = topic.list(state, dq::Page::first(100)).await.unwrap();
+        ticks.extend(page.jobs);
+    }
+    assert!(ticks.len() >= 3, "three ticks waited: {ticks:?}");
+    for t in &ticks {
+        assert_eq!(t.expires_ms, Some(t.due_ms + 30_000), "{t:?}");
+    }
+    let now = client.store().now_ms().await.unwrap();
+    let alive: Vec<String> = ticks
+        .iter()
+        .filter(|t| t.expires_ms.unwrap() > now + 1_000)
+        .map(|t| t.key.to_string())
+        .collect();
+    let expired = ticks.len() - alive.len();
+    assert!(expired >= 2, "{ticks:?} at {now}");
+    topic.resume().await.unwrap();
+    queue.advance(Duration::from_millis(1_000)).await;
+    let ran: Vec<String> = runs
+        .of("test.periodic.expiring")
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(ran, alive, "only the ticks still in time ran");
+    let st = topic.stats().await.unwrap();
+    assert_eq!(st.expired_before_start, expired as u64, "{st:?}");
     queue.shutdown().await;
 }
 

@@ -414,6 +414,9 @@ pub struct JobDescriptor {
     pub retry: &'static str,
     /// Handler timeout in ms, if any.
     pub timeout_ms: Option<u64>,
+    /// The handler's `expires_after` in ms, if any: the default expiry of its jobs (the
+    /// typed client's, and the periodic ticks' its workers enqueue).
+    pub expires_after_ms: Option<u64>,
     /// Most jobs of this topic running at once in one worker.
     pub concurrency: Option<u32>,
     /// The handler's Rust path, for logs.

@@ -138,8 +138,9 @@ pub enum Due {
 /// When a job that has not started is dropped instead: it is never started after that
 /// time, whether it waits to be due, in `ready`, or for a retry (docs/GUARANTEES.md).
 ///
-/// An expired job is deleted and counted ([`TopicStats::expired_before_start`]
-/// (crate::TopicStats::expired_before_start)); a running job is never stopped by its expiry.
+/// An expired job is deleted and counted
+/// ([`TopicStats::expired_before_start`](crate::TopicStats::expired_before_start)); a running
+/// job is never stopped by its expiry.
 /// Expiry needs record format 4: a namespace whose live processes do not all read it yet
 /// refuses an expiring job with [`Error::NeedsFormat`](crate::Error::NeedsFormat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

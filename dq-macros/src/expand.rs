@@ -62,6 +62,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
     let pinned = quote_spanned!(name.span()=> ::std::boxed::Box::pin(#body));
     let topic_lit = syn::LitStr::new(topic, *topic_span);
     let timeout_ms = option(timeout_ms.map(|ms| quote!(#ms)));
+    let expires_after_ms_opt = option(expires_after_ms.map(|ms| quote!(#ms)));
     let expires_after = expires_after_ms.map(|ms| {
         quote! {
             const EXPIRES_AFTER: ::core::option::Option<::core::time::Duration> =
@@ -126,6 +127,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     topic: <#name as #private::Job>::TOPIC,
                     retry: #retry,
                     timeout_ms: #timeout_ms,
+                    expires_after_ms: #expires_after_ms_opt,
                     concurrency: #concurrency,
                     name: ::core::concat!(::core::module_path!(), "::", #name_text),
                     file: #file,

@@ -9,7 +9,7 @@ use super::enqueue::JobSpec;
 use super::handle::Client;
 use super::retrying::retry_harmless;
 use crate::error::{Error, Result};
-use crate::job::{Due, Job, from_unix_ms};
+use crate::job::{Due, Expiry, Job, from_unix_ms};
 use crate::names::Topic;
 use crate::payload;
 use crate::schedule::{
@@ -238,12 +238,17 @@ impl Client {
             retry: true,
         };
         let topic = self.topic(&info.topic)?;
+        // the topic's handler, where this process has it, gives each tick its expiry
+        let expires = crate::handler::registered_jobs()
+            .find(|d| d.topic == info.topic)
+            .and_then(|d| d.expires_after_ms)
+            .map(|ms| Expiry::AfterDue(Duration::from_millis(ms)));
         let job = JobSpec {
             payload: info.payload.clone(),
             key: Some(key),
             due: Due::At(from_unix_ms(tick)),
             replace: false,
-            expires: None,
+            expires,
         };
         let outcome = topic.enqueue_as(job, call).await?;
         Ok(outcome == EnqueueOutcome::Created)
