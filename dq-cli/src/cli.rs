@@ -361,6 +361,10 @@ pub struct EnqueueArgs {
     /// Replace a waiting or dead job with the same key.
     #[arg(long)]
     pub replace: bool,
+    /// Drop the job, never starting it, if it has not started this long after its due time
+    /// (e.g. 10m; see dq::Expiry).
+    #[arg(long, value_parser = parse_duration)]
+    pub expires_after: Option<Duration>,
     /// Partition count to record for a topic the namespace has no record of yet (refused
     /// for such a topic without it, so that a typo does not create a topic).
     #[arg(long)]

@@ -58,6 +58,7 @@ impl From<dq_core::Error> for Failure {
             | E::PayloadTooLarge { .. }
             | E::Encode(_)
             | E::InvalidConfig(_)
+            | E::InvalidExpiry(_)
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
             | E::TopicMismatch { .. }

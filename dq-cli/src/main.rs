@@ -667,6 +667,9 @@ impl Ctx {
         if a.replace {
             call = call.replace();
         }
+        if let Some(after) = a.expires_after {
+            call = call.expires_after(after);
+        }
         let done = call.await?;
         let key = done.key.to_string();
         match done.outcome {

@@ -746,6 +746,37 @@ async fn enqueue_from_json() {
     ])
     .ok();
     assert_eq!(t.stats().await.unwrap().scheduled, 2);
+
+    // An expiry: shown by `dq job`; a zero one is bad input, nothing written.
+    w.dq(&[
+        "enqueue",
+        "fresh",
+        "--key",
+        "e",
+        "--json",
+        "1",
+        "--in",
+        "1h",
+        "--expires-after",
+        "10m",
+    ])
+    .ok();
+    let info = t.job("e").await.unwrap().unwrap();
+    assert_eq!(info.expires_ms, Some(info.due_ms + 600_000));
+    let run = w.dq(&["job", "fresh", "e"]).ok();
+    assert!(run.stdout.contains("expires"), "{}", run.stdout);
+    w.dq(&[
+        "enqueue",
+        "fresh",
+        "--key",
+        "e0",
+        "--json",
+        "1",
+        "--expires-after",
+        "0s",
+    ])
+    .code(BAD_INPUT);
+    assert!(t.job("e0").await.unwrap().is_none());
 }
 
 #[test]

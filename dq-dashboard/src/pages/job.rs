@@ -46,6 +46,7 @@ pub(super) async fn job_page(
             tr { th { "Attempts" } td data-field="attempts" { (job.attempts) } }
             @if let Some(d) = job.lease_deadline_ms { tr { th { "Lease until" } td { (when(d, now_ms)) } } }
             @if let Some(d) = job.died_ms { tr { th { "Died" } td { (when(d, now_ms)) } } }
+            @if let Some(e) = job.expires_ms { tr { th { "Expires" } td { (when(e, now_ms)) " unless started" } } }
         }
         @if rw && job.state == JobState::Dead {
             form.job-actions method="post" action=(dead_link(&shared, &name)) {
