@@ -98,9 +98,10 @@ pub mod store {
     pub use dq_core::{MemoryStore, RedisOptions, RedisStore, ServerReport};
 
     /// The Redis store's own parts that tools read: its key layout, record format and
-    /// invariant checker.
+    /// invariant checker; the ACL rule a process needs; a URL with its password hidden.
     pub mod redis {
         pub use dq_core::store::redis::layout;
+        pub use dq_core::store::redis::{ACL_COMMANDS, acl_rule, redacted_url};
     }
 }
 

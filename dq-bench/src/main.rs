@@ -171,7 +171,10 @@ pub async fn connect(bulk_chunk: usize) -> Result<dq::Client> {
         .bulk_chunk(bulk_chunk.max(1))
         .connect(&url)
         .await
-        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+        .map_err(|e| {
+            let url = dq::store::redis::redacted_url(&url);
+            format!("cannot connect to {url}: {e}")
+        })?;
     Ok(client)
 }
 

@@ -1117,3 +1117,57 @@ async fn schedules_lists_each_schedule_with_its_ticks() {
         "{text}"
     );
 }
+
+/// The CLI as an ACL user with exactly dq's rule for its namespace: it lists and inspects;
+/// with a wrong password it fails with an error that never shows the password.
+#[tokio::test]
+async fn the_cli_runs_as_an_acl_user_and_never_prints_its_password() {
+    use std::io::Write;
+    let ns = "clisecured";
+    let password = "cli-Pa55-word";
+    let path = std::env::temp_dir().join(format!("dq-cli-acl-{}.acl", std::process::id()));
+    let mut f = std::fs::File::create(&path).unwrap();
+    writeln!(f, "user default on nopass ~* &* +@all").unwrap();
+    writeln!(
+        f,
+        "user dq on >{password} {}",
+        dq_core::store::redis::acl_rule(ns)
+    )
+    .unwrap();
+    drop(f);
+    let server = dq_testkit::RedisServer::start_with(dq_testkit::ServerOptions {
+        extra_args: vec!["--aclfile".into(), path.display().to_string()],
+        ..Default::default()
+    });
+    let _ = std::fs::remove_file(&path);
+    let url = format!("redis://dq:{password}@127.0.0.1:{}/", server.port());
+    let w = World {
+        url: url.clone(),
+        ns: ns.to_owned(),
+        client: Client::builder().namespace(ns).connect(&url).await.unwrap(),
+    };
+    w.topic("sec")
+        .enqueue(rmp_serde::to_vec(&7u32).unwrap())
+        .key("k")
+        .delay(Duration::from_secs(600))
+        .await
+        .unwrap();
+    let run = w.dq(&["topics"]).ok();
+    assert!(run.stdout.contains("sec"), "{}", run.stdout);
+    w.dq(&["stats", "sec"]).ok();
+    let run = w.dq(&["job", "sec", "k"]).ok();
+    assert!(run.stdout.contains("scheduled"), "{}", run.stdout);
+    let wrong = World {
+        url: format!("redis://dq:not-{password}@127.0.0.1:{}/", server.port()),
+        ..w
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(["--url", &wrong.url, "--namespace", ns, "topics"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.to_lowercase().contains("authentication"), "{stderr}");
+    assert!(!stderr.contains(password), "{stderr}");
+}

@@ -47,6 +47,15 @@ pub enum Error {
     /// A value given to a builder or policy is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// The Redis user dq connects as may not run a command dq needs, or not on the keys it
+    /// names (`NOPERM`): give it the rule of
+    /// [`acl_rule`](crate::store::redis::acl_rule) for the namespace (README "Secured
+    /// Redis"). Refused by Redis, so nothing of the refused command was applied.
+    #[error(
+        "the Redis user may not do what dq needs ({0}); give it the ACL rule of \
+         dq::store::redis::acl_rule(namespace) (README \"Secured Redis\")"
+    )]
+    NoPermission(String),
     /// A job's expiry that cannot be kept: not after its due time, or an `AfterDue` of zero
     /// (see [`Expiry`](crate::Expiry)). Nothing was written.
     #[error("invalid expiry: {0}")]

@@ -13,10 +13,11 @@
 //!
 //! The rooms: `store.rs` (the connection and how a script is called), one file per role
 //! (`produce.rs`, `lease.rs`, `operate.rs`, `catalog.rs`: each call's wrapper of its script),
-//! `wake.rs` (the wake-up listener), `scripts.rs` (the scripts loaded, replies and errors
+//! `wake.rs` (the wake-up listener), `acl.rs` (the ACL rule a process needs), `scripts.rs` (the scripts loaded, replies and errors
 //! read), `record.rs` (records and histories decoded), `checks.rs` (what the server must
 //! offer), `conn.rs` and `url.rs` (connections), and the public [`layout`].
 
+mod acl;
 mod catalog;
 mod checks;
 mod conn;
@@ -32,6 +33,7 @@ mod store;
 mod url;
 mod wake;
 
+pub use acl::{ACL_COMMANDS, acl_rule};
 pub use checks::ServerReport;
 pub use store::{RedisOptions, RedisStore};
 pub use url::redacted as redacted_url;

@@ -1,0 +1,82 @@
+//! The Redis ACL rule a dq process needs: the commands it sends and its scripts run, on the
+//! keys of its namespace only (README "Secured Redis"; tested in `tests/secured_redis.rs`,
+//! which runs client, worker and CLI as a user with exactly this rule and checks that Redis
+//! denied nothing).
+
+/// Every command a dq process sends or its scripts run, as `ACL SETUSER` names them
+/// (`command|subcommand` for one subcommand only). No admin command, no `FLUSH*`, no
+/// `KEYS`, no pub/sub.
+pub const ACL_COMMANDS: &[&str] = &[
+    // calls and connections
+    "fcall",
+    "function|load",
+    "ping",
+    "time",
+    "hello",
+    "select",
+    "client|setname",
+    "info",
+    "config|get",
+    "blpop",
+    "wait",
+    // Redis Cluster (routing and slot moves)
+    "cluster|slots",
+    "cluster|keyslot",
+    "asking",
+    "readonly",
+    // what the scripts run, and the tools' reads
+    "get",
+    "set",
+    "del",
+    "exists",
+    "append",
+    "getrange",
+    "rename",
+    "pexpire",
+    "pttl",
+    "type",
+    "scan",
+    "hget",
+    "hset",
+    "hdel",
+    "hexists",
+    "hgetall",
+    "hincrby",
+    "hkeys",
+    "hlen",
+    "hmget",
+    "hscan",
+    "llen",
+    "lpush",
+    "rpush",
+    "rpop",
+    "lrange",
+    "ltrim",
+    "zadd",
+    "zcard",
+    "zcount",
+    "zpopmin",
+    "zrange",
+    "zrangebyscore",
+    "zrevrangebyscore",
+    "zrem",
+    "zremrangebyrank",
+    "zscore",
+];
+
+/// The ACL rule (what follows `ACL SETUSER <name> on ><password>`, or a `user` line of an ACL
+/// file) that lets a dq process use `namespace` and nothing else: its keys (`~<namespace>:*`),
+/// no channels, and [`ACL_COMMANDS`].
+///
+/// ```
+/// let rule = dq_core::store::redis::acl_rule("myapp");
+/// assert!(rule.starts_with("~myapp:* resetchannels -@all +fcall"));
+/// ```
+pub fn acl_rule(namespace: &str) -> String {
+    let mut rule = format!("~{namespace}:* resetchannels -@all");
+    for c in ACL_COMMANDS {
+        rule.push_str(" +");
+        rule.push_str(c);
+    }
+    rule
+}
