@@ -20,7 +20,7 @@ const NS: &str = "secured";
 #[dq::delayed_job(topic = "secured.jobs", retry = "fixed(50ms, 1)")]
 async fn secured_job(n: u64, ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "ran").await?;
-    if n % 10 == 0 && ctx.attempt == 1 {
+    if n.is_multiple_of(10) && ctx.attempt == 1 {
         return Err(JobError::retry("every tenth fails once"));
     }
     Ok(())
@@ -89,7 +89,7 @@ async fn a_user_with_dqs_acl_rule_runs_producer_worker_and_tools() {
         .unwrap();
     for n in 0..30u64 {
         let e = client.enqueue::<secured_job>(n).key(format!("j{n}"));
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             e.delay(Duration::from_millis(100)).await.unwrap();
         } else {
             e.await.unwrap();
