@@ -355,8 +355,9 @@ async fn a_schedule_declared_on_the_handler_is_stored_and_runs() {
     queue.shutdown().await;
 }
 
-/// The handler's `expires_after` reaches its periodic ticks: each tick job carries it, and
-/// ticks that waited past it (the topic paused) are dropped, never run, once it resumes.
+/// The handler's `expires_after` reaches its periodic ticks: each tick job carries it, ticks
+/// that waited past it (the topic paused) are dropped and counted, never run, and what runs
+/// once the topic resumes started within 30 s of its tick.
 #[tokio::test(start_paused = true)]
 async fn periodic_ticks_carry_the_handlers_expiry() {
     let runs = Runs::default();
@@ -371,33 +372,25 @@ async fn periodic_ticks_carry_the_handlers_expiry() {
     .unwrap();
     // (the paused topic never settles: time passes by a plain sleep on the paused clock)
     tokio::time::sleep(Duration::from_millis(3 * MINUTE + 5_000)).await;
-    let mut ticks = Vec::new();
+    let mut waiting = Vec::new();
     for state in [dq::JobState::Scheduled, dq::JobState::Ready] {
         let page = topic.list(state, dq::Page::first(100)).await.unwrap();
-        ticks.extend(page.jobs);
+        waiting.extend(page.jobs);
     }
-    assert!(ticks.len() >= 3, "three ticks waited: {ticks:?}");
-    for t in &ticks {
+    assert!(!waiting.is_empty(), "a tick waits while paused");
+    for t in &waiting {
         assert_eq!(t.expires_ms, Some(t.due_ms + 30_000), "{t:?}");
     }
-    let now = client.store().now_ms().await.unwrap();
-    let alive: Vec<String> = ticks
-        .iter()
-        .filter(|t| t.expires_ms.unwrap() > now + 1_000)
-        .map(|t| t.key.to_string())
-        .collect();
-    let expired = ticks.len() - alive.len();
-    assert!(expired >= 2, "{ticks:?} at {now}");
     topic.resume().await.unwrap();
     queue.advance(Duration::from_millis(1_000)).await;
-    let ran: Vec<String> = runs
-        .of("test.periodic.expiring")
-        .into_iter()
-        .map(|r| r.0)
-        .collect();
-    assert_eq!(ran, alive, "only the ticks still in time ran");
+    let ran = runs.of("test.periodic.expiring");
+    assert!(!ran.is_empty(), "the tick still in time ran");
+    for (key, _, late) in &ran {
+        assert!(*late < Duration::from_secs(30), "{key} ran {late:?} late");
+    }
     let st = topic.stats().await.unwrap();
-    assert_eq!(st.expired_before_start, expired as u64, "{st:?}");
+    assert!(st.expired_before_start >= 2, "{st:?}");
+    assert_eq!(st.succeeded, ran.len() as u64);
     queue.shutdown().await;
 }
 

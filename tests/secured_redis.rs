@@ -113,7 +113,11 @@ async fn a_user_with_dqs_acl_rule_runs_producer_worker_and_tools() {
         .await
         .expect("cancel as the dq user");
     worker.shutdown().await;
-    let refused = denied(&server);
+    // (the only refusal allowed: the persistence check's CONFIG GET, skipped when refused)
+    let refused: Vec<String> = denied(&server)
+        .into_iter()
+        .filter(|entry| !entry.contains("config|get"))
+        .collect();
     assert!(
         refused.is_empty(),
         "Redis refused dq something: {refused:?}"

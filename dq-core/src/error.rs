@@ -291,9 +291,23 @@ impl Error {
 pub(crate) fn from_redis(e: redis::RedisError) -> Error {
     if e.code() == Some("OOM") {
         Error::OutOfMemory
+    } else if let Some(denied) = permission_denied(&e) {
+        denied
     } else {
         Error::Redis(e)
     }
+}
+
+/// An ACL refusal as [`Error::NoPermission`], with Redis's own words (they name the command
+/// or say it was a key, when Redis says which): `NOPERM` of a command or key, or a call a
+/// script made that the ACL refused (Redis 7.0: "can't run this command"; 7.2 on: "ACL
+/// failure in script").
+pub(crate) fn permission_denied(e: &redis::RedisError) -> Option<Error> {
+    let text = e.to_string();
+    let denied = e.code() == Some("NOPERM")
+        || text.contains("can't run this command or subcommand")
+        || text.contains("ACL failure in script");
+    denied.then(|| Error::NoPermission(text))
 }
 
 /// dq-core's result type.

@@ -140,13 +140,16 @@ pub enum Due {
 ///
 /// An expired job is deleted and counted
 /// ([`TopicStats::expired_before_start`](crate::TopicStats::expired_before_start)); a running
-/// job is never stopped by its expiry.
+/// job is never stopped by its expiry, but one released at shutdown or whose lease ran out
+/// keeps it, and is not started again once it has passed. A requeue from the dead queue clears
+/// it; a reschedule keeps it.
 /// Expiry needs record format 4: a namespace whose live processes do not all read it yet
 /// refuses an expiring job with [`Error::NeedsFormat`](crate::Error::NeedsFormat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {
-    /// This long after the job's due time (more than zero): for a job due at 9:00 with
-    /// `AfterDue(10 min)`, nothing starts it after 9:10.
+    /// This long after the job's due time as asked (more than zero): for a job due at 9:00
+    /// with `AfterDue(10 min)`, nothing starts it after 9:10 — also when it is enqueued late,
+    /// at 9:05 (refused as [`Error::InvalidExpiry`](crate::Error::InvalidExpiry) from 9:10).
     AfterDue(Duration),
     /// At this wall-clock time, which must be after the job's due time.
     At(SystemTime),

@@ -441,9 +441,10 @@ impl BatchSend for TopicClient {
     }
 }
 
-/// Refuses an expiry that cannot be kept, before anything is written: an `AfterDue` of
-/// zero or past what dq can store, an `At` not after the due time (by this machine's clock
-/// for a delayed job; the store checks again by its own).
+/// Refuses an expiry that cannot be kept, before anything is written, where no clock is
+/// needed: an `AfterDue` of zero or past what dq can store, an `At` not after an `At` due
+/// time. What depends on "now" (an `At` expiry of a job due now or after a delay, an
+/// `AfterDue` of a due time long past) is checked by the store, on its own clock.
 fn check_expiry(due: Due, expires: Option<Expiry>) -> Result<()> {
     match expires {
         None => Ok(()),
@@ -456,14 +457,12 @@ fn check_expiry(due: Due, expires: Option<Expiry>) -> Result<()> {
         Some(Expiry::AfterDue(_)) => Ok(()),
         Some(Expiry::At(t)) => {
             let at = unix_ms(t);
-            let due_ms = match due {
-                Due::Now => unix_ms(SystemTime::now()),
-                Due::After(d) => unix_ms(SystemTime::now()).saturating_add(d.as_millis() as u64),
-                Due::At(d) => unix_ms(d).max(unix_ms(SystemTime::now())),
-            };
-            if at <= due_ms {
+            if let Due::At(d) = due
+                && at <= unix_ms(d)
+            {
                 return Err(Error::InvalidExpiry(format!(
-                    "expires_at ({at} ms) is not after the job's due time ({due_ms} ms)"
+                    "expires_at ({at} ms) is not after the job's due time ({} ms)",
+                    unix_ms(d)
                 )));
             }
             if at > MAX_DUE_MS {

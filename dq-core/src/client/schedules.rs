@@ -250,7 +250,14 @@ impl Client {
             replace: false,
             expires,
         };
-        let outcome = topic.enqueue_as(job, call).await?;
-        Ok(outcome == EnqueueOutcome::Created)
+        match topic.enqueue_as(job, call).await {
+            Ok(outcome) => Ok(outcome == EnqueueOutcome::Created),
+            // a tick caught up after its expiry (workers were down): never run, not enqueued
+            Err(Error::InvalidExpiry(why)) => {
+                tracing::info!(schedule = %info.name, tick, %why, "a missed tick expired before it could run");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 }

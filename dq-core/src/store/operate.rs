@@ -199,7 +199,8 @@ pub struct TopicStats {
     /// Leases that expired and were recovered.
     pub expired: u64,
     /// Jobs dropped because their expiry ([`Expiry`](crate::Expiry)) came before they
-    /// started. Stores written by versions before expiry read 0.
+    /// started (or, after a release at shutdown or a lost lease, before they started again).
+    /// Stores written by versions before expiry read 0.
     pub expired_before_start: u64,
     /// Jobs that ended cancelled, their work not done: removed by a cancel before they
     /// started, or running when a cancel was requested and then stopped without success (the

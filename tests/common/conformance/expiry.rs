@@ -92,6 +92,57 @@ pub async fn a_job_waiting_for_a_retry_expires<H: Harness>(h: &H) {
     assert_eq!((st.expired_before_start, st.retry, st.succeeded), (1, 0, 1));
 }
 
+/// A running job is never dropped by its expiry: a second ready hint of it (left by a
+/// replace), met after the expiry while the job runs, leaves it running, and its ack succeeds.
+pub async fn a_running_job_is_not_dropped_by_its_expiry<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("expiry.running").unwrap();
+    let q = queue("expiry.running");
+    t.enqueue(raw(1))
+        .key("k")
+        .expires_after(ms(200))
+        .await
+        .unwrap();
+    t.enqueue(raw(2))
+        .key("k")
+        .replace()
+        .expires_after(ms(200))
+        .await
+        .unwrap();
+    let d = fetch_one(h, &q, &req()).await;
+    let running = info(&t, "k").await;
+    assert_eq!(running.state, JobState::Active);
+    until_store_time(h, running.expires_ms.unwrap()).await;
+    let reply = fetch(h, &q, &req()).await;
+    assert!(reply.jobs.is_empty(), "{reply:?}");
+    assert_eq!(info(&t, "k").await.state, JobState::Active);
+    ack_all(h, &q, &[d]).await;
+    let st = t.stats().await.unwrap();
+    assert_eq!((st.expired_before_start, st.succeeded), (0, 1), "{st:?}");
+}
+
+/// A dead job requeued after its expiry runs: the requeue clears the expiry.
+pub async fn a_requeued_dead_job_runs_after_its_expiry<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("expiry.requeue").unwrap();
+    let q = queue("expiry.requeue");
+    t.enqueue(raw(1))
+        .key("d")
+        .expires_after(ms(150))
+        .await
+        .unwrap();
+    let d = fetch_one(h, &q, &req()).await;
+    fail(h, &d, FailAction::Bury, "broken").await.unwrap();
+    let dead = info(&t, "d").await;
+    until_store_time(h, dead.expires_ms.unwrap()).await;
+    assert_eq!(t.requeue_dead(&["d"]).await.unwrap(), 1);
+    assert_eq!(info(&t, "d").await.expires_ms, None);
+    let again = fetch_one(h, &q, &req()).await;
+    assert_eq!(again.key.as_str(), "d");
+    ack_all(h, &q, &[again]).await;
+    assert_eq!(t.stats().await.unwrap().expired_before_start, 0);
+}
+
 /// Leases `n` due jobs without acking them (fails after [`WAIT`]).
 async fn drain_due_unacked<H: Harness>(h: &H, q: &Queue, n: usize) -> Vec<Delivery> {
     let mut all: Vec<Delivery> = Vec::new();
@@ -118,8 +169,15 @@ pub async fn an_expiry_that_cannot_be_kept_is_refused<H: Harness>(h: &H) {
     let t = c.topic("expiry.bad").unwrap();
     let past = std::time::SystemTime::now() - Duration::from_secs(60);
     let soon = std::time::SystemTime::now() + Duration::from_secs(60);
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
     let cases = [
         t.enqueue(raw(1)).key("zero").expires_after(ms(0)).await,
+        // counted from the due time asked for: an hour ago + 10 min has passed
+        t.enqueue(raw(1))
+            .key("late")
+            .at(an_hour_ago)
+            .expires_after(Duration::from_secs(600))
+            .await,
         t.enqueue(raw(1)).key("past").expires_at(past).await,
         t.enqueue(raw(1))
             .key("before-due")
@@ -138,7 +196,7 @@ pub async fn an_expiry_that_cannot_be_kept_is_refused<H: Harness>(h: &H) {
     let bulk = t
         .enqueue_bulk(vec![
             JobSpec::new(raw(1)).key("ok"),
-            JobSpec::new(raw(2)).key("bad").expires_at(past),
+            JobSpec::new(raw(2)).key("bad").at(soon).expires_at(soon),
         ])
         .await;
     match bulk {

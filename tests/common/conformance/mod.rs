@@ -118,6 +118,8 @@ macro_rules! conformance_suite {
             expiry::a_job_waiting_for_a_retry_expires,
             expiry::an_expiry_that_cannot_be_kept_is_refused,
             expiry::an_expiry_needs_format_4,
+            expiry::a_running_job_is_not_dropped_by_its_expiry,
+            expiry::a_requeued_dead_job_runs_after_its_expiry,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

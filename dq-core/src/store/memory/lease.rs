@@ -243,6 +243,16 @@ impl Partition {
                         jobs.extend(self.lease_now(queue, key, next, now, deadline));
                         continue;
                     }
+                    if self
+                        .jobs
+                        .get(&key)
+                        .is_some_and(|r| r.expires_ms > 0 && r.expires_ms <= now)
+                    {
+                        // expired before it started: dropped, not promoted (as fetch.lua)
+                        self.jobs.remove(&key);
+                        self.counters.expired_before_start += 1;
+                        continue;
+                    }
                     let place = self.sets.push_ready_back(&key);
                     promoted += 1;
                     if let Some(rec) = self.jobs.get_mut(&key) {

@@ -267,6 +267,7 @@ impl Partition {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     rec.attempts = 0;
                     rec.due_ms = now;
+                    rec.expires_ms = 0; // an operator's requeue runs it
                     rec.place = self.sets.push_ready_back(key);
                     moved = true;
                     true
@@ -299,6 +300,7 @@ impl Partition {
                 DeadAction::Requeue => {
                     rec.attempts = 0;
                     rec.due_ms = now;
+                    rec.expires_ms = 0; // an operator's requeue runs it
                     rec.place = self.sets.push_ready_back(key);
                     moved = true;
                 }

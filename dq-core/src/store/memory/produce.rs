@@ -62,8 +62,14 @@ impl Partition {
                 });
             }
             let due = due_of(job.due, now);
+            // an expiry after due counts from the due time asked for (enqueue.lua)
+            let asked = match job.due {
+                Due::Now => now,
+                Due::After(d) => now.saturating_add(ms(d)),
+                Due::At(t) => unix_ms(t),
+            };
             let expires = match expiry {
-                Expiry::AfterDue(d) => due.saturating_add(ms(d).max(1)),
+                Expiry::AfterDue(d) => asked.saturating_add(ms(d).max(1)),
                 Expiry::At(t) => unix_ms(t),
             };
             if expires <= due {

@@ -4,8 +4,11 @@
 //! denied nothing).
 
 /// Every command a dq process sends or its scripts run, as `ACL SETUSER` names them
-/// (`command|subcommand` for one subcommand only). No admin command, no `FLUSH*`, no
-/// `KEYS`, no pub/sub.
+/// (`command|subcommand` for one subcommand only). No admin or dangerous command (no
+/// `CONFIG`: the persistence check at connect reads it where it may and is skipped where it
+/// may not), no `FLUSH*`, no `KEYS`, no pub/sub. On Redis 7.2 and later the `redis` crate
+/// also sends `CLIENT SETINFO` on connect; its refusal is ignored (add `+client|setinfo`
+/// there to keep the ACL log quiet: Redis 7.0 refuses a rule that names it).
 pub const ACL_COMMANDS: &[&str] = &[
     // calls and connections
     "fcall",
@@ -16,7 +19,7 @@ pub const ACL_COMMANDS: &[&str] = &[
     "select",
     "client|setname",
     "info",
-    "config|get",
+    "role",
     "blpop",
     "wait",
     // Redis Cluster (routing and slot moves)

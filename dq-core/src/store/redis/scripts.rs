@@ -249,7 +249,7 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
     if e.code() == Some("OOM") {
         return Error::OutOfMemory;
     }
-    if let Some(denied) = permission_denied(&e) {
+    if let Some(denied) = crate::error::permission_denied(&e) {
         return denied;
     }
     if function_missing(&e) {
@@ -284,18 +284,6 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
         ));
     }
     Error::Redis(e)
-}
-
-/// An ACL refusal (`NOPERM` of a command or key, or a script's call refused by the ACL) as
-/// [`Error::NoPermission`], with Redis's own words (they name the command or key when Redis
-/// says which).
-pub(crate) fn permission_denied(e: &redis::RedisError) -> Option<Error> {
-    let text = e.to_string();
-    let denied = e.code() == Some("NOPERM")
-        || text.contains("NOPERM")
-        || text.contains("can't run this command")
-        || text.contains("No permissions to access");
-    denied.then(|| Error::NoPermission(text))
 }
 
 /// The format of `ERR dq newer format <f>`, the reply of a script that met a newer record

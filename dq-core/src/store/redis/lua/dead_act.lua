@@ -63,7 +63,8 @@ for i = 1, n do
     if action == REQUEUE then
       local rec = redis.call('HGET', jobs, key)
       local _, _, _, _, token = unpack_record(rec)
-      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, 0, now, token))
+      -- (an operator's requeue runs the job: a passed expiry would drop it, so it goes)
+      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, 0, now, token, 0))
       redis.call('RPUSH', ready, key)
     else
       redis.call('HDEL', jobs, key)

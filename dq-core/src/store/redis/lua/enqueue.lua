@@ -26,8 +26,9 @@
 -- then per job i (5 arguments each, starting at ARGV[5 + 5*(i-1)]):
 --   key              job key
 --   mode             'n' due now | 'd' delay (value = ms from Redis TIME) | 'a' at (value = Unix ms),
---                    optionally followed by the job's expiry: '+<ms>' that long after its due
---                    time (> 0), or '@<Unix ms>' at that time (after its due time); only with
+--                    optionally followed by the job's expiry: '+<ms>' that long after the due
+--                    time asked for (> 0; a due time in the past counts from it, not from
+--                    now), or '@<Unix ms>' at that time (after its due time); only with
 --                    a record format of 4 or more (ARGV[4])
 --   value            integer ms (ignored for 'n')
 --   replace          '1' replace an existing non-running job, '0' keep it
@@ -277,10 +278,12 @@ for i = 0, n - 1 do
   if outcome == '+' or outcome == '~' then
     local due = now
     if mode == 'd' then due = now + value elseif mode == 'a' then due = value end
+    -- (an expiry after due counts from the due time asked for, even one already past)
+    local asked = due
     due = bound_due(due, now)
     local new_state = waiting_state(due, now, STATE.scheduled)
     local expires = 0
-    if kind == '+' then expires = due + expiry_ms elseif kind == '@' then expires = expiry_ms end
+    if kind == '+' then expires = asked + expiry_ms elseif kind == '@' then expires = expiry_ms end
     if kind and expires <= due then
       -- (checked by the client before; this is the store's clock's word, before any write)
       return redis.error_reply('ERR dq expiry not after due: job ' .. (i + 1))

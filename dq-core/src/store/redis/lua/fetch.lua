@@ -90,8 +90,9 @@
 -- retry; ready by LRANGE, trimmed once at the end) and then writes, the token counter first:
 -- no TYPE call. Checked: everything, when leases expired (recovery writes before those reads);
 -- dead and hist when a record is damaged, and on a fetch that leases nothing (the audit and
--- the dead-queue trim touch them after writing). Counters and wake-ups cannot fail; the
--- receipt is read with GET before any write, and SET and DEL of receipts cannot fail.
+-- the dead-queue trim touch them after writing); hist when a job expired (its history goes).
+-- Counters and wake-ups cannot fail; the receipt is read with GET before any write, and SET
+-- and DEL of receipts cannot fail.
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -316,10 +317,6 @@ while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
   local cand_keys, cand_recs, lean_keys = {}, {}, {}
   local function candidate(key, rec)
     seen[key] = true
-    if is_expired(rec, now) then
-      expired_keys[#expired_keys + 1] = key
-      return
-    end
     cand_keys[#cand_keys + 1] = key
     cand_recs[#cand_recs + 1] = rec
     if is_lean(rec) then lean_keys[#lean_keys + 1] = key end
@@ -347,7 +344,12 @@ while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
   end
   local held = held_leases(leases, lean_keys)
   for j, key in ipairs(cand_keys) do
-    if not held[key] then
+    -- (a held one is running: a stale hint, whatever its expiry says)
+    if held[key] then
+      -- left alone
+    elseif is_expired(cand_recs[j], now) then
+      expired_keys[#expired_keys + 1] = key
+    else
       lease_keys[#lease_keys + 1] = key
       lease_recs[#lease_recs + 1] = cand_recs[j]
     end

@@ -384,15 +384,15 @@ local function leased_record(rec, token, spent)
 end
 
 -- Rewrites the header of `rec` in place of the old one, keeping its format, `created`, its
--- expiry and the payload.
+-- expiry (unless `expires` is given: 0 clears it) and the payload.
 -- (A lean record has no token: `token` is ignored for it.)
-local function with_header(rec, state, attempts, due, token)
+local function with_header(rec, state, attempts, due, token, expires)
   local format = record_format(rec)
   local len = header_len(rec)
   -- created: the 6 bytes before the token, or bytes 10..15 of a lean header
   local created = struct.unpack('>I6', rec, format >= LEAN_FORMAT and 10 or len - 11)
   return pack_record(format, state, attempts, due, created, token, sub(rec, len + 1),
-    expiry_of(rec))
+    expires or expiry_of(rec))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.

@@ -36,7 +36,8 @@ for i, key in ipairs(ARGV) do
     end
     if redis.call('ZREM', dead, key) == 1 then
       local _, _, _, _, token = unpack_record(rec)
-      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, 0, now, token))
+      -- (an operator's requeue runs the job: a passed expiry would drop it, so it goes)
+      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, 0, now, token, 0))
       redis.call('RPUSH', ready, key)
       moved = moved + 1
       ok = '1'
