@@ -170,8 +170,18 @@ async fn a_client_follows_a_failover() {
     )
     .await;
     assert_eq!(ran(), (0..40).collect::<HashSet<u64>>());
-    let stats = client.stats::<failover_job>().await.unwrap();
-    assert_eq!((stats.ready, stats.active), (0, 0));
+    // A handler's run is logged before its ack is written, and on a loaded machine the acks
+    // of the last runs may still be on their way: they land well within the 30 s lease (a
+    // lost ack would leave its job active until then).
+    eventually(
+        "every ack reached the new master",
+        Duration::from_secs(10),
+        || async {
+            let stats = client.stats::<failover_job>().await.unwrap();
+            (stats.ready, stats.active) == (0, 0)
+        },
+    )
+    .await;
     handle.shutdown().await;
 }
 
