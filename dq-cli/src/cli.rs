@@ -134,6 +134,10 @@ pub enum Command {
     /// List the live workers: host, pid, topics, jobs running, dq version, the newest
     /// job-record format each reads, last heartbeat.
     Workers(JsonOut),
+
+    /// Print the Redis ACL rule a dq process needs for the namespace (the keys, no channels,
+    /// the commands), to follow `ACL SETUSER <user> on ><password>`; connects to nothing.
+    AclRule,
 }
 
 /// `dq formats [hold [LEVEL] | release]`.

@@ -54,6 +54,11 @@ async fn run(cli: Cli) -> Outcome {
     // like an application. The other commands run a moment and do not register (a
     // registration would hold the format level for 90 s after they exit); connecting still
     // refuses a namespace that writes a format newer than this dq reads.
+    if matches!(cli.command, Command::AclRule) {
+        // needed before dq can connect at all: nothing to connect to
+        println!("{}", dq_core::store::redis::acl_rule(&cli.namespace));
+        return Ok(());
+    }
     let role = matches!(cli.command, Command::Dashboard(_)).then_some(ProcessRole::Dashboard);
     let ctx = Ctx::connect(&cli.url, &cli.namespace, cli.connect_timeout, role).await?;
     match cli.command {
@@ -73,6 +78,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Dashboard(a) => ctx.dashboard(a).await,
         Command::Formats(a) => print(formats::formats(&ctx.client, a.action, a.json).await?),
         Command::Workers(a) => print(formats::workers(&ctx.client, &ctx.namespace, a.json).await?),
+        Command::AclRule => Ok(()), // answered above, without a connection
     }
 }
 

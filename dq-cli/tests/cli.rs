@@ -1154,6 +1154,22 @@ async fn the_cli_runs_as_an_acl_user_and_never_prints_its_password() {
         .unwrap();
     let run = w.dq(&["topics"]).ok();
     assert!(run.stdout.contains("sec"), "{}", run.stdout);
+    // the rule the user was given is what `dq acl-rule` prints, with no server to reach
+    let out = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args([
+            "--url",
+            "redis://127.0.0.1:1/",
+            "--namespace",
+            ns,
+            "acl-rule",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        dq_core::store::redis::acl_rule(ns)
+    );
     w.dq(&["stats", "sec"]).ok();
     let run = w.dq(&["job", "sec", "k"]).ok();
     assert!(run.stdout.contains("scheduled"), "{}", run.stdout);
