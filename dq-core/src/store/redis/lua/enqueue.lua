@@ -285,7 +285,8 @@ for i = 0, n - 1 do
     local expires = 0
     if kind == '+' then expires = asked + expiry_ms elseif kind == '@' then expires = expiry_ms end
     if kind and expires <= due then
-      -- (checked by the client before; this is the store's clock's word, before any write)
+      -- (the client checks only what needs no clock: this is the store clock's word, and
+      -- no write has been made yet)
       return redis.error_reply('ERR dq expiry not after due: job ' .. (i + 1))
     end
     if expires > MAX_DUE then expires = MAX_DUE end
