@@ -23,6 +23,20 @@ use crate::store::lease::{
 };
 
 impl Partition {
+    /// Deletes and counts the waiting job under `key` if its expiry has come (fetch.lua's
+    /// expired jobs): it is never started. A running job is left alone.
+    fn drop_if_expired(&mut self, key: &JobKey, now: u64) -> bool {
+        let expired = self
+            .jobs
+            .get(key)
+            .is_some_and(|r| r.is_expired(now) && !matches!(r.place, Place::Active(_)));
+        if expired {
+            self.jobs.remove(key);
+            self.counters.expired_before_start += 1;
+        }
+        expired
+    }
+
     /// Leases the job under `key` (a record this dq reads) with `token` until `deadline`.
     fn lease_now(
         &mut self,
@@ -32,14 +46,11 @@ impl Partition {
         now: u64,
         deadline: u64,
     ) -> Option<crate::store::lease::Delivery> {
-        let rec = self.jobs.get_mut(&key)?;
-        if rec.expires_ms > 0 && rec.expires_ms <= now && !matches!(rec.place, Place::Active(_)) {
-            // its expiry came before it started: never started (fetch.lua drops it so; a
-            // receipt's job, leased already, is leased again)
-            self.jobs.remove(&key);
-            self.counters.expired_before_start += 1;
+        // a receipt's job, leased already, is leased again whatever its expiry says
+        if self.drop_if_expired(&key, now) {
             return None;
         }
+        let rec = self.jobs.get_mut(&key)?;
         rec.place = Place::Active(deadline);
         rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
         rec.token = token;
@@ -243,15 +254,8 @@ impl Partition {
                         jobs.extend(self.lease_now(queue, key, next, now, deadline));
                         continue;
                     }
-                    if self
-                        .jobs
-                        .get(&key)
-                        .is_some_and(|r| r.expires_ms > 0 && r.expires_ms <= now)
-                    {
-                        // expired before it started: dropped, not promoted (as fetch.lua)
-                        self.jobs.remove(&key);
-                        self.counters.expired_before_start += 1;
-                        continue;
+                    if self.drop_if_expired(&key, now) {
+                        continue; // not promoted (as fetch.lua)
                     }
                     let place = self.sets.push_ready_back(&key);
                     promoted += 1;

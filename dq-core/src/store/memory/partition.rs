@@ -89,6 +89,11 @@ impl Record {
         !self.is_newer() && self.state() == JobState::Active && self.token == token
     }
 
+    /// Whether its expiry has come by `now`: a waiting job is never started after it.
+    pub(super) fn is_expired(&self, now: u64) -> bool {
+        self.expires_ms > 0 && self.expires_ms <= now
+    }
+
     pub(super) fn state(&self) -> JobState {
         match self.place {
             Place::Scheduled(_) => JobState::Scheduled,

@@ -61,15 +61,13 @@ impl Partition {
                     level: format,
                 });
             }
-            let due = due_of(job.due, now);
+            let asked = asked_due(job.due, now);
+            let due = bound_due(asked, now);
             // an expiry after due counts from the due time asked for (enqueue.lua)
-            let asked = match job.due {
-                Due::Now => now,
-                Due::After(d) => now.saturating_add(ms(d)),
-                Due::At(t) => unix_ms(t),
-            };
             let expires = match expiry {
-                Expiry::AfterDue(d) => asked.saturating_add(ms(d).max(1)),
+                Expiry::AfterDue(d) => u64::try_from(asked.max(0))
+                    .unwrap_or(u64::MAX)
+                    .saturating_add(ms(d).max(1)),
                 Expiry::At(t) => unix_ms(t),
             };
             if expires <= due {
@@ -125,14 +123,18 @@ impl Partition {
     }
 }
 
-/// A job's due time by the store's clock `now` (enqueue.lua's `bound_due`).
-fn due_of(due: Due, now: u64) -> u64 {
-    let due = match due {
+/// A job's due time as asked, by the store's clock `now` (before enqueue.lua's `bound_due`).
+fn asked_due(due: Due, now: u64) -> i128 {
+    match due {
         Due::Now => i128::from(now),
         Due::After(d) => i128::from(now) + i128::from(ms(d)),
         Due::At(t) => i128::from(unix_ms(t)),
-    };
-    bound_due(due, now)
+    }
+}
+
+/// A job's due time by the store's clock `now` (enqueue.lua's `bound_due`).
+fn due_of(due: Due, now: u64) -> u64 {
+    bound_due(asked_due(due, now), now)
 }
 
 #[async_trait]
