@@ -44,6 +44,11 @@ pub use dq_core::{
 // Writing handlers.
 pub use dq_core::{BoxError, ErrorKind, Jitter, Job, JobContext, JobError, RetryPolicy};
 
+// Results and finished jobs a topic keeps.
+pub use dq_core::{
+    FinishedAs, FinishedJob, FinishedPage, JobOutput, Retention, StoredResult, WaitOutcome,
+};
+
 // Names and errors.
 pub use dq_core::{BulkStored, Error, JobKey, Result, Topic};
 
@@ -88,12 +93,13 @@ pub mod store {
     pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::store::{
-        Catalog, FailedAttempt, Lease, Operate, Produce, Store, WakeListener, lease_of, prelude,
+        Catalog, FailedAttempt, Lease, Operate, Produce, Store, Success, WakeListener, lease_of,
+        prelude,
     };
     pub use dq_core::{
         AckOutcome, ControlChange, ControlState, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall,
         Extended, FETCH_RECEIPT_LIFE, FailAction, FailOutcome, FetchCall, FetchReply, FetchRequest,
-        ListChunk, ListFrom, ListPos, NewJob, Queue,
+        FinishedChunk, ListChunk, ListFrom, ListPos, NewJob, Queue,
     };
     pub use dq_core::{MemoryStore, RedisOptions, RedisStore, ServerReport};
 
@@ -124,7 +130,8 @@ pub mod __private {
     pub use dq_core::inventory;
     pub use dq_core::payload::decode;
     pub use dq_core::{
-        DataNeed, Error, HandlerFuture, Job, JobContext, JobDescriptor, JobError, ScheduleDecl,
+        DataNeed, Error, HandlerFuture, HandlerReturn, Job, JobContext, JobDescriptor, JobError,
+        JobOutput, KeepDecl, Returned, ScheduleDecl,
     };
     pub use serde;
     pub use tokio;
@@ -138,12 +145,14 @@ pub mod __private {
         decode::<J::Payload>(bytes)
     }
 
-    /// A handler's `Result<(), E>` as the worker sees it.
+    /// A handler's `Result<T, E>` as the worker sees it: the value encoded for keeping.
     ///
     /// The generated code spans this call on the handler's return type, so a return type that
-    /// is not `Result<(), E: Into<JobError>>` is reported there.
-    pub fn handler_result<E: Into<JobError>>(result: Result<(), E>) -> Result<(), JobError> {
-        result.map_err(Into::into)
+    /// is not `Result<T: Serialize, E: Into<JobError>>` is reported there.
+    pub fn handler_result<T: serde::Serialize, E: Into<JobError>>(
+        result: Result<T, E>,
+    ) -> Result<Returned, JobError> {
+        result.map(|v| Returned::of(&v)).map_err(Into::into)
     }
 
     /// The payload of a periodic job declared on the handler (`cron = …` or `every = …`):
@@ -162,8 +171,8 @@ pub mod __private {
     ///
     /// A panic becomes a retryable error, as the worker does for a panicking `async` handler.
     pub async fn run_blocking(
-        handler: impl FnOnce() -> Result<(), JobError> + Send + 'static,
-    ) -> Result<(), JobError> {
+        handler: impl FnOnce() -> Result<Returned, JobError> + Send + 'static,
+    ) -> Result<Returned, JobError> {
         match tokio::task::spawn_blocking(handler).await {
             Ok(result) => result,
             Err(join) if join.is_panic() => Err(JobError::retry(format!(

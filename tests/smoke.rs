@@ -50,13 +50,13 @@ async fn one_job_end_to_end() {
     );
     let acks = client
         .store()
-        .ack(&q, &[(d.key.clone(), d.token)])
+        .ack(&q, "", &dq::store::Success::of(&[(d.key.clone(), d.token)]))
         .await
         .unwrap();
     assert_eq!(acks, vec![dq::store::AckOutcome::Acked]);
     let acks = client
         .store()
-        .ack(&q, &[(d.key.clone(), d.token)])
+        .ack(&q, "", &dq::store::Success::of(&[(d.key.clone(), d.token)]))
         .await
         .unwrap();
     assert_eq!(acks, vec![dq::store::AckOutcome::Gone]);

@@ -145,7 +145,7 @@ async fn stats_tell_a_success_after_a_cancel_request_from_a_cancel() {
     assert_eq!(reply.jobs.len(), 1);
     t.cancel("finished").await.unwrap();
     let lease = dq_core::store::lease_of(&reply.jobs[0]);
-    client.store().ack(&q, &[lease]).await.unwrap();
+    client.store().ack(&q, "", &dq_core::Success::of(&[lease])).await.unwrap();
 
     let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
     let mut args = base.to_vec();

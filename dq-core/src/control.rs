@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::finished::Retention;
 
 /// A rate limit: at most `count` jobs started per `per`, across every worker of the topic.
 ///
@@ -135,11 +136,16 @@ pub struct ControlChange {
     /// [`JobError::rate_limited`](crate::JobError::rate_limited), carried by its worker to the
     /// topic's other partitions. Never shortens a throttle already in place.
     pub throttle: Option<Duration>,
+    /// Set (`Some(Some(retention))`, with this partition's share of the cap as `max_kept`) or
+    /// remove (`Some(None)`) which finished jobs the partition keeps.
+    pub retention: Option<Option<Retention>>,
 }
 
 /// One partition's control settings as stored, read by [`Operate::control`](crate::store::Operate::control).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ControlState {
+    /// Which finished jobs the partition keeps (`max_kept`: its share of the cap).
+    pub retention: Option<Retention>,
     /// Leasing is paused.
     pub paused: bool,
     /// The partition's share of the rate limit.
@@ -163,6 +169,9 @@ pub struct TopicControl {
     pub concurrency: Option<u32>,
     /// The latest throttle time a handler asked for, if still in the future when read.
     pub throttled_until_ms: Option<u64>,
+    /// Which finished jobs the topic keeps, and how many at most (partition 0's policy, the
+    /// caps of all partitions summed).
+    pub retention: Option<Retention>,
 }
 
 #[cfg(test)]

@@ -75,6 +75,25 @@ pub enum Error {
         /// The format the namespace writes now.
         level: u8,
     },
+    /// A handler's value that was not stored with its succeeded job (over the worker's
+    /// payload limit, or its serialization failed): the job's success counted all the same.
+    #[error("the result of job {key} was not stored: {reason}")]
+    ResultNotStored {
+        /// The job.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// [`Client::wait`](crate::Client::wait) found the job gone on a topic that keeps no
+    /// succeeded jobs, so how it ended cannot be told.
+    #[error(
+        "topic {topic} keeps no succeeded jobs, so how a job ended cannot be told once it is \
+         gone: declare `keep_succeeded = \"…\"` on its handler or call set_retention"
+    )]
+    NotKept {
+        /// The topic.
+        topic: String,
+    },
     /// A periodic schedule that cannot be used: a bad cron expression, an unknown time zone,
     /// an interval out of range, a bad schedule name, or an expression that never fires.
     /// Nothing was written.

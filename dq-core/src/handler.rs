@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+use crate::finished::Returned;
 use crate::names::JobKey;
 use crate::retry::RetryPolicy;
 
@@ -398,8 +399,9 @@ impl JobContext {
     }
 }
 
-/// A handler call, boxed.
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
+/// A handler call, boxed: on success, what the handler returned, encoded for keeping
+/// ([`Returned`]).
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Returned, JobError>> + Send>>;
 
 /// Decodes a payload and starts the handler; a decode failure is reported, never retried.
 pub type HandlerFn =
@@ -417,6 +419,9 @@ pub struct JobDescriptor {
     /// The handler's `expires_after` in ms, if any: the default expiry of its jobs (the
     /// typed client's, and the periodic ticks' its workers enqueue).
     pub expires_after_ms: Option<u64>,
+    /// Which finished jobs its topic keeps (`keep_succeeded = "1h"`, …): every worker that
+    /// runs the topic writes it when it starts.
+    pub keep: Option<KeepDecl>,
     /// Most jobs of this topic running at once in one worker.
     pub concurrency: Option<u32>,
     /// The handler's Rust path, for logs.
@@ -434,6 +439,35 @@ pub struct JobDescriptor {
     pub schedule: Option<ScheduleDecl>,
     /// Decodes a payload and calls the handler.
     pub run: HandlerFn,
+}
+
+/// The retention declared on a handler (`#[delayed_job(keep_succeeded = "1h", keep_max =
+/// 50000)]`), checked at compile time by the macro.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepDecl {
+    /// `keep_succeeded`, in ms.
+    pub succeeded_ms: Option<u64>,
+    /// `keep_cancelled`, in ms.
+    pub cancelled_ms: Option<u64>,
+    /// `keep_expired`, in ms.
+    pub expired_ms: Option<u64>,
+    /// `keep_max` (`None`: [`DEFAULT_MAX_KEPT`](crate::finished::DEFAULT_MAX_KEPT)).
+    pub max_kept: Option<u64>,
+}
+
+impl KeepDecl {
+    /// The retention it declares.
+    pub fn retention(&self) -> crate::finished::Retention {
+        let d = |ms: Option<u64>| ms.map(Duration::from_millis);
+        crate::finished::Retention {
+            succeeded: d(self.succeeded_ms),
+            cancelled: d(self.cancelled_ms),
+            expired: d(self.expired_ms),
+            max_kept: self
+                .max_kept
+                .unwrap_or(crate::finished::DEFAULT_MAX_KEPT),
+        }
+    }
 }
 
 /// A periodic schedule declared on a handler, checked at compile time by the macro.

@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
+use crate::finished::FinishedAs;
 use crate::job::{AttemptOutcome, AttemptRecord, JobInfo, JobState, from_unix_ms};
 use crate::names::JobKey;
 
@@ -121,6 +122,22 @@ impl Page {
 
     /// Refuses a limit of 0 or above [`MAX_PAGE`], and a cursor of another state's listing.
     pub(crate) fn check(&self, state: JobState) -> Result<()> {
+        self.check_listing(Some(state), state.as_str())
+    }
+
+    /// [`Page::check`] for a listing of kept jobs.
+    pub(crate) fn check_finished(&self, outcome: FinishedAs) -> Result<()> {
+        self.check_listing(None, outcome.as_str())?;
+        match &self.after {
+            Some(c) if c.finished() != Some(outcome) => Err(Error::InvalidConfig(format!(
+                "a cursor of the {} listing cannot page the {outcome} listing",
+                c.listing()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_listing(&self, state: Option<JobState>, name: &str) -> Result<()> {
         if self.limit == 0 || self.limit > MAX_PAGE {
             return Err(Error::InvalidConfig(format!(
                 "page limit {} is not within 1..={MAX_PAGE}",
@@ -128,11 +145,12 @@ impl Page {
             )));
         }
         if let Some(c) = &self.after
+            && state.is_some()
             && c.state() != state
         {
             return Err(Error::InvalidConfig(format!(
-                "a cursor of the {} listing cannot page the {state} listing",
-                c.state()
+                "a cursor of the {} listing cannot page the {name} listing",
+                c.listing()
             )));
         }
         Ok(())
@@ -168,15 +186,39 @@ enum CursorAt {
     Sorted { state: JobState, pos: ListPos },
     /// From these positions in each partition's `ready` queue.
     Ready { next: Vec<u64> },
+    /// After this job in a listing of kept (finished) jobs.
+    Kept { outcome: FinishedAs, pos: ListPos },
 }
 
 impl Cursor {
-    /// The state whose listing this cursor pages.
-    pub fn state(&self) -> JobState {
+    /// The state whose listing this cursor pages (`None` for a listing of kept jobs).
+    pub fn state(&self) -> Option<JobState> {
         match &self.0 {
-            CursorAt::Sorted { state, .. } => *state,
-            CursorAt::Ready { .. } => JobState::Ready,
+            CursorAt::Sorted { state, .. } => Some(*state),
+            CursorAt::Ready { .. } => Some(JobState::Ready),
+            CursorAt::Kept { .. } => None,
         }
+    }
+
+    /// The outcome whose kept jobs this cursor pages (`None` for a listing of a state).
+    pub fn finished(&self) -> Option<FinishedAs> {
+        match &self.0 {
+            CursorAt::Kept { outcome, .. } => Some(*outcome),
+            _ => None,
+        }
+    }
+
+    /// What the cursor pages, for errors.
+    fn listing(&self) -> &'static str {
+        match &self.0 {
+            CursorAt::Sorted { state, .. } => state.as_str(),
+            CursorAt::Ready { .. } => JobState::Ready.as_str(),
+            CursorAt::Kept { outcome, .. } => outcome.as_str(),
+        }
+    }
+
+    pub(crate) fn kept(outcome: FinishedAs, pos: ListPos) -> Cursor {
+        Cursor(CursorAt::Kept { outcome, pos })
     }
 
     pub(crate) fn sorted(state: JobState, pos: ListPos) -> Cursor {
@@ -190,7 +232,9 @@ impl Cursor {
     /// Where partition `partition` (of `partitions`) resumes.
     pub(crate) fn start_of(&self, partition: u16, partitions: u16) -> Result<ListFrom> {
         match &self.0 {
-            CursorAt::Sorted { pos, .. } => Ok(ListFrom::After(pos.clone())),
+            CursorAt::Sorted { pos, .. } | CursorAt::Kept { pos, .. } => {
+                Ok(ListFrom::After(pos.clone()))
+            }
             CursorAt::Ready { next } if next.len() == usize::from(partitions) => {
                 Ok(ListFrom::Index(next[usize::from(partition)]))
             }
@@ -207,6 +251,9 @@ impl std::fmt::Display for Cursor {
         match &self.0 {
             CursorAt::Sorted { state, pos } => {
                 write!(f, "{state}:{}:{}:{}", pos.order.0, pos.order.1, pos.key)
+            }
+            CursorAt::Kept { outcome, pos } => {
+                write!(f, "{outcome}:{}:{}:{}", pos.order.0, pos.order.1, pos.key)
             }
             CursorAt::Ready { next } => {
                 let next: Vec<String> = next.iter().map(u64::to_string).collect();
@@ -227,6 +274,18 @@ impl std::str::FromStr for Cursor {
             let next = rest.split(',').map(num).collect::<Result<Vec<_>>>()?;
             return Ok(Cursor::ready(next));
         }
+        let mut parts = rest.splitn(3, ':');
+        let (Some(a), Some(b), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        let key = JobKey::stored(key).map_err(|_| bad())?;
+        let pos = ListPos {
+            order: (num(a)?, num(b)?),
+            key,
+        };
+        if let Some(outcome) = FinishedAs::parse(state) {
+            return Ok(Cursor::kept(outcome, pos));
+        }
         let state = [
             JobState::Scheduled,
             JobState::Retry,
@@ -236,18 +295,7 @@ impl std::str::FromStr for Cursor {
         .into_iter()
         .find(|st| st.as_str() == state)
         .ok_or_else(bad)?;
-        let mut parts = rest.splitn(3, ':');
-        let (Some(a), Some(b), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(bad());
-        };
-        let key = JobKey::stored(key).map_err(|_| bad())?;
-        Ok(Cursor::sorted(
-            state,
-            ListPos {
-                order: (num(a)?, num(b)?),
-                key,
-            },
-        ))
+        Ok(Cursor::sorted(state, pos))
     }
 }
 

@@ -27,6 +27,28 @@ pub trait Job: Send + Sync + 'static {
     const EXPIRES_AFTER: Option<Duration> = None;
 }
 
+/// What a job's handler returns on success, for reading it back typed
+/// ([`Client::result`](crate::Client::result), [`Client::wait`](crate::Client::wait)).
+///
+/// `#[delayed_job]` implements it from the handler's return type: `T` for `Result<T, E>`
+/// (`()` for a handler that returns nothing). A handler's value is kept only while its topic
+/// keeps succeeded jobs ([`Retention`](crate::Retention)).
+pub trait JobOutput: Job {
+    /// The handler's `Ok` value.
+    type Output;
+}
+
+/// The `Ok` type of a handler's `Result<T, E>`: how `#[delayed_job]` names `T` for
+/// [`JobOutput::Output`] without parsing the return type.
+pub trait HandlerReturn {
+    /// `T`.
+    type Ok;
+}
+
+impl<T, E> HandlerReturn for Result<T, E> {
+    type Ok = T;
+}
+
 /// One partition of a topic: the unit every store operation works on.
 ///
 /// All keys of a partition share one Redis hash tag, so each script touches one slot.

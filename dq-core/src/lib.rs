@@ -7,6 +7,7 @@ pub mod client;
 pub mod connect;
 pub mod control;
 pub mod error;
+pub mod finished;
 pub mod format;
 pub mod handler;
 pub mod inspect;
@@ -28,26 +29,32 @@ pub use client::{
     TopicCount,
 };
 pub use client::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER}; // group commit (issue 15)
+pub use client::{FinishedPage, WAIT_FIRST_PAUSE, WAIT_MAX_PAUSE, WaitOutcome}; // results (issue 23)
 pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)
 pub use connect::ClientBuilder;
 pub use control::{ControlChange, ControlState, Rate, TopicControl};
 pub use error::{BulkStored, Error, Result};
+pub use finished::{
+    FinishedAs, FinishedChunk, FinishedJob, Retention, Returned, StoredResult,
+};
 pub use handler::{
     BoxError, DataNeed, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
+    KeepDecl,
     LeaseDeadline, ScheduleDecl, SharedData, registered_jobs,
 };
 pub use inspect::{
     AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
 };
 pub use job::{
-    AttemptOutcome, AttemptRecord, Due, Expiry, Job, JobInfo, JobState, MAX_DUE_MS, Queue,
+    AttemptOutcome, AttemptRecord, Due, Expiry, HandlerReturn, Job, JobInfo, JobOutput, JobState,
+    MAX_DUE_MS, Queue,
 };
 pub use names::{JobKey, Topic};
 pub use retry::{Jitter, RetryPolicy};
 pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleOutcome, ScheduleRecord};
 pub use store::lease::{
     AckOutcome, DeadLimits, Delivery, Extended, FETCH_RECEIPT_LIFE, FailAction, FailOutcome,
-    FetchCall, FetchReply, FetchRequest,
+    FetchCall, FetchReply, FetchRequest, Success,
 };
 pub use store::memory::MemoryStore;
 pub use store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};

@@ -17,6 +17,10 @@ mod kw {
     syn::custom_keyword!(retry);
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(expires_after);
+    syn::custom_keyword!(keep_succeeded);
+    syn::custom_keyword!(keep_cancelled);
+    syn::custom_keyword!(keep_expired);
+    syn::custom_keyword!(keep_max);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(data);
     syn::custom_keyword!(cron);
@@ -29,7 +33,8 @@ mod kw {
 pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 
 const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
-                             `expires_after = \"…\"`, \
+                             `expires_after = \"…\"`, `keep_succeeded = \"…\"`, \
+                             `keep_cancelled = \"…\"`, `keep_expired = \"…\"`, `keep_max = N`, \
                              `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
                              `every = \"…\"`, `missed = \"…\"` or `crate = \"…\"`";
 
@@ -44,6 +49,10 @@ pub(crate) struct Args {
     timeout_ms: Option<u64>,
     /// `expires_after = "…"`, in ms.
     expires_after_ms: Option<u64>,
+    /// `keep_succeeded`, `keep_cancelled`, `keep_expired = "…"`, in ms.
+    keep_ms: [Option<u64>; 3],
+    /// `keep_max = N`, and where it was written.
+    keep_max: Option<(Span, u64)>,
     /// `concurrency = N`.
     concurrency: Option<u32>,
     /// `crate = "…"`: where the generated code finds `__private`.
@@ -116,6 +125,29 @@ impl Parse for Args {
                     ));
                 }
                 set(&mut args.expires_after_ms, key.span, "expires_after", ms)?;
+            } else if lookahead.peek(kw::keep_succeeded) {
+                let key = input.parse::<kw::keep_succeeded>()?;
+                let ms = keep_for(input, "keep_succeeded")?;
+                set(&mut args.keep_ms[0], key.span, "keep_succeeded", ms)?;
+            } else if lookahead.peek(kw::keep_cancelled) {
+                let key = input.parse::<kw::keep_cancelled>()?;
+                let ms = keep_for(input, "keep_cancelled")?;
+                set(&mut args.keep_ms[1], key.span, "keep_cancelled", ms)?;
+            } else if lookahead.peek(kw::keep_expired) {
+                let key = input.parse::<kw::keep_expired>()?;
+                let ms = keep_for(input, "keep_expired")?;
+                set(&mut args.keep_ms[2], key.span, "keep_expired", ms)?;
+            } else if lookahead.peek(kw::keep_max) {
+                let key = input.parse::<kw::keep_max>()?;
+                let value = value::<LitInt>(input, "an integer such as 10000")?;
+                let n = value.base10_parse::<u64>()?;
+                if n == 0 || n > MAX_KEPT {
+                    return Err(syn::Error::new(
+                        value.span(),
+                        format!("keep_max must be from 1 to {MAX_KEPT}"),
+                    ));
+                }
+                set(&mut args.keep_max, key.span, "keep_max", (value.span(), n))?;
             } else if lookahead.peek(kw::concurrency) {
                 let key = input.parse::<kw::concurrency>()?;
                 let value = value::<LitInt>(input, "an integer such as 16")?;
@@ -187,6 +219,22 @@ impl Parse for Args {
 }
 
 impl Args {
+    /// The retention the arguments declare: `[succeeded, cancelled, expired]` ms and the cap
+    /// (`keep_max` alone is refused).
+    fn keep(&self) -> syn::Result<Option<([Option<u64>; 3], Option<u64>)>> {
+        if self.keep_ms.iter().all(Option::is_none) {
+            return match self.keep_max {
+                Some((span, _)) => Err(syn::Error::new(
+                    span,
+                    "`keep_max` caps the finished jobs a topic keeps: add `keep_succeeded`, \
+                     `keep_cancelled` or `keep_expired = \"…\"`",
+                )),
+                None => Ok(None),
+            };
+        }
+        Ok(Some((self.keep_ms, self.keep_max.map(|(_, n)| n))))
+    }
+
     /// The periodic schedule the arguments declare, if any, checked for combinations that
     /// make no sense (`tz` without `cron`, `cron` with `every`, `missed` alone).
     fn schedule(&self) -> syn::Result<Option<ScheduleArgs>> {
@@ -229,6 +277,29 @@ impl Args {
 }
 
 /// Parses `= <value>` after an argument's name.
+/// The longest `keep_*` time: 90 days (dq-core `finished::MAX_KEEP`, tied by a test).
+const MAX_KEEP_MS: u64 = 90 * 24 * 3600 * 1000;
+
+/// The largest `keep_max` (dq-core `finished::MAX_KEPT`, tied by a test).
+const MAX_KEPT: u64 = 10_000_000;
+
+/// Parses `= "…"` after a `keep_*` argument: a time from 1 ms to 90 days, in ms.
+fn keep_for(input: ParseStream<'_>, name: &str) -> syn::Result<u64> {
+    let value = value::<LitStr>(input, "a duration such as \"1h\"")?;
+    let ms = retry_syntax::parse_duration_ms(&value.value())
+        .map_err(|e| syn::Error::new(value.span(), format!("invalid {name}: {e}")))?;
+    if ms == 0 || ms > MAX_KEEP_MS {
+        return Err(syn::Error::new(
+            value.span(),
+            format!(
+                "invalid {name}: a job is kept from 1 ms to 90 days (leave it out to delete \
+                 such jobs when they end)"
+            ),
+        ));
+    }
+    Ok(ms)
+}
+
 fn value<T: Parse>(input: ParseStream<'_>, expected: &str) -> syn::Result<T> {
     input.parse::<Token![=]>()?;
     let span = input.span();
@@ -376,6 +447,8 @@ pub(crate) struct Handler {
     pub(crate) timeout_ms: Option<u64>,
     /// `expires_after`, in ms: the default expiry of the jobs the typed client enqueues.
     pub(crate) expires_after_ms: Option<u64>,
+    /// `keep_*` and `keep_max`: `[succeeded, cancelled, expired]` ms and the cap.
+    pub(crate) keep: Option<([Option<u64>; 3], Option<u64>)>,
     pub(crate) concurrency: Option<u32>,
     /// The path generated code reaches `__private` through (`::dq` unless overridden).
     pub(crate) krate: Path,
@@ -485,8 +558,10 @@ impl Handler {
             }
         };
         let schedule = args.schedule()?;
+        let keep = args.keep()?;
         Ok(Handler {
             schedule,
+            keep,
             topic,
             topic_span,
             retry: args.retry.unwrap_or_else(|| DEFAULT_RETRY.to_owned()),

@@ -21,6 +21,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         retry,
         timeout_ms,
         expires_after_ms,
+        keep,
         concurrency,
         krate,
         payload,
@@ -70,6 +71,18 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         }
     });
     let concurrency = option(concurrency.map(|n| quote!(#n)));
+    let keep = option(keep.map(|(ms, max)| {
+        let [s, c, e] = ms.map(|ms| option(ms.map(|ms| quote!(#ms))));
+        let max = option(max.map(|n| quote!(#n)));
+        quote! {
+            #private::KeepDecl {
+                succeeded_ms: #s,
+                cancelled_ms: #c,
+                expired_ms: #e,
+                max_kept: #max,
+            }
+        }
+    }));
     // Each spanned on the user's type: one that cannot be shared data (not `Send + Sync +
     // 'static`) is reported there.
     let data = data
@@ -112,6 +125,10 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
             #expires_after
         }
 
+        impl #private::JobOutput for #name {
+            type Output = <#output as #private::HandlerReturn>::Ok;
+        }
+
         const _: () = {
             fn #run(
                 __dq_bytes: &[u8],
@@ -128,6 +145,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     retry: #retry,
                     timeout_ms: #timeout_ms,
                     expires_after_ms: #expires_after_ms_opt,
+                    keep: #keep,
                     concurrency: #concurrency,
                     name: ::core::concat!(::core::module_path!(), "::", #name_text),
                     file: #file,

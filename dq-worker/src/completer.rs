@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use dq_core::{AckOutcome, Error, FailAction, FailOutcome, FailedAttempt, Queue, Store};
+use dq_core::{
+    AckOutcome, Error, FailAction, FailOutcome, FailedAttempt, Queue, Store, StoredResult, Success,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -27,7 +29,12 @@ use crate::registry::TopicRuntime;
 /// How a handler run ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Succeeded,
+    /// The handler returned `Ok`: when its lease began (store ms) and its value, kept when
+    /// the topic keeps succeeded jobs.
+    Succeeded {
+        started_ms: u64,
+        result: StoredResult,
+    },
     Failed { action: FailAction, error: String },
 }
 
@@ -71,6 +78,8 @@ pub(crate) struct Completer {
     in_flight: InFlight,
     topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
     dead: DeadLetters,
+    /// The worker's id, kept with the jobs it ran to success when their topic keeps them.
+    worker_id: Arc<str>,
 }
 
 impl Completer {
@@ -79,6 +88,7 @@ impl Completer {
         in_flight: InFlight,
         topics: Arc<HashMap<String, Arc<TopicRuntime>>>,
         dead: DeadLetters,
+        worker_id: Arc<str>,
     ) -> (Completer, CompletionSender) {
         let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
         (
@@ -88,6 +98,7 @@ impl Completer {
                 in_flight,
                 topics,
                 dead,
+                worker_id,
             },
             CompletionSender(tx),
         )
@@ -104,7 +115,7 @@ impl Completer {
             while let Some(c) = next.take() {
                 taken += 1;
                 match c.outcome {
-                    Outcome::Succeeded => acks.entry(c.lease.queue.clone()).or_default().push(c),
+                    Outcome::Succeeded { .. } => acks.entry(c.lease.queue.clone()).or_default().push(c),
                     Outcome::Failed { .. } => {
                         fails.entry(c.lease.queue.clone()).or_default().push(c);
                     }
@@ -142,12 +153,20 @@ impl Completer {
     }
 
     async fn ack(&self, queue: &Queue, batch: Vec<Completion>) {
-        let leases: Vec<_> = batch
+        let done: Vec<Success> = batch
             .iter()
-            .map(|c| (c.lease.key.clone(), c.lease.token))
+            .map(|c| {
+                let mut s = Success::new(c.lease.key.clone(), c.lease.token);
+                if let Outcome::Succeeded { started_ms, result } = &c.outcome {
+                    s.started_ms = *started_ms;
+                    s.result = result.clone();
+                }
+                s
+            })
             .collect();
         let store = &self.store;
-        let result = (|| async { store.ack(queue, &leases).await })
+        let worker = &*self.worker_id;
+        let result = (|| async { store.ack(queue, worker, &done).await })
             .retry(persist())
             .when(Error::is_retryable)
             .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "ack failed; retrying"))
@@ -199,7 +218,7 @@ impl Completer {
                     action: action.clone(),
                     error: error.clone(),
                 }),
-                Outcome::Succeeded => None,
+                Outcome::Succeeded { .. } => None,
             })
             .collect();
         let store = &self.store;

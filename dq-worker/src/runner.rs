@@ -184,7 +184,7 @@ pub(crate) async fn run(
                     }
                 }
                 match joined {
-                    Ok(Ok(Ok(()))) => Ok(()),
+                    Ok(Ok(Ok(returned))) => Ok(returned),
                     // A client cancelled the running job: it ends as cancelled, not retried
                     // (unless the lease ran out, or shutdown is releasing it: the store ends
                     // a job whose cancel was requested as cancelled then too).
@@ -226,9 +226,12 @@ pub(crate) async fn run(
             return discard(&shared, &lease);
         }
         Some(match result {
-            Ok(()) => {
+            Ok(returned) => {
                 topic.metrics.succeeded();
-                Outcome::Succeeded
+                Outcome::Succeeded {
+                    started_ms: delivery.leased_ms,
+                    result: returned.stored(dq_core::payload::DEFAULT_MAX_PAYLOAD),
+                }
             }
             Err(e) => {
                 // The note on the context wins: the handler may have turned the missing-data

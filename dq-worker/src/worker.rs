@@ -284,6 +284,7 @@ impl WorkerBuilder {
             heartbeat: self.heartbeat,
             schedule_poll: self.schedule_poll,
             skip_refused: self.skip_refused,
+            retention_pending: None,
         })
     }
 }
@@ -311,6 +312,22 @@ pub struct Worker {
     heartbeat: Duration,
     schedule_poll: Duration,
     skip_refused: bool,
+    /// The topics whose declared retention `start` could not write yet (`None`: not
+    /// started through `start`, so every declared one).
+    retention_pending: Option<Vec<Arc<TopicRuntime>>>,
+}
+
+/// Writes the retention a handler declares to its topic (every partition).
+async fn write_retention(
+    client: &Client,
+    topic: &dq_core::Topic,
+    keep: dq_core::KeepDecl,
+) -> dq_core::Result<()> {
+    client
+        .topic(topic.as_str())?
+        .set_retention(Some(keep.retention()))
+        .await
+        .map(|_| ())
 }
 
 impl std::fmt::Debug for Worker {
@@ -411,6 +428,19 @@ impl Worker {
                     .partition_dead_limits(runtime.topic.as_str(), partitions);
             }
         }
+        // The retention its handlers declare, before the first job can finish. A store that
+        // cannot be reached is no error here (the fetchers wait for it); the write is then
+        // retried in the background, and until it lands the topic keeps what it kept before.
+        let mut unwritten = Vec::new();
+        for topic in &self.topics {
+            if let Some(keep) = topic.descriptor.keep {
+                if let Err(e) = write_retention(&self.client, &topic.topic, keep).await {
+                    tracing::warn!(topic = %topic.topic, error = %e, "could not write the topic's retention yet; retrying in the background");
+                    unwritten.push(topic.clone());
+                }
+            }
+        }
+        self.retention_pending = Some(unwritten);
         Ok(self.spawn())
     }
 
@@ -420,6 +450,30 @@ impl Worker {
     /// says. Prefer [`Worker::start`].
     #[doc(hidden)]
     pub fn spawn(self) -> WorkerHandle {
+        let pending: Vec<(dq_core::Topic, dq_core::KeepDecl)> = match &self.retention_pending {
+            Some(topics) => topics.iter(),
+            None => self.topics.iter(),
+        }
+        .filter_map(|t| Some((t.topic.clone(), t.descriptor.keep?)))
+        .collect();
+        if !pending.is_empty() {
+            let client = self.client.clone();
+            tokio::spawn(async move {
+                use backon::{ExponentialBuilder, Retryable};
+                for (topic, keep) in pending {
+                    let written = (|| write_retention(&client, &topic, keep))
+                        .retry(
+                            ExponentialBuilder::default()
+                                .with_max_delay(Duration::from_secs(5))
+                                .with_max_times(120),
+                        )
+                        .await;
+                    if let Err(e) = written {
+                        tracing::error!(topic = %topic, error = %e, "could not write the topic's retention: its finished jobs are not kept as declared");
+                    }
+                }
+            });
+        }
         let in_flight = InFlight::default();
         let by_name: HashMap<String, Arc<TopicRuntime>> = self
             .topics
@@ -427,11 +481,18 @@ impl Worker {
             .map(|t| (t.topic.to_string(), t.clone()))
             .collect();
         let dead = DeadLetters::new(self.on_dead.clone());
+        let mut info = WorkerInfo::new(
+            self.topics.iter().map(|t| t.topic.to_string()).collect(),
+            self.topics.iter().map(|t| t.concurrency).sum(),
+            dq_core::job::unix_ms(std::time::SystemTime::now()),
+        );
+        info.reads_format = self.store.formats().reads();
         let (completer, sender) = Completer::new(
             self.store.clone(),
             in_flight.clone(),
             Arc::new(by_name),
             dead.clone(),
+            info.id.clone().into(),
         );
         let completer = tokio::spawn(completer.run());
         let keeper_stop = CancellationToken::new();
@@ -481,12 +542,6 @@ impl Worker {
                 fetchers.push(tokio::spawn(fetcher.run()));
             }
         }
-        let mut info = WorkerInfo::new(
-            self.topics.iter().map(|t| t.topic.to_string()).collect(),
-            self.topics.iter().map(|t| t.concurrency).sum(),
-            dq_core::job::unix_ms(std::time::SystemTime::now()),
-        );
-        info.reads_format = self.store.formats().reads();
         self.client
             .set_process_role(dq_core::format::ProcessRole::Worker);
         let beat_stop = CancellationToken::new();

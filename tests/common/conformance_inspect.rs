@@ -459,7 +459,7 @@ pub async fn list_refuses_bad_pages<H: Harness>(h: &H) {
     }
     let first = t.list(JobState::Scheduled, Page::first(1)).await.unwrap();
     let cursor = first.next.expect("more pages");
-    assert_eq!(cursor.state(), JobState::Scheduled);
+    assert_eq!(cursor.state(), Some(JobState::Scheduled));
     let e = t
         .list(JobState::Retry, Page::after(cursor.clone(), 1))
         .await;

@@ -102,8 +102,13 @@ impl Lease for NoExtend {
     async fn fetch(&self, q: &Queue, r: &FetchRequest) -> dq::Result<FetchReply> {
         self.0.fetch(q, r).await
     }
-    async fn ack(&self, q: &Queue, done: &[(JobKey, u64)]) -> dq::Result<Vec<AckOutcome>> {
-        self.0.ack(q, done).await
+    async fn ack(
+        &self,
+        q: &Queue,
+        worker: &str,
+        done: &[dq::store::Success],
+    ) -> dq::Result<Vec<AckOutcome>> {
+        self.0.ack(q, worker, done).await
     }
     async fn fail_many(
         &self,
@@ -151,6 +156,18 @@ impl Operate for NoExtend {
     }
     async fn job(&self, q: &Queue, key: &JobKey) -> dq::Result<Option<JobInfo>> {
         self.0.job(q, key).await
+    }
+    async fn finished(&self, q: &Queue, key: &JobKey) -> dq::Result<Option<dq::FinishedJob>> {
+        self.0.finished(q, key).await
+    }
+    async fn list_finished(
+        &self,
+        q: &Queue,
+        outcome: dq::FinishedAs,
+        from: &dq::store::ListFrom,
+        limit: usize,
+    ) -> dq::Result<dq::store::FinishedChunk> {
+        self.0.list_finished(q, outcome, from, limit).await
     }
     async fn stats(&self, q: &Queue) -> dq::Result<TopicStats> {
         self.0.stats(q).await

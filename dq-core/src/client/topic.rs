@@ -8,6 +8,7 @@ use super::handle::TopicClient;
 use super::retrying::retry_harmless;
 use crate::control::{ControlChange, Rate, TopicControl};
 use crate::error::Result;
+use crate::finished::Retention;
 use crate::job::{JobInfo, Queue};
 use crate::names::JobKey;
 use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};
@@ -123,6 +124,22 @@ impl TopicClient {
         .await
     }
 
+    /// Sets (or with `None` removes) which finished jobs the topic keeps, for how long and how
+    /// many at most ([`Retention`]); each partition keeps its share of the cap. A retention
+    /// declared on the handler (`#[delayed_job(keep_succeeded = "1h")]`) is written again at
+    /// every worker start, replacing one set here. Refused before any change when
+    /// [`Retention::check`] refuses it.
+    pub async fn set_retention(&self, retention: Option<Retention>) -> Result<TopicControl> {
+        if let Some(r) = &retention {
+            r.check()?;
+        }
+        self.change(ControlChange {
+            retention: Some(retention),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
     /// The topic's pause, limits and throttle, as stored.
     pub async fn control(&self) -> Result<TopicControl> {
         self.change(ControlChange::default()).await
@@ -142,6 +159,9 @@ impl TopicClient {
                     c.map(|c| crate::control::concurrency_share(c, partitions, queue.partition))
                 }),
                 throttle: change.throttle,
+                retention: change
+                    .retention
+                    .map(|r| r.map(|r| r.share(partitions, queue.partition))),
             };
             let (state, _) = retry_harmless(|| store.control(&queue, &share), true).await?;
             out.paused |= state.paused;
@@ -156,6 +176,13 @@ impl TopicClient {
                 (a, b) => a.or(b),
             };
             out.throttled_until_ms = out.throttled_until_ms.max(state.throttled_until_ms);
+            out.retention = match (out.retention, state.retention) {
+                (Some(a), Some(b)) => Some(Retention {
+                    max_kept: a.max_kept + b.max_kept,
+                    ..a
+                }),
+                (a, b) => a.or(b),
+            };
         }
         Ok(out)
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::finished::StoredResult;
 use crate::job::Queue;
 use crate::names::JobKey;
 
@@ -23,8 +24,10 @@ pub trait Lease: Send + Sync + 'static {
     /// attempt.
     async fn fetch(&self, queue: &Queue, request: &FetchRequest) -> Result<FetchReply>;
 
-    /// Marks leased jobs as succeeded (deleting them); one outcome per `(key, token)`.
-    async fn ack(&self, queue: &Queue, done: &[(JobKey, u64)]) -> Result<Vec<AckOutcome>>;
+    /// Marks leased jobs as succeeded, one outcome per [`Success`]: each is deleted, or kept
+    /// with its result and timings when its topic keeps succeeded jobs
+    /// ([`Retention`](crate::Retention)); `worker` is the id kept with them ("" for none).
+    async fn ack(&self, queue: &Queue, worker: &str, done: &[Success]) -> Result<Vec<AckOutcome>>;
 
     /// Records failed attempts of one partition, each retried, deferred, buried or deleted as
     /// its `action` says: one result per failure, in order (a stale token is
@@ -76,6 +79,40 @@ pub struct FailedAttempt {
     pub action: FailAction,
     /// The error, kept in the job's history.
     pub error: String,
+}
+
+/// One succeeded delivery for [`Lease::ack`]: the job, the token of its lease, when that lease
+/// began, and what its handler returned (kept only when the topic keeps succeeded jobs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Success {
+    /// The job.
+    pub key: JobKey,
+    /// The delivery token of the lease that succeeded.
+    pub token: u64,
+    /// When that lease began (store ms, [`Delivery::leased_ms`]); 0 if unknown.
+    pub started_ms: u64,
+    /// The handler's result.
+    pub result: StoredResult,
+}
+
+impl Success {
+    /// A success of the lease `(key, token)`, with no start time and no result.
+    pub fn new(key: JobKey, token: u64) -> Self {
+        Success {
+            key,
+            token,
+            started_ms: 0,
+            result: StoredResult::None,
+        }
+    }
+
+    /// Successes of these leases, with no start times and no results.
+    pub fn of(leases: &[(JobKey, u64)]) -> Vec<Success> {
+        leases
+            .iter()
+            .map(|(key, token)| Success::new(key.clone(), *token))
+            .collect()
+    }
 }
 
 /// A delivery's handle for the calls that must present its token.

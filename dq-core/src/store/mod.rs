@@ -31,7 +31,7 @@ pub mod redis;
 
 pub use crate::format::Formats;
 pub use catalog::Catalog;
-pub use lease::{FailedAttempt, Lease, WakeListener, lease_of};
+pub use lease::{FailedAttempt, Lease, Success, WakeListener, lease_of};
 pub use operate::{MAX_DEAD_ACT, Operate};
 pub use produce::Produce;
 

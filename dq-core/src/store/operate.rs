@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
+use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
 use crate::inspect::{DeadAction, ListChunk, ListFrom};
 use crate::job::{JobInfo, JobState, Queue, check_due_ms, now_plus, unix_ms};
 use crate::names::JobKey;
@@ -38,6 +39,23 @@ pub trait Operate: Send + Sync + 'static {
 
     /// Everything known about one job, or `None`.
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>>;
+
+    /// The finished job of this key that the partition keeps ([`Retention`](crate::Retention)),
+    /// or `None`. A key enqueued again after it finished has both: its live job
+    /// ([`Operate::job`]) and its last kept run.
+    async fn finished(&self, queue: &Queue, key: &JobKey) -> Result<Option<FinishedJob>>;
+
+    /// Up to `limit` kept jobs that ended as `outcome`, in the order their keeping ends, from
+    /// `from` ([`ListFrom::Start`] or [`ListFrom::After`] a place); reads only. A call may
+    /// return fewer than `limit` while `more` says the partition holds more (kept jobs of
+    /// other outcomes share the index and are skipped).
+    async fn list_finished(
+        &self,
+        queue: &Queue,
+        outcome: FinishedAs,
+        from: &ListFrom,
+        limit: usize,
+    ) -> Result<FinishedChunk>;
 
     /// Depths and counters of one partition.
     async fn stats(&self, queue: &Queue) -> Result<TopicStats>;
@@ -96,6 +114,9 @@ pub(crate) fn check_act_len(seen: &[(JobKey, u64)]) -> Result<()> {
 /// Refuses a concurrency share of 0 and an invalid rate before a control change is written
 /// (both stores).
 pub(crate) fn check_control(change: &ControlChange) -> Result<()> {
+    if let Some(Some(retention)) = change.retention {
+        retention.check()?;
+    }
     if let Some(Some(rate)) = change.rate {
         rate.check()?;
     }
@@ -227,4 +248,9 @@ pub struct TopicStats {
     /// Times a handler asked to slow the topic down
     /// ([`FailAction::Throttle`](crate::store::lease::FailAction::Throttle)).
     pub throttles: u64,
+    /// Finished jobs kept now ([`Retention`](crate::Retention)).
+    pub kept: u64,
+    /// Kept jobs dropped before their time because the topic kept its cap
+    /// ([`Retention::max_kept`](crate::Retention::max_kept)).
+    pub kept_trimmed: u64,
 }

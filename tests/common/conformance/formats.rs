@@ -177,7 +177,7 @@ pub async fn both_formats_live_a_whole_job_life<H: Harness>(h: &H) {
         assert_ne!(again.token, d.token);
         assert_eq!(
             h.store()
-                .ack(&q, &[(d.key.clone(), d.token)])
+                .ack(&q, "", &dq::store::Success::of(&[(d.key.clone(), d.token)]))
                 .await
                 .unwrap(),
             [AckOutcome::Stale],
@@ -301,7 +301,7 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
     // a lease whose token matches the planted bytes is still not this process's
     let lease = (jk("n-active"), 1);
     assert_eq!(
-        store.ack(&q, std::slice::from_ref(&lease)).await.unwrap(),
+        store.ack(&q, "", &dq::store::Success::of(std::slice::from_ref(&lease))).await.unwrap(),
         [AckOutcome::Stale]
     );
     assert_eq!(

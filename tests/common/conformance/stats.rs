@@ -69,6 +69,8 @@ pub async fn stats_count_states_and_counters<H: Harness>(h: &H) {
         paused: false,
         throttled: false,
         throttles: 0,
+        kept: 0,
+        kept_trimmed: 0,
     };
     assert_eq!(st, want);
     let c_stats = c.stats::<close_order>().await.unwrap();
@@ -205,7 +207,7 @@ pub async fn no_leftovers_after_mixed_workload<H: Harness>(h: &H) {
                         .await
                         .unwrap();
                 } else {
-                    let out = h.store().ack(q, &[dq::store::lease_of(d)]).await.unwrap();
+                    let out = h.store().ack(q, "", &dq::store::Success::of(&[dq::store::lease_of(d)])).await.unwrap();
                     assert_eq!(out, [AckOutcome::Acked], "{d:?}");
                     acked += 1;
                 }

@@ -19,8 +19,9 @@ use crate::job::{AttemptOutcome, Queue};
 use crate::names::JobKey;
 use crate::store::lease::{
     AckOutcome, DeadLimits, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
-    FetchReply, FetchRequest, Lease, NEWER_RECORD_WAIT, NewerRecord, WakeListener,
+    FetchReply, FetchRequest, Lease, NEWER_RECORD_WAIT, NewerRecord, Success, WakeListener,
 };
+use crate::finished::FinishedAs;
 
 impl Partition {
     /// Deletes and counts the waiting job under `key` if its expiry has come (fetch.lua's
@@ -31,7 +32,9 @@ impl Partition {
             .get(key)
             .is_some_and(|r| r.is_expired(now) && !matches!(r.place, Place::Active(_)));
         if expired {
-            self.jobs.remove(key);
+            if let Some(rec) = self.jobs.remove(key) {
+                self.keep(key, rec, FinishedAs::Expired, now, None);
+            }
             self.counters.expired_before_start += 1;
         }
         expired
@@ -139,7 +142,9 @@ impl Partition {
             self.sets.active.remove(&(deadline, key.clone()));
             if self.control.cancels.remove(&key).is_some() {
                 // its cancel was requested while it ran: it ends as cancelled
-                self.jobs.remove(&key);
+                if let Some(rec) = self.jobs.remove(&key) {
+                    self.keep(&key, rec, FinishedAs::Cancelled, now, None);
+                }
                 self.counters.cancelled += 1;
                 continue;
             }
@@ -356,6 +361,9 @@ impl Partition {
             if jobs.is_empty() && retention_ms > 0 {
                 trimmed += self.trim_dead(now, cap, retention_ms, TRIM_LIMIT);
             }
+            if jobs.is_empty() {
+                self.trim_kept(now, TRIM_LIMIT);
+            }
             next.map(|at| at.saturating_sub(now))
         };
 
@@ -381,15 +389,19 @@ impl Partition {
     }
 
     /// Mirrors `ack.lua`.
-    fn ack(&mut self, done: &[(JobKey, u64)]) -> Vec<AckOutcome> {
+    fn ack(&mut self, worker: &str, done: &[Success], now: u64) -> Vec<AckOutcome> {
         let mut out = Vec::with_capacity(done.len());
-        for (key, token) in done {
+        for d in done {
+            let (key, token) = (&d.key, &d.token);
             let outcome = match self.jobs.get(key) {
                 None => AckOutcome::Gone,
                 Some(rec) if !rec.is_leased_by(*token) => AckOutcome::Stale,
                 Some(rec) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
-                    self.jobs.remove(key);
+                    if let Some(rec) = self.jobs.remove(key) {
+                        let run = (d.started_ms, worker, d.result.clone());
+                        self.keep(key, rec, FinishedAs::Succeeded, now, Some(run));
+                    }
                     if self.control.cancels.remove(key).is_some() {
                         self.counters.succeeded_after_cancel_request += 1;
                     }
@@ -426,7 +438,9 @@ impl Partition {
         let capped = self.control.conc.is_some();
         if matches!(action, FailAction::Cancel) || self.control.cancels.contains_key(key) {
             self.sets.unlink(key, rec.place, rec.due_ms);
-            self.jobs.remove(key);
+            if let Some(rec) = self.jobs.remove(key) {
+                self.keep(key, rec, FinishedAs::Cancelled, now, None);
+            }
             self.control.cancels.remove(key);
             self.counters.cancelled += 1;
             if capped {
@@ -502,17 +516,19 @@ impl Partition {
     }
 
     /// Mirrors `release.lua`: back to the front of `ready`, the attempt given back.
-    fn release(&mut self, leases: &[(JobKey, u64)]) -> Vec<bool> {
+    fn release(&mut self, leases: &[(JobKey, u64)], now: u64) -> Vec<bool> {
         let mut released = false;
         // Backwards, so the jobs end at the front of ready in the order given.
-        let mut out: Vec<bool> = leases
-            .iter()
-            .rev()
-            .map(|(key, token)| match self.jobs.get_mut(key) {
-                Some(rec) if rec.is_leased_by(*token) && self.control.cancels.contains_key(key) => {
+        let mut out = Vec::with_capacity(leases.len());
+        for (key, token) in leases.iter().rev() {
+            let cancel = self.control.cancels.contains_key(key);
+            let ok = match self.jobs.get_mut(key) {
+                Some(rec) if rec.is_leased_by(*token) && cancel => {
                     // its cancel was requested: it ends as cancelled, never runs again
                     self.sets.unlink(key, rec.place, rec.due_ms);
-                    self.jobs.remove(key);
+                    if let Some(rec) = self.jobs.remove(key) {
+                        self.keep(key, rec, FinishedAs::Cancelled, now, None);
+                    }
                     self.control.cancels.remove(key);
                     self.counters.cancelled += 1;
                     true
@@ -525,8 +541,9 @@ impl Partition {
                     true
                 }
                 _ => false,
-            })
-            .collect();
+            };
+            out.push(ok);
+        }
         out.reverse();
         if released {
             self.wake();
@@ -550,11 +567,11 @@ impl Lease for MemoryStore {
         Ok(reply)
     }
 
-    async fn ack(&self, queue: &Queue, done: &[(JobKey, u64)]) -> Result<Vec<AckOutcome>> {
+    async fn ack(&self, queue: &Queue, worker: &str, done: &[Success]) -> Result<Vec<AckOutcome>> {
         if done.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.write(queue, |p, _| p.ack(done)))
+        Ok(self.write(queue, |p, now| p.ack(worker, done, now)))
     }
 
     async fn fail_many(
@@ -597,7 +614,7 @@ impl Lease for MemoryStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.write(queue, |p, _| p.release(leases)))
+        Ok(self.write(queue, |p, now| p.release(leases, now)))
     }
 
     async fn wake_listener(&self, queue: &Queue) -> Result<Box<dyn WakeListener>> {

@@ -27,6 +27,7 @@
 
 mod catalog;
 mod clock;
+mod kept;
 mod lease;
 mod operate;
 mod partition;

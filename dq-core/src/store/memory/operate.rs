@@ -9,6 +9,7 @@ use super::partition::{Control, Later, Partition, Place};
 use super::store::MemoryStore;
 use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
+use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Queue, unix_ms};
 use crate::names::JobKey;
@@ -18,7 +19,7 @@ use crate::store::operate::{
 
 impl Partition {
     /// Mirrors `cancel.lua`.
-    fn cancel(&mut self, key: &JobKey) -> CancelOutcome {
+    fn cancel(&mut self, key: &JobKey, now: u64) -> CancelOutcome {
         let Some(rec) = self.jobs.get(key) else {
             return CancelOutcome::NotFound;
         };
@@ -30,7 +31,9 @@ impl Partition {
             JobState::Dead => CancelOutcome::Dead,
             _ => {
                 self.sets.unlink(key, rec.place, rec.due_ms);
-                self.jobs.remove(key);
+                if let Some(rec) = self.jobs.remove(key) {
+                    self.keep(key, rec, FinishedAs::Cancelled, now, None);
+                }
                 self.counters.cancelled += 1;
                 CancelOutcome::Cancelled
             }
@@ -112,6 +115,8 @@ impl Partition {
             paused: self.control.paused,
             throttled: self.throttled(now, overdue),
             throttles: c.throttles,
+            kept: self.kept.len() as u64,
+            kept_trimmed: c.kept_trimmed,
         }
     }
 
@@ -146,6 +151,9 @@ impl Partition {
             c.conc = conc;
             changed = true;
         }
+        if let Some(retention) = change.retention {
+            c.retention = retention;
+        }
         if let Some(d) = change.throttle {
             let at = now.saturating_add(ms(d));
             if c.until.is_none_or(|u| at > u) {
@@ -156,6 +164,7 @@ impl Partition {
             c.until = None;
         }
         let state = ControlState {
+            retention: c.retention,
             paused: c.paused,
             rate: c.rate,
             concurrency: c.conc,
@@ -356,9 +365,9 @@ impl Partition {
 #[async_trait]
 impl Operate for MemoryStore {
     async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome> {
-        self.write(queue, |p, _| {
+        self.write(queue, |p, now| {
             p.check_not_newer([key])?;
-            Ok(p.cancel(key))
+            Ok(p.cancel(key, now))
         })
     }
 
@@ -385,6 +394,31 @@ impl Operate for MemoryStore {
             p.check_not_newer([key])?;
             Ok(p.jobs.get(key).map(|rec| rec.info(key)))
         })
+    }
+
+    async fn finished(&self, queue: &Queue, key: &JobKey) -> Result<Option<FinishedJob>> {
+        Ok(self.read(queue, |p, now| {
+            p.and_then(|p| p.finished(key))
+                .filter(|j| j.kept_until_ms > now)
+        }))
+    }
+
+    async fn list_finished(
+        &self,
+        queue: &Queue,
+        outcome: FinishedAs,
+        from: &ListFrom,
+        limit: usize,
+    ) -> Result<FinishedChunk> {
+        if matches!(from, ListFrom::Index(_)) {
+            return Err(Error::InvalidConfig(format!(
+                "the {outcome} listing cannot start from {from:?}"
+            )));
+        }
+        Ok(self.read(queue, |p, now| match p {
+            Some(p) => p.list_finished(outcome, from, limit, now),
+            None => FinishedChunk::default(),
+        }))
     }
 
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {

@@ -8,9 +8,11 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use super::kept::Kept;
 use super::receipts::{FetchReceipts, Receipts};
 use crate::control::Rate;
 use crate::error::{Error, Result};
+use crate::finished::Retention;
 use crate::format::NEWEST_FORMAT;
 use crate::job::{
     AttemptOutcome, AttemptRecord, JobInfo, JobState, MAX_HISTORY, Queue, truncate_error,
@@ -248,6 +250,7 @@ pub(super) struct Counters {
     pub(super) succeeded_after_cancel_request: u64,
     pub(super) trimmed: u64,
     pub(super) throttles: u64,
+    pub(super) kept_trimmed: u64,
     /// The last delivery token handed out.
     pub(super) token: u64,
 }
@@ -276,6 +279,7 @@ pub(super) struct Partition {
     pub(super) receipts: Receipts,
     pub(super) fetch_receipts: FetchReceipts,
     pub(super) control: Control,
+    pub(super) kept: Kept,
 }
 
 impl Partition {
@@ -309,11 +313,17 @@ pub(super) struct Control {
     pub(super) until: Option<u64>,
     /// Running jobs whose cancel was requested → the token at the time.
     pub(super) cancels: HashMap<JobKey, u64>,
+    /// Which finished jobs the partition keeps (`max_kept`: its share).
+    pub(super) retention: Option<Retention>,
 }
 
 impl Control {
     pub(super) fn exists(&self) -> bool {
-        self.paused || self.rate.is_some() || self.conc.is_some() || self.until.is_some()
+        self.paused
+            || self.rate.is_some()
+            || self.conc.is_some()
+            || self.until.is_some()
+            || self.retention.is_some()
     }
 
     /// The rate's emission interval and burst tolerance (ms), as `fetch.lua` computes them.

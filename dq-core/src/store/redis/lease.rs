@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::kept::result_arg;
 use super::record::Record;
 use super::scripts::{Reply, codes};
 use super::store::{RedisStore, key_of, ms, per_partition_cap};
@@ -14,7 +15,7 @@ use crate::job::{Queue, truncate_error};
 use crate::names::JobKey;
 use crate::store::lease::{
     AckOutcome, DeadLimits, Delivery, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
-    FetchReply, FetchRequest, Lease, NewerRecord, WakeListener,
+    FetchReply, FetchRequest, Lease, NewerRecord, Success, WakeListener,
 };
 
 #[async_trait]
@@ -102,7 +103,7 @@ impl Lease for RedisStore {
         })
     }
 
-    async fn ack(&self, queue: &Queue, done: &[(JobKey, u64)]) -> Result<Vec<AckOutcome>> {
+    async fn ack(&self, queue: &Queue, worker: &str, done: &[Success]) -> Result<Vec<AckOutcome>> {
         if done.is_empty() {
             return Ok(Vec::new());
         }
@@ -110,8 +111,12 @@ impl Lease for RedisStore {
         let s = &self.scripts().ack;
         let reply = self
             .run(s, &k, &[], |inv| {
-                for (key, token) in done {
-                    inv.arg(key.as_str()).arg(*token);
+                inv.arg(worker);
+                for d in done {
+                    inv.arg(d.key.as_str())
+                        .arg(d.token)
+                        .arg(d.started_ms)
+                        .arg(result_arg(&d.result));
                 }
             })
             .await?;

@@ -1,5 +1,5 @@
 //! The operator's calls on Redis: `cancel.lua`, `reschedule.lua`, `control.lua`, `job.lua`,
-//! `stats.lua`, `list.lua`, and the dead queue's `requeue_dead.lua`, `purge_dead.lua` and
+//! `kept.lua`, `stats.lua`, `list.lua`, and the dead queue's `requeue_dead.lua`, `purge_dead.lua` and
 //! `dead_act.lua`. The reads (`job`, `stats`, `list`) are declared `no-writes`, so they work at
 //! `maxmemory`.
 
@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::kept::decode_kept;
 use super::record::{Record, decode_history};
 use super::scripts::{Reply, as_int, codes, unexpected};
 use super::store::{RedisStore, key_of, ms};
 use crate::control::{ControlChange, ControlState, Rate};
 use crate::error::{Error, Result};
+use crate::finished::{FinishedAs, FinishedChunk, FinishedJob, Retention};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Queue, unix_ms};
 use crate::names::JobKey;
@@ -99,9 +101,18 @@ impl Operate for RedisStore {
             .throttle
             .map(|d| ms(d).to_string())
             .unwrap_or_default();
+        let keep = match change.retention {
+            None => String::new(),
+            Some(None) => "-".into(),
+            Some(Some(r)) => r.encode(r.max_kept),
+        };
         let reply = self
             .run(s, &k, &[], |inv| {
-                inv.arg(paused).arg(&rate).arg(&conc).arg(&throttle);
+                inv.arg(paused)
+                    .arg(&rate)
+                    .arg(&conc)
+                    .arg(&throttle)
+                    .arg(&keep);
             })
             .await?;
         let mut r = Reply::new(s.name, reply)?;
@@ -118,7 +129,9 @@ impl Operate for RedisStore {
         let rate_ms = num(r.string("rate_ms")?, "rate_ms")?;
         let conc = num(r.string("conc")?, "conc")?;
         let until = num(r.string("until")?, "until")?;
+        let retention = Retention::decode(&r.string("keep")?);
         Ok(ControlState {
+            retention,
             paused,
             rate: match (rate_n, rate_ms) {
                 (Some(n), Some(ms)) => Some(Rate {
@@ -173,6 +186,88 @@ impl Operate for RedisStore {
         }))
     }
 
+    async fn finished(&self, queue: &Queue, key: &JobKey) -> Result<Option<FinishedJob>> {
+        let k = self.keys(queue);
+        let s = &self.scripts().kept;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str());
+            })
+            .await?;
+        let (value, until): (Option<Vec<u8>>, Option<f64>) = redis::from_redis_value(reply)
+            .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
+        value
+            .map(|v| {
+                decode_kept(
+                    key.clone(),
+                    &v,
+                    self.formats.reads(),
+                    until.unwrap_or(0.0) as u64,
+                )
+            })
+            .transpose()
+    }
+
+    async fn list_finished(
+        &self,
+        queue: &Queue,
+        outcome: FinishedAs,
+        from: &ListFrom,
+        limit: usize,
+    ) -> Result<FinishedChunk> {
+        let k = self.keys(queue);
+        let s = &self.scripts().list;
+        let (after_score, after_key) = match from {
+            ListFrom::Start => (String::new(), ""),
+            ListFrom::After(pos) => (f64::from_bits(pos.order.0).to_string(), pos.key.as_str()),
+            ListFrom::Index(_) => {
+                return Err(Error::InvalidConfig(format!(
+                    "the {outcome} listing cannot start from {from:?}"
+                )));
+            }
+        };
+        if limit == 0 {
+            return Ok(FinishedChunk::default());
+        }
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg("k")
+                    .arg(&[outcome.code()][..])
+                    .arg(limit)
+                    .arg(&after_score)
+                    .arg(after_key);
+            })
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let more = r.int("more")? != 0;
+        let _ = r.int("next position")?;
+        if r.remaining() % 5 != 0 {
+            return Err(Error::Protocol(
+                "list: reply is not key, place, record, history, lease groups".into(),
+            ));
+        }
+        let mut jobs = Vec::with_capacity(r.remaining() / 5);
+        while r.remaining() > 0 {
+            let key = key_of(r.bytes("key")?)?;
+            let place = r.string("place")?;
+            let score: f64 = place
+                .parse()
+                .map_err(|_| Error::Protocol(format!("list: place {place:?} is not a number")))?;
+            let bytes = r.bytes("kept job")?;
+            let _ = r.optional_bytes("history")?;
+            let _ = r.optional_int("lease")?;
+            let job = decode_kept(key.clone(), &bytes, self.formats.reads(), score as u64)?;
+            jobs.push((
+                ListPos {
+                    order: (score.to_bits(), 0),
+                    key,
+                },
+                job,
+            ));
+        }
+        Ok(FinishedChunk { jobs, more })
+    }
+
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
         let k = self.keys(queue);
         let s = &self.scripts().stats;
@@ -202,6 +297,8 @@ impl Operate for RedisStore {
                 "succeeded_after_cancel_request" => st.succeeded_after_cancel_request = value,
                 "trimmed" => st.trimmed = value,
                 "throttles" => st.throttles = value,
+                "kept_trimmed" => st.kept_trimmed = value,
+                "kept" => st.kept = value,
                 "paused" => st.paused = value > 0,
                 "throttled" => st.throttled = value > 0,
                 _ => {}

@@ -60,6 +60,15 @@ pub enum KeyName {
     /// `conc`, the throttle time `until` (ms), and one field `x:<job key>` → token per
     /// running job whose cancel was requested. Absent for a topic without any.
     Control,
+    /// HASH job key → kept job: a finished job (succeeded, cancelled or expired) that the
+    /// topic's retention keeps, in its own format (`lua/lib.lua` `pack_kept`, read by
+    /// `store/redis/kept.rs`): outcome, finished and started times, attempts, the handler's
+    /// result, the worker's id, the history, then the job's record as it was. Absent for a
+    /// topic that keeps nothing.
+    Kept,
+    /// ZSET job key → when its keeping ends (ms): the index of [`KeyName::Kept`], trimmed as
+    /// times come and beyond the retention's cap.
+    KeptAt,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
@@ -82,7 +91,7 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 12] = [
+    pub const PARTITION: [KeyName; 14] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -95,6 +104,8 @@ impl KeyName {
         KeyName::Wake,
         KeyName::Calls,
         KeyName::Control,
+        KeyName::Kept,
+        KeyName::KeptAt,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -115,6 +126,8 @@ impl KeyName {
             KeyName::Receipts => "receipts",
             KeyName::OldReceipts => "old_receipts",
             KeyName::Control => "control",
+            KeyName::Kept => "kept",
+            KeyName::KeptAt => "kept_at",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
@@ -130,6 +143,7 @@ impl KeyName {
             | KeyName::Retry
             | KeyName::Active
             | KeyName::Dead
+            | KeyName::KeptAt
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
             KeyName::Jobs
@@ -137,6 +151,7 @@ impl KeyName {
             | KeyName::Hist
             | KeyName::Stats
             | KeyName::Control
+            | KeyName::Kept
             | KeyName::Topics
             | KeyName::Workers
             | KeyName::Schedules
@@ -230,6 +245,10 @@ pub struct PartitionKeys {
     pub calls: String,
     /// See [`KeyName::Control`].
     pub control: String,
+    /// See [`KeyName::Kept`].
+    pub kept: String,
+    /// See [`KeyName::KeptAt`].
+    pub kept_at: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
     /// `<prefix>receipts:`, the start of every enqueue receipt key (see
@@ -255,6 +274,8 @@ impl PartitionKeys {
             wake: key(KeyName::Wake),
             calls: key(KeyName::Calls),
             control: key(KeyName::Control),
+            kept: key(KeyName::Kept),
+            kept_at: key(KeyName::KeptAt),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
             receipts_prefix: format!("{prefix}{RECEIPTS}"),
         }
@@ -277,6 +298,8 @@ impl PartitionKeys {
             KeyName::Wake => &self.wake,
             KeyName::Calls => &self.calls,
             KeyName::Control => &self.control,
+            KeyName::Kept => &self.kept,
+            KeyName::KeptAt => &self.kept_at,
             KeyName::FetchReceipt
             | KeyName::Receipts
             | KeyName::OldReceipts

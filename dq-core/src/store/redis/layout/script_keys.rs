@@ -26,20 +26,25 @@ macro_rules! script_table {
             /// fetch receipts (to delete) after its own keys.
             fetch (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
-                Leases, FetchReceipt,
+                Leases, Kept, KeptAt, FetchReceipt,
             ];
             /// Deletes succeeded jobs whose token still owns them.
-            ack (AllowOom): [Active, Jobs, Hist, Stats, Control, Wake, Leases];
+            ack (AllowOom): [Active, Jobs, Hist, Stats, Control, Wake, Leases, Kept, KeptAt];
             /// Records failed attempts: retry, defer, bury, cancel or throttle each.
             fail (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control, Leases,
+                Kept, KeptAt,
             ];
             /// Renews leases; reports which are still owned.
             extend (AllowOom): [Active, Jobs, Control, Leases];
             /// Hands running jobs back to the front of `ready`.
-            release (AllowOom): [Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases];
+            release (AllowOom): [
+                Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases, Kept, KeptAt,
+            ];
             /// Cancels a waiting job, or asks a running one to stop.
-            cancel (AllowOom): [Scheduled, Retry, Jobs, Hist, Stats, Control, Leases];
+            cancel (AllowOom): [
+                Scheduled, Retry, Jobs, Hist, Stats, Control, Leases, Kept, KeptAt,
+            ];
             /// Gives a waiting job a new due time.
             reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake, Leases];
             /// Moves dead jobs back to `ready`.
@@ -49,13 +54,19 @@ macro_rules! script_table {
             /// Requeues or deletes dead jobs still dead with the time of death listed.
             dead_act (AllowOom): [Dead, Ready, Jobs, Hist, Wake];
             /// Depths and counters of a partition.
-            stats (NoWrites): [Scheduled, Retry, Ready, Active, Dead, Jobs, Stats, Control];
+            stats (NoWrites): [
+                Scheduled, Retry, Ready, Active, Dead, Jobs, Stats, Control, KeptAt,
+            ];
             /// Pause, rate, concurrency share and throttle: must work when the server is full.
             control (AllowOom): [Control, Wake];
             /// One job's record, history, lease deadline or time of death.
             job (NoWrites): [Active, Dead, Jobs, Hist, Leases];
+            /// One kept (finished) job, by key.
+            kept (NoWrites): [Kept, KeptAt];
             /// A page of one state.
-            list (NoWrites): [Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Leases];
+            list (NoWrites): [
+                Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Leases, Kept, KeptAt,
+            ];
             /// Namespace-wide: the topic registry. An existing topic is only read, which works
             /// at `maxmemory`; recording a new one there fails like an enqueue.
             topic (Writes): [Topics];

@@ -10,8 +10,16 @@
 --                                         concurrency cap, a freed slot wakes a fetcher
 -- KEYS[6] wake    dq:{topic#p}:wake
 -- KEYS[7] leases  dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
+-- KEYS[8] kept    dq:{topic#p}:kept      HASH key -> kept job (lib.lua `pack_kept`)
+-- KEYS[9] kept_at dq:{topic#p}:kept_at   ZSET key -> when its keeping ends (ms)
 --
--- ARGV: pairs key, token (token: the delivery token from fetch, integer)
+-- ARGV[1] the worker's id (kept with each job when the topic keeps succeeded jobs)
+-- ARGV[2..]: quads key, token, started, result — token: the delivery token from fetch
+--   (integer); started: when the run was leased (ms); result: '' none, 'v' .. bytes the
+--   handler's encoded value, 'x' .. text why the value was not stored (too large, not
+--   encodable). started and result are used only when the control hash's `keep` policy keeps
+--   succeeded jobs: then each acked job is kept (lib.lua `keep_jobs`), its record and history
+--   with it, and kept jobs past their time or beyond the cap are trimmed.
 --
 -- Returns a string with one character per pair:
 --   'A' acked: the record is deleted
@@ -30,14 +38,28 @@
 
 local active, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local control, wake_key, leases = KEYS[5], KEYS[6], KEYS[7]
-if #ARGV == 0 or #ARGV % 2 ~= 0 then
-  return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
+local kept, kept_at = KEYS[8], KEYS[9]
+if #ARGV < 5 or (#ARGV - 1) % 4 ~= 0 then
+  return redis.error_reply('ERR dq bad arguments: expected a worker id, then key, token, started, result quads')
 end
-local keys, tokens = {}, {}
-for i = 1, #ARGV / 2 do
-  local token = tonumber(ARGV[2 * i])
-  if not token then return redis.error_reply('ERR dq bad arguments: token') end
-  keys[i], tokens[i] = ARGV[2 * i - 1], token
+local worker = ARGV[1]
+local keys, tokens, starts, results = {}, {}, {}, {}
+for i = 1, (#ARGV - 1) / 4 do
+  local at = 4 * i - 2
+  local token, started_ms = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  if not token or not started_ms then
+    return redis.error_reply('ERR dq bad arguments: token, started')
+  end
+  local r = ARGV[at + 3]
+  local kind = sub(r, 1, 1)
+  if kind == 'v' then
+    results[i] = {1, sub(r, 2)}
+  elseif kind == 'x' then
+    results[i] = {2, sub(r, 2)}
+  elseif r ~= '' then
+    return redis.error_reply('ERR dq bad arguments: result')
+  end
+  keys[i], tokens[i], starts[i] = ARGV[at], token, started_ms
 end
 
 -- One HMGET of leases (and of records for the keys it lacks), then one variadic HDEL/ZREM
@@ -46,6 +68,7 @@ local held = hmget(leases, keys)
 -- Reply codes (AckOutcome), not states.
 local ACKED, STALE, GONE = 'A', 'S', 'G'
 local codes, done, seen = {}, {}, {}
+local done_at = {} -- index in ARGV order of each key acked
 local n_done, n_lean = 0, 0
 local rest = {} -- indexes of keys without a lease in `leases`
 for i, key in ipairs(keys) do
@@ -59,6 +82,7 @@ for i, key in ipairs(keys) do
     seen[key] = true
     n_done = n_done + 1
     done[n_done] = key
+    done_at[n_done] = i
     n_lean = n_lean + 1
   else
     codes[i] = STALE -- leased again since, under another token
@@ -78,6 +102,7 @@ if jobs_read then
       seen[key] = true
       n_done = n_done + 1
       done[n_done] = key
+      done_at[n_done] = i
     else
       codes[i] = STALE -- a format-1/2 job under another token, or a lean one not running
     end
@@ -92,7 +117,19 @@ if #done > 0 then
   local has_hist = redis.call('HLEN', hist) > 0
   -- a topic without controls pays one EXISTS per batch; HGET checks the type before writes
   local has_control = redis.call('EXISTS', control) == 1
-  local capped = has_control and redis.call('HGET', control, 'conc')
+  local capped, policy = false, nil
+  if has_control then
+    local ctl = redis.call('HMGET', control, 'conc', 'keep')
+    capped, policy = ctl[1], keep_policy(ctl[2])
+  end
+  -- a topic that keeps succeeded jobs: read their records and histories, check kept's keys
+  local keeping = keeps(policy, KEPT.succeeded)
+  local recs, hists
+  if keeping then
+    local bad = check_types({kept, 'hash', kept_at, 'zset'})
+    if bad then return bad end
+    recs, hists = hmget(jobs, done), hmget(hist, done)
+  end
   -- a job whose cancel was requested that succeeds anyway is counted as what happened
   local after_cancel = 0
   if has_control then
@@ -104,7 +141,20 @@ if #done > 0 then
     call_many('HDEL', control, fields)
   end
   if capped then wake(wake_key) end
+  local now = keeping and now_ms()
   call_many('ZREM', active, done)
+  if keeping then
+    local entries = {}
+    for j, key in ipairs(done) do
+      local i, rec = done_at[j], recs[j]
+      if rec then
+        entries[#entries + 1] = {key, pack_kept(KEPT.succeeded, now, starts[i], started(rec),
+          results[i], worker, hists[j] or nil, rec)}
+      end
+    end
+    keep_jobs(kept, kept_at, policy, KEPT.succeeded, now, entries)
+    trim_kept(kept, kept_at, stats, policy, now, #entries + 16)
+  end
   call_many('HDEL', jobs, done)
   if n_lean > 0 then call_many('HDEL', leases, done) end
   if has_hist then call_many('HDEL', hist, done) end

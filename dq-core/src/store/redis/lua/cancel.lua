@@ -7,6 +7,8 @@
 -- KEYS[5] stats      dq:{topic#p}:stats
 -- KEYS[6] control    dq:{topic#p}:control   HASH; 'x:<key>' -> token: cancel requests
 -- KEYS[7] leases     dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
+-- KEYS[8] kept       dq:{topic#p}:kept      HASH key -> kept job: a cancelled job is kept there
+-- KEYS[9] kept_at    dq:{topic#p}:kept_at   ZSET    when the topic keeps cancelled jobs
 --
 -- ARGV[1] key
 --
@@ -21,12 +23,12 @@
 -- Errors: 'ERR dq newer format <f>' when the job's record is of a newer format than this dq
 -- reads (lib.lua `is_newer`): nothing written.
 --
--- Never fails after a write, with no TYPE call: jobs, leases (for a lean record) and hist are
--- read (HGET, HEXISTS) first;
+-- Never fails after a write: jobs, leases (for a lean record), hist and control are read
+-- (HGET) first, and kept and kept_at type-checked when the topic keeps cancelled jobs;
 -- the first write is the one to scheduled or retry (or jobs, for a ready job).
 
 local scheduled, retry, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local control, leases = KEYS[6], KEYS[7]
+local control, leases, kept, kept_at = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local key = ARGV[1]
 if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
 
@@ -42,9 +44,21 @@ if state == STATE.active then
   return 'C'
 end
 if state == STATE.dead then return state end
-local has_hist = redis.call('HEXISTS', hist, key) == 1
+local h = redis.call('HGET', hist, key)
+local policy = keep_policy(redis.call('HGET', control, 'keep'))
+if keeps(policy, KEPT.cancelled) then
+  local bad = check_types({kept, 'hash', kept_at, 'zset'})
+  if bad then return bad end
+end
 unlink(state, scheduled, retry, nil, key)
+if keeps(policy, KEPT.cancelled) then
+  local now = now_ms()
+  local _, attempts = unpack_record(rec)
+  keep_jobs(kept, kept_at, policy, KEPT.cancelled, now,
+    {{key, pack_kept(KEPT.cancelled, now, 0, attempts, nil, nil, h or nil, rec)}})
+  trim_kept(kept, kept_at, stats, policy, now, 17)
+end
 redis.call('HDEL', jobs, key)
-if has_hist then redis.call('HDEL', hist, key) end
+if h then redis.call('HDEL', hist, key) end
 count(stats, 'cancelled', 1)
 return state

@@ -1,21 +1,28 @@
--- control: change and read one partition's control settings (pause, rate, concurrency).
+-- control: change and read one partition's control settings (pause, rate, concurrency,
+-- the retention of finished jobs).
 --
--- KEYS[1] control  dq:{topic#p}:control   HASH paused, rate_n, rate_ms, tat, conc, until, x:<key>
+-- KEYS[1] control  dq:{topic#p}:control   HASH paused, rate_n, rate_ms, tat, conc, until, keep, x:<key>
 -- KEYS[2] wake     dq:{topic#p}:wake
 --
 -- ARGV[1] paused:      '' unchanged, '1' pause, '0' resume
 -- ARGV[2] rate:        '' unchanged, '-' remove, '<n>/<ms>' this partition's share (n jobs per ms)
 -- ARGV[3] concurrency: '' unchanged, '-' remove, '<n>' this partition's share (n > 0)
 -- ARGV[4] throttle:    '' none, '<ms>' lease nothing before now + ms (never shortens `until`)
+-- ARGV[5] keep:        '' unchanged, '-' remove, '<succeeded ms>/<cancelled ms>/<expired
+--                      ms>/<cap>' which finished jobs this partition keeps, how long, and
+--                      at most how many (lib.lua `keep_policy`; a cap > 0, some ms > 0)
 --
--- Returns {paused 0|1, rate_n or '', rate_ms or '', conc or '', until ms or ''}
+-- Returns {paused 0|1, rate_n or '', rate_ms or '', conc or '', until ms or '', keep or ''}
 -- A change wakes the partition's fetchers (a resume must not wait for their idle timer). A
 -- new rate starts with a fresh budget.
 -- Errors: 'ERR dq bad arguments: ...'; WRONGTYPE for a control key of another type (checked
 -- before any write).
 
 local control, wake_key = KEYS[1], KEYS[2]
-local paused, rate, conc, throttle = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local paused, rate, conc, throttle, keep = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] or ''
+if keep ~= '' and keep ~= '-' and not keep_policy(keep) then
+  return redis.error_reply('ERR dq bad arguments: keep')
+end
 local throttle_ms = nil
 if throttle and throttle ~= '' then
   throttle_ms = tonumber(throttle)
@@ -67,6 +74,11 @@ elseif cap then
   redis.call('HSET', control, 'conc', cap)
   changed = true
 end
+if keep == '-' then
+  redis.call('HDEL', control, 'keep')
+elseif keep ~= '' then
+  redis.call('HSET', control, 'keep', keep)
+end
 local now = now_ms()
 if throttle_ms then
   local until_ms = tonumber(redis.call('HGET', control, 'until')) or 0
@@ -76,7 +88,7 @@ if throttle_ms then
 end
 if changed then wake(wake_key) end
 
-local v = redis.call('HMGET', control, 'paused', 'rate_n', 'rate_ms', 'conc', 'until')
+local v = redis.call('HMGET', control, 'paused', 'rate_n', 'rate_ms', 'conc', 'until', 'keep')
 local until_ms = tonumber(v[5])
 if until_ms and until_ms <= now then
   -- a throttle time that has passed is of no use any more
@@ -84,4 +96,4 @@ if until_ms and until_ms <= now then
   until_ms = nil
 end
 return {v[1] == '1' and 1 or 0, v[2] or '', v[3] or '', v[4] or '',
-  until_ms and string.format('%d', until_ms) or ''}
+  until_ms and string.format('%d', until_ms) or '', v[6] or ''}

@@ -13,6 +13,8 @@
 -- KEYS[9] wake       dq:{topic#p}:wake
 -- KEYS[10] control   dq:{topic#p}:control   cancel requests, throttle time, concurrency cap
 -- KEYS[11] leases    dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
+-- KEYS[12] kept      dq:{topic#p}:kept      HASH key -> kept job: a cancelled job is kept there
+-- KEYS[13] kept_at   dq:{topic#p}:kept_at   ZSET    when the topic keeps cancelled jobs
 --
 -- ARGV[1] dead-queue cap for this partition
 -- ARGV[2] dead-queue retention, ms
@@ -49,7 +51,7 @@
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local control, leases = KEYS[10], KEYS[11]
+local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 
 local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
@@ -99,14 +101,15 @@ end
 if #live == 0 then return reply end
 
 local now = now_ms()
-local capped, cancels = false, {}
+local capped, cancels, policy = false, {}, nil
 if redis.call('EXISTS', control) == 1 then
-  local fields = {'conc'}
-  for j, i in ipairs(live) do fields[j + 1] = cancel_field(keys[i]) end
+  local fields = {'conc', 'keep'}
+  for j, i in ipairs(live) do fields[j + 2] = cancel_field(keys[i]) end
   local ctl = hmget(control, fields)
   capped = ctl[1] ~= false
+  policy = keep_policy(ctl[2])
   for j, i in ipairs(live) do
-    if ctl[j + 1] then cancels[i] = true end
+    if ctl[j + 2] then cancels[i] = true end
   end
 end
 local live_keys = {}
@@ -116,6 +119,7 @@ local histories = hmget(hist, live_keys)
 -- (reads) each job's outcome, its new record and history, and its place; slot_score reads
 -- scheduled or retry (checking its type) before any write.
 local cancelled, buried = {}, {}
+local kept_entries = {} -- the cancelled jobs, when the topic keeps them
 local job_writes, hist_writes = {}, {}
 local to_ready = {}
 local members = {[scheduled] = {}, [retry] = {}}
@@ -143,6 +147,10 @@ for j, i in ipairs(live) do
   if cancels[i] then action = 'c' end
   if action == 'c' then
     cancelled[#cancelled + 1] = key
+    if keeps(policy, KEPT.cancelled) then
+      kept_entries[#kept_entries + 1] = {key, pack_kept(KEPT.cancelled, now, 0, attempts, nil,
+        nil, histories[j] or nil, rec)}
+    end
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 3, now, 0
   elseif action == 'b' then
     history(j, attempts, HISTORY.buried, err)
@@ -192,6 +200,10 @@ end
 local checks = {}
 if #to_ready > 0 then checks[#checks + 1] = ready; checks[#checks + 1] = 'list' end
 if #buried > 0 then checks[#checks + 1] = dead; checks[#checks + 1] = 'zset' end
+if #kept_entries > 0 then
+  checks[#checks + 1] = kept; checks[#checks + 1] = 'hash'
+  checks[#checks + 1] = kept_at; checks[#checks + 1] = 'zset'
+end
 local bad = check_types(checks)
 if bad then return bad end
 
@@ -202,6 +214,10 @@ if #cancelled > 0 then
   call_many('HDEL', jobs, cancelled)
   call_many('HDEL', hist, cancelled)
   count(stats, 'cancelled', #cancelled)
+end
+if #kept_entries > 0 then
+  keep_jobs(kept, kept_at, policy, KEPT.cancelled, now, kept_entries)
+  trim_kept(kept, kept_at, stats, policy, now, #kept_entries + 16)
 end
 if next(cancels) then
   local fields = {}

@@ -11,7 +11,10 @@
 --   5. on a fetch that leased nothing, audit up to 32 records (HSCAN, cursor in stats) and
 --      re-link any whose sorted-set entry is missing;
 --   (2, 3) a job whose expiry (format 4) has come is not leased or promoted: it is deleted
---      with its history and counted ('expired_before_start');
+--      with its history and counted ('expired_before_start'), and kept as expired when the
+--      control hash's `keep` policy keeps expired jobs;
+--   (1) a recovered job whose cancel was requested is kept as cancelled when the policy
+--      keeps cancelled jobs; (5) an idle fetch also drops kept jobs whose time has come;
 --   6. leave a receipt of what this call leased.
 --
 -- Newer records (lib.lua `is_newer`: written by a dq that reads more formats than this one)
@@ -39,7 +42,7 @@
 -- fresh deadline and WITHOUT counting an attempt (the lost lease never reached a worker),
 -- then fills the rest of its room as any fetch does. A try older than the receipt's (held up
 -- on an old connection while a later try ran) does nothing: nobody waits for its reply. The
--- fetcher names in KEYS[13..] the receipts of its earlier calls whose replies arrived; they
+-- fetcher names in KEYS[15..] the receipts of its earlier calls whose replies arrived; they
 -- are deleted, so receipts do not pile up while they wait to expire.
 --
 -- Leases (ARCHITECTURE.md §6.3): a job of format 1 or 2 is leased by rewriting its record
@@ -59,7 +62,9 @@
 -- KEYS[9] wake       dq:{topic#p}:wake
 -- KEYS[10] control   dq:{topic#p}:control    HASH pause, limits, throttle, cancel requests
 -- KEYS[11] leases    dq:{topic#p}:leases     HASH key -> token: the leases of lean records
--- KEYS[12] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[12] kept      dq:{topic#p}:kept       HASH key -> kept job (lib.lua `pack_kept`)
+-- KEYS[13] kept_at   dq:{topic#p}:kept_at    ZSET key -> when its keeping ends (ms)
+-- KEYS[14] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -96,7 +101,8 @@
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local control, leases, receipt_key = KEYS[10], KEYS[11], KEYS[12]
+local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local receipt_key = KEYS[14]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -129,8 +135,10 @@ local now = now_ms()
 local trimmed = 0
 local buried = {}
 -- (read first: HMGET refuses a control key of another type before anything is written)
-local ctl = redis.call('HMGET', control, 'paused', 'until', 'conc', 'rate_n', 'rate_ms', 'tat')
+local ctl = redis.call('HMGET', control, 'paused', 'until', 'conc', 'rate_n', 'rate_ms', 'tat',
+  'keep')
 local has_control = ctl[1] or ctl[2] or ctl[3] or ctl[4]
+local keep_by = keep_policy(ctl[7])
 
 -- 0. this call's receipt. (A value that does not decode is taken for no receipt.)
 local receipt = nil
@@ -201,7 +209,7 @@ local expired = redis.call('ZRANGEBYSCORE', active, '-inf', string.format('(%d',
 if #expired > 0 then
   -- (rare) recovery writes before the reads below: check every key the call may touch
   local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
-    jobs, 'hash', hist, 'hash', stats, 'hash', leases, 'hash'})
+    jobs, 'hash', hist, 'hash', stats, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset'})
   if bad then return bad end
   -- Redis 7 does not reseed math.random between calls (older versions reset it to one
   -- seed): either way, the caller's seed makes this call's draws its own.
@@ -230,7 +238,8 @@ for _, key in ipairs(expired) do
       bury_corrupt(key, rec)
     elseif running and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       -- its cancel was requested while it ran: it ends as cancelled, never retried
-      drop_cancelled(active, jobs, hist, stats, control, leases, key)
+      drop_cancelled(active, jobs, hist, stats, control, leases, key,
+        keeps(keep_by, KEPT.cancelled) and {kept, kept_at, keep_by, now} or nil)
     elseif running then
       local _, _, due, _, token = unpack_record(rec)
       local attempts = started(rec)
@@ -296,7 +305,7 @@ local function corrupt(key, rec)
   corrupt_recs[#corrupt_recs + 1] = rec
 end
 -- Jobs whose expiry came before they started: deleted with the writes (never leased).
-local expired_keys = {}
+local expired_keys, expired_recs = {}, {}
 local consumed = 0
 local ready_more = false
 if max_jobs == 0 then
@@ -349,6 +358,7 @@ while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
       -- left alone
     elseif is_expired(cand_recs[j], now) then
       expired_keys[#expired_keys + 1] = key
+      expired_recs[#expired_keys] = cand_recs[j]
     else
       lease_keys[#lease_keys + 1] = key
       lease_recs[#lease_recs + 1] = cand_recs[j]
@@ -410,6 +420,7 @@ if #taken > 0 then
         seen[key] = true
         if is_expired(rec, now) then
           expired_keys[#expired_keys + 1] = key
+          expired_recs[#expired_keys] = rec
         elseif #lease_keys < max_jobs then
           lease_keys[#lease_keys + 1] = key
           lease_recs[#lease_recs + 1] = rec
@@ -438,9 +449,9 @@ end
 -- Every key the writes below touch has been read, but these (rare, or idle) paths':
 local checks = {}
 if #corrupt_keys > 0 or n_jobs == 0 then
-  checks = {dead, 'zset', hist, 'hash', leases, 'hash'}
+  checks = {dead, 'zset', hist, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset'}
 elseif #expired_keys > 0 then
-  checks = {hist, 'hash'}
+  checks = {hist, 'hash', kept, 'hash', kept_at, 'zset'}
 end
 local bad = check_types(checks)
 if bad then return bad end
@@ -494,6 +505,16 @@ if n_jobs > 0 then
 end
 for i, key in ipairs(corrupt_keys) do bury_corrupt(key, corrupt_recs[i]) end
 if #expired_keys > 0 then
+  if keeps(keep_by, KEPT.expired) then
+    local hists, entries = hmget(hist, expired_keys), {}
+    for i, key in ipairs(expired_keys) do
+      local rec = expired_recs[i]
+      local _, attempts = unpack_record(rec)
+      entries[i] = {key, pack_kept(KEPT.expired, now, 0, attempts, nil, nil, hists[i] or nil, rec)}
+    end
+    keep_jobs(kept, kept_at, keep_by, KEPT.expired, now, entries)
+    trim_kept(kept, kept_at, stats, keep_by, now, #entries + 16)
+  end
   -- (their index entries go with the others: ready is trimmed, the due sets' ZREM below)
   call_many('HDEL', jobs, expired_keys)
   call_many('HDEL', hist, expired_keys)
@@ -598,6 +619,9 @@ else
   if n_jobs == 0 and retention > 0 then
     trimmed = trimmed + trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
   end
+  -- kept jobs go when their time comes, also while nothing finishes (kept and kept_at are
+  -- checked above on a fetch that leased nothing)
+  if n_jobs == 0 then trim_kept(kept, kept_at, stats, keep_by, now, 100) end
 end
 
 -- 6. the receipt: only for a call that leased something (or a retry, whose receipt also
@@ -605,7 +629,7 @@ end
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(receipt_out), 'PX', receipt_ms)
 end
-for i = 13, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 15, #KEYS do redis.call('DEL', KEYS[i]) end
 
 out[1], out[2], out[3], out[4], out[5], out[6] = now, next_ms, trimmed, n_jobs, #buried,
   #newer / 2

@@ -534,13 +534,103 @@ end
 
 -- The partition's control hash (KEYS name `control`) holds the topic's pause, limits and
 -- throttle, and one field per running job whose cancel was requested: 'x:' .. key -> token.
+-- ---- kept jobs: finished jobs a topic's retention keeps (docs/ARCHITECTURE.md §4) ----
+-- A kept job is one value in the partition's `kept` hash (field = job key), listed in the
+-- `kept_at` sorted set by the time it goes (finished + the retention of its outcome). Its own
+-- format, KEPT_FORMAT (dq-core/src/store/redis/kept.rs reads it, tied by a test):
+--   u8 version (KEPT_FORMAT), c1 outcome (KEPT below), u48 finished ms, u48 started ms (0:
+--   never started), u8 attempts started, u8 result status (0 none, 1 value, 2 not stored:
+--   the bytes say why), u32 result length + bytes, u16 worker id length + bytes, u32 history
+--   length + bytes (cmsgpack, as `hist` keeps it), then the job's record as it was (any
+--   record format: its payload, due and created times).
+local KEPT_FORMAT = 1
+local KEPT_HEADER = '>Bc1I6I6BB'
+local KEPT = {succeeded = 's', cancelled = 'c', expired = 'e'}
+
+-- The retention policy in the control hash's `keep` field: '<succeeded ms>/<cancelled
+-- ms>/<expired ms>/<cap>' (0: that outcome is not kept; cap: most kept jobs of the
+-- partition). nil when absent or malformed (nothing is kept: a damaged policy loses no job,
+-- only its inspection).
+local function keep_policy(text)
+  if not text then return nil end
+  local s, c, e, cap = string.match(text, '^(%d+)/(%d+)/(%d+)/(%d+)$')
+  if not s then return nil end
+  s, c, e, cap = tonumber(s), tonumber(c), tonumber(e), tonumber(cap)
+  if cap <= 0 or (s == 0 and c == 0 and e == 0) then return nil end
+  return {[KEPT.succeeded] = s, [KEPT.cancelled] = c, [KEPT.expired] = e, cap = cap}
+end
+
+-- Whether `policy` keeps jobs ending as `outcome`.
+local function keeps(policy, outcome)
+  return policy ~= nil and policy[outcome] > 0
+end
+
+-- One kept value (the format above). `result`: nil, or {status, bytes}.
+local function pack_kept(outcome, finished, started_ms, attempts, result, worker, history, rec)
+  if attempts > 255 then attempts = 255 end
+  local status, bytes = 0, ''
+  if result then status, bytes = result[1], result[2] end
+  worker = worker or ''
+  history = history or ''
+  return struct.pack(KEPT_HEADER, KEPT_FORMAT, outcome, finished, started_ms or 0, attempts, status)
+    .. struct.pack('>I4', #bytes) .. bytes
+    .. struct.pack('>I2', #worker) .. worker
+    .. struct.pack('>I4', #history) .. history
+    .. rec
+end
+
+-- Keeps finished jobs: `entries` is a list of {key, value} (pack_kept) all of `outcome`, at
+-- `now`. Each replaces what the key had kept before. The caller has checked kept and kept_at.
+local function keep_jobs(kept, kept_at, policy, outcome, now, entries)
+  if #entries == 0 then return end
+  local fields, members = {}, {}
+  local gone = string.format('%d', now + policy[outcome])
+  for i, e in ipairs(entries) do
+    fields[2 * i - 1], fields[2 * i] = e[1], e[2]
+    members[2 * i - 1], members[2 * i] = gone, e[1]
+  end
+  call_many('HSET', kept, fields)
+  call_many('ZADD', kept_at, members)
+end
+
+-- Removes at most `limit` kept jobs whose time has come, then (with a policy) beyond its
+-- cap, the soonest to go first; those beyond the cap are counted in stats.kept_trimmed.
+-- Writes kept and kept_at: the caller has checked both (or read them).
+local function trim_kept(kept, kept_at, stats, policy, now, limit)
+  local old = redis.call('ZRANGEBYSCORE', kept_at, '-inf', string.format('%d', now), 'LIMIT', 0, limit)
+  if #old > 0 then
+    call_many('ZREM', kept_at, old)
+    call_many('HDEL', kept, old)
+  end
+  if not policy then return end
+  local excess = redis.call('ZCARD', kept_at) - policy.cap
+  if excess > limit - #old then excess = limit - #old end
+  if excess > 0 then
+    local first = redis.call('ZPOPMIN', kept_at, excess)
+    local keys = {}
+    for i = 1, #first, 2 do keys[#keys + 1] = first[i] end
+    call_many('HDEL', kept, keys)
+    count(stats, 'kept_trimmed', #keys)
+  end
+end
+
 local function cancel_field(key)
   return 'x:' .. key
 end
 
 -- Deletes an active job whose cancel was requested while it ran: gone, counted as
 -- cancelled, never retried. Callers have read (or type-checked) every key first.
-local function drop_cancelled(active, jobs, hist, stats, control, leases, key)
+-- With `keep` ({kept, kept_at, policy, now}, the kept keys checked) and a policy that keeps
+-- cancelled jobs, the job is kept as cancelled.
+local function drop_cancelled(active, jobs, hist, stats, control, leases, key, keep)
+  if keep and keeps(keep[3], KEPT.cancelled) then
+    local rec = redis.call('HGET', jobs, key)
+    if rec then
+      local h = redis.call('HGET', hist, key)
+      keep_jobs(keep[1], keep[2], keep[3], KEPT.cancelled, keep[4],
+        {{key, pack_kept(KEPT.cancelled, keep[4], 0, started(rec), nil, nil, h or nil, rec)}})
+    end
+  end
   redis.call('ZREM', active, key)
   redis.pcall('HDEL', leases, key) -- (a lean job's lease; never fails)
   redis.call('HDEL', jobs, key)

@@ -11,13 +11,17 @@
 -- KEYS[6] jobs       dq:{topic#p}:jobs     the records hash
 -- KEYS[7] hist       dq:{topic#p}:hist
 -- KEYS[8] leases     dq:{topic#p}:leases   HASH key -> token: the leases of lean (format 3) records
--- (The listed state's index is one of KEYS[1..5], chosen by ARGV[2]; all are passed so that
--- the script's key list is the same for every state.)
+-- KEYS[9] kept       dq:{topic#p}:kept     HASH key -> kept job (lib.lua `pack_kept`)
+-- KEYS[10] kept_at   dq:{topic#p}:kept_at  ZSET key -> when its keeping ends
+-- (The listed state's index is one of KEYS[1..5] or kept_at, chosen by ARGV[2]; all are
+-- passed so that the script's key list is the same for every state.)
 --
--- ARGV[1] mode: 'z' (KEYS[1] is a sorted set) or 'r' (KEYS[1] is the ready list)
--- ARGV[2] state code the records must have (S, F, A, D; R for the ready list)
+-- ARGV[1] mode: 'z' (the index is a sorted set), 'r' (the ready list) or 'k' (kept jobs:
+--         kept_at, in the order their keeping ends; the values come from kept)
+-- ARGV[2] state code the records must have (S, F, A, D; R for the ready list; for 'k' the
+--         kept outcome: s succeeded, c cancelled, e expired)
 -- ARGV[3] limit (> 0)
--- 'z': ARGV[4] score of the place to start after ('' from the start; a score as Redis prints
+-- 'z', 'k': ARGV[4] score of the place to start after ('' from the start; a score as Redis prints
 --      it), ARGV[5] key of that place (members with that score sort after it by byte order)
 -- 'r': ARGV[4] queue position to start from (>= 0; stale entries count)
 --
@@ -32,6 +36,15 @@ local records, hist, leases = KEYS[6], KEYS[7], KEYS[8]
 local mode, state, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local index = ({[STATE.scheduled] = KEYS[1], [STATE.retry] = KEYS[2], [STATE.ready] = KEYS[3],
   [STATE.active] = KEYS[4], [STATE.dead] = KEYS[5]})[state or '']
+local kept_outcome = nil
+if mode == 'k' then
+  -- kept jobs: the same walk as 'z' over kept_at, values from kept, matched by outcome
+  index, records = KEYS[10], KEYS[9]
+  if state ~= KEPT.succeeded and state ~= KEPT.cancelled and state ~= KEPT.expired then
+    index = nil
+  end
+  kept_outcome, mode = state, 'z'
+end
 if (mode ~= 'z' and mode ~= 'r') or not index or (mode == 'r') ~= (state == STATE.ready)
     or not limit or limit <= 0 then
   return redis.error_reply('ERR dq bad arguments: mode, state, limit')
@@ -76,7 +89,19 @@ if mode == 'z' then
   if start + limit < redis.call('ZCARD', index) then out[1] = 1 end
   local got = {}
   for i = 1, #page, 2 do got[#got + 1] = page[i] end
-  if #got > 0 then
+  if #got > 0 and kept_outcome then
+    -- a kept value's outcome is its second byte; its history is inside it. One whose
+    -- keeping has ended waits for a trim, and is no more to be seen.
+    local found = hmget(records, got)
+    local now = now_ms()
+    for i, key in ipairs(got) do
+      local v = found[i]
+      if v and sub(v, 2, 2) == kept_outcome and tonumber(page[2 * i]) > now then
+        keys[#keys + 1], places[#places + 1], recs[#recs + 1] = key, page[2 * i], v
+        tokens[#keys] = false
+      end
+    end
+  elseif #got > 0 then
     local found = hmget(records, got)
     local owner = owners(leases, got, found)
     for i, key in ipairs(got) do
@@ -110,7 +135,12 @@ else
 end
 
 if #keys > 0 then
-  local hists = hmget(hist, keys)
+  local hists = {}
+  if kept_outcome then
+    for i = 1, #keys do hists[i] = false end
+  else
+    hists = hmget(hist, keys)
+  end
   for i, key in ipairs(keys) do
     out[#out + 1] = key
     out[#out + 1] = places[i]

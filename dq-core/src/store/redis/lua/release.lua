@@ -11,6 +11,8 @@
 -- KEYS[7] control dq:{topic#p}:control   a job whose cancel was requested is deleted as
 --                                         cancelled instead (it never runs again)
 -- KEYS[8] leases  dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
+-- KEYS[9] kept    dq:{topic#p}:kept      HASH key -> kept job: a cancelled job is kept there
+-- KEYS[10] kept_at dq:{topic#p}:kept_at  ZSET    when the topic keeps cancelled jobs
 --
 -- ARGV: pairs key, token
 --
@@ -22,6 +24,7 @@
 
 local active, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hist, stats, control, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local kept, kept_at = KEYS[9], KEYS[10]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -30,9 +33,16 @@ for i = 2, #ARGV, 2 do
 end
 
 local has_control = redis.call('EXISTS', control) == 1
+local keep = nil -- {kept, kept_at, policy, now} when cancelled jobs are kept
 if has_control then
   local bad = check_types({control, 'hash', hist, 'hash', ready, 'list'})
   if bad then return bad end
+  local policy = keep_policy(redis.call('HGET', control, 'keep'))
+  if keeps(policy, KEPT.cancelled) then
+    bad = check_types({kept, 'hash', kept_at, 'zset'})
+    if bad then return bad end
+    keep = {kept, kept_at, policy, now_ms()}
+  end
 end
 -- (reads) every record, and the lease of the lean ones
 local keys, tokens = {}, {}
@@ -46,7 +56,7 @@ for i = #keys, 1, -1 do
   local ok = '0'
   if owner[i] and owner[i] == tokens[i] and not done[key] then
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
-      drop_cancelled(active, jobs, hist, stats, control, leases, key)
+      drop_cancelled(active, jobs, hist, stats, control, leases, key, keep)
     else
       if released == 0 then
         local bad = check_types({ready, 'list'})

@@ -8,6 +8,7 @@
 -- KEYS[6] jobs       dq:{topic#p}:jobs
 -- KEYS[7] stats      dq:{topic#p}:stats
 -- KEYS[8] control    dq:{topic#p}:control
+-- KEYS[9] kept_at    dq:{topic#p}:kept_at   ZSET: the finished jobs kept
 --
 -- ARGV none
 --
@@ -17,10 +18,10 @@
 --   overdue: jobs in scheduled or retry whose due time has come (not yet moved to ready)
 --   counters: flat field, value pairs of the stats hash, then 'paused', 0|1 and
 --     'throttled', 0|1: due work is held back now by the throttle time, a spent rate budget
---     or a full concurrency share
+--     or a full concurrency share, then 'kept', the finished jobs kept
 
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead, jobs, stats, control = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local dead, jobs, stats, control, kept_at = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 
 local now = now_ms()
 local n_sched, n_retry = redis.call('ZCARD', scheduled), redis.call('ZCARD', retry)
@@ -67,4 +68,6 @@ reply[#reply + 1] = 'paused'
 reply[#reply + 1] = ctl[1] == '1' and 1 or 0
 reply[#reply + 1] = 'throttled'
 reply[#reply + 1] = throttled
+reply[#reply + 1] = 'kept'
+reply[#reply + 1] = redis.call('ZCARD', kept_at)
 return reply
