@@ -280,6 +280,9 @@ pub struct FinishedChunk {
     pub jobs: Vec<(ListPos, FinishedJob)>,
     /// Whether the partition holds more after what was returned.
     pub more: bool,
+    /// The place of the last entry read (of any outcome): with `more`, where the partition's
+    /// next call starts, so that a page of other outcomes still moves the listing on.
+    pub read_to: Option<ListPos>,
 }
 
 /// A finished job that its topic keeps ([`Retention`]).

@@ -50,6 +50,8 @@ impl AddAssign for TopicStats {
         self.paused |= s.paused;
         self.throttled |= s.throttled;
         self.throttles += s.throttles;
+        self.kept += s.kept;
+        self.kept_trimmed += s.kept_trimmed;
     }
 }
 

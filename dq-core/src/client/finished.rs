@@ -67,7 +67,9 @@ impl TopicClient {
         page.check_finished(outcome)?;
         let partitions = self.ensure().await?;
         let mut all: Vec<(ListPos, FinishedJob)> = Vec::new();
-        let mut more = false;
+        // the least place a partition with more stopped at: nothing past it is listed yet,
+        // or that partition's jobs before it would be skipped
+        let mut bound: Option<ListPos> = None;
         for queue in self.queues(partitions) {
             let from = match &page.after {
                 Some(cursor) => cursor.start_of(queue.partition, partitions)?,
@@ -78,16 +80,23 @@ impl TopicClient {
                 .store
                 .list_finished(&queue, outcome, &from, page.limit)
                 .await?;
-            more |= chunk.more;
+            if chunk.more {
+                let to = chunk.read_to.ok_or_else(|| {
+                    Error::Protocol("a listing of kept jobs has more but read nothing".into())
+                })?;
+                bound = Some(bound.map_or(to.clone(), |b| b.min(to)));
+            }
             all.extend(chunk.jobs);
         }
         all.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(b) = &bound {
+            all.retain(|(pos, _)| pos <= b);
+        }
         let left_over = all.len() > page.limit;
         all.truncate(page.limit);
-        let next = match all.last() {
-            Some((pos, _)) if more || left_over => Some(Cursor::kept(outcome, pos.clone())),
-            // a partition that skipped only other outcomes may hold more of this one
-            None if more => page.after.clone(),
+        let next = match (all.last(), bound) {
+            (Some((pos, _)), _) if left_over => Some(Cursor::kept(outcome, pos.clone())),
+            (_, Some(b)) => Some(Cursor::kept(outcome, b)),
             _ => None,
         };
         Ok(JobPage {

@@ -38,6 +38,7 @@ pub mod expiry;
 pub mod fetch;
 pub mod formats;
 pub mod group_commit;
+pub mod kept;
 pub mod lease;
 pub mod lease_retry;
 pub mod limits;
@@ -120,6 +121,13 @@ macro_rules! conformance_suite {
             expiry::an_expiry_needs_format_4,
             expiry::a_running_job_is_not_dropped_by_its_expiry,
             expiry::a_requeued_dead_job_runs_after_its_expiry,
+            kept::a_topic_keeps_the_outcomes_its_retention_names,
+            kept::what_a_topic_does_not_keep_is_deleted,
+            kept::kept_jobs_go_by_time_and_beyond_the_cap,
+            kept::a_key_enqueued_again_keeps_its_last_run,
+            kept::a_bad_retention_is_refused,
+            kept::results_are_read_back_typed,
+            kept::a_wait_reports_a_dead_job,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

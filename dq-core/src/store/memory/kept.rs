@@ -132,8 +132,13 @@ impl Partition {
             .filter(|e| start.as_ref().is_none_or(|s| *e > s));
         let mut jobs = Vec::new();
         let mut read = 0;
+        let mut read_to = None;
         for (until, key) in page.by_ref().take(limit) {
             read += 1;
+            read_to = Some(ListPos {
+                order: ((*until as f64).to_bits(), 0),
+                key: key.clone(),
+            });
             let job = &self.kept.jobs[key];
             if job.outcome == outcome && *until > now {
                 let pos = ListPos {
@@ -144,6 +149,10 @@ impl Partition {
             }
         }
         let more = read == limit && page.next().is_some();
-        FinishedChunk { jobs, more }
+        FinishedChunk {
+            jobs,
+            more,
+            read_to,
+        }
     }
 }

@@ -17,7 +17,7 @@ pub(crate) const KEPT_FORMAT: u8 = 1;
 
 /// Reads a kept value of `key`, its record in a format `reads` covers; `kept_until_ms` is its
 /// score in `kept_at`.
-pub(super) fn decode_kept(
+pub(crate) fn decode_kept(
     key: JobKey,
     bytes: &[u8],
     reads: u8,

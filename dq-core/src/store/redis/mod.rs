@@ -21,7 +21,7 @@ mod acl;
 mod catalog;
 mod checks;
 mod conn;
-mod kept;
+pub(crate) mod kept;
 pub mod layout;
 mod lease;
 #[cfg(test)]

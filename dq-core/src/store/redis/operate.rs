@@ -241,6 +241,19 @@ impl Operate for RedisStore {
         let mut r = Reply::new(s.name, reply)?;
         let more = r.int("more")? != 0;
         let _ = r.int("next position")?;
+        let read_score = r.string("last place read")?;
+        let read_key = r.bytes("last key read")?;
+        let read_to = if read_score.is_empty() {
+            None
+        } else {
+            let score: f64 = read_score.parse().map_err(|_| {
+                Error::Protocol(format!("list: place {read_score:?} is not a number"))
+            })?;
+            Some(ListPos {
+                order: (score.to_bits(), 0),
+                key: key_of(read_key)?,
+            })
+        };
         if r.remaining() % 5 != 0 {
             return Err(Error::Protocol(
                 "list: reply is not key, place, record, history, lease groups".into(),
@@ -265,7 +278,11 @@ impl Operate for RedisStore {
                 job,
             ));
         }
-        Ok(FinishedChunk { jobs, more })
+        Ok(FinishedChunk {
+            jobs,
+            more,
+            read_to,
+        })
     }
 
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {

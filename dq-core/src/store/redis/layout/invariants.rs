@@ -44,7 +44,8 @@ pub const CONTROL_FIELDS: [&str; 6] = ["paused", "until", "conc", "rate_n", "rat
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 14] = [
+pub const STATS_FIELDS: [&str; 15] = [
+    "kept_trimmed",
     "enqueued",
     "succeeded",
     "retried",
@@ -115,6 +116,10 @@ pub struct PartitionSnapshot {
     pub control: BTreeMap<String, String>,
     /// The `leases` hash (job key → token of a running lean record), as stored.
     pub leases: BTreeMap<String, String>,
+    /// The `kept` hash (job key → kept finished job), as stored.
+    pub kept: BTreeMap<String, Vec<u8>>,
+    /// `kept_at` members with the times their keeping ends.
+    pub kept_at: BTreeMap<String, f64>,
 }
 
 impl PartitionSnapshot {
@@ -283,11 +288,23 @@ impl Snapshot {
                         .map(|(job, rec)| (String::from_utf8_lossy(&job).into_owned(), rec))
                         .collect();
                 }
+                if has(&k.kept, KeyName::Kept) {
+                    let v: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+                        .arg(&k.kept)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(from_redis)?;
+                    part.kept = v
+                        .into_iter()
+                        .map(|(job, v)| (String::from_utf8_lossy(&job).into_owned(), v))
+                        .collect();
+                }
                 for (name, key, into) in [
                     (KeyName::Scheduled, &k.scheduled, &mut part.scheduled),
                     (KeyName::Retry, &k.retry, &mut part.retry),
                     (KeyName::Active, &k.active, &mut part.active),
                     (KeyName::Dead, &k.dead, &mut part.dead),
+                    (KeyName::KeptAt, &k.kept_at, &mut part.kept_at),
                 ] {
                     if has(key, name) {
                         let v: Vec<(String, f64)> = redis::cmd("ZRANGE")
@@ -654,12 +671,40 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
                     "`control` holds a cancel request for {job:?}, which is not running ({state:?})"
                 ));
             }
+        } else if field == "keep" {
+            if crate::finished::Retention::decode(value).is_none() {
+                say(format!("`control` field \"keep\" = {value:?} is not a retention"));
+            }
         } else if !CONTROL_FIELDS.contains(&field.as_str()) {
             say(format!("unknown `control` field {field:?}"));
         } else if value.parse::<f64>().is_err() {
             say(format!(
                 "`control` field {field:?} = {value:?} is not a number"
             ));
+        }
+    }
+    // Kept jobs: each in both `kept` and `kept_at`, each of a kept-job format this dq reads.
+    for (job, value) in &part.kept {
+        match part.kept_at.get(job) {
+            None => say(format!("kept job {job:?} is not in `kept_at`")),
+            Some(until) => {
+                let key = JobKey::stored(job.clone());
+                if let Ok(key) = key
+                    && let Err(e) = crate::store::redis::kept::decode_kept(
+                        key,
+                        value,
+                        crate::format::NEWEST_FORMAT,
+                        *until as u64,
+                    )
+                {
+                    say(format!("kept job {job:?} does not decode: {e}"));
+                }
+            }
+        }
+    }
+    for job in part.kept_at.keys() {
+        if !part.kept.contains_key(job) {
+            say(format!("`kept_at` member {job:?} has no kept job"));
         }
     }
     for (field, value) in &part.stats {

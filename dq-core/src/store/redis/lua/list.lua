@@ -25,7 +25,8 @@
 --      it), ARGV[5] key of that place (members with that score sort after it by byte order)
 -- 'r': ARGV[4] queue position to start from (>= 0; stale entries count)
 --
--- Returns {more (0/1), next position ('r': where reading stopped; 'z': 0), then per job:
+-- Returns {more (0/1), next position ('r': where reading stopped; 'z': 0), ['k' only: the
+-- place and key of the last entry read, '' and '' if none], then per job:
 -- key, place (the score as text for 'z', the queue position as text for 'r'), record,
 -- history (nil if none), lease token (nil unless a lean record's job is running)}. A job is
 -- listed in the state it is in: a lean record under a lease is active, whatever its state
@@ -86,10 +87,12 @@ if mode == 'z' then
     start = a
   end
   local page = redis.call('ZRANGE', index, start, start + limit - 1, 'WITHSCORES')
+  if kept_outcome then out[3], out[4] = '', '' end
   if start + limit < redis.call('ZCARD', index) then out[1] = 1 end
   local got = {}
   for i = 1, #page, 2 do got[#got + 1] = page[i] end
   if #got > 0 and kept_outcome then
+    out[3], out[4] = page[#page], page[#page - 1]
     -- a kept value's outcome is its second byte; its history is inside it. One whose
     -- keeping has ended waits for a trim, and is no more to be seen.
     local found = hmget(records, got)
