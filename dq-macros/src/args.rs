@@ -529,15 +529,17 @@ impl Handler {
             ReturnType::Default => {
                 return Err(syn::Error::new(
                     sig.paren_token.span.close(),
-                    "bad signature: a job handler returns `Result<(), E>`, where E converts into \
-                     `dq::JobError`: add e.g. `-> Result<(), dq::JobError>`",
+                    "bad signature: a job handler returns `Result<T, E>`, where T is `()` or \
+                     serializable and E converts into `dq::JobError`: add e.g. \
+                     `-> Result<(), dq::JobError>`",
                 ));
             }
             ReturnType::Type(_, ty) if is_result(ty) => (**ty).clone(),
             ReturnType::Type(_, ty) => {
                 return Err(bad_signature(
                     ty,
-                    "a job handler returns `Result<(), E>`, where E converts into `dq::JobError`",
+                    "a job handler returns `Result<T, E>`, where T is `()` or serializable and E \
+                     converts into `dq::JobError`",
                 ));
             }
         };

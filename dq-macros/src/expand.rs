@@ -45,7 +45,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         .map(|ty| quote_spanned!(ty.span()=> , __dq_ctx));
     let drop_ctx = context.is_none().then(|| quote!(let _ = __dq_ctx;));
     // Every token of this call carries the return type's span, so a return type that is not
-    // `Result<(), E: Into<JobError>>` is reported on it rather than on the attribute.
+    // `Result<T: Serialize, E: Into<JobError>>` is reported on it rather than on the attribute.
     let result = respan(quote!(#private::handler_result(__dq_result)), output.span());
     let call = quote!(#name(__dq_payload #ctx_arg));
     // Spanned on the fn's name: a handler future that is not `Send` is reported there.

@@ -41,9 +41,12 @@ use dq_syntax as retry_syntax;
 ///   type and the field (``undecodable payload: does not fit app::CloseOrder: missing field
 ///   `user_id` ``); requeue it once a fixed version runs.
 /// - An optional second parameter receives the job's `dq::JobContext`.
-/// - It returns `Result<(), E>` for any `E` that converts into `dq::JobError` (`JobError`
+/// - It returns `Result<T, E>` for any `E` that converts into `dq::JobError` (`JobError`
 ///   itself, `std::io::Error`, `String`, `Box<dyn Error + Send + Sync>`, …). A plain error is
 ///   retried on the job's policy; `JobError` says otherwise (permanent, retry after, defer).
+///   `T` is `()` or any `serde::Serialize` value: it is kept with the succeeded job while the
+///   topic keeps succeeded jobs (`keep_succeeded`), and read back typed with
+///   `client.result::<close_order>(key)` or `client.wait::<close_order>(key, timeout)`.
 /// - An `async fn` runs on the worker's runtime. A plain `fn` runs on tokio's blocking pool,
 ///   and a panic there is a retryable error; a timeout or a lost lease cannot stop a thread, so
 ///   a long blocking handler should check `ctx.is_cancelled()` now and then.
@@ -57,6 +60,9 @@ use dq_syntax as retry_syntax;
 /// | `retry = "15s, 3m, 10m"` | `"15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h"` | also `"none"`, `"fixed(1s, 5)"`, `"exponential(1s, 1h, 10)"` (initial, max, retries) |
 /// | `timeout = "30s"` | none | units `ms`, `s`, `m`, `h`, `d` |
 /// | `expires_after = "10m"` | none | a job enqueued through the typed client without an expiry of its own is dropped, never started, if it has not started this long after its due time (`dq::Expiry`) |
+/// | `keep_succeeded = "1h"` | not kept | keep succeeded jobs (and their results) this long, 1 ms to 90 days (`dq::Retention`); written by every worker at start |
+/// | `keep_cancelled = "1d"`, `keep_expired = "1d"` | not kept | the same for cancelled jobs and jobs that expired before they started |
+/// | `keep_max = 10000` | 10,000 | most finished jobs the topic keeps, all outcomes together; beyond it the soonest to go are trimmed and counted |
 /// | `concurrency = 16` | the worker's | most jobs of this topic running at once in one worker |
 /// | `data(Db, Mailer)` | none | shared data the handler takes with `ctx.data::<T>()`: a worker built without one of them fails at `build()` with `WorkerError::MissingData` |
 /// | `crate = "my_crate::dq"` | `"::dq"` | where generated code finds dq, when it is re-exported |
@@ -66,7 +72,8 @@ use dq_syntax as retry_syntax;
 /// # What it generates
 ///
 /// The fn, unchanged; `struct close_order {}` with the fn's visibility, implementing `dq::Job`
-/// (`Payload` = the payload type, `TOPIC` = the topic); and a `dq::JobDescriptor` registered
+/// (`Payload` = the payload type, `TOPIC` = the topic) and `dq::JobOutput` (`Output` = the
+/// handler's `T`); and a `dq::JobDescriptor` registered
 /// with the worker, which decodes the payload and calls the fn.
 #[proc_macro_attribute]
 pub fn delayed_job(args: TokenStream, item: TokenStream) -> TokenStream {
