@@ -110,7 +110,13 @@ async fn run(descriptor: &JobDescriptor, payload: &[u8], attempt: u32) -> Result
     (descriptor.run)(payload, context(descriptor.topic, attempt))
         .expect("the payload decodes")
         .await
-        .map(|returned| assert_eq!(returned, dq::__private::Returned::Nothing, "() returns nothing"))
+        .map(|returned| {
+            assert_eq!(
+                returned,
+                dq::__private::Returned::Nothing,
+                "() returns nothing"
+            )
+        })
 }
 
 #[test]

@@ -1180,7 +1180,12 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         )
         .await;
         ok_or_unchanged(&h, &w("extend"), store.extend(&q, &[lease(0)], HOUR)).await;
-        ok_or_unchanged(&h, &w("ack"), store.ack(&q, "", &dq::store::Success::of(&[lease(0)]))).await;
+        ok_or_unchanged(
+            &h,
+            &w("ack"),
+            store.ack(&q, "", &dq::store::Success::of(&[lease(0)])),
+        )
+        .await;
         ok_or_unchanged(
             &h,
             &w("fail"),

@@ -536,7 +536,10 @@ impl Drain {
                 .push((fr.topic.clone(), j.key.clone(), d.attempt, payload));
         }
         let leases: Vec<(JobKey, u64)> = reply.jobs.iter().map(dq::store::lease_of).collect();
-        let acked = store.ack(&fq, "", &dq::store::Success::of(&leases)).await.expect("ack");
+        let acked = store
+            .ack(&fq, "", &dq::store::Success::of(&leases))
+            .await
+            .expect("ack");
         assert!(acked.iter().all(|a| *a == AckOutcome::Acked), "{acked:?}");
     }
 

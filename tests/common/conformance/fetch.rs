@@ -219,7 +219,11 @@ pub async fn drain_200k_due_jobs<H: Harness>(h: &H) {
         assert!(reply.jobs.len() <= BATCH);
         let leases: Vec<_> = reply.jobs.iter().map(dq::store::lease_of).collect();
         if !leases.is_empty() {
-            let acks = h.store().ack(&q, "", &dq::store::Success::of(&leases)).await.unwrap();
+            let acks = h
+                .store()
+                .ack(&q, "", &dq::store::Success::of(&leases))
+                .await
+                .unwrap();
             assert!(acks.iter().all(|a| *a == AckOutcome::Acked));
         }
         for d in reply.jobs {

@@ -301,7 +301,14 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
     // a lease whose token matches the planted bytes is still not this process's
     let lease = (jk("n-active"), 1);
     assert_eq!(
-        store.ack(&q, "", &dq::store::Success::of(std::slice::from_ref(&lease))).await.unwrap(),
+        store
+            .ack(
+                &q,
+                "",
+                &dq::store::Success::of(std::slice::from_ref(&lease))
+            )
+            .await
+            .unwrap(),
         [AckOutcome::Stale]
     );
     assert_eq!(

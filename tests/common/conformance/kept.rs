@@ -98,7 +98,10 @@ pub async fn a_topic_keeps_the_outcomes_its_retention_names<H: Harness>(h: &H) {
     assert_eq!(t.cancel("waiting").await.unwrap(), CancelOutcome::Cancelled);
     let late = info(&t, "late").await;
     until_store_time(h, late.expires_ms.unwrap()).await;
-    assert!(drain_due(h, &q).await.is_empty(), "the expired job never runs");
+    assert!(
+        drain_due(h, &q).await.is_empty(),
+        "the expired job never runs"
+    );
 
     let ok = kept(&t, "ok-1").await;
     let d = by_key("ok-1");
@@ -116,7 +119,10 @@ pub async fn a_topic_keeps_the_outcomes_its_retention_names<H: Harness>(h: &H) {
     assert_eq!(running.outcome, FinishedAs::Cancelled);
     assert_eq!((running.attempts, running.worker), (1, None));
     let waiting = kept(&t, "waiting").await;
-    assert_eq!((waiting.outcome, waiting.attempts), (FinishedAs::Cancelled, 0));
+    assert_eq!(
+        (waiting.outcome, waiting.attempts),
+        (FinishedAs::Cancelled, 0)
+    );
     assert_eq!(waiting.started_ms, None);
     let expired = kept(&t, "late").await;
     assert_eq!(expired.outcome, FinishedAs::Expired);
@@ -154,7 +160,10 @@ pub async fn what_a_topic_does_not_keep_is_deleted<H: Harness>(h: &H) {
     t.enqueue(raw(2)).key("b").await.unwrap();
     let d = fetch_one(h, &q, &req()).await;
     ack_with(h, &q, &d, StoredResult::None).await;
-    assert!(t.finished("b").await.unwrap().is_none(), "succeeded: not kept");
+    assert!(
+        t.finished("b").await.unwrap().is_none(),
+        "succeeded: not kept"
+    );
     let st = t.stats().await.unwrap();
     assert_eq!((st.kept, st.succeeded), (0, 2), "{st:?}");
     // removing the retention stops the keeping
@@ -179,7 +188,10 @@ pub async fn kept_jobs_go_by_time_and_beyond_the_cap<H: Harness>(h: &H) {
         let d = fetch_one(h, &q, &req()).await;
         ack_with(h, &q, &d, StoredResult::None).await;
     }
-    assert!(t.finished("j0").await.unwrap().is_none(), "trimmed: over the cap");
+    assert!(
+        t.finished("j0").await.unwrap().is_none(),
+        "trimmed: over the cap"
+    );
     let j2 = kept(&t, "j2").await;
     let st = t.stats().await.unwrap();
     assert_eq!((st.kept, st.kept_trimmed), (2, 1), "{st:?}");
@@ -208,8 +220,14 @@ pub async fn a_key_enqueued_again_keeps_its_last_run<H: Harness>(h: &H) {
     assert_eq!(kept(&t, "k").await.outcome, FinishedAs::Succeeded);
     t.cancel("k").await.unwrap();
     let again = kept(&t, "k").await;
-    assert_eq!((again.outcome, again.payload), (FinishedAs::Cancelled, raw(2)));
-    assert_eq!(listed(&t, FinishedAs::Succeeded).await, Vec::<String>::new());
+    assert_eq!(
+        (again.outcome, again.payload),
+        (FinishedAs::Cancelled, raw(2))
+    );
+    assert_eq!(
+        listed(&t, FinishedAs::Succeeded).await,
+        Vec::<String>::new()
+    );
     assert_eq!(t.stats().await.unwrap().kept, 1);
 }
 
@@ -236,7 +254,10 @@ pub async fn results_are_read_back_typed<H: Harness>(h: &H) {
     let c = h.client().await;
     let t = c.topic(resize::TOPIC).unwrap();
     let q = queue(resize::TOPIC);
-    assert!(c.result::<resize>("r1").await.unwrap().is_none(), "nothing yet");
+    assert!(
+        c.result::<resize>("r1").await.unwrap().is_none(),
+        "nothing yet"
+    );
     c.enqueue::<resize>(1).key("r1").await.unwrap();
     c.enqueue::<resize>(2).key("r2").await.unwrap();
     let timed_out = c.wait::<resize>("r1", ms(30)).await.unwrap();
@@ -289,7 +310,9 @@ pub async fn a_wait_reports_a_dead_job<H: Harness>(h: &H) {
     let q = queue(resize::TOPIC);
     c.enqueue::<resize>(1).key("dies").await.unwrap();
     let d = fetch_one(h, &q, &req()).await;
-    fail(h, &d, FailAction::Bury, "no such image").await.unwrap();
+    fail(h, &d, FailAction::Bury, "no such image")
+        .await
+        .unwrap();
     match c.wait::<resize>("dies", ms(500)).await.unwrap() {
         WaitOutcome::Dead(info) => {
             assert_eq!(info.state, JobState::Dead);

@@ -41,7 +41,11 @@ pub async fn expired_lease_is_a_failed_attempt<H: Harness>(h: &H) {
         let stale = (prev.key.clone(), prev.token);
         assert_eq!(
             h.store()
-                .ack(&q, "", &dq::store::Success::of(std::slice::from_ref(&stale)))
+                .ack(
+                    &q,
+                    "",
+                    &dq::store::Success::of(std::slice::from_ref(&stale))
+                )
                 .await
                 .unwrap(),
             [AckOutcome::Stale]
@@ -79,7 +83,11 @@ pub async fn expired_lease_is_a_failed_attempt<H: Harness>(h: &H) {
     );
     assert_eq!(
         h.store()
-            .ack(&q, "", &dq::store::Success::of(&[dq::store::lease_of(&prev)]))
+            .ack(
+                &q,
+                "",
+                &dq::store::Success::of(&[dq::store::lease_of(&prev)])
+            )
             .await
             .unwrap(),
         [AckOutcome::Stale]
@@ -157,7 +165,11 @@ pub async fn stale_tokens_change_nothing<H: Harness>(h: &H) {
     let stale = dq::store::lease_of(&d1);
     assert_eq!(
         h.store()
-            .ack(&q, "", &dq::store::Success::of(std::slice::from_ref(&stale)))
+            .ack(
+                &q,
+                "",
+                &dq::store::Success::of(std::slice::from_ref(&stale))
+            )
             .await
             .unwrap(),
         [AckOutcome::Stale]
@@ -209,14 +221,22 @@ pub async fn stale_tokens_change_nothing<H: Harness>(h: &H) {
     let lease = dq::store::lease_of(&d2);
     assert_eq!(
         h.store()
-            .ack(&q, "", &dq::store::Success::of(std::slice::from_ref(&lease)))
+            .ack(
+                &q,
+                "",
+                &dq::store::Success::of(std::slice::from_ref(&lease))
+            )
             .await
             .unwrap(),
         [AckOutcome::Acked]
     );
     assert_eq!(
         h.store()
-            .ack(&q, "", &dq::store::Success::of(std::slice::from_ref(&lease)))
+            .ack(
+                &q,
+                "",
+                &dq::store::Success::of(std::slice::from_ref(&lease))
+            )
             .await
             .unwrap(),
         [AckOutcome::Gone]
@@ -243,11 +263,15 @@ pub async fn stale_tokens_change_nothing<H: Harness>(h: &H) {
     assert_eq!(keys_of(&jobs), ["x", "y"]);
     let out = h
         .store()
-        .ack(&q, "", &dq::store::Success::of(&[
+        .ack(
+            &q,
+            "",
+            &dq::store::Success::of(&[
                 dq::store::lease_of(&jobs[0]),
                 (jobs[1].key.clone(), jobs[1].token ^ 0xFFFF),
                 (jk("never"), 1),
-            ]))
+            ]),
+        )
         .await
         .unwrap();
     assert_eq!(

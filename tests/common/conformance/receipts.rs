@@ -168,7 +168,10 @@ pub async fn retried_fetch_finds_its_receipt<H: Harness>(h: &H) {
         [Extended::Lost, Extended::Lost]
     );
     assert_eq!(
-        store.ack(&q, "", &dq::store::Success::of(&stale)).await.unwrap(),
+        store
+            .ack(&q, "", &dq::store::Success::of(&stale))
+            .await
+            .unwrap(),
         [AckOutcome::Stale, AckOutcome::Stale]
     );
     // The first try arriving late (held up on an old connection) does nothing.

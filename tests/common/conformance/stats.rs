@@ -207,7 +207,11 @@ pub async fn no_leftovers_after_mixed_workload<H: Harness>(h: &H) {
                         .await
                         .unwrap();
                 } else {
-                    let out = h.store().ack(q, "", &dq::store::Success::of(&[dq::store::lease_of(d)])).await.unwrap();
+                    let out = h
+                        .store()
+                        .ack(q, "", &dq::store::Success::of(&[dq::store::lease_of(d)]))
+                        .await
+                        .unwrap();
                     assert_eq!(out, [AckOutcome::Acked], "{d:?}");
                     acked += 1;
                 }

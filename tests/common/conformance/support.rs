@@ -142,7 +142,11 @@ pub async fn ack_all<H: Harness>(h: &H, q: &Queue, jobs: &[Delivery]) {
         return;
     }
     let leases: Vec<_> = jobs.iter().map(dq::store::lease_of).collect();
-    let out = h.store().ack(q, "", &dq::store::Success::of(&leases)).await.expect("ack");
+    let out = h
+        .store()
+        .ack(q, "", &dq::store::Success::of(&leases))
+        .await
+        .expect("ack");
     assert!(
         out.iter().all(|o| *o == AckOutcome::Acked),
         "acks of {leases:?}: {out:?}"
