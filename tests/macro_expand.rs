@@ -115,7 +115,7 @@ async fn run(descriptor: &JobDescriptor, payload: &[u8], attempt: u32) -> Result
                 returned,
                 dq::__private::Returned::Nothing,
                 "() returns nothing"
-            )
+            );
         })
 }
 

@@ -94,8 +94,13 @@ pub enum Command {
     /// Depths, counters and lateness of one topic, or of every topic.
     Stats(StatsArgs),
 
-    /// Show one job: state, due time, attempts, every error, and its payload as JSON.
+    /// Show one job: state, due time, attempts, every error, and its payload as JSON; for a
+    /// finished job its topic keeps, its outcome, timings, worker and result.
     Job(JobArgs),
+
+    /// List one page of a topic's jobs in a state: scheduled, ready, active, retry, dead, or
+    /// the finished jobs the topic keeps (succeeded, cancelled, expired).
+    List(ListArgs),
 
     /// Cancel a job: one that has not started is removed; a running one is asked to stop
     /// (its worker ends it as cancelled, without a retry).
@@ -107,7 +112,8 @@ pub enum Command {
     /// Resume a paused topic (its workers are woken at once).
     Resume(TopicArgs),
 
-    /// Show or set a topic's limits across every worker: a rate, a concurrency cap.
+    /// Show or set a topic's limits across every worker (a rate, a concurrency cap) and which
+    /// finished jobs it keeps.
     Limits(LimitsArgs),
 
     /// Give a waiting job a new due time.
@@ -214,6 +220,40 @@ pub struct LimitsArgs {
     /// Set the cap on running jobs across every worker, or `none` to remove it.
     #[arg(long)]
     pub concurrency: Option<String>,
+    /// Keep succeeded jobs (and their results) this long (e.g. 1h; 0s: stop keeping them).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub keep_succeeded: Option<Duration>,
+    /// Keep cancelled jobs this long (0s: stop keeping them).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub keep_cancelled: Option<Duration>,
+    /// Keep jobs that expired before they started this long (0s: stop keeping them).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub keep_expired: Option<Duration>,
+    /// Most finished jobs the topic keeps (default 10000).
+    #[arg(long, value_name = "N")]
+    pub keep_max: Option<u64>,
+    /// Keep no finished jobs (remove the retention).
+    #[arg(long, conflicts_with_all = ["keep_succeeded", "keep_cancelled", "keep_expired", "keep_max"])]
+    pub keep_none: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// The topic.
+    pub topic: String,
+    /// scheduled, ready, active, retry, dead, succeeded, cancelled or expired.
+    #[arg(long)]
+    pub state: String,
+    /// Most jobs to list (1 to 1000).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Continue after this cursor (printed at the end of a listing that has more).
+    #[arg(long, value_name = "CURSOR")]
+    pub after: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

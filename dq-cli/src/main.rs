@@ -5,6 +5,7 @@
 
 mod cli;
 mod fail;
+mod finished;
 mod formats;
 mod view;
 
@@ -69,6 +70,10 @@ async fn run(cli: Cli) -> Outcome {
         Command::Pause(a) => ctx.pause(a, true).await,
         Command::Resume(a) => ctx.pause(a, false).await,
         Command::Limits(a) => ctx.limits(a).await,
+        Command::List(a) => {
+            let t = ctx.topic(&a.topic)?;
+            print(finished::list(&t, &a.topic, &a, ctx.now_ms().await?).await?)
+        }
         Command::Reschedule(a) => ctx.reschedule(a).await,
         Command::Dead(DeadCommand::List(a)) => ctx.dead_list(a).await,
         Command::Dead(DeadCommand::Requeue(a)) => ctx.dead_bulk(a, DeadAction::Requeue).await,
@@ -305,6 +310,18 @@ impl Ctx {
     async fn job(&self, a: JobArgs) -> Outcome {
         let t = self.topic(&a.topic)?;
         let Some(info) = t.job(&a.key).await? else {
+            // a finished job the topic keeps
+            if let Some(job) = t.finished(&a.key).await? {
+                let out = finished::FinishedOut::new(&a.topic, &job);
+                if a.json {
+                    return print_json(&out);
+                }
+                print!(
+                    "{}",
+                    finished::finished_detail(&out, &job, self.now_ms().await?)
+                );
+                return Ok(());
+            }
             return Err(Failure::new(
                 Exit::NotFound,
                 format!("no job {:?} in topic {:?}", a.key, a.topic),
@@ -386,6 +403,10 @@ impl Ctx {
             };
             t.set_concurrency(cap).await?;
         }
+        let current = t.control().await?.retention;
+        if let Some(change) = finished::retention_change(&a, current)? {
+            t.set_retention(change).await?;
+        }
         let ctl = t.control().await?;
         self.print_control(&a.topic, &ctl, a.json)
     }
@@ -399,13 +420,20 @@ impl Ctx {
                 "rate": rate,
                 "concurrency": ctl.concurrency,
                 "throttled_until_ms": ctl.throttled_until_ms,
+                "keep": ctl.retention.map(|r| serde_json::json!({
+                    "succeeded_ms": r.succeeded.map(|d| d.as_millis() as u64),
+                    "cancelled_ms": r.cancelled.map(|d| d.as_millis() as u64),
+                    "expired_ms": r.expired.map(|d| d.as_millis() as u64),
+                    "max": r.max_kept,
+                })),
             }));
         }
         println!(
-            "topic        {topic}\npaused       {}\nrate         {}\nconcurrency  {}",
+            "topic        {topic}\npaused       {}\nrate         {}\nconcurrency  {}\nkeep         {}",
             if ctl.paused { "yes" } else { "no" },
             rate.as_deref().unwrap_or("none"),
             ctl.concurrency.map_or("none".to_owned(), |c| c.to_string()),
+            finished::retention_text(ctl.retention),
         );
         Ok(())
     }

@@ -76,6 +76,8 @@ pub struct StatsView {
     pub retry: u64,
     /// In the dead queue.
     pub dead: u64,
+    /// Finished jobs the topic keeps (`dq list --state succeeded`, …).
+    pub kept: u64,
     /// Due but not yet moved to ready.
     pub overdue: u64,
     /// How long the most overdue job has waited, ms.
@@ -114,6 +116,8 @@ pub struct Counters {
     pub trimmed: u64,
     /// Times a handler asked to slow the topic down (a partner's rate limit).
     pub throttles: u64,
+    /// Kept finished jobs dropped before their time because the topic kept its cap.
+    pub kept_trimmed: u64,
 }
 
 impl StatsView {
@@ -127,6 +131,7 @@ impl StatsView {
             active: s.active,
             retry: s.retry,
             dead: s.dead,
+            kept: s.kept,
             overdue: s.overdue,
             oldest_overdue_ms: s.oldest_overdue_ms,
             counters: Counters {
@@ -140,6 +145,7 @@ impl StatsView {
                 succeeded_after_cancel_request: s.succeeded_after_cancel_request,
                 trimmed: s.trimmed,
                 throttles: s.throttles,
+                kept_trimmed: s.kept_trimmed,
             },
             workers: None,
             paused: s.paused,
@@ -198,7 +204,7 @@ pub fn stats_detail(r: &StatsView) -> String {
          leasing         {}\n\
          counters        enqueued {}, succeeded {}, retried {}, buried {}, expired {}, \
          cancelled {}, trimmed {}, throttles {}\n\
-         {}{}",
+         {}{}{}",
         r.topic,
         r.partitions,
         if r.partitions == 1 { "" } else { "s" },
@@ -233,6 +239,12 @@ pub fn stats_detail(r: &StatsView) -> String {
         match c.expired_before_start {
             0 => String::new(),
             n => format!("                {n} dropped: their expiry came before they started\n"),
+        },
+        match (r.kept, c.kept_trimmed) {
+            (0, 0) => String::new(),
+            (n, 0) => format!("kept            {n} finished (dq list --state succeeded, …)\n"),
+            (n, t) =>
+                format!("kept            {n} finished; {t} trimmed before their time (the cap)\n"),
         }
     )
 }

@@ -145,7 +145,11 @@ async fn stats_tell_a_success_after_a_cancel_request_from_a_cancel() {
     assert_eq!(reply.jobs.len(), 1);
     t.cancel("finished").await.unwrap();
     let lease = dq_core::store::lease_of(&reply.jobs[0]);
-    client.store().ack(&q, "", &dq_core::Success::of(&[lease])).await.unwrap();
+    client
+        .store()
+        .ack(&q, "", &dq_core::Success::of(&[lease]))
+        .await
+        .unwrap();
 
     let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
     let mut args = base.to_vec();
@@ -170,5 +174,98 @@ async fn stats_tell_a_success_after_a_cancel_request_from_a_cancel() {
         detail.contains("cancelled 0")
             && detail.contains("1 of the succeeded had a cancel requested"),
         "{detail}"
+    );
+}
+
+/// `dq limits --keep-*` sets which finished jobs a topic keeps; `dq job` shows a kept job
+/// with its outcome, worker and result; `dq list --state succeeded` pages them; a bad
+/// retention or state is refused (exit code 2) before anything is written.
+#[tokio::test]
+async fn kept_jobs_are_set_shown_and_listed() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-kept");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&url)
+        .await
+        .unwrap();
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        dq(&args, &[]).0
+    };
+    let t = client.topic("thumbs").unwrap();
+    t.stats().await.unwrap(); // records the topic
+    let out = run(&["limits", "thumbs", "--keep-succeeded", "0s"]);
+    assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+    let out = run(&[
+        "limits",
+        "thumbs",
+        "--keep-succeeded",
+        "1h",
+        "--keep-max",
+        "50",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout)
+            .contains("keep         succeeded 1h, cancelled no, expired no, at most 50"),
+        "{}",
+        text(&out.stdout)
+    );
+    t.enqueue(rmp_serde::to_vec(&7u64).unwrap())
+        .key("image-7")
+        .await
+        .unwrap();
+    let q = Queue::new(Topic::new("thumbs").unwrap(), 0);
+    let request = FetchRequest {
+        max_jobs: 1,
+        lease: Duration::from_secs(60),
+        call: FetchCall::new(),
+        ..FetchRequest::default()
+    };
+    let reply = client.store().fetch(&q, &request).await.unwrap();
+    let d = &reply.jobs[0];
+    let mut done = dq_core::Success::new(d.key.clone(), d.token);
+    done.started_ms = d.leased_ms;
+    done.result = dq_core::StoredResult::Value(
+        rmp_serde::to_vec_named(&serde_json::json!({"url": "https://cdn/7.png"})).unwrap(),
+    );
+    client.store().ack(&q, "worker-a", &[done]).await.unwrap();
+
+    let out = run(&["job", "thumbs", "image-7"]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for want in [
+        "succeeded (kept until",
+        "worker    worker-a",
+        "https://cdn/7.png",
+        "payload   7",
+    ] {
+        assert!(shown.contains(want), "{want:?} in {shown}");
+    }
+    let out = run(&["job", "thumbs", "image-7", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["outcome"], "succeeded", "{json}");
+    assert_eq!(json["result"]["url"], "https://cdn/7.png", "{json}");
+    let out = run(&["list", "thumbs", "--state", "succeeded", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["jobs"][0]["key"], "image-7", "{json}");
+    assert_eq!(json["next"], serde_json::Value::Null);
+    let out = run(&["list", "thumbs", "--state", "cancelled"]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("no cancelled jobs"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&["list", "thumbs", "--state", "finished"]);
+    assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+    let out = run(&["stats", "thumbs"]);
+    assert!(
+        text(&out.stdout).contains("kept            1 finished"),
+        "{}",
+        text(&out.stdout)
     );
 }

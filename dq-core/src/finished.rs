@@ -31,7 +31,11 @@ pub enum FinishedAs {
 
 impl FinishedAs {
     /// Every outcome a topic may keep.
-    pub const ALL: [FinishedAs; 3] = [FinishedAs::Succeeded, FinishedAs::Cancelled, FinishedAs::Expired];
+    pub const ALL: [FinishedAs; 3] = [
+        FinishedAs::Succeeded,
+        FinishedAs::Cancelled,
+        FinishedAs::Expired,
+    ];
 
     /// The outcome's name in logs, the CLI and the dashboard.
     pub fn as_str(self) -> &'static str {
@@ -169,13 +173,13 @@ impl Retention {
     /// keep nothing, remove the retention).
     pub fn check(&self) -> Result<()> {
         for outcome in FinishedAs::ALL {
-            if let Some(d) = self.keep_for(outcome) {
-                if d < Duration::from_millis(1) || d > MAX_KEEP {
-                    return Err(Error::InvalidConfig(format!(
-                        "keeping {outcome} jobs for {d:?}: a retention is from 1 ms to {} days",
-                        MAX_KEEP.as_secs() / 86_400
-                    )));
-                }
+            if let Some(d) = self.keep_for(outcome)
+                && (d < Duration::from_millis(1) || d > MAX_KEEP)
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "keeping {outcome} jobs for {d:?}: a retention is from 1 ms to {} days",
+                    MAX_KEEP.as_secs() / 86_400
+                )));
             }
         }
         if self.max_kept == 0 || self.max_kept > MAX_KEPT {

@@ -463,9 +463,7 @@ impl KeepDecl {
             succeeded: d(self.succeeded_ms),
             cancelled: d(self.cancelled_ms),
             expired: d(self.expired_ms),
-            max_kept: self
-                .max_kept
-                .unwrap_or(crate::finished::DEFAULT_MAX_KEPT),
+            max_kept: self.max_kept.unwrap_or(crate::finished::DEFAULT_MAX_KEPT),
         }
     }
 }

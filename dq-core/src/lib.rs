@@ -29,18 +29,15 @@ pub use client::{
     TopicCount,
 };
 pub use client::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER}; // group commit (issue 15)
-pub use client::{FinishedPage, WAIT_FIRST_PAUSE, WAIT_MAX_PAUSE, WaitOutcome}; // results (issue 23)
 pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)
+pub use client::{FinishedPage, WAIT_FIRST_PAUSE, WAIT_MAX_PAUSE, WaitOutcome}; // results (issue 23)
 pub use connect::ClientBuilder;
 pub use control::{ControlChange, ControlState, Rate, TopicControl};
 pub use error::{BulkStored, Error, Result};
-pub use finished::{
-    FinishedAs, FinishedChunk, FinishedJob, Retention, Returned, StoredResult,
-};
+pub use finished::{FinishedAs, FinishedChunk, FinishedJob, Retention, Returned, StoredResult};
 pub use handler::{
     BoxError, DataNeed, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
-    KeepDecl,
-    LeaseDeadline, ScheduleDecl, SharedData, registered_jobs,
+    KeepDecl, LeaseDeadline, ScheduleDecl, SharedData, registered_jobs,
 };
 pub use inspect::{
     AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,

@@ -221,7 +221,7 @@ impl Parse for Args {
 impl Args {
     /// The retention the arguments declare: `[succeeded, cancelled, expired]` ms and the cap
     /// (`keep_max` alone is refused).
-    fn keep(&self) -> syn::Result<Option<([Option<u64>; 3], Option<u64>)>> {
+    fn keep(&self) -> syn::Result<Option<KeepArgs>> {
         if self.keep_ms.iter().all(Option::is_none) {
             return match self.keep_max {
                 Some((span, _)) => Err(syn::Error::new(
@@ -277,6 +277,9 @@ impl Args {
 }
 
 /// Parses `= <value>` after an argument's name.
+/// `keep_*` and `keep_max` as declared: `[succeeded, cancelled, expired]` ms and the cap.
+pub(crate) type KeepArgs = ([Option<u64>; 3], Option<u64>);
+
 /// The longest `keep_*` time: 90 days (dq-core `finished::MAX_KEEP`, tied by a test).
 const MAX_KEEP_MS: u64 = 90 * 24 * 3600 * 1000;
 
@@ -448,7 +451,7 @@ pub(crate) struct Handler {
     /// `expires_after`, in ms: the default expiry of the jobs the typed client enqueues.
     pub(crate) expires_after_ms: Option<u64>,
     /// `keep_*` and `keep_max`: `[succeeded, cancelled, expired]` ms and the cap.
-    pub(crate) keep: Option<([Option<u64>; 3], Option<u64>)>,
+    pub(crate) keep: Option<KeepArgs>,
     pub(crate) concurrency: Option<u32>,
     /// The path generated code reaches `__private` through (`::dq` unless overridden).
     pub(crate) krate: Path,

@@ -35,7 +35,10 @@ pub(crate) enum Outcome {
         started_ms: u64,
         result: StoredResult,
     },
-    Failed { action: FailAction, error: String },
+    Failed {
+        action: FailAction,
+        error: String,
+    },
 }
 
 /// One outcome to write.
@@ -115,7 +118,9 @@ impl Completer {
             while let Some(c) = next.take() {
                 taken += 1;
                 match c.outcome {
-                    Outcome::Succeeded { .. } => acks.entry(c.lease.queue.clone()).or_default().push(c),
+                    Outcome::Succeeded { .. } => {
+                        acks.entry(c.lease.queue.clone()).or_default().push(c);
+                    }
                     Outcome::Failed { .. } => {
                         fails.entry(c.lease.queue.clone()).or_default().push(c);
                     }

@@ -433,11 +433,11 @@ impl Worker {
         // retried in the background, and until it lands the topic keeps what it kept before.
         let mut unwritten = Vec::new();
         for topic in &self.topics {
-            if let Some(keep) = topic.descriptor.keep {
-                if let Err(e) = write_retention(&self.client, &topic.topic, keep).await {
-                    tracing::warn!(topic = %topic.topic, error = %e, "could not write the topic's retention yet; retrying in the background");
-                    unwritten.push(topic.clone());
-                }
+            if let Some(keep) = topic.descriptor.keep
+                && let Err(e) = write_retention(&self.client, &topic.topic, keep).await
+            {
+                tracing::warn!(topic = %topic.topic, error = %e, "could not write the topic's retention yet; retrying in the background");
+                unwritten.push(topic.clone());
             }
         }
         self.retention_pending = Some(unwritten);

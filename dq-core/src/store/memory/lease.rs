@@ -15,13 +15,13 @@ use super::partition::{
 use super::receipts::FetchReceipt;
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
+use crate::finished::FinishedAs;
 use crate::job::{AttemptOutcome, Queue};
 use crate::names::JobKey;
 use crate::store::lease::{
     AckOutcome, DeadLimits, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
     FetchReply, FetchRequest, Lease, NEWER_RECORD_WAIT, NewerRecord, Success, WakeListener,
 };
-use crate::finished::FinishedAs;
 
 impl Partition {
     /// Deletes and counts the waiting job under `key` if its expiry has come (fetch.lua's

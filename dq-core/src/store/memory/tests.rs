@@ -199,7 +199,14 @@ async fn not_delivered_before_due() {
         (d.key.as_str(), d.due_ms, d.leased_ms),
         ("at", t0 + 5_000, t0 + 5_000)
     );
-    store.ack(&queue(), "", &crate::store::Success::of(&[(d.key, d.token)])).await.unwrap();
+    store
+        .ack(
+            &queue(),
+            "",
+            &crate::store::Success::of(&[(d.key, d.token)]),
+        )
+        .await
+        .unwrap();
 
     advance(Duration::from_secs(1800) - Duration::from_millis(5_001)).await;
     let r = fetch(&store, 10).await;
@@ -217,7 +224,14 @@ async fn not_delivered_before_due() {
     // Nothing else pending but the lease: next is just past its deadline.
     let r = fetch(&store, 10).await;
     assert_eq!(r.next_in, Some(Duration::from_millis(30_001)));
-    store.ack(&queue(), "", &crate::store::Success::of(&[(d.key, d.token)])).await.unwrap();
+    store
+        .ack(
+            &queue(),
+            "",
+            &crate::store::Success::of(&[(d.key, d.token)]),
+        )
+        .await
+        .unwrap();
     assert_eq!(fetch(&store, 10).await.next_in, None);
     assert_sound(&store);
 }
@@ -520,7 +534,14 @@ async fn stale_tokens_are_refused() {
     let old = (first.key.clone(), first.token);
 
     assert_eq!(
-        store.ack(&q, "", &crate::store::Success::of(std::slice::from_ref(&old))).await.unwrap(),
+        store
+            .ack(
+                &q,
+                "",
+                &crate::store::Success::of(std::slice::from_ref(&old))
+            )
+            .await
+            .unwrap(),
         [AckOutcome::Stale]
     );
     assert!(matches!(
@@ -552,7 +573,14 @@ async fn stale_tokens_are_refused() {
     let deadline = now(&store).await + 10_000;
     assert_eq!(info(&store, "k").await.lease_deadline_ms, Some(deadline));
     assert_eq!(
-        store.ack(&q, "", &crate::store::Success::of(&[new.clone(), new.clone()])).await.unwrap(),
+        store
+            .ack(
+                &q,
+                "",
+                &crate::store::Success::of(&[new.clone(), new.clone()])
+            )
+            .await
+            .unwrap(),
         [AckOutcome::Acked, AckOutcome::Gone]
     );
     assert_eq!(

@@ -673,7 +673,9 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
             }
         } else if field == "keep" {
             if crate::finished::Retention::decode(value).is_none() {
-                say(format!("`control` field \"keep\" = {value:?} is not a retention"));
+                say(format!(
+                    "`control` field \"keep\" = {value:?} is not a retention"
+                ));
             }
         } else if !CONTROL_FIELDS.contains(&field.as_str()) {
             say(format!("unknown `control` field {field:?}"));
