@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use dq::store::redis::acl_rule;
 use dq::{Client, Error, JobContext, JobError, TlsConfig, Worker};
-use dq_testkit::{RedisServer, ServerOptions, TestCerts, eventually};
+use dq_testkit::{ClusterOptions, RedisCluster, RedisServer, ServerOptions, TestCerts, eventually};
 use support::{Log, WAIT, record};
 
 const PASSWORD: &str = "tls-s3cret-Pa55";
@@ -35,6 +35,19 @@ async fn tls_job(n: u64, ctx: JobContext) -> Result<(), JobError> {
 /// `mtls`) whose users are `default` (the test kit's, on the plain port), `dq` with dq's
 /// rule for [`NS`] and `nofcall` with that rule less `FCALL`.
 fn server(certs: &TestCerts, mtls: bool) -> RedisServer {
+    let path = acl_file();
+    let server = RedisServer::start_with(
+        ServerOptions::default()
+            .tls(certs.server_tls().auth_clients(mtls))
+            .arg("--aclfile")
+            .arg(path.display().to_string()),
+    );
+    let _ = std::fs::remove_file(&path);
+    server
+}
+
+/// An ACL file with the users of [`server`]; the caller removes it once the servers read it.
+fn acl_file() -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!(
         "dq-tls-{}-{}.acl",
         std::process::id(),
@@ -49,14 +62,7 @@ fn server(certs: &TestCerts, mtls: bool) -> RedisServer {
     let no_fcall = acl_rule(NS).replace(" +fcall", "");
     writeln!(f, "user nofcall on >{PASSWORD} {no_fcall}").unwrap();
     drop(f);
-    let server = RedisServer::start_with(
-        ServerOptions::default()
-            .tls(certs.server_tls().auth_clients(mtls))
-            .arg("--aclfile")
-            .arg(path.display().to_string()),
-    );
-    let _ = std::fs::remove_file(&path);
-    server
+    path
 }
 
 fn url(server: &RedisServer, user: &str, password: &str) -> String {
@@ -231,4 +237,75 @@ async fn mutual_tls_wants_the_client_certificate_and_works_with_it() {
         .unwrap();
     client.enqueue::<tls_job>(1).key("m1").await.unwrap();
     assert!(client.job::<tls_job>("m1").await.unwrap().is_some());
+}
+
+/// A cluster whose nodes listen with TLS, and talk TLS to each other (bus and replication),
+/// with the ACL users of [`server`] on every node: dq connects to the TLS seeds as `dq`,
+/// follows the nodes' TLS addresses, and blocks its wake-up listeners on each master over TLS.
+#[tokio::test]
+async fn a_cluster_over_tls_runs_producer_and_worker_as_an_acl_user() {
+    let certs = TestCerts::generate();
+    let path = acl_file();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        server: ServerOptions::default()
+            .tls(certs.server_tls())
+            .arg("--aclfile")
+            .arg(path.display().to_string()),
+        ..ClusterOptions::default()
+    });
+    let _ = std::fs::remove_file(&path);
+    let url = cluster.tls_url().replace(
+        "rediss+cluster://",
+        &format!("rediss+cluster://dq:{PASSWORD}@"),
+    );
+
+    let unrelated = TestCerts::generate();
+    let e = client(&url, ca(&unrelated))
+        .await
+        .expect_err("a wrong CA on a cluster");
+    match &e {
+        Error::Tls(why) => assert!(why.contains("is the CA right?"), "{why}"),
+        other => panic!("a wrong CA on a cluster: {other:?}"),
+    }
+    no_password(&e);
+
+    let client = Client::builder()
+        .namespace(NS)
+        .partitions("tls.jobs", 6)
+        .tls(TlsConfig::new().ca_file(certs.ca_file()).unwrap())
+        .connect(&url)
+        .await
+        .unwrap();
+    let log = Log::default();
+    let worker = Worker::builder(client.clone())
+        .topics(["tls.jobs"])
+        .data(log.clone())
+        .data(client.clone())
+        .lease(Duration::from_secs(5))
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    for n in 0..20u64 {
+        let e = client.enqueue::<tls_job>(n).key(format!("c{n}"));
+        if n.is_multiple_of(3) {
+            e.delay(Duration::from_millis(100)).await.unwrap();
+        } else {
+            e.await.unwrap();
+        }
+    }
+    eventually("every job succeeded on the cluster", WAIT, || async {
+        client.stats::<tls_job>().await.unwrap().succeeded == 20
+    })
+    .await;
+    // The dq user's connections reached every master, each on its TLS port.
+    for master in cluster.masters() {
+        let clients: String = master.cmd(&["CLIENT", "LIST"]);
+        let dq: Vec<&str> = clients.lines().filter(|l| l.contains(" user=dq ")).collect();
+        assert!(!dq.is_empty(), "no dq connection on {}: {clients}", master.port());
+        let tls_port = format!(" laddr=127.0.0.1:{} ", master.tls_port());
+        assert!(dq.iter().all(|l| l.contains(&tls_port)), "{clients}");
+    }
+    worker.shutdown().await;
 }
