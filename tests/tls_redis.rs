@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use dq::store::redis::acl_rule;
 use dq::{Client, Error, JobContext, JobError, TlsConfig, Worker};
-use dq_testkit::{ClusterOptions, RedisCluster, RedisServer, ServerOptions, TestCerts, eventually};
+use dq_testkit::{
+    ClusterOptions, RedisCluster, RedisSentinelSet, RedisServer, SentinelOptions, ServerOptions,
+    TestCerts, eventually,
+};
 use support::{Log, WAIT, record};
 
 const PASSWORD: &str = "tls-s3cret-Pa55";
@@ -302,10 +305,116 @@ async fn a_cluster_over_tls_runs_producer_and_worker_as_an_acl_user() {
     // The dq user's connections reached every master, each on its TLS port.
     for master in cluster.masters() {
         let clients: String = master.cmd(&["CLIENT", "LIST"]);
-        let dq: Vec<&str> = clients.lines().filter(|l| l.contains(" user=dq ")).collect();
-        assert!(!dq.is_empty(), "no dq connection on {}: {clients}", master.port());
+        let dq: Vec<&str> = clients
+            .lines()
+            .filter(|l| l.contains(" user=dq "))
+            .collect();
+        assert!(
+            !dq.is_empty(),
+            "no dq connection on {}: {clients}",
+            master.port()
+        );
         let tls_port = format!(" laddr=127.0.0.1:{} ", master.tls_port());
         assert!(dq.iter().all(|l| l.contains(&tls_port)), "{clients}");
     }
     worker.shutdown().await;
+}
+
+/// Through Sentinel: the servers replicate over TLS and the sentinels name their TLS ports;
+/// dq asks the sentinels (plain TCP), checks and uses the master over TLS as the ACL user,
+/// and after a switch-over follows the new master, over TLS again.
+#[tokio::test]
+async fn through_sentinel_the_master_is_reached_over_tls_before_and_after_a_failover() {
+    let certs = TestCerts::generate();
+    let path = acl_file();
+    let set = RedisSentinelSet::start_with(SentinelOptions {
+        server: ServerOptions::default()
+            .tls(certs.server_tls())
+            .arg("--aclfile")
+            .arg(path.display().to_string()),
+        ..SentinelOptions::default()
+    });
+    let url = set.tls_url().replace(
+        "rediss+sentinel://",
+        &format!("rediss+sentinel://dq:{PASSWORD}@"),
+    );
+
+    let unrelated = TestCerts::generate();
+    let e = client(&url, ca(&unrelated))
+        .await
+        .expect_err("a wrong CA through Sentinel");
+    match &e {
+        Error::Tls(why) => assert!(why.contains("is the CA right?"), "{why}"),
+        other => panic!("a wrong CA through Sentinel: {other:?}"),
+    }
+    no_password(&e);
+
+    let client = client(&url, ca(&certs)).await.unwrap();
+    let log = Log::default();
+    let worker = Worker::builder(client.clone())
+        .topics(["tls.jobs"])
+        .data(log.clone())
+        .data(client.clone())
+        .lease(Duration::from_secs(5))
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    let enqueue = async |from: u64| {
+        for n in from..from + 10 {
+            let e = client.enqueue::<tls_job>(n).key(format!("s{n}"));
+            let result = if n.is_multiple_of(3) {
+                e.delay(Duration::from_millis(100)).await
+            } else {
+                e.await
+            };
+            result.unwrap();
+        }
+    };
+    enqueue(1).await;
+    eventually("the first jobs succeeded", WAIT, || async {
+        client.stats::<tls_job>().await.unwrap().succeeded == 10
+    })
+    .await;
+    let on_tls = |server: &RedisServer| {
+        let clients: String = server.cmd(&["CLIENT", "LIST"]);
+        let tls_port = format!(" laddr=127.0.0.1:{} ", server.tls_port());
+        let dq: Vec<String> = clients
+            .lines()
+            .filter(|l| l.contains(" user=dq "))
+            .map(str::to_owned)
+            .collect();
+        (
+            !dq.is_empty() && dq.iter().all(|l| l.contains(&tls_port)),
+            clients,
+        )
+    };
+    let (ok, clients) = on_tls(set.master().unwrap());
+    assert!(ok, "{clients}");
+
+    let old = set.switch_over();
+    set.wait_for_failover(old, Duration::from_secs(30));
+    let old_master = set.servers().iter().find(|s| s.port() == old).unwrap();
+    eventually("the old master is a replica", WAIT, || async {
+        let role: Vec<dq_testkit::redis::Value> = old_master.cmd(&["ROLE"]);
+        matches!(role.first(), Some(dq_testkit::redis::Value::BulkString(b)) if b == b"slave")
+    })
+    .await;
+    // The enqueues find the old master read-only, follow the sentinels to the new one (over
+    // TLS, with the same CA) and are sent again there.
+    enqueue(101).await;
+    eventually("every job succeeded after the failover", WAIT, || async {
+        client
+            .stats::<tls_job>()
+            .await
+            .is_ok_and(|s| s.succeeded == 20)
+    })
+    .await;
+    let master = set.master().unwrap();
+    assert_ne!(master.port(), old);
+    let (ok, clients) = on_tls(master);
+    assert!(ok, "{clients}");
+    worker.shutdown().await;
+    let _ = std::fs::remove_file(&path);
 }

@@ -268,6 +268,11 @@ impl RedisServer {
             .unwrap_or_else(|| panic!("dq-testkit: this server was started without TLS"))
     }
 
+    /// The TLS port, if the server has one.
+    pub(crate) fn tls_port_if_any(&self) -> Option<u16> {
+        self.tls_port
+    }
+
     /// The TCP port the server listens on (on 127.0.0.1); it stays the same across restarts.
     pub fn port(&self) -> u16 {
         self.port
