@@ -815,7 +815,7 @@ impl SharedConnection {
 pub(crate) type Certs = Option<Arc<redis::TlsCertificates>>;
 /// Without the `tls` feature there are no certificates to hold.
 #[cfg(not(feature = "tls"))]
-pub(crate) type Certs = Option<std::convert::Infallible>;
+pub(crate) type Certs = Option<Arc<std::convert::Infallible>>;
 
 /// A client for one node, with TCP keepalive, and `certs` for TLS.
 pub(super) fn node_client(url: &str, certs: &Certs) -> redis::RedisResult<redis::Client> {
