@@ -377,28 +377,35 @@ async fn through_sentinel_the_master_is_reached_over_tls_before_and_after_a_fail
         client.stats::<tls_job>().await.unwrap().succeeded == 10
     })
     .await;
-    let on_tls = |server: &RedisServer| {
-        let clients: String = server.cmd(&["CLIENT", "LIST"]);
-        let tls_port = format!(" laddr=127.0.0.1:{} ", server.tls_port());
-        let dq: Vec<String> = clients
+    // Whether the dq user has connections to the master now, each on its TLS port (a
+    // command that fails, the server busy with a failover, counts as not yet).
+    let on_tls = || {
+        let Some(master) = set.master() else {
+            return false;
+        };
+        let Ok(clients) = master.try_cmd::<String>(&["CLIENT", "LIST"]) else {
+            return false;
+        };
+        let tls_port = format!(" laddr=127.0.0.1:{} ", master.tls_port());
+        let dq: Vec<&str> = clients
             .lines()
             .filter(|l| l.contains(" user=dq "))
-            .map(str::to_owned)
             .collect();
-        (
-            !dq.is_empty() && dq.iter().all(|l| l.contains(&tls_port)),
-            clients,
-        )
+        !dq.is_empty() && dq.iter().all(|l| l.contains(&tls_port))
     };
-    let (ok, clients) = on_tls(set.master().unwrap());
-    assert!(ok, "{clients}");
+    eventually(
+        "the dq user's connections to the master are on its TLS port",
+        WAIT,
+        || async { on_tls() },
+    )
+    .await;
 
     let old = set.switch_over();
     set.wait_for_failover(old, Duration::from_secs(30));
     let old_master = set.servers().iter().find(|s| s.port() == old).unwrap();
     eventually("the old master is a replica", WAIT, || async {
-        let role: Vec<dq_testkit::redis::Value> = old_master.cmd(&["ROLE"]);
-        matches!(role.first(), Some(dq_testkit::redis::Value::BulkString(b)) if b == b"slave")
+        let role = old_master.try_cmd::<Vec<dq_testkit::redis::Value>>(&["ROLE"]);
+        matches!(role.as_deref(), Ok([dq_testkit::redis::Value::BulkString(b), ..]) if b == b"slave")
     })
     .await;
     // The enqueues find the old master read-only, follow the sentinels to the new one (over
@@ -411,10 +418,13 @@ async fn through_sentinel_the_master_is_reached_over_tls_before_and_after_a_fail
             .is_ok_and(|s| s.succeeded == 20)
     })
     .await;
-    let master = set.master().unwrap();
-    assert_ne!(master.port(), old);
-    let (ok, clients) = on_tls(master);
-    assert!(ok, "{clients}");
+    assert_ne!(set.master_port(), Some(old));
+    eventually(
+        "the dq user's connections to the new master are on its TLS port",
+        WAIT,
+        || async { on_tls() },
+    )
+    .await;
     worker.shutdown().await;
     let _ = std::fs::remove_file(&path);
 }

@@ -517,6 +517,7 @@ fn with_certs(
     let settings = master_info.redis_settings();
     let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)?
         .set_client_to_redis_db(settings.db())
+        .set_client_to_redis_protocol(settings.protocol())
         .set_client_to_redis_certificates(certs.clone())
         .set_client_to_redis_tcp_settings(
             redis::io::tcp::TcpSettings::default().set_keepalive(keepalive()),
