@@ -3,7 +3,7 @@
 # chromium, chromedriver, cargo-deny), then fmt,
 # clippy, rustdoc with warnings as errors, cargo-deny (licenses, bans, sources), `cargo package`
 # of every published crate, the whole test suite (each test binary starts its own redis-server
-# on a free port; nothing uses 6379), every example, the TLS build, and a smoke run of the
+# on a free port; nothing uses 6379), the TLS tests, every example, and a smoke run of the
 # benchmark. Usage: ./scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +71,7 @@ target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_direc
 step fmt cargo fmt --all -- --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 # The optional features (otel, tls) with the same selection: only dq's crates are checked again.
-step "clippy (otel, tls)" cargo clippy --workspace --all-targets --features dq/otel,dq/tls -- -D warnings
+step "clippy (otel, tls)" cargo clippy --workspace --all-targets --features dq/otel,dq/tls,dq-cli/tls -- -D warnings
 step rustdoc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 step cargo-deny cargo deny --log-level error check licenses bans sources
 # The published crates, packaged as crates.io would receive them, then checked from their
@@ -109,6 +109,9 @@ run_tests() { "$@" 2>&1 | tee -a "$log"; }
 step "cargo test" run_tests cargo test --workspace
 # The otel feature's trace test (compiled only with the feature).
 step "cargo test (otel)" run_tests cargo test --workspace --features dq/otel --test otel_trace
+# The TLS tests (compiled only with the `tls` feature): one node, a cluster and Sentinel over
+# TLS on certificates made at test time, and the `dq` binary and its dashboard.
+step "cargo test (tls)" run_tests cargo test --workspace --features dq/tls,dq-cli/tls --test tls_redis --test cli_tls
 # Built by `cargo test` above with the same selection; this only confirms they are fresh.
 step "build examples and bins" cargo build --quiet --workspace --bins --examples
 for example in $(ls examples/*.rs 2>/dev/null | xargs -r -n1 basename | sed 's/\.rs$//'); do

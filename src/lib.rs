@@ -16,7 +16,7 @@ pub use dq_macros::delayed_job;
 pub use dq_core::client::DEFAULT_BULK_CHUNK;
 pub use dq_core::{
     Admin, Client, ClientBuilder, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec,
-    TopicClient,
+    TlsConfig, TopicClient,
 };
 pub use dq_core::{
     CancelOutcome, DeadLimits, Due, EnqueueOutcome, Expiry, MAX_DUE_MS, NewDue, RescheduleOutcome,

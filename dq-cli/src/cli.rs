@@ -1,6 +1,7 @@
 //! The command line's grammar (clap derive): global connection options, every command and
 //! its flags, and the help text an operator reads.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -13,7 +14,7 @@ Exit codes:
   2  bad input (a usage error, bad JSON, a bad time or key, a bulk operation without --yes
      when standard input is not a terminal); nothing was written
   3  not found (no such job, or no such topic in the namespace)
-  4  cannot reach Redis (connection refused or lost, timeout)
+  4  cannot reach Redis (connection refused or lost, timeout, a TLS certificate refused)
   5  aborted at the confirmation prompt; nothing was written
 
 Examples:
@@ -79,6 +80,39 @@ pub struct Cli {
         help_heading = "Connection"
     )]
     pub connect_timeout: Duration,
+
+    /// PEM file of the CA certificate(s) to trust for rediss:// (a private CA); without it
+    /// the Mozilla roots built into dq are trusted. TLS builds only.
+    #[arg(
+        long,
+        env = "DQ_TLS_CA",
+        global = true,
+        value_name = "FILE",
+        help_heading = "Connection"
+    )]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM file of a client certificate to present (mutual TLS), with --tls-key.
+    #[arg(
+        long,
+        env = "DQ_TLS_CERT",
+        global = true,
+        value_name = "FILE",
+        requires = "tls_key",
+        help_heading = "Connection"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM file of the client certificate's private key, with --tls-cert.
+    #[arg(
+        long,
+        env = "DQ_TLS_KEY",
+        global = true,
+        value_name = "FILE",
+        requires = "tls_cert",
+        help_heading = "Connection"
+    )]
+    pub tls_key: Option<PathBuf>,
 
     /// What to do.
     #[command(subcommand)]

@@ -63,7 +63,7 @@ impl From<dq_core::Error> for Failure {
             | E::InvalidPartition { .. }
             | E::TopicMismatch { .. }
             | E::BulkItem { .. } => Exit::BadInput,
-            E::Timeout(_) => Exit::Connection,
+            E::Timeout(_) | E::Tls(_) => Exit::Connection,
             E::Redis(r)
                 if r.is_io_error()
                     || r.is_connection_refusal()

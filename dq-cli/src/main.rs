@@ -61,7 +61,12 @@ async fn run(cli: Cli) -> Outcome {
         return Ok(());
     }
     let role = matches!(cli.command, Command::Dashboard(_)).then_some(ProcessRole::Dashboard);
-    let ctx = Ctx::connect(&cli.url, &cli.namespace, cli.connect_timeout, role).await?;
+    let tls = dq_core::TlsConfig::from_files(
+        cli.tls_ca.as_deref(),
+        cli.tls_cert.as_deref(),
+        cli.tls_key.as_deref(),
+    )?;
+    let ctx = Ctx::connect(&cli.url, &cli.namespace, cli.connect_timeout, role, tls).await?;
     match cli.command {
         Command::Topics(a) => ctx.topics(a.json),
         Command::Stats(a) => ctx.stats(a).await,
@@ -132,6 +137,7 @@ impl Ctx {
         namespace: &str,
         timeout: Duration,
         role: Option<ProcessRole>,
+        tls: Option<dq_core::TlsConfig>,
     ) -> Outcome<Ctx> {
         let unreachable = |why: &str| {
             Failure::new(
@@ -153,12 +159,26 @@ impl Ctx {
                 Some(role) => builder.role(role),
                 None => builder.unregistered(),
             };
+            let builder = match tls {
+                Some(tls) => builder.tls(tls),
+                None => builder,
+            };
             let client = builder.connect(url).await?;
             let topics = client.topics().await?;
             Ok::<_, dq_core::Error>((client, topics))
         };
         let (client, topics) = match tokio::time::timeout(timeout + CONNECT_GRACE, connect).await {
             Err(_) => return Err(unreachable("no answer")),
+            // A certificate refused is no matter of waiting longer: said as it is.
+            Ok(Err(e @ dq_core::Error::Tls(_))) => {
+                return Err(Failure::new(
+                    Exit::Connection,
+                    format!(
+                        "cannot connect to Redis at {}: {e}",
+                        dq_core::store::redis::redacted_url(url)
+                    ),
+                ));
+            }
             Ok(Err(e)) => {
                 let failure = Failure::from(e);
                 return Err(match failure.exit {

@@ -18,7 +18,7 @@ use crate::names::Topic;
 use crate::store::Store;
 use crate::store::lease::DeadLimits;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{RedisOptions, RedisStore};
+use crate::store::redis::{RedisOptions, RedisStore, TlsConfig};
 
 /// Builds a [`Client`] with non-default settings.
 #[derive(Clone, Debug)]
@@ -126,6 +126,16 @@ impl ClientBuilder {
     /// Longest wait for one Redis reply (default 5 s).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.redis.response_timeout = timeout;
+        self
+    }
+
+    /// TLS settings for a `rediss://` URL: the CA to trust instead of the built-in roots (a
+    /// private CA), and a client certificate for mutual TLS (see [`TlsConfig`]; with the
+    /// `tls` feature). A certificate refused either way fails [`ClientBuilder::connect`] at
+    /// once with [`Error::Tls`] saying which. `TlsConfig::from_env()` reads the files that
+    /// `DQ_TLS_CA`, `DQ_TLS_CERT` and `DQ_TLS_KEY` name, as the `dq` command line does.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.redis.tls = Some(tls);
         self
     }
 

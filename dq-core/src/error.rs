@@ -218,6 +218,14 @@ pub enum Error {
         /// Replicas asked for.
         wanted: usize,
     },
+    /// A TLS connection to Redis failed on the certificates: the server's is not signed by a
+    /// CA this client trusts (give it the CA:
+    /// [`TlsConfig::ca_file`](crate::store::redis::TlsConfig::ca_file), the `dq` command
+    /// line's `--tls-ca`), does not name the host, or has expired; or the server refused the
+    /// client's certificate. Says which, in words and in rustls's; never quotes the URL.
+    /// Not retryable: retrying does not change a certificate.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A Redis connection or command error.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -312,6 +320,8 @@ pub(crate) fn from_redis(e: redis::RedisError) -> Error {
         Error::OutOfMemory
     } else if let Some(denied) = permission_denied(&e) {
         denied
+    } else if let Some(why) = crate::store::redis::tls_failure(&e) {
+        Error::Tls(why)
     } else {
         Error::Redis(e)
     }

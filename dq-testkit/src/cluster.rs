@@ -89,9 +89,17 @@ impl RedisCluster {
     /// Starts six nodes with `options`, creates the cluster with `redis-cli --cluster create`,
     /// and waits until every node reports it healthy.
     pub fn start_with(options: ClusterOptions) -> RedisCluster {
-        let server = options
-            .server
-            .clone()
+        let mut server = options.server.clone();
+        if server.tls.is_some() {
+            // The cluster bus and replication over TLS too; the nodes then announce their
+            // TLS ports to TLS clients (and their plain ports to plain ones).
+            server = server
+                .arg("--tls-cluster")
+                .arg("yes")
+                .arg("--tls-replication")
+                .arg("yes");
+        }
+        let server = server
             .arg("--cluster-enabled")
             .arg("yes")
             .arg("--cluster-config-file")
@@ -116,6 +124,18 @@ impl RedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
         format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The seed URL of the nodes' TLS ports, `rediss+cluster://127.0.0.1:T1,…` (with
+    /// [`ServerOptions::tls`] in [`ClusterOptions::server`]: the bus and replication are then
+    /// TLS too). Panics for a cluster started without TLS.
+    pub fn tls_url(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.tls_port()))
+            .collect();
+        format!("rediss+cluster://{}", seeds.join(","))
     }
 
     /// Every node, masters and replicas, in start order. Use them to kill, stop, restart or

@@ -17,6 +17,13 @@
 //! [`RedisSentinelSet::url`] is the `redis+sentinel://…/dqmaster` URL dq connects with, and
 //! [`RedisSentinelSet::kill_master`] / [`RedisSentinelSet::wait_for_failover`] drive a failover.
 //!
+//! # TLS
+//!
+//! [`TestCerts::generate`] makes a CA and certificates it signs (with `rcgen`) at test time;
+//! [`ServerOptions::tls`] with [`TestCerts::server_tls`] starts a server that also listens
+//! with TLS on a second port ([`RedisServer::tls_url`]); the plain port stays for the kit's
+//! own admin connections.
+//!
 //! # Why `redis-server` runs under a `bash` wrapper
 //!
 //! A server must die with the test process that started it, *however* that process ends:
@@ -53,6 +60,7 @@ mod process;
 pub mod proxy;
 mod sentinel;
 mod server;
+mod tls;
 mod wait;
 
 pub use cluster::{
@@ -66,4 +74,5 @@ pub use proxy::FaultProxy;
 pub use redis;
 pub use sentinel::{RedisSentinelSet, SENTINEL_MASTER_NAME, SentinelOptions, shared_sentinel};
 pub use server::{Persistence, RedisServer, ServerOptions, shared};
+pub use tls::{ServerTls, TestCerts};
 pub use wait::{POLL_INTERVAL, eventually, eventually_blocking, eventually_some};

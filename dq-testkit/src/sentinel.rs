@@ -65,6 +65,8 @@ pub struct RedisSentinelSet {
     sentinels: Vec<SentinelProcess>,
     /// The first master, then the replicas (roles change with failovers).
     servers: Vec<RedisServer>,
+    /// Whether the servers replicate, and the sentinels watch them, over TLS.
+    tls: bool,
 }
 
 /// One `redis-server --sentinel` process under the wrapper.
@@ -86,23 +88,38 @@ impl RedisSentinelSet {
 
     /// Starts the master, its replicas and three sentinels, and waits until every sentinel
     /// knows them all.
+    ///
+    /// With [`ServerOptions::tls`] in [`SentinelOptions::server`], the servers replicate over
+    /// TLS (`tls-replication yes`, each replica announcing its TLS port) and the sentinels
+    /// watch them over TLS, so the sentinels name TLS ports: connect with
+    /// [`tls_url`](Self::tls_url). The sentinels themselves answer on plain ports, as dq asks
+    /// them. The ports this set's methods return stay the servers' plain ports.
     pub fn start_with(options: SentinelOptions) -> RedisSentinelSet {
-        let master = RedisServer::start_with(options.server.clone());
-        let replica_options = options
-            .server
-            .clone()
+        let tls = options.server.tls.is_some();
+        let server_options = if tls {
+            options.server.clone().arg("--tls-replication").arg("yes")
+        } else {
+            options.server.clone()
+        };
+        let master = RedisServer::start_with(server_options.clone());
+        let announced = |s: &RedisServer| s.tls_port_if_any().unwrap_or(s.port());
+        let master_port = announced(&master);
+        let replica_options = server_options
             .arg("--replicaof")
             .arg("127.0.0.1")
-            .arg(master.port().to_string());
+            .arg(master_port.to_string());
         let mut servers = vec![master];
         for _ in 0..options.replicas {
             servers.push(RedisServer::start_with(replica_options.clone()));
         }
-        let master_port = servers[0].port();
         let sentinels = (0..SENTINELS)
             .map(|_| SentinelProcess::start(master_port, &options))
             .collect();
-        let set = RedisSentinelSet { sentinels, servers };
+        let set = RedisSentinelSet {
+            sentinels,
+            servers,
+            tls,
+        };
         set.await_ready(options.replicas);
         set
     }
@@ -119,6 +136,30 @@ impl RedisSentinelSet {
             "redis+sentinel://{}/{SENTINEL_MASTER_NAME}",
             hosts.join(",")
         )
+    }
+
+    /// The URL dq connects with to a set started with TLS:
+    /// `rediss+sentinel://127.0.0.1:S1,…/dqmaster` (the sentinels asked over plain TCP, the
+    /// master they name over TLS).
+    pub fn tls_url(&self) -> String {
+        assert!(
+            self.tls,
+            "dq-testkit: this sentinel set was started without TLS"
+        );
+        self.url()
+            .replacen("redis+sentinel://", "rediss+sentinel://", 1)
+    }
+
+    /// The plain port of the server a sentinel names by `announced` (its TLS port, in a set
+    /// started with TLS).
+    fn plain_port(&self, announced: u16) -> u16 {
+        if !self.tls {
+            return announced;
+        }
+        self.servers
+            .iter()
+            .find(|s| s.tls_port_if_any() == Some(announced))
+            .map_or(announced, RedisServer::port)
     }
 
     /// The sentinels' ports.
@@ -152,7 +193,10 @@ impl RedisSentinelSet {
     /// The master's port per the first sentinel that answers
     /// `SENTINEL get-master-addr-by-name`.
     pub fn master_port(&self) -> Option<u16> {
-        self.sentinels.iter().find_map(SentinelProcess::master_port)
+        self.sentinels
+            .iter()
+            .find_map(SentinelProcess::master_port)
+            .map(|p| self.plain_port(p))
     }
 
     /// Kills the master with `SIGKILL` (its own process, by pid), as a crash would, and
@@ -198,7 +242,7 @@ impl RedisSentinelSet {
             let ports: Vec<Option<u16>> = self
                 .sentinels
                 .iter()
-                .map(SentinelProcess::master_port)
+                .map(|s| s.master_port().map(|p| self.plain_port(p)))
                 .collect();
             let Some(Some(port)) = ports.first().copied() else {
                 return false;
@@ -346,8 +390,18 @@ impl SentinelProcess {
         let conf = dir.path().join("sentinel.conf");
         let d = dir.path().display();
         let name = SENTINEL_MASTER_NAME;
+        // With TLS, the sentinel talks TLS to the servers (its own clients stay on plain TCP).
+        let tls = match &options.server.tls {
+            Some(tls) => format!(
+                "tls-replication yes\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n",
+                tls.cert.display(),
+                tls.key.display(),
+                tls.ca.display()
+            ),
+            None => String::new(),
+        };
         let text = format!(
-            "port {port}\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\ndir {d}\n\
+            "{tls}port {port}\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\ndir {d}\n\
              logfile {d}/sentinel.log\n\
              sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds {name} {}\n\

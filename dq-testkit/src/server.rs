@@ -13,6 +13,7 @@ use redis::FromRedisValue;
 use tempfile::TempDir;
 
 use crate::process::{pid_alive, send_signal, tail};
+use crate::tls::ServerTls;
 use crate::wait::wait_until;
 
 /// How many fresh ports [`RedisServer::start_with`] tries before giving up (another process
@@ -95,6 +96,9 @@ pub struct ServerOptions {
     pub hz: Option<u32>,
     /// Further command-line arguments, appended last, e.g. `["--maxclients", "100"]`.
     pub extra_args: Vec<String>,
+    /// TLS on a second port besides the plain one (default: none). See
+    /// [`TestCerts`](crate::TestCerts) and [`RedisServer::tls_url`].
+    pub tls: Option<ServerTls>,
 }
 
 impl ServerOptions {
@@ -119,6 +123,12 @@ impl ServerOptions {
     /// Sets [`ServerOptions::hz`].
     pub fn hz(mut self, hz: u32) -> Self {
         self.hz = Some(hz);
+        self
+    }
+
+    /// Sets [`ServerOptions::tls`].
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -161,6 +171,8 @@ impl ServerOptions {
 /// test code. Dropping the server kills the process and removes the directory.
 pub struct RedisServer {
     port: u16,
+    /// The TLS port, with [`ServerOptions::tls`].
+    tls_port: Option<u16>,
     options: ServerOptions,
     state: Mutex<State>,
     // Declared last so that it is removed after `Drop::drop` has killed the server.
@@ -208,10 +220,18 @@ impl RedisServer {
             } else {
                 free_port()
             };
-            match Instance::spawn(port, dir.path(), &options) {
+            let tls_port = options.tls.as_ref().map(|_| {
+                if cluster {
+                    free_cluster_port()
+                } else {
+                    free_port()
+                }
+            });
+            match Instance::spawn(port, tls_port, dir.path(), &options) {
                 Ok(instance) => {
                     return RedisServer {
                         port,
+                        tls_port,
                         options,
                         state: Mutex::new(State {
                             pid: instance.pid,
@@ -233,6 +253,24 @@ impl RedisServer {
     /// The URL clients connect with, `redis://127.0.0.1:PORT/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The URL of the server's TLS port, `rediss://127.0.0.1:TLS_PORT/`. Panics unless the
+    /// server was started with [`ServerOptions::tls`].
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.tls_port())
+    }
+
+    /// The TLS port (on 127.0.0.1; the same across restarts). Panics unless the server was
+    /// started with [`ServerOptions::tls`].
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
+            .unwrap_or_else(|| panic!("dq-testkit: this server was started without TLS"))
+    }
+
+    /// The TLS port, if the server has one.
+    pub(crate) fn tls_port_if_any(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The TCP port the server listens on (on 127.0.0.1); it stays the same across restarts.
@@ -310,7 +348,7 @@ impl RedisServer {
         }
         let mut failures = Vec::new();
         for _ in 0..RESTART_ATTEMPTS {
-            match Instance::spawn(self.port, self.dir(), &self.options) {
+            match Instance::spawn(self.port, self.tls_port, self.dir(), &self.options) {
                 Ok(instance) => {
                     state.pid = instance.pid;
                     state.instance = Some(instance);
@@ -412,7 +450,12 @@ impl std::fmt::Debug for RedisServer {
 impl Instance {
     /// Starts a server on `port` in `dir`, and waits until it answers and has loaded its data.
     /// On failure everything started is torn down again.
-    fn spawn(port: u16, dir: &Path, options: &ServerOptions) -> Result<Instance, String> {
+    fn spawn(
+        port: u16,
+        tls_port: Option<u16>,
+        dir: &Path,
+        options: &ServerOptions,
+    ) -> Result<Instance, String> {
         let stdio_log = File::create(dir.join(STDIO_LOG))
             .map_err(|e| format!("cannot create {STDIO_LOG}: {e}"))?;
         let mut args: Vec<std::ffi::OsString> = vec![
@@ -429,6 +472,9 @@ impl Instance {
             "--logfile".into(),
             dir.join(REDIS_LOG).into(),
         ];
+        if let (Some(tls), Some(tls_port)) = (&options.tls, tls_port) {
+            args.extend(tls.args(tls_port));
+        }
         args.extend(options.args().into_iter().map(Into::into));
         let (wrapper, lifeline, pid) =
             start_wrapped("dq-testkit-redis", dir, &args, stdio_log, START_TIMEOUT)?;

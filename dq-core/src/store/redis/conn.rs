@@ -394,16 +394,28 @@ pub(crate) enum Connector {
     Sentinel(Arc<SentinelTarget>),
 }
 
+/// The sentinels as redis-rs asks them (it keeps a connection to each it has asked).
+enum Sentinels {
+    /// Without TLS certificates of dq's own: redis-rs's defaults check the master's role.
+    Plain(Sentinel),
+    /// With them: the client redis-rs builds with certificates, so that its check of the
+    /// master's role (over TLS) trusts the same CA as dq's connections.
+    #[cfg(feature = "tls")]
+    WithCerts(redis::sentinel::SentinelClient),
+}
+
 /// How to find the master through Redis Sentinel, and how to connect to it.
 pub(crate) struct SentinelTarget {
-    /// The sentinels (redis-rs keeps a connection to each it has asked).
-    sentinels: tokio::sync::Mutex<Sentinel>,
+    /// The sentinels.
+    sentinels: tokio::sync::Mutex<Sentinels>,
     /// The master's name.
     master: String,
     /// Credentials, TLS and database for the master, for the sentinel client's `ROLE` check.
     info: SentinelNodeConnectionInfo,
     /// The master's URL from its address.
     nodes: NodeUrl,
+    /// TLS certificates for the master.
+    certs: Certs,
     /// Timeouts and reconnection of the manager to the master.
     config: ConnectionManagerConfig,
     /// Longest lookup (sentinels asked, then the master's role checked).
@@ -416,6 +428,7 @@ impl SentinelTarget {
         sentinels: &[String],
         master: String,
         nodes: NodeUrl,
+        certs: Certs,
         config: ConnectionManagerConfig,
         lookup_timeout: Duration,
     ) -> RedisResult<Self> {
@@ -430,11 +443,19 @@ impl SentinelTarget {
                 redis::TlsMode::Secure
             });
         }
+        #[cfg(feature = "tls")]
+        let asked = match &certs {
+            Some(certs) => Sentinels::WithCerts(with_certs(sentinels, &master, &probe, certs)?),
+            None => Sentinels::Plain(Sentinel::build(sentinels.to_vec())?),
+        };
+        #[cfg(not(feature = "tls"))]
+        let asked = Sentinels::Plain(Sentinel::build(sentinels.to_vec())?);
         Ok(SentinelTarget {
-            sentinels: tokio::sync::Mutex::new(Sentinel::build(sentinels.to_vec())?),
+            sentinels: tokio::sync::Mutex::new(asked),
             master,
             info,
             nodes,
+            certs,
             config,
             lookup_timeout,
         })
@@ -444,10 +465,15 @@ impl SentinelTarget {
     /// client for it (with dq's TCP settings).
     async fn resolve(&self) -> RedisResult<redis::Client> {
         let lookup = async {
-            let mut sentinels = self.sentinels.lock().await;
-            sentinels
-                .async_master_for(&self.master, Some(&self.info))
-                .await
+            match &mut *self.sentinels.lock().await {
+                Sentinels::Plain(sentinels) => {
+                    sentinels
+                        .async_master_for(&self.master, Some(&self.info))
+                        .await
+                }
+                #[cfg(feature = "tls")]
+                Sentinels::WithCerts(client) => client.async_get_client().await,
+            }
         };
         let found = tokio::time::timeout(self.lookup_timeout, lookup)
             .await
@@ -468,8 +494,48 @@ impl SentinelTarget {
                 )));
             }
         };
-        node_client(&self.nodes.url(&host, port))
+        node_client(&self.nodes.url(&host, port), &self.certs)
     }
+}
+
+/// A sentinel client whose check of the master's role uses `certs` and the credentials, TLS
+/// mode and database of `master_info` (the master's URL, read by redis-rs).
+#[cfg(feature = "tls")]
+fn with_certs(
+    sentinels: &[String],
+    master: &str,
+    master_info: &redis::ConnectionInfo,
+    certs: &redis::TlsCertificates,
+) -> RedisResult<redis::sentinel::SentinelClient> {
+    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+    let addrs = sentinels
+        .iter()
+        .map(|s| {
+            redis::IntoConnectionInfo::into_connection_info(s.as_str()).map(|i| i.addr().clone())
+        })
+        .collect::<RedisResult<Vec<_>>>()?;
+    let settings = master_info.redis_settings();
+    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)?
+        .set_client_to_redis_db(settings.db())
+        .set_client_to_redis_protocol(settings.protocol())
+        .set_client_to_redis_certificates(certs.clone())
+        .set_client_to_redis_tcp_settings(
+            redis::io::tcp::TcpSettings::default().set_keepalive(keepalive()),
+        );
+    if let ConnectionAddr::TcpTls { insecure, .. } = master_info.addr() {
+        builder = builder.set_client_to_redis_tls_mode(if *insecure {
+            redis::TlsMode::Insecure
+        } else {
+            redis::TlsMode::Secure
+        });
+    }
+    if let Some(user) = settings.username() {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = settings.password() {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    builder.build()
 }
 
 impl Connector {
@@ -743,11 +809,27 @@ impl SharedConnection {
     }
 }
 
-/// A client for one node, with TCP keepalive.
-pub(super) fn node_client(url: &str) -> redis::RedisResult<redis::Client> {
+/// The TLS certificates every connection of a store uses (a CA, a client certificate), from
+/// [`TlsConfig`](super::TlsConfig); `None`: redis-rs's defaults for a `rediss://` URL (the
+/// built-in roots), or no TLS.
+#[cfg(feature = "tls")]
+pub(crate) type Certs = Option<Arc<redis::TlsCertificates>>;
+/// Without the `tls` feature there are no certificates to hold.
+#[cfg(not(feature = "tls"))]
+pub(crate) type Certs = Option<Arc<std::convert::Infallible>>;
+
+/// A client for one node, with TCP keepalive, and `certs` for TLS.
+pub(super) fn node_client(url: &str, certs: &Certs) -> redis::RedisResult<redis::Client> {
     let info = redis::IntoConnectionInfo::into_connection_info(url)?;
     let tcp = info.tcp_settings().clone().set_keepalive(keepalive());
-    redis::Client::open(info.set_tcp_settings(tcp))
+    let info = info.set_tcp_settings(tcp);
+    #[cfg(feature = "tls")]
+    if let Some(certs) = certs {
+        return redis::Client::build_with_tls(info, (**certs).clone());
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = certs;
+    redis::Client::open(info)
 }
 
 /// TCP keepalive for every connection: a peer that vanished without closing (a dead host, a

@@ -15,7 +15,7 @@
 //! (`produce.rs`, `lease.rs`, `operate.rs`, `catalog.rs`: each call's wrapper of its script),
 //! `wake.rs` (the wake-up listener), `acl.rs` (the ACL rule a process needs), `scripts.rs` (the scripts loaded, replies and errors
 //! read), `record.rs` (records and histories decoded), `checks.rs` (what the server must
-//! offer), `conn.rs` and `url.rs` (connections), and the public [`layout`].
+//! offer), `conn.rs`, `url.rs` and `tls.rs` (connections), and the public [`layout`].
 
 mod acl;
 mod catalog;
@@ -31,10 +31,13 @@ mod produce;
 mod record;
 mod scripts;
 mod store;
+mod tls;
 mod url;
 mod wake;
 
 pub use acl::{ACL_COMMANDS, acl_rule};
 pub use checks::ServerReport;
 pub use store::{RedisOptions, RedisStore};
+pub(crate) use tls::tls_failure;
+pub use tls::{ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, TlsConfig};
 pub use url::redacted as redacted_url;

@@ -13,9 +13,10 @@ use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::io::tcp::TcpSettings;
 
 use super::checks::{self, ServerReport};
-use super::conn::{Connector, SentinelTarget, SharedConnection, keepalive, node_client};
+use super::conn::{Certs, Connector, SentinelTarget, SharedConnection, keepalive, node_client};
 use super::layout::{KeyName, PartitionKeys};
 use super::scripts::{LuaScript, Scripts, script_error};
+use super::tls::TlsConfig;
 use super::url::{self, Target};
 use super::wake::WakeSource;
 use crate::error::{Error, Result, from_redis};
@@ -53,6 +54,11 @@ pub struct RedisOptions {
     /// and fail with [`Error::NotReplicated`] when fewer replicas confirmed the write. See
     /// [`ClientBuilder::durable_enqueue`](crate::connect::ClientBuilder::durable_enqueue).
     pub durable_enqueue: Option<(usize, Duration)>,
+    /// TLS settings for a `rediss://` URL (default `None`: the built-in roots, no client
+    /// certificate): a private CA, a client certificate. See [`TlsConfig`] and
+    /// [`ClientBuilder::tls`](crate::connect::ClientBuilder::tls). Refused with a URL that is
+    /// not `rediss://`.
+    pub tls: Option<TlsConfig>,
     /// The newest record format this process reads and may write (default: the newest this
     /// dq knows, [`NEWEST_FORMAT`]). Lower only to act as an older dq in upgrade tests.
     #[doc(hidden)]
@@ -68,6 +74,7 @@ impl Default for RedisOptions {
             allow_eviction: false,
             check_server: true,
             durable_enqueue: None,
+            tls: None,
             format_level: NEWEST_FORMAT,
         }
     }
@@ -98,6 +105,33 @@ pub struct RedisStore {
     pub(super) formats: Arc<Formats>,
 }
 
+/// The certificates of `tls` for connections to `url`: `None` without TLS settings. TLS
+/// settings with a URL that is not `rediss…`, or without the `tls` feature, are refused (they
+/// would be ignored), as is a CA or client certificate that does not parse.
+fn certificates(url: &str, tls: Option<&TlsConfig>) -> Result<Certs> {
+    let Some(tls) = tls else {
+        return Ok(None);
+    };
+    if !url.starts_with("rediss") {
+        return Err(Error::InvalidConfig(
+            "TLS settings (a CA or client certificate) were given, but the URL is not \
+             rediss://, rediss+cluster:// or rediss+sentinel://"
+                .to_owned(),
+        ));
+    }
+    #[cfg(feature = "tls")]
+    {
+        Ok(Some(Arc::new(tls.certificates()?)))
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = tls;
+        Err(Error::InvalidConfig(
+            "TLS settings were given, but dq was built without its `tls` feature".to_owned(),
+        ))
+    }
+}
+
 /// Most receipts one fetch deletes; more wait for the next fetch, or expire.
 const MAX_RECEIPTS_DELETED: usize = 16;
 
@@ -121,6 +155,11 @@ impl RedisStore {
     /// `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/db]` (the
     /// hosts are sentinels; `rediss+sentinel://` with `tls`): the store asks the sentinels
     /// for the master, and follows the master they name after a failover.
+    ///
+    /// With TLS (`rediss…`), [`RedisOptions::tls`] says which CA to trust (default: the
+    /// built-in roots) and which client certificate to present; a certificate refused either
+    /// way is [`Error::Tls`]. Through Sentinel, the master is reached over TLS and the
+    /// sentinels over plain TCP.
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
         crate::names::Topic::new(&options.namespace).map_err(|_| {
             Error::InvalidConfig(format!(
@@ -132,9 +171,10 @@ impl RedisStore {
             // The parse error may quote the URL; report only its kind.
             Error::InvalidConfig(format!("invalid Redis URL ({:?})", e.kind()))
         };
+        let certs = certificates(url, options.tls.as_ref())?;
         let (wake, connector) = match url::parse(url)? {
             Target::Single(url) => {
-                let client = node_client(&url).map_err(invalid)?;
+                let client = node_client(&url, &certs).map_err(invalid)?;
                 let config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(options.response_timeout))
                     .set_connection_timeout(Some(options.connection_timeout))
@@ -153,18 +193,22 @@ impl RedisStore {
                     .map_err(invalid)?;
                 // No retries inside redis-rs: it would resend calls that may have been
                 // applied (conn.rs says why, and what dq resends instead).
-                let client = ClusterClientBuilder::new(seeds)
+                let builder = ClusterClientBuilder::new(seeds)
                     .retries(0)
                     .connection_timeout(options.connection_timeout)
                     .response_timeout(options.response_timeout)
-                    .tcp_settings(TcpSettings::default().set_keepalive(keepalive()))
-                    .build()
-                    .map_err(invalid)?;
+                    .tcp_settings(TcpSettings::default().set_keepalive(keepalive()));
+                #[cfg(feature = "tls")]
+                let builder = match &certs {
+                    Some(certs) => builder.certs((**certs).clone()),
+                    None => builder,
+                };
+                let client = builder.build().map_err(invalid)?;
                 let config = ClusterConfig::new()
                     .set_connection_timeout(options.connection_timeout)
                     .set_response_timeout(options.response_timeout);
                 (
-                    WakeSource::Cluster(nodes),
+                    WakeSource::Cluster(nodes, certs),
                     Connector::Cluster { client, config },
                 )
             }
@@ -180,7 +224,7 @@ impl RedisStore {
                     .set_max_delay(Duration::from_secs(2));
                 // Sentinels asked, then the master's role checked: two connections at most.
                 let lookup = 2 * options.connection_timeout + options.response_timeout;
-                let target = SentinelTarget::new(&sentinels, master, nodes, config, lookup)
+                let target = SentinelTarget::new(&sentinels, master, nodes, certs, config, lookup)
                     .map_err(invalid)?;
                 (WakeSource::Sentinel, Connector::Sentinel(Arc::new(target)))
             }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::AsyncConnectionConfig;
 
-use super::conn::{SharedConnection, node_client, refused_by_cluster};
+use super::conn::{Certs, SharedConnection, node_client, refused_by_cluster};
 use super::url::NodeUrl;
 use crate::error::{Error, Result, from_redis};
 use crate::store::lease::WakeListener;
@@ -18,8 +18,8 @@ use crate::store::lease::WakeListener;
 pub(super) enum WakeSource {
     /// The one node.
     Single(redis::Client),
-    /// The cluster's nodes, addressed like the seed URL.
-    Cluster(NodeUrl),
+    /// The cluster's nodes, addressed like the seed URL, with the store's TLS certificates.
+    Cluster(NodeUrl, Certs),
     /// The master the store's sentinel connection talks to now.
     Sentinel,
 }
@@ -34,7 +34,7 @@ pub(super) struct RedisWakeListener {
     /// The node to block on; on a cluster, `None` until looked up (and after it failed).
     client: Option<redis::Client>,
     /// On a cluster: the store's connection, to look the node up, and how to address it.
-    follow: Option<(SharedConnection, NodeUrl)>,
+    follow: Option<(SharedConnection, NodeUrl, Certs)>,
     /// Through Sentinel: the store's connection, whose current master the listener blocks on.
     master: Option<SharedConnection>,
     /// Through Sentinel: the generation of the store's connection `client` came from.
@@ -56,8 +56,8 @@ impl WakeListener for RedisWakeListener {
         {
             let client = match (&self.client, &self.follow, &self.master) {
                 (Some(client), _, _) => client.clone(),
-                (None, Some((shared, nodes)), _) => {
-                    let client = self.find_node(shared, nodes).await?;
+                (None, Some((shared, nodes, certs)), _) => {
+                    let client = self.find_node(shared, nodes, certs).await?;
                     self.client = Some(client.clone());
                     client
                 }
@@ -123,7 +123,11 @@ impl RedisWakeListener {
     ) -> Self {
         let (client, follow, master) = match source {
             WakeSource::Single(client) => (Some(client.clone()), None, None),
-            WakeSource::Cluster(nodes) => (None, Some((shared.clone(), nodes.clone())), None),
+            WakeSource::Cluster(nodes, certs) => (
+                None,
+                Some((shared.clone(), nodes.clone(), certs.clone())),
+                None,
+            ),
             WakeSource::Sentinel => (None, None, Some(shared.clone())),
         };
         RedisWakeListener {
@@ -138,7 +142,12 @@ impl RedisWakeListener {
     }
 
     /// On a cluster, the master serving the wake key's slot now.
-    async fn find_node(&self, shared: &SharedConnection, nodes: &NodeUrl) -> Result<redis::Client> {
+    async fn find_node(
+        &self,
+        shared: &SharedConnection,
+        nodes: &NodeUrl,
+        certs: &Certs,
+    ) -> Result<redis::Client> {
         let key = self.key.clone();
         let owner = shared
             .call(async |conn| conn.master_of(&key).await)
@@ -151,7 +160,7 @@ impl RedisWakeListener {
                 "no cluster node serves the wake-up key's slot",
             ))));
         };
-        node_client(&nodes.url(&host, port)).map_err(|e| {
+        node_client(&nodes.url(&host, port), certs).map_err(|e| {
             Error::InvalidConfig(format!("invalid cluster node address ({:?})", e.kind()))
         })
     }
