@@ -508,7 +508,11 @@ async fn traffic(client: dq_core::Client, topic: &'static str) {
             } else {
                 let _ = client
                     .store()
-                    .ack(&queue, "", &dq_core::Success::of(&[(d.key.clone(), d.token)]))
+                    .ack(
+                        &queue,
+                        "",
+                        &dq_core::Success::of(&[(d.key.clone(), d.token)]),
+                    )
                     .await;
             }
         }
