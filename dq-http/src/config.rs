@@ -162,7 +162,8 @@ impl HttpConfig {
     pub fn job<J: Job>(mut self) -> Self {
         let type_name = std::any::type_name::<J::Payload>();
         let convert: Convert = Arc::new(move |value, limit| {
-            let payload: J::Payload = serde_json::from_value(value).map_err(|e| {
+            // the error names the field: `order_id: invalid type: string "7", expected u64`
+            let payload: J::Payload = serde_path_to_error::deserialize(value).map_err(|e| {
                 ApiError::payload_mismatch(format!("the payload does not fit {type_name}: {e}"))
             })?;
             dq_core::payload::encode(&payload, limit).map_err(ApiError::from)
