@@ -34,9 +34,13 @@ pub struct CloseOrder {
 /// Jobs the handler ran: `<namespace>/<key>` → the payload it read.
 static RAN: Mutex<Option<HashMap<String, String>>> = Mutex::new(None);
 
-/// Closes an order: records that it ran.
+/// Closes an order: records that it ran; an order whose note is `fail` fails permanently
+/// (to the dead queue).
 #[dq::delayed_job(topic = "http.orders", retry = "none")]
 async fn close_order(order: CloseOrder, ctx: JobContext) -> Result<(), JobError> {
+    if order.note == "fail" {
+        return Err(JobError::permanent("the order cannot be closed"));
+    }
     let ns = ctx.data::<Namespace>()?.0.clone();
     RAN.lock()
         .unwrap_or_else(PoisonError::into_inner)
