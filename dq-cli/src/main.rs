@@ -639,7 +639,7 @@ impl Ctx {
         eprintln!("dq: HTTP API on http://{}/api/v1/", listener.local_addr()?);
         let app = dq_dashboard::router(self.client.clone(), opts)
             .nest("/api", dq_http::router(self.client, api));
-        axum::serve(listener, app)
+        axum::serve(dq_http::no_delay(listener), app)
             .with_graceful_shutdown(ctrl_c())
             .await?;
         Ok(())

@@ -222,8 +222,23 @@ async fn authenticate(State(shared): State<AppState>, req: Request, next: Next) 
     }
 }
 
+/// `listener` with Nagle's algorithm off on every connection it accepts: a keep-alive client
+/// sending one small request after another's answer would otherwise wait for a delayed ACK
+/// (tens of ms) on each. Serve your own router with it (`axum::serve(no_delay(listener), app)`).
+pub fn no_delay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    })
+}
+
 /// Serves the API on `listener` until `shutdown` completes (then finishes the requests in
-/// flight). Logs the address and whether tokens are required, never a token.
+/// flight), with Nagle's algorithm off ([`no_delay`]). Logs the address and how many tokens
+/// there are, never a token.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     client: dq_core::Client,
@@ -232,7 +247,7 @@ pub async fn serve_on(
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, tokens = config.tokens.len(), "dq HTTP API listening");
-    axum::serve(listener, router(client, config))
+    axum::serve(no_delay(listener), router(client, config))
         .with_graceful_shutdown(shutdown)
         .await
 }
