@@ -55,8 +55,24 @@ where
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
-/// The four runs: (direct c1, HTTP c1, direct c64, HTTP c64) in jobs/s.
-fn measure(url: &str, n: u64) -> Result<[f64; 4]> {
+/// One run's figures: jobs per second, and jobs per script call Redis ran (group commit
+/// puts several jobs in one call).
+#[derive(Clone, Copy, Debug, Default)]
+struct Run {
+    rate: f64,
+    jobs_per_call: f64,
+}
+
+/// Script calls Redis has run since its stats were last reset, and resets them.
+fn script_calls(admin: &mut Connection) -> Result<u64> {
+    let calls = admin::script_calls(&admin::commandstats(admin)?).calls;
+    admin::cmd::<()>(admin, &["CONFIG", "RESETSTAT"])?;
+    Ok(calls)
+}
+
+/// The four runs: direct c1, HTTP c1, direct c64, HTTP c64.
+fn measure(url: &str, n: u64) -> Result<[Run; 4]> {
+    let mut stats = redis::Client::open(url)?.get_connection()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -118,10 +134,18 @@ fn measure(url: &str, n: u64) -> Result<[f64; 4]> {
                 }
             }
         };
-        let direct_c1 = timed(n, 1, direct(client.topic(TOPICS[0])?)).await?;
-        let http_c1 = timed(n, 1, over_http(TOPICS[1])).await?;
-        let direct_c64 = timed(n, CONCURRENCY, direct(client.topic(TOPICS[2])?)).await?;
-        let http_c64 = timed(n, CONCURRENCY, over_http(TOPICS[3])).await?;
+        let mut runs = [Run::default(); 4];
+        for (i, run) in runs.iter_mut().enumerate() {
+            // the Redis calls of a run: its own (the stats are read in between)
+            script_calls(&mut stats)?;
+            run.rate = match i {
+                0 => timed(n, 1, direct(client.topic(TOPICS[0])?)).await?,
+                1 => timed(n, 1, over_http(TOPICS[1])).await?,
+                2 => timed(n, CONCURRENCY, direct(client.topic(TOPICS[2])?)).await?,
+                _ => timed(n, CONCURRENCY, over_http(TOPICS[3])).await?,
+            };
+            run.jobs_per_call = n as f64 / script_calls(&mut stats)?.max(1) as f64;
+        }
         server.abort();
         // every job is stored, once
         for t in TOPICS {
@@ -130,7 +154,7 @@ fn measure(url: &str, n: u64) -> Result<[f64; 4]> {
                 return Err(format!("{t}: {enqueued} jobs enqueued, not {n}").into());
             }
         }
-        Ok([direct_c1, http_c1, direct_c64, http_c64])
+        Ok(runs)
     })
 }
 
@@ -146,8 +170,10 @@ impl Orchestrator {
         let url = self.url();
         self.reps("http", reps, |o, _| {
             o.flush()?;
-            let [direct_c1, http_c1, direct_c64, http_c64] = measure(&url, n)?;
+            let runs = measure(&url, n)?;
             o.flush()?;
+            let [direct_c1, http_c1, direct_c64, http_c64] = runs.map(|r| r.rate);
+            let [_, _, direct_c64_batch, http_c64_batch] = runs.map(|r| r.jobs_per_call);
             for (key, label, value) in [
                 (
                     "http_direct_c1",
@@ -184,9 +210,17 @@ impl Orchestrator {
                 "×",
                 http_c64 / direct_c64,
             );
+            o.push_labeled(
+                "http_c64_jobs_per_call",
+                "HTTP c=64: jobs per enqueue script call (group commit)",
+                "jobs",
+                http_c64_batch,
+            );
             Ok(json!({"n": n, "direct_c1": direct_c1, "http_c1": http_c1,
                       "direct_c64": direct_c64, "http_c64": http_c64,
-                      "ratio_c1": http_c1 / direct_c1, "ratio_c64": http_c64 / direct_c64}))
+                      "ratio_c1": http_c1 / direct_c1, "ratio_c64": http_c64 / direct_c64,
+                      "direct_c64_jobs_per_call": direct_c64_batch,
+                      "http_c64_jobs_per_call": http_c64_batch}))
         })
     }
 

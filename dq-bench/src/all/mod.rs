@@ -634,13 +634,15 @@ fn summary(section: &str, v: &Value) -> String {
         ),
         "http" => format!(
             "direct c=1 {} / HTTP c=1 {} jobs/s (ratio {}); direct c=64 {} / HTTP c=64 {} \
-             jobs/s (ratio {})",
+             jobs/s (ratio {}); jobs per enqueue call at c=64: direct {}, HTTP {}",
             f("/direct_c1"),
             f("/http_c1"),
             f("/ratio_c1"),
             f("/direct_c64"),
             f("/http_c64"),
-            f("/ratio_c64")
+            f("/ratio_c64"),
+            f("/direct_c64_jobs_per_call"),
+            f("/http_c64_jobs_per_call")
         ),
         "s3r-metrics" => format!(
             "without {} jobs/s, with a recorder {} jobs/s, ratio {}",
