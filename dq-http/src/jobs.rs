@@ -45,22 +45,29 @@ pub(crate) fn page(limit: Option<usize>, after: Option<&str>) -> Result<Page, Ap
     })
 }
 
+/// A request's JSON payload as the topic's MessagePack payload: checked against the topic's
+/// type where the server knows it ([`HttpConfig::job`](crate::HttpConfig::job)).
+pub(crate) fn payload(
+    shared: &Shared,
+    topic: &str,
+    value: serde_json::Value,
+) -> Result<Vec<u8>, ApiError> {
+    let limit = shared.client.config().max_payload;
+    match shared.config.jobs.get(topic) {
+        Some(t) => (t.convert)(value, limit),
+        None if shared.config.typed_only => Err(ApiError::new(
+            Code::UnknownTopic,
+            format!("this server takes jobs for the topics whose type it knows, not {topic:?}"),
+        )),
+        None => Ok(dq_core::payload::encode(&value, limit)?),
+    }
+}
+
 /// A request's job: its payload converted for the topic, its times parsed. Checks
 /// everything before anything is written.
 fn spec(shared: &Shared, topic: &str, r: EnqueueRequest) -> Result<JobSpec<Vec<u8>>, ApiError> {
-    let limit = shared.client.config().max_payload;
     let typed = shared.config.jobs.get(topic);
-    let payload = match typed {
-        Some(t) => (t.convert)(r.payload, limit)?,
-        None if shared.config.typed_only => {
-            return Err(ApiError::new(
-                Code::UnknownTopic,
-                format!("this server takes jobs for the topics whose type it knows, not {topic:?}"),
-            ));
-        }
-        None => dq_core::payload::encode(&r.payload, limit)?,
-    };
-    let mut spec = JobSpec::new(payload);
+    let mut spec = JobSpec::new(payload(shared, topic, r.payload)?);
     spec.key = r.key;
     match (r.delay, r.at) {
         (Some(_), Some(_)) => {

@@ -65,7 +65,7 @@ use state::{AppState, Shared};
         jobs::enqueue, jobs::enqueue_bulk, jobs::job, jobs::list, jobs::cancel, jobs::reschedule,
         ops::topics, ops::stats_all, ops::stats, ops::dead_list, ops::dead_requeue,
         ops::dead_purge, ops::pause, ops::resume, ops::limits, ops::set_limits, ops::schedules,
-        ops::unschedule,
+        ops::schedule, ops::unschedule,
     ),
     components(schemas(Code)),
     modifiers(&BearerScheme),
@@ -147,7 +147,7 @@ pub fn router(client: dq_core::Client, config: HttpConfig) -> axum::Router {
         .route("/v1/schedules", get(ops::schedules))
         .route(
             "/v1/schedules/{name}",
-            axum::routing::delete(ops::unschedule),
+            axum::routing::put(ops::schedule).delete(ops::unschedule),
         )
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
@@ -190,8 +190,9 @@ async fn authenticate(State(shared): State<AppState>, req: Request, next: Next) 
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     let Some(given) = given else {
         return ApiError::new(
             Code::Unauthorized,

@@ -428,6 +428,39 @@ impl From<&ScheduleInfo> for ScheduleOut {
     }
 }
 
+/// A periodic schedule to store: a cron expression (in a time zone) or an interval, and the
+/// payload of each tick's job.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleRequest {
+    /// The topic its jobs go to.
+    pub topic: String,
+    /// A cron expression (`0 9 * * MON-FRI`); not with `every`.
+    #[serde(default)]
+    pub cron: Option<String>,
+    /// The time zone of the cron expression (`Europe/Paris`; default UTC).
+    #[serde(default)]
+    pub time_zone: Option<String>,
+    /// An interval (`15m`); not with `cron`.
+    #[serde(default)]
+    pub every: Option<String>,
+    /// Ticks missed while no worker ran: `once` (the latest runs once; default) or `skip`.
+    #[serde(default)]
+    pub missed: Option<String>,
+    /// Each tick's payload, as for an enqueue.
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+}
+
+/// What storing a schedule did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScheduleResponse {
+    /// Its name.
+    pub name: String,
+    /// `created`, `updated` (another definition was replaced) or `unchanged`.
+    pub outcome: String,
+}
+
 /// A store time (Unix ms) as RFC 3339, to the millisecond.
 pub fn rfc3339(ms: u64) -> String {
     let ms = i64::try_from(ms).unwrap_or(i64::MAX);

@@ -6,10 +6,10 @@ use axum::extract::{Path, Query, State};
 use dq_core::{DeadAction, DeadFilter};
 
 use crate::error::{ApiError, ErrorBody};
-use crate::jobs::{bad_query, page};
+use crate::jobs::{bad_query, page, payload};
 use crate::model::{
     ControlOut, DeadActionRequest, DeadActionResponse, DeadListQuery, JobList, JobOut,
-    LimitsRequest, ScheduleOut, StatsOut, TopicOut,
+    LimitsRequest, ScheduleOut, ScheduleRequest, ScheduleResponse, StatsOut, TopicOut,
 };
 use crate::state::{AppState, JsonBody, duration};
 
@@ -321,6 +321,69 @@ pub(crate) async fn schedules(
 ) -> Result<Json<Vec<ScheduleOut>>, ApiError> {
     let rows = shared.client.schedules().await?;
     Ok(Json(rows.iter().map(ScheduleOut::from).collect()))
+}
+
+/// Store a periodic schedule: each tick enqueues one job to `topic` (by key
+/// `<name>@<tick ms>`, once however many workers run it). The same definition again changes
+/// nothing (`unchanged`): safe to repeat.
+#[utoipa::path(
+    put, path = "/v1/schedules/{name}", tag = "schedules",
+    params(("name" = String, Path, description = "The schedule's name")),
+    request_body = ScheduleRequest,
+    responses(
+        (status = 200, description = "created, updated or unchanged", body = ScheduleResponse),
+        (status = 400, description = "invalid_json, invalid_request", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
+        (status = 404, description = "unknown_topic", body = ErrorBody),
+        (status = 422, description = "payload_mismatch", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn schedule(
+    State(shared): State<AppState>,
+    Path(name): Path<String>,
+    body: JsonBody<ScheduleRequest>,
+) -> Result<Json<ScheduleResponse>, ApiError> {
+    let r = body.value;
+    let mut schedule = match (&r.cron, &r.every) {
+        (Some(cron), None) => {
+            let s = dq_core::Schedule::cron(cron)?;
+            match &r.time_zone {
+                Some(zone) => s.tz(zone)?,
+                None => s,
+            }
+        }
+        (None, Some(every)) if r.time_zone.is_none() => {
+            dq_core::Schedule::every(duration("every", every)?)?
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "give cron (with an optional time_zone) or every, not both",
+            ));
+        }
+    };
+    if let Some(missed) = &r.missed {
+        let policy =
+            dq_core::retry_syntax::schedule::parse_missed(missed).map_err(ApiError::invalid)?;
+        schedule = schedule.missed(policy);
+    }
+    // the topic must be known as for an enqueue (a typo creates nothing)
+    shared.topic(&r.topic, true).await?;
+    let bytes = payload(&shared, &r.topic, r.payload)?;
+    let outcome = match shared
+        .client
+        .schedule_raw(&name, &r.topic, schedule, bytes)
+        .await?
+    {
+        dq_core::ScheduleOutcome::Created => "created",
+        dq_core::ScheduleOutcome::Updated => "updated",
+        dq_core::ScheduleOutcome::Unchanged => "unchanged",
+    };
+    Ok(Json(ScheduleResponse {
+        name,
+        outcome: outcome.to_owned(),
+    }))
 }
 
 /// Remove a periodic schedule (a worker whose handler declares it stores it again when it

@@ -429,8 +429,51 @@ async fn operators_pause_limit_and_work_the_dead_queue() {
     assert_eq!((status, &v["done"]), (200, &json!(1)), "{v}");
     let (_, v) = get_rw(&format!("{topic}/stats")).await;
     assert_eq!((&v["dead"], &v["buried"]), (&json!(0), &json!(2)), "{v}");
+    // periodic schedules: stored, unchanged when repeated, listed, checked, removed
     let (_, v) = get_rw(&format!("{}/v1/schedules", s.url)).await;
     assert_eq!(v, json!([]));
+    let hourly = format!("{}/v1/schedules/hourly-close", s.url);
+    let def = json!({"topic": TOPIC, "every": "1h", "payload": {"order_id": 5, "note": "tick"}});
+    for want in ["created", "unchanged"] {
+        let (url, body) = post(&hourly, def.clone());
+        let (status, v) = call(reqwest::Method::PUT, &url, Some(TOKEN), body, &[]).await;
+        assert_eq!((status, &v["outcome"]), (200, &json!(want)), "{v}");
+    }
+    let (_, v) = get_rw(&format!("{}/v1/schedules", s.url)).await;
+    assert_eq!(
+        (&v[0]["name"], &v[0]["every_ms"]),
+        (&json!("hourly-close"), &json!(3_600_000)),
+        "{v}"
+    );
+    for (body, status, want) in [
+        (
+            json!({"topic": TOPIC, "every": "1h", "payload": {"order_id": "x", "note": ""}}),
+            422,
+            "payload_mismatch",
+        ),
+        (
+            json!({"topic": TOPIC, "every": "1h", "cron": "0 * * * *", "payload": {}}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"topic": TOPIC, "cron": "not cron", "payload": {"order_id": 1, "note": ""}}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"topic": "http.nobody", "every": "1h", "payload": {}}),
+            404,
+            "unknown_topic",
+        ),
+    ] {
+        let (url, body) = post(&format!("{}/v1/schedules/other", s.url), body);
+        let (got, v) = call(reqwest::Method::PUT, &url, Some(TOKEN), body, &[]).await;
+        assert_eq!((got, code(&v)), (status, want), "{v}");
+    }
+    let (status, _) = call(reqwest::Method::DELETE, &hourly, Some(TOKEN), None, &[]).await;
+    assert_eq!(status, 204);
+    assert!(s.client.schedules().await.unwrap().is_empty());
     let (_, v) = get_rw(&format!("{}/v1/topics", s.url)).await;
     assert_eq!(v[0]["topic"], TOPIC, "{v}");
     s.stop().await;
