@@ -1,7 +1,8 @@
 //! The API over a real Redis with a Rust worker behind it, from Rust (reqwest): safe retries
 //! (a job key, an `Idempotency-Key`, a retry after the job ran), bulk checks, the body limit,
 //! untyped and unknown topics, read-only tokens, the error codes, the operator calls (pause,
-//! limits, the dead queue, schedules) and the served OpenAPI document.
+//! limits, the dead queue, schedules) and the served OpenAPI document. (That no token is logged:
+//! tests/logging.rs.)
 
 mod common;
 
@@ -499,41 +500,4 @@ async fn the_openapi_document_is_served_without_a_token() {
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(r.text().await.unwrap(), dq_http::openapi_json());
     s.stop().await;
-}
-
-#[tokio::test]
-async fn no_token_is_ever_logged() {
-    // current-thread runtime: the server's and the worker's tasks log on this thread
-    let (log, _guard) =
-        dq_testkit::CapturedLog::install(tracing_subscriber::filter::LevelFilter::TRACE);
-    let s = serve("http-log", HttpConfig::default()).await;
-    let jobs = format!("{}/v1/topics/{TOPIC}/jobs", s.url);
-    let body = json!({"key": "l1", "payload": {"order_id": 1, "note": "x"}});
-    post_rw(&jobs, body.clone(), &[]).await;
-    let body = Some(body.to_string());
-    call(
-        reqwest::Method::POST,
-        &jobs,
-        Some(READ_TOKEN),
-        body.clone(),
-        &[],
-    )
-    .await;
-    call(
-        reqwest::Method::POST,
-        &jobs,
-        Some("a-wrong-secret-token"),
-        body,
-        &[],
-    )
-    .await;
-    s.stop().await;
-    let text = log.text();
-    assert!(
-        text.contains("dq HTTP API listening"),
-        "nothing captured: {text}"
-    );
-    for secret in [TOKEN, READ_TOKEN, "a-wrong-secret-token"] {
-        assert!(!text.contains(secret), "{secret} is in the log:\n{text}");
-    }
 }
