@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check dq's CI runs: installs what is missing (redis-server, redis-cli, redis-sentinel,
-# chromium, chromedriver, cargo-deny), then fmt,
+# chromium, chromedriver, python3-venv, nodejs, cargo-deny), then fmt,
 # clippy, rustdoc with warnings as errors, cargo-deny (licenses, bans, sources), `cargo package`
 # of every published crate, the whole test suite (each test binary starts its own redis-server
 # on a free port; nothing uses 6379), the TLS tests, every example, and a smoke run of the
@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 
 # What the tests start as real processes, by the command they run and Debian's package for it:
 # redis-server; redis-cli (creates the test clusters); redis-sentinel (the Sentinel tests);
-# chromium and chromedriver (the dashboard's browser test).
+# chromium and chromedriver (the dashboard's browser test); python3 with venv and ensurepip
+# (python3-venv) and node (nodejs), the HTTP API's real clients (dq-http's `clients` test makes
+# a venv and pip-installs clients/python/requirements.txt from PyPI).
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=()
@@ -18,6 +20,8 @@ for pair in redis-server:redis-server redis-cli:redis-tools redis-sentinel:redis
   chromium:chromium chromedriver:chromium-driver; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
 done
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing what the tests need: apt-get install -y ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -79,7 +83,7 @@ step cargo-deny cargo deny --log-level error check licenses bans sources
 # (not on this tree), checked in one `cargo check`. That fails on a file a package leaves out
 # or a dependency it does not declare, as `cargo package`'s own verification would, without
 # that verification's full debug build of every crate's dependencies, once per crate.
-published=(dq-syntax dq-macros dq-core dq-worker dq dq-dashboard dq-cli)
+published=(dq-syntax dq-macros dq-core dq-worker dq dq-dashboard dq-http dq-cli)
 unpacked=$target/package-check
 check_packages() {
   rm -rf "$target/package" "$unpacked"

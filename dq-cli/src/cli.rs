@@ -28,7 +28,8 @@ Examples:
   dq dead requeue orders.close --all --error-contains 'partner API'
   dq dead purge orders.close --older-than 7d --yes
   dq enqueue orders.close --key order-7 --json '{\"order\":7}' --in 5m
-  dq dashboard --listen 127.0.0.1:8080 --read-only";
+  dq dashboard --listen 127.0.0.1:8080 --read-only
+  DQ_API_TOKENS=… dq serve --listen 0.0.0.0:8081";
 
 /// `dq`: operate dq job queues on Redis — inspect topics, stats and jobs; cancel and
 /// reschedule jobs; list, requeue and purge the dead queue; enqueue a job by hand.
@@ -166,6 +167,10 @@ pub enum Command {
     /// Serve the web dashboard (topics, jobs, the dead queue) until Ctrl-C.
     Dashboard(DashboardArgs),
 
+    /// Serve the HTTP+JSON API (enqueue, cancel, reschedule, operate; docs/HTTP.md) until
+    /// Ctrl-C, for producers in any language.
+    Serve(ServeArgs),
+
     /// The job-record formats: the one new jobs are written in (the level), the hold, and
     /// the live processes with the newest format each reads; hold or release the level
     /// during an upgrade (docs/UPGRADING.md).
@@ -223,6 +228,29 @@ pub struct DashboardArgs {
     /// Show, never change: no buttons, and every POST is refused (403).
     #[arg(long)]
     pub read_only: bool,
+
+    /// Also serve the HTTP+JSON API (`dq serve`) under /api, with its own tokens
+    /// (DQ_API_TOKENS, DQ_API_READ_TOKENS).
+    #[arg(long)]
+    pub api: bool,
+}
+
+/// `dq serve`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Tokens come from the environment, never from the command line (comma-separated lists):
+  DQ_API_TOKENS        read-write bearer tokens
+  DQ_API_READ_TOKENS   read-only bearer tokens (GET only)
+Without any, the API answers everyone: it then refuses to listen beyond loopback.
+The API is described at /openapi.json; docs/HTTP.md is the guide.")]
+pub struct ServeArgs {
+    /// Address to listen on (default: loopback only).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub listen: std::net::SocketAddr,
+
+    /// Largest request body, in bytes; a larger one is refused with 413.
+    #[arg(long, default_value_t = 2 * 1024 * 1024, value_name = "BYTES")]
+    pub max_body: usize,
 }
 
 /// `--json` alone.

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use cli::{
     Cli, Command, DashboardArgs, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, JobArgs,
-    LimitsArgs, RescheduleArgs, StatsArgs, TopicArgs,
+    LimitsArgs, RescheduleArgs, ServeArgs, StatsArgs, TopicArgs,
 };
 use fail::{Exit, Failure, Outcome};
 use view::{JobOut, StatsView, TopicRow};
@@ -60,7 +60,11 @@ async fn run(cli: Cli) -> Outcome {
         println!("{}", dq_core::store::redis::acl_rule(&cli.namespace));
         return Ok(());
     }
-    let role = matches!(cli.command, Command::Dashboard(_)).then_some(ProcessRole::Dashboard);
+    let role = match cli.command {
+        Command::Dashboard(_) => Some(ProcessRole::Dashboard),
+        Command::Serve(_) => Some(ProcessRole::Producer),
+        _ => None,
+    };
     let tls = dq_core::TlsConfig::from_files(
         cli.tls_ca.as_deref(),
         cli.tls_cert.as_deref(),
@@ -86,6 +90,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Enqueue(a) => ctx.enqueue(a).await,
         Command::Schedules(a) => ctx.schedules(a.json).await,
         Command::Dashboard(a) => ctx.dashboard(a).await,
+        Command::Serve(a) => ctx.serve(a).await,
         Command::Formats(a) => print(formats::formats(&ctx.client, a.action, a.json).await?),
         Command::Workers(a) => print(formats::workers(&ctx.client, &ctx.namespace, a.json).await?),
         Command::AclRule => Ok(()), // answered above, without a connection
@@ -674,12 +679,35 @@ impl Ctx {
             listener.local_addr()?,
             if a.read_only { " (read-only)" } else { "" }
         );
-        dq_dashboard::serve_on(listener, self.client, opts, async {
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        })
-        .await?;
+        if !a.api {
+            dq_dashboard::serve_on(listener, self.client, opts, ctrl_c()).await?;
+            return Ok(());
+        }
+        let api = api_config(a.listen, dq_http::DEFAULT_MAX_BODY)?;
+        eprintln!("dq: HTTP API on http://{}/api/v1/", listener.local_addr()?);
+        let app = dq_dashboard::router(self.client.clone(), opts)
+            .nest("/api", dq_http::router(self.client, api));
+        axum::serve(dq_http::no_delay(listener), app)
+            .with_graceful_shutdown(ctrl_c())
+            .await?;
+        Ok(())
+    }
+
+    /// Serves the HTTP API on `a.listen` until Ctrl-C, with the tokens the environment gives.
+    async fn serve(self, a: ServeArgs) -> Outcome {
+        let config = api_config(a.listen, a.max_body)?;
+        let listener = tokio::net::TcpListener::bind(a.listen).await.map_err(|e| {
+            Failure::new(
+                Exit::BadInput,
+                format!("cannot listen on {}: {e}", a.listen),
+            )
+        })?;
+        eprintln!(
+            "dq: HTTP API on http://{}/v1/ (described at /openapi.json; {} token(s))",
+            listener.local_addr()?,
+            if config.has_tokens() { "with" } else { "no" }
+        );
+        dq_http::serve_on(listener, self.client, config, ctrl_c()).await?;
         Ok(())
     }
 
@@ -746,6 +774,31 @@ impl Ctx {
         }
         Ok(())
     }
+}
+
+/// Completes at Ctrl-C (never, where no signal handler can be installed).
+async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The API's configuration from the environment's tokens; refused (bad input) beyond
+/// loopback without a token, since anyone who can reach it could then enqueue and purge.
+fn api_config(listen: std::net::SocketAddr, max_body: usize) -> Outcome<dq_http::HttpConfig> {
+    let config = dq_http::HttpConfig::from_env().max_body(max_body);
+    if !listen.ip().is_loopback() && !config.has_tokens() {
+        return Err(Failure::new(
+            Exit::BadInput,
+            format!(
+                "the HTTP API would listen on {listen} with no token: set {} (and {} for \
+                 read-only tokens), or listen on loopback",
+                dq_http::TOKENS_ENV,
+                dq_http::READ_TOKENS_ENV
+            ),
+        ));
+    }
+    Ok(config)
 }
 
 /// The filter in words, for the confirmation prompt.

@@ -45,6 +45,7 @@ mod bullmq;
 mod ceiling;
 mod client_floor;
 mod figures;
+mod http;
 mod lease_floor;
 mod limiter;
 mod payloads;
@@ -75,7 +76,7 @@ pub struct AllArgs {
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
     /// s3c1, s3r, s3r-metrics, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
-    /// limiter, payloads, ceilings, lease-floor, client-floor, bullmq (default: all; with --quick
+    /// limiter, payloads, ceilings, lease-floor, client-floor, http, bullmq (default: all; with --quick
     /// all but bullmq).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
@@ -284,7 +285,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         }
     };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 19] = [
+    let sections: [(&str, Section); 20] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
@@ -303,6 +304,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("ceilings", Orchestrator::ceilings),
         ("lease-floor", Orchestrator::lease_floor),
         ("client-floor", Orchestrator::client_floor),
+        ("http", Orchestrator::http),
         ("bullmq", Orchestrator::bullmq),
     ];
     for name in &args.only {
@@ -629,6 +631,18 @@ fn summary(section: &str, v: &Value) -> String {
             f("/s3r_named_rate"),
             f("/s3r_positional_rate"),
             f("/ratio")
+        ),
+        "http" => format!(
+            "direct c=1 {} / HTTP c=1 {} jobs/s (ratio {}); direct c=64 {} / HTTP c=64 {} \
+             jobs/s (ratio {}); jobs per enqueue call at c=64: direct {}, HTTP {}",
+            f("/direct_c1"),
+            f("/http_c1"),
+            f("/ratio_c1"),
+            f("/direct_c64"),
+            f("/http_c64"),
+            f("/ratio_c64"),
+            f("/direct_c64_jobs_per_call"),
+            f("/http_c64_jobs_per_call")
         ),
         "s3r-metrics" => format!(
             "without {} jobs/s, with a recorder {} jobs/s, ratio {}",

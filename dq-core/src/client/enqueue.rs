@@ -335,6 +335,34 @@ impl TopicClient {
         })
     }
 
+    /// Enqueues one job under a call id of the caller's, every try marked as a retry: a call
+    /// repeated with the same `call_id` within
+    /// [`ENQUEUE_RECEIPT_LIFE`](crate::store::produce::ENQUEUE_RECEIPT_LIFE) of the one that
+    /// was applied finds that call's receipt, writes nothing and reports what it did
+    /// (`Created` / `Replaced` again while the job is there, `Ended` once it is gone). For a
+    /// producer that repeats whole requests, possibly from another process (the HTTP API's
+    /// `Idempotency-Key`): derive `call_id` from what identifies the request. Validated as
+    /// [`TopicClient::enqueue`] is; not coalesced by group commit (its call is its own).
+    pub async fn enqueue_repeatable(
+        &self,
+        job: JobSpec<Vec<u8>>,
+        call_id: u64,
+    ) -> Result<Enqueued> {
+        let job = self.new_job(job)?;
+        let key = job.key.clone();
+        let queue = self.queue_of(&job.key, self.ensure().await?);
+        let call = EnqueueCall {
+            id: call_id,
+            retry: true,
+        };
+        let outcome = self
+            .send_enqueue(&queue, std::slice::from_ref(&job), call)
+            .await?
+            .pop()
+            .ok_or_else(|| Error::Protocol("enqueue returned no outcome".into()))?;
+        Ok(Enqueued { key, outcome })
+    }
+
     /// One job stored as [`TopicClient::send_enqueue`] stores it, under a given call (a
     /// periodic tick's: an id derived from its key, so that schedulers repeating each other's
     /// call find its receipt), after the topic check.

@@ -1,0 +1,471 @@
+//! The JSON the API takes and answers with (serde, with their OpenAPI schemas from
+//! `utoipa`). Times are RFC 3339 strings (`2026-11-24T08:00:00.000Z`), durations are written
+//! as people write them (`90s`, `10m`, `2h30m`, `7d`).
+
+use dq_core::{JobInfo, ScheduleInfo, TopicControl, TopicMeta, TopicStats};
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// One job to enqueue.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueRequest {
+    /// The payload, as JSON: objects are stored with their fields by name, as the Rust
+    /// handler's payload type reads them.
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// The job's key (default: one derived from the `Idempotency-Key` header, else a
+    /// generated one). A job with this key that exists is left alone unless `replace`.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Due this long from now (`90s`, `5m`, `2h`); default: now. Not with `at`.
+    #[serde(default)]
+    pub delay: Option<String>,
+    /// Due at this time, RFC 3339 (at once if it has passed). Not with `delay`.
+    #[serde(default)]
+    pub at: Option<String>,
+    /// Replace a waiting or dead job with the same key (a running one is never replaced).
+    #[serde(default)]
+    pub replace: bool,
+    /// Drop the job, never starting it, if it has not started this long after its due time.
+    #[serde(default)]
+    pub expires_after: Option<String>,
+}
+
+/// What an enqueue did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EnqueueOutcomeOut {
+    /// A new job was stored (or, for a repeated request, was stored by the first one).
+    Created,
+    /// A waiting or dead job with the key was replaced.
+    Replaced,
+    /// A job with the key exists (see `state`); nothing was written.
+    Exists,
+}
+
+/// The answer to an enqueue.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct EnqueueResponse {
+    /// The job's key (the generated or derived one, if none was given).
+    pub key: String,
+    /// What happened.
+    pub outcome: EnqueueOutcomeOut,
+    /// For `exists`: the state of the job that holds the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+/// Many jobs to enqueue at once: all are checked before any is written.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    /// The jobs (at most 1000).
+    pub jobs: Vec<EnqueueRequest>,
+}
+
+/// The answer to a bulk enqueue: one entry per job, in order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BulkResponse {
+    /// What happened to each job.
+    pub jobs: Vec<EnqueueResponse>,
+}
+
+/// What a cancel did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CancelResponse {
+    /// The job's key.
+    pub key: String,
+    /// `cancelled` (removed before it started), `cancel_requested` (running: its worker is
+    /// asked to stop it) or `gone` (it will not run).
+    pub outcome: String,
+}
+
+/// A new due time: exactly one of `at` and `delay` (`"delay": "0s"` makes it due now).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RescheduleRequest {
+    /// At this time, RFC 3339.
+    #[serde(default)]
+    pub at: Option<String>,
+    /// This long from now (`90s`, `10m`).
+    #[serde(default)]
+    pub delay: Option<String>,
+}
+
+/// What a reschedule did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RescheduleResponse {
+    /// The job's key.
+    pub key: String,
+    /// `rescheduled`.
+    pub outcome: String,
+    /// Its new due time, RFC 3339.
+    pub due: String,
+}
+
+/// A job, as `dq job --json` prints it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobOut {
+    /// Its topic.
+    pub topic: String,
+    /// Its key.
+    pub key: String,
+    /// scheduled, ready, active, retry or dead.
+    pub state: String,
+    /// When it is (was) due; for retry, the next attempt.
+    pub due: String,
+    /// When it was enqueued.
+    pub created: String,
+    /// Attempts started.
+    pub attempts: u32,
+    /// For a running job, when its lease runs out.
+    pub lease_deadline: Option<String>,
+    /// For a dead job, when it died.
+    pub died: Option<String>,
+    /// When it is dropped unless it has started, if it has an expiry.
+    pub expires: Option<String>,
+    /// Its failed or deferred attempts, oldest first.
+    pub history: Vec<AttemptOut>,
+    /// The payload decoded from MessagePack, or `null` if it does not decode.
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<serde_json::Value>,
+    /// Why the payload does not decode, if it does not.
+    pub payload_error: Option<String>,
+    /// The payload's size in bytes.
+    pub payload_bytes: usize,
+}
+
+/// One attempt of a job's history.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptOut {
+    /// Which attempt.
+    pub attempt: u32,
+    /// When it ended.
+    pub at: String,
+    /// failed, lease_expired, deferred or buried.
+    pub outcome: String,
+    /// The error text.
+    pub error: String,
+}
+
+impl JobOut {
+    /// The view of `info`, its payload decoded from MessagePack to JSON.
+    pub fn new(topic: &str, info: &JobInfo) -> JobOut {
+        let bytes = dq_core::trace::split(&info.payload).1;
+        let (payload, payload_error) = match rmp_serde::from_slice::<serde_json::Value>(bytes) {
+            Ok(v) => (Some(v), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        JobOut {
+            topic: topic.to_owned(),
+            key: info.key.to_string(),
+            state: info.state.to_string(),
+            due: rfc3339(info.due_ms),
+            created: rfc3339(info.created_ms),
+            attempts: info.attempts,
+            lease_deadline: info.lease_deadline_ms.map(rfc3339),
+            died: info.died_ms.map(rfc3339),
+            expires: info.expires_ms.map(rfc3339),
+            history: info
+                .history
+                .iter()
+                .map(|a| AttemptOut {
+                    attempt: a.attempt,
+                    at: rfc3339(a.at_ms),
+                    outcome: match a.outcome {
+                        dq_core::AttemptOutcome::Failed => "failed",
+                        dq_core::AttemptOutcome::LeaseExpired => "lease_expired",
+                        dq_core::AttemptOutcome::Deferred => "deferred",
+                        dq_core::AttemptOutcome::Buried => "buried",
+                    }
+                    .to_owned(),
+                    error: a.error.clone(),
+                })
+                .collect(),
+            payload,
+            payload_error,
+            payload_bytes: info.payload.len(),
+        }
+    }
+}
+
+/// Which jobs to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// scheduled, ready, active, retry or dead.
+    pub state: String,
+    /// Most jobs on the page (1 to 1000; default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Continue after this cursor (the `next` of the page before).
+    #[serde(default)]
+    pub after: Option<String>,
+}
+
+/// Which dead jobs to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeadListQuery {
+    /// Only jobs whose last error contains this text (case-sensitive).
+    #[serde(default)]
+    pub error_contains: Option<String>,
+    /// Only jobs that died more than this long ago (`7d`, `12h`).
+    #[serde(default)]
+    pub older_than: Option<String>,
+    /// Most jobs on the page (1 to 1000; default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Continue after this cursor (the `next` of the page before).
+    #[serde(default)]
+    pub after: Option<String>,
+}
+
+/// One page of jobs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobList {
+    /// The jobs.
+    pub jobs: Vec<JobOut>,
+    /// The cursor of the next page (`after=`), or `null` on the last page.
+    pub next: Option<String>,
+}
+
+/// Dead jobs to requeue or purge: named ones (`keys`), or every one matching the filter
+/// (`all: true`, optionally narrowed by `error_contains` / `older_than`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeadActionRequest {
+    /// Keys of dead jobs (not with `all`).
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Every dead job of the topic matching the filter.
+    #[serde(default)]
+    pub all: bool,
+    /// Only jobs whose last error contains this text.
+    #[serde(default)]
+    pub error_contains: Option<String>,
+    /// Only jobs that died more than this long ago (`7d`).
+    #[serde(default)]
+    pub older_than: Option<String>,
+}
+
+/// What a requeue or purge did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadActionResponse {
+    /// `requeue` or `purge`.
+    pub action: String,
+    /// Dead jobs read.
+    pub scanned: u64,
+    /// Of those, matching.
+    pub matched: u64,
+    /// Requeued or purged.
+    pub done: u64,
+    /// Named keys not in the dead queue.
+    pub not_dead: Vec<String>,
+}
+
+/// A topic in the namespace's registry.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TopicOut {
+    /// Its name.
+    pub topic: String,
+    /// Its recorded partition count.
+    pub partitions: u16,
+    /// When it was first recorded.
+    pub created: String,
+}
+
+impl From<&TopicMeta> for TopicOut {
+    fn from(m: &TopicMeta) -> TopicOut {
+        TopicOut {
+            topic: m.topic.to_string(),
+            partitions: m.partitions,
+            created: rfc3339(m.created_ms),
+        }
+    }
+}
+
+/// A topic's depths and counters, summed over its partitions.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatsOut {
+    /// The topic.
+    pub topic: String,
+    /// Jobs waiting for their due time.
+    pub scheduled: u64,
+    /// Due, waiting for a worker.
+    pub ready: u64,
+    /// Running.
+    pub active: u64,
+    /// Waiting for a retry.
+    pub retry: u64,
+    /// In the dead queue.
+    pub dead: u64,
+    /// Due but not yet moved to ready.
+    pub overdue: u64,
+    /// How long the most overdue job has waited, ms.
+    pub oldest_overdue_ms: u64,
+    /// Jobs enqueued (created or replaced), ever.
+    pub enqueued: u64,
+    /// Jobs that succeeded.
+    pub succeeded: u64,
+    /// Failed attempts scheduled for retry.
+    pub retried: u64,
+    /// Jobs moved to the dead queue.
+    pub buried: u64,
+    /// Jobs that ended cancelled.
+    pub cancelled: u64,
+    /// Leasing is paused.
+    pub paused: bool,
+    /// A limit holds due work back now.
+    pub throttled: bool,
+}
+
+impl StatsOut {
+    /// The view of `s` for `topic`.
+    pub fn new(topic: &str, s: &TopicStats) -> StatsOut {
+        StatsOut {
+            topic: topic.to_owned(),
+            scheduled: s.scheduled,
+            ready: s.ready,
+            active: s.active,
+            retry: s.retry,
+            dead: s.dead,
+            overdue: s.overdue,
+            oldest_overdue_ms: s.oldest_overdue_ms,
+            enqueued: s.enqueued,
+            succeeded: s.succeeded,
+            retried: s.retried,
+            buried: s.buried,
+            cancelled: s.cancelled,
+            paused: s.paused,
+            throttled: s.throttled,
+        }
+    }
+}
+
+/// A topic's pause and limits.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ControlOut {
+    /// The topic.
+    pub topic: String,
+    /// Leasing is paused.
+    pub paused: bool,
+    /// The rate limit (`100/s`), if any.
+    pub rate: Option<String>,
+    /// The cap on running jobs across every worker, if any.
+    pub concurrency: Option<u32>,
+}
+
+impl ControlOut {
+    /// The view of `c` for `topic`.
+    pub fn new(topic: &str, c: &TopicControl) -> ControlOut {
+        ControlOut {
+            topic: topic.to_owned(),
+            paused: c.paused,
+            rate: c.rate.map(|r| r.to_string()),
+            concurrency: c.concurrency,
+        }
+    }
+}
+
+/// New limits: a field left out is left as it is; `null` removes the limit.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsRequest {
+    /// The rate limit (`100/s`, `6000/min`, `5/250ms`), or `null` to remove it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub rate: Option<Option<String>>,
+    /// The cap on running jobs across every worker, or `null` to remove it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>)]
+    pub concurrency: Option<Option<u32>>,
+}
+
+/// A field that is present (`null` included) is `Some`.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// A periodic schedule.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScheduleOut {
+    /// Its name.
+    pub name: String,
+    /// The topic its jobs go to.
+    pub topic: String,
+    /// Its cron expression, or `null` for an interval schedule.
+    pub cron: Option<String>,
+    /// The time zone of a cron schedule (`null`: UTC).
+    pub time_zone: Option<String>,
+    /// The interval of an `every` schedule, ms.
+    pub every_ms: Option<u64>,
+    /// What happens to ticks missed while no worker ran: `once` or `skip`.
+    pub missed: String,
+    /// Its next tick (`null`: it never ticks again).
+    pub next: Option<String>,
+}
+
+impl From<&ScheduleInfo> for ScheduleOut {
+    fn from(s: &ScheduleInfo) -> ScheduleOut {
+        ScheduleOut {
+            name: s.name.clone(),
+            topic: s.topic.clone(),
+            cron: s.schedule.cron_expr().map(str::to_owned),
+            time_zone: s.schedule.time_zone().map(str::to_owned),
+            every_ms: s
+                .schedule
+                .interval()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            missed: s.schedule.missed_policy().as_str().to_owned(),
+            next: s.next_ms.map(rfc3339),
+        }
+    }
+}
+
+/// A periodic schedule to store: a cron expression (in a time zone) or an interval, and the
+/// payload of each tick's job.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleRequest {
+    /// The topic its jobs go to.
+    pub topic: String,
+    /// A cron expression (`0 9 * * MON-FRI`); not with `every`.
+    #[serde(default)]
+    pub cron: Option<String>,
+    /// The time zone of the cron expression (`Europe/Paris`; default UTC).
+    #[serde(default)]
+    pub time_zone: Option<String>,
+    /// An interval (`15m`); not with `cron`.
+    #[serde(default)]
+    pub every: Option<String>,
+    /// Ticks missed while no worker ran: `once` (the latest runs once; default) or `skip`.
+    #[serde(default)]
+    pub missed: Option<String>,
+    /// Each tick's payload, as for an enqueue.
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+}
+
+/// What storing a schedule did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScheduleResponse {
+    /// Its name.
+    pub name: String,
+    /// `created`, `updated` (another definition was replaced) or `unchanged`.
+    pub outcome: String,
+}
+
+/// A store time (Unix ms) as RFC 3339, to the millisecond.
+pub fn rfc3339(ms: u64) -> String {
+    let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => format!("{t:.3}"),
+        Err(_) => format!("{ms} ms"),
+    }
+}
