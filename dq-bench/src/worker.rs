@@ -46,6 +46,11 @@ pub struct WorkerArgs {
     /// starts, so dq's metrics are recorded for real (`all --only s3r-metrics` compares).
     #[arg(long)]
     pub metrics: bool,
+    /// Extra: the topic keeps its succeeded jobs for an hour (a retention set before the
+    /// worker starts, removed after), so every ack also keeps the job (`all --only s3r-keep`
+    /// compares).
+    #[arg(long)]
+    pub keep: bool,
     /// Extra: the tokio runtime (`multi`, the default, or `current`: one thread).
     #[arg(long, value_enum, default_value = "multi")]
     pub runtime: crate::Flavor,
@@ -68,9 +73,17 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
         None
     };
     let client = crate::connect(dq::DEFAULT_BULK_CHUNK).await?;
+    let retention = dq::Retention::default()
+        .succeeded(Duration::from_secs(3600))
+        .max_kept(args.n.clamp(1, 10_000_000));
+    client
+        .topic(topic)?
+        .set_retention(args.keep.then_some(retention))
+        .await?;
     crate::emit(&json!({"ready": true}));
     // The clock starts here, just before the worker is created.
     let recorder = Recorder::new(args.n, args.scenario.fail_first());
+    let client_for_stats = client.clone();
     let mut builder = dq::Worker::builder(client)
         .topics([topic])
         .concurrency(topic, args.conc)
@@ -88,6 +101,14 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(args.linger_ms)).await;
     }
     let report = handle.shutdown().await;
+    let kept = if args.keep {
+        let t = client_for_stats.topic(topic)?;
+        let kept = t.stats().await?.kept;
+        t.set_retention(None).await?;
+        Some(kept)
+    } else {
+        None
+    };
     // What a scrape would see: proof the recorder recorded (the line reports it).
     let recorded = prometheus.map(|p| {
         p.render()
@@ -99,6 +120,9 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     let mut line = result(&args, &recorder, timed_out, report.drained);
     if let (Some(n), serde_json::Value::Object(m)) = (recorded, &mut line) {
         m.insert("metrics_succeeded".into(), json!(n));
+    }
+    if let (Some(n), serde_json::Value::Object(m)) = (kept, &mut line) {
+        m.insert("kept".into(), json!(n));
     }
     crate::emit(&line);
     Ok(())

@@ -227,6 +227,36 @@ impl Orchestrator {
                 Some(("≥ 0.95", MedianAtLeast(0.95))),
             ),
             d(
+                "s3r_keep_plain_rate",
+                format!("S3R, finished jobs deleted (N={})", p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_keep_rate",
+                format!("S3R, succeeded jobs kept an hour (N={})", p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_keep_ratio",
+                "S3R keeping succeeded jobs / deleting them (same run)".into(),
+                "×",
+                None,
+            ),
+            d(
+                "s3r_keep_plain_server_us_per_job",
+                "Redis script time per job, finished jobs deleted".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "s3r_keep_server_us_per_job",
+                "Redis script time per job, succeeded jobs kept".into(),
+                "µs/job",
+                None,
+            ),
+            d(
                 "limiter_s3r_ratio",
                 "S3R with limits that never bind / without any (same run)".into(),
                 "×",

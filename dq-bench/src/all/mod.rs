@@ -285,12 +285,13 @@ pub fn run(args: AllArgs) -> Result<()> {
         }
     };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 20] = [
+    let sections: [(&str, Section); 21] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
         ("s3r", |o| o.drains("s3r")),
         ("s3r-metrics", Orchestrator::s3r_metrics),
+        ("s3r-keep", Orchestrator::s3r_keep),
         ("profile", Orchestrator::profile),
         ("s4", Orchestrator::s4),
         ("s5", Orchestrator::s5),
@@ -620,6 +621,14 @@ fn summary(section: &str, v: &Value) -> String {
             f("/ratio"),
             f("/rate_measured"),
             f("/rate_error_pct")
+        ),
+        "s3r-keep" => format!(
+            "S3R deleting {} / keeping {} jobs/s (ratio {}); Redis {} / {} µs/job",
+            f("/plain_rate"),
+            f("/keep_rate"),
+            f("/ratio"),
+            f("/plain_server_us_per_job"),
+            f("/keep_server_us_per_job")
         ),
         "payloads" => format!(
             "S2 named {} / positional {} B/job (payload {} / {} B); \

@@ -168,6 +168,40 @@ impl Orchestrator {
         })
     }
 
+    /// S3R with and without the topic keeping its succeeded jobs (a retention of an hour), in
+    /// the same run: each repetition drains twice, in alternating order. The figures are the
+    /// two rates, their ratio, and Redis's script time per job of each.
+    pub(super) fn s3r_keep(&mut self) -> Result<()> {
+        let (n, conc) = (self.plan.s3_n, self.plan.conc);
+        let reps = self.plan.reps;
+        self.reps("s3r-keep", reps, |o, rep| {
+            let mut rates = [0.0; 2];
+            let mut script = [0.0; 2];
+            let mut runs = Vec::new();
+            for with in [rep % 2 == 1, rep % 2 == 0] {
+                o.worker_extra = if with { vec![s("--keep")] } else { Vec::new() };
+                let v = o.drain(Scenario::S3R, n, conc, false);
+                o.worker_extra.clear();
+                let v = v?;
+                if with && num(&v, "/worker/kept")? < n as f64 {
+                    return Err("the topic did not keep every succeeded job".into());
+                }
+                rates[usize::from(with)] = num(&v, "/worker/jobs_per_s")?;
+                script[usize::from(with)] = num(&v, "/redis/script_usec_per_job")?;
+                runs.push(json!({"keep": with, "run": v}));
+            }
+            let [plain, kept] = rates;
+            o.push("s3r_keep_plain_rate", plain);
+            o.push("s3r_keep_rate", kept);
+            o.push("s3r_keep_ratio", kept / plain);
+            o.push("s3r_keep_plain_server_us_per_job", script[0]);
+            o.push("s3r_keep_server_us_per_job", script[1]);
+            Ok(json!({"plain_rate": plain, "keep_rate": kept, "ratio": kept / plain,
+                      "plain_server_us_per_job": script[0], "keep_server_us_per_job": script[1],
+                      "runs": runs}))
+        })
+    }
+
     /// One drain: enqueue N (bulk), wait until due + 1 s (S3), start one worker, time it.
     /// With `profile`, every command is logged (SLOWLOG) and the scripts' costs are grouped.
     pub(super) fn drain(
