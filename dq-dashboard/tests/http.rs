@@ -707,3 +707,60 @@ fn row_of<'a>(html: &'a str, attr: &str) -> &'a str {
     let row = &html[at..];
     &row[..row.find("</tr>").unwrap()]
 }
+
+/// A topic that keeps its finished jobs shows tabs of them (succeeded with run time and
+/// worker); a kept job's page shows its outcome, times, worker and result; a key search finds
+/// it.
+#[tokio::test]
+async fn kept_jobs_have_tabs_and_a_page_with_their_result() {
+    let client = common::client("dash-kept").await;
+    let tc = client.topic("thumbs").unwrap();
+    tc.set_retention(Some(
+        dq_core::Retention::default().succeeded(Duration::from_secs(3600)),
+    ))
+    .await
+    .unwrap();
+    make_ready(&client, "thumbs", "img-", 1).await;
+    let q = dq_core::Queue::new(dq_core::Topic::new("thumbs").unwrap(), 0);
+    let request = dq_core::FetchRequest {
+        max_jobs: 1,
+        lease: Duration::from_secs(60),
+        call: dq_core::FetchCall::new(),
+        ..dq_core::FetchRequest::default()
+    };
+    let reply = client.store().fetch(&q, &request).await.unwrap();
+    let d = &reply.jobs[0];
+    let mut done = dq_core::Success::new(d.key.clone(), d.token);
+    done.started_ms = d.leased_ms;
+    done.result = dq_core::StoredResult::Value(
+        rmp_serde::to_vec_named(&serde_json::json!({"url": "https://cdn/0.png"})).unwrap(),
+    );
+    client.store().ack(&q, "worker-7", &[done]).await.unwrap();
+
+    let served = serve(client.clone(), opts()).await;
+    let (status, page) = get(&format!("{}/topics/thumbs?state=succeeded", served.url)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("data-state=\"succeeded\""), "{page}");
+    assert!(
+        page.contains("img-0") && page.contains("on worker-7"),
+        "{page}"
+    );
+    assert!(page.contains("data-stat=\"kept\">1<"), "{page}");
+    let (status, page) = get(&format!("{}/topics/thumbs/jobs/img-0", served.url)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    for want in [
+        "state succeeded",
+        "worker-7",
+        "&quot;url&quot;: &quot;https://cdn/0.png&quot;",
+    ] {
+        assert!(page.contains(want), "{want:?} in {page}");
+    }
+    let r = http()
+        .get(format!("{}/topics/thumbs?key=img-0", served.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let (status, _) = get(&format!("{}/topics/thumbs?state=finished", served.url)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

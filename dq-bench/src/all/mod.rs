@@ -75,7 +75,7 @@ pub struct AllArgs {
     #[arg(long)]
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
-    /// s3c1, s3r, s3r-metrics, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
+    /// s3c1, s3r, s3r-metrics, s3r-keep, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
     /// limiter, payloads, ceilings, lease-floor, client-floor, http, bullmq (default: all; with --quick
     /// all but bullmq).
     #[arg(long, value_delimiter = ',')]

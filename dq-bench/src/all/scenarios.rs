@@ -196,9 +196,11 @@ impl Orchestrator {
             o.push("s3r_keep_ratio", kept / plain);
             o.push("s3r_keep_plain_server_us_per_job", script[0]);
             o.push("s3r_keep_server_us_per_job", script[1]);
-            Ok(json!({"plain_rate": plain, "keep_rate": kept, "ratio": kept / plain,
+            Ok(
+                json!({"plain_rate": plain, "keep_rate": kept, "ratio": kept / plain,
                       "plain_server_us_per_job": script[0], "keep_server_us_per_job": script[1],
-                      "runs": runs}))
+                      "runs": runs}),
+            )
         })
     }
 

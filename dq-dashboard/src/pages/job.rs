@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use dq_core::JobState;
+use dq_core::{FinishedJob, JobState, StoredResult};
 use maud::html;
 
 use super::layout::{
@@ -11,29 +11,97 @@ use super::layout::{
 };
 use crate::state::Shared;
 
+/// MessagePack bytes as pretty JSON, or a note and their start in hex.
+fn pretty_msgpack(bytes: &[u8]) -> String {
+    match rmp_serde::from_slice::<serde_json::Value>(dq_core::trace::split(bytes).1) {
+        Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+        Err(e) => format!(
+            "(not decodable as MessagePack: {e})\n{}",
+            bytes
+                .iter()
+                .take(512)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        ),
+    }
+}
+
+/// A finished job its topic keeps: outcome, times, worker, result, attempts and payload.
+async fn finished_page(
+    shared: &Arc<Shared>,
+    name: &str,
+    key: &str,
+    job: &FinishedJob,
+) -> PageResult {
+    let now_ms = shared.client.store().now_ms().await?;
+    let result = match &job.result {
+        StoredResult::None => None,
+        StoredResult::Value(v) => Some(pretty_msgpack(v)),
+        StoredResult::NotStored(why) => Some(format!("(not stored: {why})")),
+    };
+    let body = html! {
+        h1 { "Job " code { (key) } }
+        table.kv #job {
+            tr { th { "Topic" } td { a href=(topic_link(shared, name)) { (name) } } }
+            tr { th { "State" } td data-field="state" { span class={"state " (job.outcome.as_str())} { (job.outcome.as_str()) } " (kept until " (when(job.kept_until_ms, now_ms)) ")" } }
+            tr { th { "Due" } td { (when(job.due_ms, now_ms)) } }
+            tr { th { "Enqueued" } td { (when(job.created_ms, now_ms)) } }
+            @if let Some(s) = job.started_ms { tr { th { "Started" } td { (when(s, now_ms)) } } }
+            tr { th { "Finished" } td data-field="finished" { (when(job.finished_ms, now_ms)) } }
+            @if let Some(d) = job.run_time() { tr { th { "Run time" } td { (d.as_millis()) " ms" } } }
+            tr { th { "Attempts" } td data-field="attempts" { (job.attempts) } }
+            @if let Some(w) = &job.worker { tr { th { "Worker" } td data-field="worker" { code { (w) } } } }
+        }
+        @if let Some(result) = &result {
+            h2 { "Result" }
+            pre.payload #result { (result) }
+        }
+        h2 { "Attempts" }
+        @if job.history.is_empty() { p.muted { "No failed attempt recorded." } } @else {
+            table.jobs #history {
+                thead { tr { th.n { "#" } th { "Ended" } th { "Outcome" } th { "Error" } } }
+                tbody {
+                    @for a in &job.history {
+                        tr {
+                            td.n { (a.attempt) }
+                            td { (when(a.at_ms, now_ms)) }
+                            td { (format!("{:?}", a.outcome)) }
+                            td.err { (a.error) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Payload" }
+        pre.payload { (pretty_msgpack(&job.payload)) }
+    };
+    let crumbs = html! {
+        a href=(shared.home()) { "Topics" } " / " a href=(topic_link(shared, name)) { (name) } " / " span { (key) }
+    };
+    Ok(layout(
+        shared,
+        &format!("{name} / {key}"),
+        false,
+        crumbs,
+        body,
+    ))
+}
+
 /// `/topics/{topic}/jobs/{key}`: one job's state, times, attempts and payload.
 pub(super) async fn job_page(
     State(shared): State<Arc<Shared>>,
     Path((name, key)): Path<(String, String)>,
 ) -> PageResult {
     let (meta, tc) = topic_of(&shared, &name).await?;
-    let job = tc
-        .job(&key)
-        .await?
-        .ok_or_else(|| not_found(format!("no job {key:?} in topic {name:?}")))?;
+    let Some(job) = tc.job(&key).await? else {
+        let kept = tc
+            .finished(&key)
+            .await?
+            .ok_or_else(|| not_found(format!("no job {key:?} in topic {name:?}")))?;
+        return finished_page(&shared, &name, &key, &kept).await;
+    };
     let now_ms = shared.client.store().now_ms().await?;
-    let payload =
-        match rmp_serde::from_slice::<serde_json::Value>(dq_core::trace::split(&job.payload).1) {
-            Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
-            Err(e) => format!(
-                "(not decodable as MessagePack: {e})\n{}",
-                job.payload
-                    .iter()
-                    .take(512)
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<String>()
-            ),
-        };
+    let payload = pretty_msgpack(&job.payload);
     let rw = !shared.opts.read_only;
     let partition = job.key.partition(meta.partitions);
     let body = html! {

@@ -6,7 +6,7 @@ use std::sync::{Arc, PoisonError};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
-use dq_core::{JobState, Page};
+use dq_core::{FinishedAs, JobState, Page};
 use maud::html;
 use serde::Deserialize;
 
@@ -39,6 +39,32 @@ fn parse_state(s: &str) -> Option<JobState> {
     .find(|st| st.as_str() == s)
 }
 
+/// What a tab lists: a live state, or the finished jobs the topic keeps of one outcome.
+enum Tab {
+    Live(JobState),
+    Kept(FinishedAs),
+}
+
+impl Tab {
+    fn name(&self) -> &'static str {
+        match self {
+            Tab::Live(s) => s.as_str(),
+            Tab::Kept(o) => o.as_str(),
+        }
+    }
+}
+
+/// One row of the listing, whichever tab.
+struct Row {
+    key: String,
+    /// Due, lease deadline or finish time.
+    at_ms: u64,
+    attempts: u32,
+    created_ms: u64,
+    /// The last error (retry), or the run time and worker (succeeded).
+    note: String,
+}
+
 /// `/topics/{topic}`: stats, a search by key, and one state's jobs page by page.
 pub(super) async fn topic_page(
     State(shared): State<Arc<Shared>>,
@@ -48,24 +74,67 @@ pub(super) async fn topic_page(
     let (meta, tc) = topic_of(&shared, &name).await?;
     let mut missing = None;
     if let Some(key) = q.key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
-        if tc.job(key).await?.is_some() {
+        if tc.job(key).await?.is_some() || tc.finished(key).await?.is_some() {
             return Ok(Redirect::to(&job_link(&shared, &name, key)).into_response());
         }
         missing = Some(key.to_owned());
     }
     let state_name = q.state.as_deref().unwrap_or("scheduled");
-    let state = parse_state(state_name).ok_or_else(|| {
-        PageError(
-            StatusCode::BAD_REQUEST,
-            format!("no listing of state {state_name:?}"),
-        )
-    })?;
+    let tab = match (parse_state(state_name), FinishedAs::parse(state_name)) {
+        (Some(s), _) => Tab::Live(s),
+        (None, Some(o)) => Tab::Kept(o),
+        _ => {
+            return Err(PageError(
+                StatusCode::BAD_REQUEST,
+                format!("no listing of state {state_name:?}"),
+            ));
+        }
+    };
     let after = parse_cursor(q.after.as_deref())?;
     let page = match after {
         Some(c) => Page::after(c, PAGE),
         None => Page::first(PAGE),
     };
-    let listed = tc.list(state, page).await?;
+    let (rows, next): (Vec<Row>, _) = match &tab {
+        Tab::Live(state) => {
+            let listed = tc.list(*state, page).await?;
+            let rows = listed
+                .jobs
+                .iter()
+                .map(|j| Row {
+                    key: j.key.to_string(),
+                    at_ms: j.lease_deadline_ms.unwrap_or(j.due_ms),
+                    attempts: j.attempts,
+                    created_ms: j.created_ms,
+                    note: if *state == JobState::Retry {
+                        dead::last_error(j).to_string()
+                    } else {
+                        String::new()
+                    },
+                })
+                .collect();
+            (rows, listed.next)
+        }
+        Tab::Kept(outcome) => {
+            let listed = tc.list_finished(*outcome, page).await?;
+            let rows = listed
+                .jobs
+                .iter()
+                .map(|j| Row {
+                    key: j.key.to_string(),
+                    at_ms: j.finished_ms,
+                    attempts: j.attempts,
+                    created_ms: j.created_ms,
+                    note: match (j.run_time(), &j.worker) {
+                        (Some(d), Some(w)) => format!("ran {} ms on {w}", d.as_millis()),
+                        _ => String::new(),
+                    },
+                })
+                .collect();
+            (rows, listed.next)
+        }
+    };
+    let retention = tc.control().await?.retention;
     let stats = tc.stats().await?;
     let now_ms = shared.client.store().now_ms().await?;
     let samples: Vec<_> = shared
@@ -98,39 +167,57 @@ pub(super) async fn topic_page(
         @if let Some(key) = &missing { p.error { "No job with key " code { (key) } " in this topic." } }
         nav.tabs {
             @for st in [JobState::Scheduled, JobState::Ready, JobState::Active, JobState::Retry] {
-                a.current[st == state] href={(base) "?state=" (st.as_str())} { (st.as_str()) " " span.count { (count(st)) } }
+                a.current[matches!(tab, Tab::Live(s) if s == st)] href={(base) "?state=" (st.as_str())} { (st.as_str()) " " span.count { (count(st)) } }
             }
             a href=(dead_link(&shared, &name)) { "dead " span.count.dead[stats.dead > 0] { (stats.dead) } }
+            @if retention.is_some() || stats.kept > 0 {
+                @for o in FinishedAs::ALL {
+                    a.kept.current[matches!(tab, Tab::Kept(k) if k == o)] href={(base) "?state=" (o.as_str())} { (o.as_str()) }
+                }
+            }
         }
-        table.jobs #listing data-state=(state.as_str()) {
+        @if retention.is_some() || stats.kept > 0 {
+            p.muted #kept { "Kept: " span data-stat="kept" { (stats.kept) } " finished jobs"
+                @if let Some(r) = retention { " (succeeded " (keep_text(r.succeeded)) ", cancelled " (keep_text(r.cancelled)) ", expired " (keep_text(r.expired)) ", at most " (r.max_kept) ")" }
+                @if stats.kept_trimmed > 0 { "; " span data-stat="kept_trimmed" { (stats.kept_trimmed) } " trimmed before their time (the cap)" }
+            }
+        }
+        table.jobs #listing data-state=(tab.name()) {
             thead { tr {
                 th { "Key" }
-                th { (match state { JobState::Retry => "Next attempt", JobState::Active => "Lease until", _ => "Due" }) }
+                th { (match tab { Tab::Live(JobState::Retry) => "Next attempt", Tab::Live(JobState::Active) => "Lease until", Tab::Live(_) => "Due", Tab::Kept(_) => "Finished" }) }
                 th.n { "Attempts" }
                 th { "Enqueued" }
-                @if state == JobState::Retry { th { "Last error" } }
+                @if matches!(tab, Tab::Live(JobState::Retry)) { th { "Last error" } }
+                @if matches!(tab, Tab::Kept(FinishedAs::Succeeded)) { th { "Run" } }
             } }
             tbody {
-                @for j in &listed.jobs {
+                @for j in &rows {
                     tr {
-                        td { a href=(job_link(&shared, &name, j.key.as_ref())) { code { (j.key.as_ref()) } } }
-                        td { (when(j.lease_deadline_ms.unwrap_or(j.due_ms), now_ms)) }
+                        td { a href=(job_link(&shared, &name, &j.key)) { code { (j.key) } } }
+                        td { (when(j.at_ms, now_ms)) }
                         td.n { (j.attempts) }
                         td { (when(j.created_ms, now_ms)) }
-                        @if state == JobState::Retry { td.err { (dead::last_error(j)) } }
+                        @if matches!(tab, Tab::Live(JobState::Retry)) { td.err { (j.note) } }
+                        @if matches!(tab, Tab::Kept(FinishedAs::Succeeded)) { td { (j.note) } }
                     }
                 }
-                @if listed.jobs.is_empty() { tr { td.muted colspan="5" { "No " (state.as_str()) " jobs." } } }
+                @if rows.is_empty() { tr { td.muted colspan="5" { "No " (tab.name()) " jobs." } } }
             }
         }
         p.pager {
-            @if after_given(q.after.as_deref()) { a href={(base) "?state=" (state.as_str())} { "« first page" } " " }
-            @if let Some(next) = &listed.next {
-                a href={(base) "?state=" (state.as_str()) "&after=" (enc(&next.to_string()))} { "next page »" }
+            @if after_given(q.after.as_deref()) { a href={(base) "?state=" (tab.name())} { "« first page" } " " }
+            @if let Some(next) = &next {
+                a href={(base) "?state=" (tab.name()) "&after=" (enc(&next.to_string()))} { "next page »" }
             }
         }
         (charts(&shared, &samples, Some(&name)))
     };
     let crumbs = html! { a href=(shared.home()) { "Topics" } " / " span { (name) } };
     Ok(layout(&shared, &name, q.after.is_none(), crumbs, body))
+}
+
+/// How long an outcome is kept, as the topic page says it.
+fn keep_text(d: Option<std::time::Duration>) -> String {
+    d.map_or("no".into(), |d| humantime::format_duration(d).to_string())
 }
