@@ -44,10 +44,11 @@ pub use dq_core::{
 // Writing handlers.
 pub use dq_core::{BoxError, ErrorKind, Jitter, Job, JobContext, JobError, RetryPolicy};
 
-// Results and finished jobs a topic keeps.
+// Results and finished jobs a topic keeps; progress and log lines of a running job.
 pub use dq_core::{
     FinishedAs, FinishedJob, FinishedPage, JobOutput, Retention, StoredResult, WaitOutcome,
 };
+pub use dq_core::{JobProgress, LogLine, MAX_LOG_LINES, MAX_PROGRESS_LEN, Report};
 
 // Names and errors.
 pub use dq_core::{BulkStored, Error, JobKey, Result, Topic};

@@ -36,10 +36,12 @@ struct Thumbnail {
     keep_cancelled = "1h",
     retry = "none"
 )]
-async fn thumbnail(n: u64) -> Result<Thumbnail, JobError> {
+async fn thumbnail(n: u64, ctx: dq::JobContext) -> Result<Thumbnail, JobError> {
     if n == 0 {
         return Err(JobError::permanent("no image 0"));
     }
+    ctx.log(format!("resizing image {n}")).await?;
+    ctx.progress(&100u32).await?;
     Ok(Thumbnail {
         url: format!("https://cdn.example/{n}.png"),
         bytes: n * 1000,
@@ -152,6 +154,9 @@ async fn a_wait_is_answered_by_a_worker_in_another_process() {
             assert_eq!(job.outcome, FinishedAs::Succeeded);
             assert_eq!(job.worker.as_deref(), Some(worker_id.as_str()));
             assert_eq!(job.attempts, 1);
+            let p = job.progress.clone().expect("its progress, kept");
+            assert_eq!(p.value_as::<u32>().unwrap().unwrap(), 100);
+            assert_eq!(p.log[0].text, "resizing image 7");
             let started = job.started_ms.expect("a start time");
             assert!(
                 job.due_ms <= started && started <= job.finished_ms,

@@ -45,6 +45,8 @@ pub struct FinishedOut {
     pub result_not_stored: Option<String>,
     /// Its failed attempts, oldest first.
     pub history: Vec<AttemptOut>,
+    /// What its last run reported.
+    pub progress: Option<crate::view::ProgressOut>,
     /// The payload decoded from MessagePack, or `null` if it does not decode.
     pub payload: Option<serde_json::Value>,
 }
@@ -69,6 +71,7 @@ impl FinishedOut {
             died_ms: None,
             expires_ms: None,
             history: job.history.clone(),
+            progress: job.progress.clone(),
             payload: job.payload.clone(),
         };
         let as_live = JobOut::new(topic, &live);
@@ -87,6 +90,7 @@ impl FinishedOut {
             result,
             result_not_stored,
             history: as_live.history,
+            progress: as_live.progress,
             payload: as_live.payload,
         }
     }
@@ -135,6 +139,9 @@ pub fn finished_detail(j: &FinishedOut, job: &FinishedJob, now_ms: u64) -> Strin
         for a in &j.history {
             let _ = writeln!(out, "  #{} {} {}: {}", a.attempt, a.at, a.outcome, a.error);
         }
+    }
+    if let Some(p) = &j.progress {
+        out.push_str(&crate::view::progress_text(p));
     }
     if let Some(v) = &j.payload {
         let pretty = serde_json::to_string_pretty(v).unwrap_or_default();

@@ -272,12 +272,69 @@ pub struct JobOut {
     pub expires: Option<String>,
     /// Its failed or deferred attempts, oldest first.
     pub history: Vec<AttemptOut>,
+    /// What a running job reported in this run.
+    pub progress: Option<ProgressOut>,
     /// The payload decoded from MessagePack, or `null` if it does not decode.
     pub payload: Option<serde_json::Value>,
     /// Why the payload does not decode, if it does not.
     pub payload_error: Option<String>,
     /// The payload's size in bytes.
     pub payload_bytes: usize,
+}
+
+/// A job's progress and log lines, as `dq job` prints them.
+#[derive(Serialize)]
+pub struct ProgressOut {
+    /// The last progress value, decoded from MessagePack (`null`: none).
+    pub value: Option<serde_json::Value>,
+    /// The log lines, oldest first: time and text.
+    pub log: Vec<(String, String)>,
+    /// Lines dropped (more than were kept).
+    pub dropped_lines: u64,
+}
+
+impl ProgressOut {
+    /// The view of `p`.
+    pub fn new(p: &dq_core::JobProgress) -> ProgressOut {
+        ProgressOut {
+            value: p
+                .value
+                .as_deref()
+                .and_then(|v| rmp_serde::from_slice::<serde_json::Value>(v).ok()),
+            log: p
+                .log
+                .iter()
+                .map(|l| (rfc3339(l.at_ms), l.text.clone()))
+                .collect(),
+            dropped_lines: p.dropped_lines,
+        }
+    }
+}
+
+/// The progress lines of `dq job`.
+pub fn progress_text(p: &ProgressOut) -> String {
+    let mut out = String::new();
+    if let Some(v) = &p.value {
+        let _ = writeln!(
+            out,
+            "progress  {}",
+            serde_json::to_string(v).unwrap_or_default()
+        );
+    }
+    if !p.log.is_empty() {
+        let _ = writeln!(
+            out,
+            "log{}",
+            match p.dropped_lines {
+                0 => String::new(),
+                n => format!(" ({n} earlier lines dropped)"),
+            }
+        );
+        for (at, text) in &p.log {
+            let _ = writeln!(out, "  {at} {text}");
+        }
+    }
+    out
 }
 
 /// One attempt of a job's history.
@@ -328,6 +385,7 @@ impl JobOut {
                     error: a.error.clone(),
                 })
                 .collect(),
+            progress: info.progress.as_ref().map(ProgressOut::new),
             payload,
             payload_error,
             payload_bytes: info.payload.len(),
@@ -367,6 +425,9 @@ pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
         for a in &j.history {
             let _ = writeln!(out, "  #{} {} {}: {}", a.attempt, a.at, a.outcome, a.error);
         }
+    }
+    if let Some(p) = &j.progress {
+        out.push_str(&progress_text(p));
     }
     match (&j.payload, &j.payload_error) {
         (Some(v), _) => {

@@ -315,6 +315,8 @@ pub struct FinishedJob {
     pub result: StoredResult,
     /// Its failed attempts, oldest first.
     pub history: Vec<AttemptRecord>,
+    /// The progress and log lines its last run reported (`None`: none).
+    pub progress: Option<crate::progress::JobProgress>,
     /// The MessagePack payload.
     pub payload: Vec<u8>,
 }

@@ -263,6 +263,20 @@ impl LeaseDeadline {
     }
 }
 
+/// The reporter of a [`JobContext`], if any (its own type for `Debug`).
+#[derive(Clone)]
+struct Reporting(Option<Arc<dyn crate::progress::Reporter>>);
+
+impl fmt::Debug for Reporting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Reporting"
+        } else {
+            "None"
+        })
+    }
+}
+
 /// What a running job knows about itself.
 #[derive(Clone, Debug)]
 pub struct JobContext {
@@ -283,6 +297,8 @@ pub struct JobContext {
     cancel: CancellationToken,
     deadline: Option<LeaseDeadline>,
     data: Arc<SharedData>,
+    /// Where `progress` and `log` write (the worker binds it to the job's lease).
+    reporter: Reporting,
     /// The first type [`JobContext::data`] did not find, shared by clones: the worker reads it
     /// after a failed run, so the deferral holds whatever error the handler made of it.
     missing: Arc<OnceLock<&'static str>>,
@@ -313,8 +329,40 @@ impl JobContext {
             cancel,
             deadline: None,
             data,
+            reporter: Reporting(None),
             missing: Arc::default(),
         }
+    }
+
+    /// Sends [`JobContext::progress`] and [`JobContext::log`] to `reporter` (the worker binds
+    /// one to each job's lease; a context without one drops reports).
+    pub fn with_reporter(mut self, reporter: Arc<dyn crate::progress::Reporter>) -> Self {
+        self.reporter = Reporting(Some(reporter));
+        self
+    }
+
+    /// Reports the job's progress: `value` (any serializable value, at most 64 KiB encoded)
+    /// replaces the last one, visible while the job runs (`dq job`, the dashboard,
+    /// [`JobInfo::progress`](crate::JobInfo::progress)) and kept with the finished job when
+    /// its topic keeps it. One store call; written only while this run holds its lease (after
+    /// the lease is lost it is dropped, and `Ok`). A value that cannot be encoded or is too
+    /// large is an error (a failed attempt if the handler returns it with `?`).
+    pub async fn progress<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<()> {
+        let bytes = crate::payload::encode(value, crate::progress::MAX_PROGRESS_LEN)?;
+        self.send(crate::progress::Report::Progress(bytes)).await
+    }
+
+    /// Appends a log line to the job's run (the last 100 are kept, each cut at 1 KiB), shown
+    /// with its progress. One store call.
+    pub async fn log(&self, line: impl Into<String>) -> Result<()> {
+        self.send(crate::progress::Report::Log(line.into())).await
+    }
+
+    async fn send(&self, report: crate::progress::Report) -> Result<()> {
+        if let Some(r) = &self.reporter.0 {
+            r.report(report).await?;
+        }
+        Ok(())
     }
 
     /// Ties the context to its lease's local deadline: from the moment it passes, the context

@@ -274,6 +274,9 @@ pub struct JobInfo {
     pub expires_ms: Option<u64>,
     /// Its failed attempts, oldest first (at most [`MAX_HISTORY`]).
     pub history: Vec<AttemptRecord>,
+    /// For a running job: the progress and log lines its handler reported in this run
+    /// ([`JobContext::progress`](crate::JobContext::progress)); `None` if it reported none.
+    pub progress: Option<crate::progress::JobProgress>,
     /// The MessagePack payload.
     pub payload: Vec<u8>,
 }

@@ -15,6 +15,7 @@ pub mod job;
 pub mod metrics;
 pub mod names;
 pub mod payload;
+pub mod progress;
 pub mod retry;
 pub mod schedule;
 /// The retry, duration and topic syntax, shared with `dq-macros` (the `dq-syntax` crate).
@@ -47,6 +48,7 @@ pub use job::{
     MAX_DUE_MS, Queue,
 };
 pub use names::{JobKey, Topic};
+pub use progress::{JobProgress, LogLine, MAX_LOG_LINES, MAX_PROGRESS_LEN, Report, Reporter};
 pub use retry::{Jitter, RetryPolicy};
 pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleOutcome, ScheduleRecord};
 pub use store::lease::{

@@ -40,6 +40,8 @@ const CANCEL_GRACE: Duration = Duration::from_secs(1);
 /// What every runner of a worker shares.
 pub(crate) struct RunnerShared {
     pub data: Arc<SharedData>,
+    /// Where handlers' progress reports go.
+    pub store: Arc<dyn dq_core::Store>,
     pub in_flight: InFlight,
     pub completer: CompletionSender,
     /// Fired shortly before the shutdown deadline: handlers still running are told to stop.
@@ -116,7 +118,13 @@ pub(crate) async fn run(
             cancel.clone(),
             shared.data.clone(),
         )
-        .with_lease_deadline(deadline.clone());
+        .with_lease_deadline(deadline.clone())
+        .with_reporter(Arc::new(dq_core::progress::LeaseReporter {
+            store: shared.store.clone(),
+            queue: delivery.queue.clone(),
+            key: delivery.key.clone(),
+            token: delivery.token,
+        }));
         // Shares the note of missing data with the handler's context, which moves into it.
         let probe = ctx.clone();
         let handler = match (topic.descriptor.run)(&delivery.payload, ctx) {

@@ -509,6 +509,7 @@ impl Worker {
         let missing_data = MissingDataLog::default();
         let shared = Arc::new(RunnerShared {
             data: self.data.clone(),
+            store: self.store.clone(),
             in_flight: in_flight.clone(),
             completer: sender,
             hard_stop: hard_stop.clone(),

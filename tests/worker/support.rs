@@ -129,6 +129,15 @@ impl Lease for NoExtend {
     async fn release(&self, q: &Queue, leases: &[(JobKey, u64)]) -> dq::Result<Vec<bool>> {
         self.0.release(q, leases).await
     }
+    async fn report(
+        &self,
+        q: &Queue,
+        key: &JobKey,
+        token: u64,
+        report: &dq::Report,
+    ) -> dq::Result<bool> {
+        self.0.report(q, key, token, report).await
+    }
     async fn wake_listener(&self, q: &Queue) -> dq::Result<Box<dyn WakeListener>> {
         self.0.wake_listener(q).await
     }

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::finished::StoredResult;
 use crate::job::Queue;
 use crate::names::JobKey;
+use crate::progress::Report;
 
 /// Leasing jobs and settling each delivery: what a worker needs of a store.
 #[async_trait]
@@ -54,6 +55,17 @@ pub trait Lease: Send + Sync + 'static {
 
     /// Hands leased jobs back to the front of `ready` without charging the attempt.
     async fn release(&self, queue: &Queue, leases: &[(JobKey, u64)]) -> Result<Vec<bool>>;
+
+    /// Writes a running job's progress or log line under its lease ([`Report`]); `false` when
+    /// the job does not run under `token` (nothing written). A progress value over
+    /// [`MAX_PROGRESS_LEN`](crate::progress::MAX_PROGRESS_LEN) is refused before any write.
+    async fn report(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        token: u64,
+        report: &Report,
+    ) -> Result<bool>;
 
     /// A listener for the partition's wake-up tokens, for a fetcher that found nothing to do.
     async fn wake_listener(&self, queue: &Queue) -> Result<Box<dyn WakeListener>>;

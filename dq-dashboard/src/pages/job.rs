@@ -26,6 +26,23 @@ fn pretty_msgpack(bytes: &[u8]) -> String {
     }
 }
 
+/// A job's progress and log lines, if it reported any.
+fn progress_block(p: Option<&dq_core::JobProgress>, now_ms: u64) -> maud::Markup {
+    html! {
+        @if let Some(p) = p {
+            h2 { "Progress" }
+            @if let Some(v) = &p.value { pre.payload #progress { (pretty_msgpack(v)) } }
+            @if !p.log.is_empty() {
+                @if p.dropped_lines > 0 { p.muted { (p.dropped_lines) " earlier lines dropped" } }
+                table.jobs #log {
+                    thead { tr { th { "At" } th { "Line" } } }
+                    tbody { @for l in &p.log { tr { td { (when(l.at_ms, now_ms)) } td { (l.text) } } } }
+                }
+            }
+        }
+    }
+}
+
 /// A finished job its topic keeps: outcome, times, worker, result, attempts and payload.
 async fn finished_page(
     shared: &Arc<Shared>,
@@ -56,6 +73,7 @@ async fn finished_page(
             h2 { "Result" }
             pre.payload #result { (result) }
         }
+        (progress_block(job.progress.as_ref(), now_ms))
         h2 { "Attempts" }
         @if job.history.is_empty() { p.muted { "No failed attempt recorded." } } @else {
             table.jobs #history {
@@ -124,6 +142,7 @@ pub(super) async fn job_page(
                 button.danger name="purge" value=(key) { "Purge" }
             }
         }
+        (progress_block(job.progress.as_ref(), now_ms))
         h2 { "Attempts" }
         @if job.history.is_empty() { p.muted { "No failed attempt recorded." } } @else {
             table.jobs #history {

@@ -42,6 +42,7 @@ pub mod kept;
 pub mod lease;
 pub mod lease_retry;
 pub mod limits;
+pub mod progress;
 pub mod receipts;
 pub mod retry;
 pub mod schedules;
@@ -128,6 +129,8 @@ macro_rules! conformance_suite {
             kept::a_bad_retention_is_refused,
             kept::results_are_read_back_typed,
             kept::a_wait_reports_a_dead_job,
+            progress::a_running_job_reports_progress_and_log_lines,
+            progress::every_other_end_of_a_run_clears_its_progress,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

@@ -52,6 +52,8 @@ impl Partition {
         now: u64,
         run: Option<(u64, &str, StoredResult)>,
     ) {
+        // the run's reports end with it, kept or not
+        let progress = self.progress.remove(key);
         let Some(policy) = self.control.retention else {
             return;
         };
@@ -78,6 +80,7 @@ impl Partition {
             worker,
             result,
             history: rec.history,
+            progress,
             payload: rec.payload,
         });
         self.trim_kept(now, 1 + KEPT_TRIM_SLACK);

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::finished::FinishedAs;
 use crate::job::{AttemptOutcome, Queue};
 use crate::names::JobKey;
+use crate::progress::{LogLine, MAX_LOG_LINES, Report};
 use crate::store::lease::{
     AckOutcome, DeadLimits, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
     FetchReply, FetchRequest, Lease, NEWER_RECORD_WAIT, NewerRecord, Success, WakeListener,
@@ -148,6 +149,7 @@ impl Partition {
                 self.counters.cancelled += 1;
                 continue;
             }
+            self.progress.remove(&key);
             let Some(rec) = self.jobs.get_mut(&key) else {
                 continue;
             };
@@ -449,6 +451,7 @@ impl Partition {
             return Ok(FailOutcome::Cancelled);
         }
         self.sets.unlink(key, rec.place, rec.due_ms);
+        self.progress.remove(key);
         if capped {
             // a slot of the concurrency share is free
             self.wake.notify_one();
@@ -535,6 +538,7 @@ impl Partition {
                 }
                 Some(rec) if rec.is_leased_by(*token) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.progress.remove(key);
                     rec.attempts = rec.attempts.saturating_sub(1);
                     rec.place = self.sets.push_ready_front(key);
                     released = true;
@@ -565,6 +569,34 @@ impl Lease for MemoryStore {
         let reply = self.write(queue, |p, now| p.fetch(queue, request, now));
         warn_trimmed(queue, reply.trimmed);
         Ok(reply)
+    }
+
+    async fn report(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        token: u64,
+        report: &Report,
+    ) -> Result<bool> {
+        let report = crate::progress::checked(report)?;
+        Ok(self.write(queue, |p, now| {
+            if !p.jobs.get(key).is_some_and(|r| r.is_leased_by(token)) {
+                return false;
+            }
+            let entry = p.progress.entry(key.clone()).or_default();
+            match report {
+                Report::Progress(v) => entry.value = Some(v),
+                Report::Log(text) => {
+                    entry.log.push(LogLine { at_ms: now, text });
+                    if entry.log.len() > MAX_LOG_LINES {
+                        let over = entry.log.len() - MAX_LOG_LINES;
+                        entry.log.drain(..over);
+                        entry.dropped_lines += over as u64;
+                    }
+                }
+            }
+            true
+        }))
     }
 
     async fn ack(&self, queue: &Queue, worker: &str, done: &[Success]) -> Result<Vec<AckOutcome>> {

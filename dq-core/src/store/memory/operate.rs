@@ -392,7 +392,13 @@ impl Operate for MemoryStore {
         self.read(queue, |p, _| {
             let Some(p) = p else { return Ok(None) };
             p.check_not_newer([key])?;
-            Ok(p.jobs.get(key).map(|rec| rec.info(key)))
+            Ok(p.jobs.get(key).map(|rec| {
+                let mut info = rec.info(key);
+                if info.state == JobState::Active {
+                    info.progress = p.progress.get(key).cloned();
+                }
+                info
+            }))
         })
     }
 

@@ -18,6 +18,7 @@ use crate::job::{
     AttemptOutcome, AttemptRecord, JobInfo, JobState, MAX_HISTORY, Queue, truncate_error,
 };
 use crate::names::JobKey;
+use crate::progress::JobProgress;
 use crate::store::lease::Delivery;
 
 /// Most dead jobs removed by one trim (the Lua scripts' bound).
@@ -123,6 +124,7 @@ impl Record {
             },
             expires_ms: (self.expires_ms > 0).then_some(self.expires_ms),
             history: self.history.clone(),
+            progress: None,
             payload: self.payload.clone(),
         }
     }
@@ -280,6 +282,8 @@ pub(super) struct Partition {
     pub(super) fetch_receipts: FetchReceipts,
     pub(super) control: Control,
     pub(super) kept: Kept,
+    /// What running jobs reported (the `progress` hash): cleared at every end of a run.
+    pub(super) progress: HashMap<JobKey, JobProgress>,
 }
 
 impl Partition {

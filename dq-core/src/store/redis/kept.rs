@@ -4,8 +4,9 @@
 //! Format 1, the first byte: u8 version, u8 outcome letter ([`FinishedAs::code`]), u48
 //! finished ms, u48 started ms (0: none), u8 attempts, u8 result status (0 none, 1 value,
 //! 2 not stored, the bytes saying why), u32 result length and bytes, u16 worker id length and
-//! bytes, u32 history length and bytes (as the `hist` hash keeps it), then the job's record as
-//! it was, in its own record format.
+//! bytes, u32 history length and bytes (as the `hist` hash keeps it), u32 progress length and
+//! bytes (as the `progress` hash keeps it), then the job's record as it was, in its own record
+//! format.
 
 use super::record::{Record, decode_history};
 use crate::error::{Error, Result};
@@ -44,6 +45,8 @@ pub(crate) fn decode_kept(
     let worker = r.take(worker_len).ok_or_else(short)?;
     let hist_len = r.uint(4).ok_or_else(short)? as usize;
     let hist = r.take(hist_len).ok_or_else(short)?;
+    let progress_len = r.uint(4).ok_or_else(short)? as usize;
+    let progress = r.take(progress_len).ok_or_else(short)?;
     let record = Record::decode_leased(r.rest().to_vec(), reads, None)?;
     let result = match status {
         0 => StoredResult::None,
@@ -66,6 +69,11 @@ pub(crate) fn decode_kept(
             Vec::new()
         } else {
             decode_history(hist)?
+        },
+        progress: if progress.is_empty() {
+            None
+        } else {
+            Some(crate::progress::decode(progress)?)
         },
         payload: record.payload,
     })

@@ -13,6 +13,7 @@ use super::wake::RedisWakeListener;
 use crate::error::{Error, Result};
 use crate::job::{Queue, truncate_error};
 use crate::names::JobKey;
+use crate::progress::Report;
 use crate::store::lease::{
     AckOutcome, DeadLimits, Delivery, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
     FetchReply, FetchRequest, Lease, NewerRecord, Success, WakeListener,
@@ -101,6 +102,30 @@ impl Lease for RedisStore {
             trimmed,
             newer,
         })
+    }
+
+    async fn report(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        token: u64,
+        report: &Report,
+    ) -> Result<bool> {
+        let report = crate::progress::checked(report)?;
+        let k = self.keys(queue);
+        let s = &self.scripts().progress;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str()).arg(token);
+                match &report {
+                    Report::Progress(v) => inv.arg("p").arg(&v[..]),
+                    Report::Log(text) => inv.arg("l").arg(text.as_str()),
+                };
+            })
+            .await?;
+        let written: i64 = redis::from_redis_value(reply)
+            .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
+        Ok(written == 1)
     }
 
     async fn ack(&self, queue: &Queue, worker: &str, done: &[Success]) -> Result<Vec<AckOutcome>> {

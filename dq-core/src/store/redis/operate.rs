@@ -159,8 +159,9 @@ impl Operate for RedisStore {
             Option<f64>,
             Option<f64>,
             Option<u64>,
+            Option<Vec<u8>>,
         );
-        let (rec, hist, lease, died, token): JobReply = redis::from_redis_value(reply)
+        let (rec, hist, lease, died, token, progress): JobReply = redis::from_redis_value(reply)
             .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
         let Some(rec) = rec else { return Ok(None) };
         let rec = Record::decode_leased(rec, self.formats.reads(), token)?;
@@ -182,6 +183,10 @@ impl Operate for RedisStore {
                 .map(|m| m as u64),
             expires_ms: rec.expires_ms,
             history,
+            progress: progress
+                .filter(|_| rec.state == JobState::Active)
+                .map(|p| crate::progress::decode(&p))
+                .transpose()?,
             payload: rec.payload,
         }))
     }
@@ -401,6 +406,7 @@ impl Operate for RedisStore {
                     .map(|h| decode_history(&h))
                     .transpose()?
                     .unwrap_or_default(),
+                progress: None,
                 payload: rec.payload,
             };
             jobs.push((ListPos { order, key }, info));

@@ -120,6 +120,8 @@ pub struct PartitionSnapshot {
     pub kept: BTreeMap<String, Vec<u8>>,
     /// `kept_at` members with the times their keeping ends.
     pub kept_at: BTreeMap<String, f64>,
+    /// `progress` fields (running jobs that reported).
+    pub progress: BTreeSet<String>,
 }
 
 impl PartitionSnapshot {
@@ -331,6 +333,13 @@ impl Snapshot {
                             .await
                             .map_err(from_redis)?;
                     }
+                }
+                if has(&k.progress, KeyName::Progress) {
+                    part.progress = redis::cmd("HKEYS")
+                        .arg(&k.progress)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(from_redis)?;
                 }
                 if has(&k.hist, KeyName::Hist) {
                     part.hist = redis::cmd("HKEYS")
@@ -683,6 +692,20 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
             say(format!(
                 "`control` field {field:?} = {value:?} is not a number"
             ));
+        }
+    }
+    // Progress belongs to a running job: every end of a run deletes it.
+    for job in &part.progress {
+        let running = part
+            .jobs
+            .get(job)
+            .and_then(|r| RecordHeader::decode(r).ok())
+            .is_some_and(|h| match h.format >= LEAN_FORMAT {
+                true => part.leases.contains_key(job),
+                false => h.state == JobState::Active,
+            });
+        if !running {
+            say(format!("`progress` holds {job:?}, which is not running"));
         }
     }
     // Kept jobs: each in both `kept` and `kept_at`, each of a kept-job format this dq reads.

@@ -60,6 +60,10 @@ pub enum KeyName {
     /// `conc`, the throttle time `until` (ms), and one field `x:<job key>` → token per
     /// running job whose cancel was requested. Absent for a topic without any.
     Control,
+    /// HASH job key → the progress and log lines of a running job (cmsgpack `{v, l, d}`, see
+    /// `lua/lib.lua`), written under its lease by `progress.lua`; every end of the run deletes
+    /// it (a kept job keeps it). Absent while no running job has reported.
+    Progress,
     /// HASH job key → kept job: a finished job (succeeded, cancelled or expired) that the
     /// topic's retention keeps, in its own format (`lua/lib.lua` `pack_kept`, read by
     /// `store/redis/kept.rs`): outcome, finished and started times, attempts, the handler's
@@ -91,7 +95,7 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 14] = [
+    pub const PARTITION: [KeyName; 15] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -106,6 +110,7 @@ impl KeyName {
         KeyName::Control,
         KeyName::Kept,
         KeyName::KeptAt,
+        KeyName::Progress,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -127,6 +132,7 @@ impl KeyName {
             KeyName::OldReceipts => "old_receipts",
             KeyName::Control => "control",
             KeyName::Kept => "kept",
+            KeyName::Progress => "progress",
             KeyName::KeptAt => "kept_at",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
@@ -152,6 +158,7 @@ impl KeyName {
             | KeyName::Stats
             | KeyName::Control
             | KeyName::Kept
+            | KeyName::Progress
             | KeyName::Topics
             | KeyName::Workers
             | KeyName::Schedules
@@ -247,6 +254,8 @@ pub struct PartitionKeys {
     pub control: String,
     /// See [`KeyName::Kept`].
     pub kept: String,
+    /// See [`KeyName::Progress`].
+    pub progress: String,
     /// See [`KeyName::KeptAt`].
     pub kept_at: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
@@ -275,6 +284,7 @@ impl PartitionKeys {
             calls: key(KeyName::Calls),
             control: key(KeyName::Control),
             kept: key(KeyName::Kept),
+            progress: key(KeyName::Progress),
             kept_at: key(KeyName::KeptAt),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
             receipts_prefix: format!("{prefix}{RECEIPTS}"),
@@ -299,6 +309,7 @@ impl PartitionKeys {
             KeyName::Calls => &self.calls,
             KeyName::Control => &self.control,
             KeyName::Kept => &self.kept,
+            KeyName::Progress => &self.progress,
             KeyName::KeptAt => &self.kept_at,
             KeyName::FetchReceipt
             | KeyName::Receipts

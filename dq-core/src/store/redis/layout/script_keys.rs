@@ -26,20 +26,22 @@ macro_rules! script_table {
             /// fetch receipts (to delete) after its own keys.
             fetch (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
-                Leases, Kept, KeptAt, FetchReceipt,
+                Leases, Kept, KeptAt, Progress, FetchReceipt,
             ];
             /// Deletes succeeded jobs whose token still owns them.
-            ack (AllowOom): [Active, Jobs, Hist, Stats, Control, Wake, Leases, Kept, KeptAt];
+            ack (AllowOom): [
+                Active, Jobs, Hist, Stats, Control, Wake, Leases, Kept, KeptAt, Progress,
+            ];
             /// Records failed attempts: retry, defer, bury, cancel or throttle each.
             fail (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control, Leases,
-                Kept, KeptAt,
+                Kept, KeptAt, Progress,
             ];
             /// Renews leases; reports which are still owned.
             extend (AllowOom): [Active, Jobs, Control, Leases];
             /// Hands running jobs back to the front of `ready`.
             release (AllowOom): [
-                Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases, Kept, KeptAt,
+                Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases, Kept, KeptAt, Progress,
             ];
             /// Cancels a waiting job, or asks a running one to stop.
             cancel (AllowOom): [
@@ -60,7 +62,10 @@ macro_rules! script_table {
             /// Pause, rate, concurrency share and throttle: must work when the server is full.
             control (AllowOom): [Control, Wake];
             /// One job's record, history, lease deadline or time of death.
-            job (NoWrites): [Active, Dead, Jobs, Hist, Leases];
+            job (NoWrites): [Active, Dead, Jobs, Hist, Leases, Progress];
+            /// A running job's progress or log line, under its lease. Refused at `maxmemory`
+            /// like an enqueue: it adds data.
+            progress (Writes): [Jobs, Leases, Progress];
             /// One kept (finished) job, by key.
             kept (NoWrites): [Kept, KeptAt];
             /// A page of one state.

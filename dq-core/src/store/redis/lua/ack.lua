@@ -12,6 +12,8 @@
 -- KEYS[7] leases  dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 -- KEYS[8] kept    dq:{topic#p}:kept      HASH key -> kept job (lib.lua `pack_kept`)
 -- KEYS[9] kept_at dq:{topic#p}:kept_at   ZSET key -> when its keeping ends (ms)
+-- KEYS[10] progress dq:{topic#p}:progress HASH key -> the run's progress and log lines: deleted
+--                                         (kept with the job when the topic keeps it)
 --
 -- ARGV[1] the worker's id (kept with each job when the topic keeps succeeded jobs)
 -- ARGV[2..]: quads key, token, started, result — token: the delivery token from fetch
@@ -38,7 +40,7 @@
 
 local active, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local control, wake_key, leases = KEYS[5], KEYS[6], KEYS[7]
-local kept, kept_at = KEYS[8], KEYS[9]
+local kept, kept_at, progress = KEYS[8], KEYS[9], KEYS[10]
 if #ARGV < 5 or (#ARGV - 1) % 4 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected a worker id, then key, token, started, result quads')
 end
@@ -124,11 +126,18 @@ if #done > 0 then
   end
   -- a topic that keeps succeeded jobs: read their records and histories, check kept's keys
   local keeping = keeps(policy, KEPT.succeeded)
-  local recs, hists
+  -- the progress hash exists only while some running job of the partition has reported
+  local has_progress = redis.call('EXISTS', progress) == 1
+  if has_progress then
+    local bad = check_types({progress, 'hash'})
+    if bad then return bad end
+  end
+  local recs, hists, progs
   if keeping then
     local bad = check_types({kept, 'hash', kept_at, 'zset'})
     if bad then return bad end
     recs, hists = hmget(jobs, done), hmget(hist, done)
+    progs = has_progress and hmget(progress, done) or {}
   end
   -- a job whose cancel was requested that succeeds anyway is counted as what happened
   local after_cancel = 0
@@ -149,7 +158,7 @@ if #done > 0 then
       local i, rec = done_at[j], recs[j]
       if rec then
         entries[#entries + 1] = {key, pack_kept(KEPT.succeeded, now, starts[i], started(rec),
-          results[i], worker, hists[j] or nil, rec)}
+          results[i], worker, hists[j] or nil, progs[j] or nil, rec)}
       end
     end
     keep_jobs(kept, kept_at, policy, KEPT.succeeded, now, entries)
@@ -158,6 +167,7 @@ if #done > 0 then
   call_many('HDEL', jobs, done)
   if n_lean > 0 then call_many('HDEL', leases, done) end
   if has_hist then call_many('HDEL', hist, done) end
+  if has_progress then call_many('HDEL', progress, done) end
   count(stats, 'succeeded', #done)
   if after_cancel > 0 then count(stats, 'succeeded_after_cancel_request', after_cancel) end
 end

@@ -55,7 +55,7 @@ if keeps(policy, KEPT.cancelled) then
   local now = now_ms()
   local _, attempts = unpack_record(rec)
   keep_jobs(kept, kept_at, policy, KEPT.cancelled, now,
-    {{key, pack_kept(KEPT.cancelled, now, 0, attempts, nil, nil, h or nil, rec)}})
+    {{key, pack_kept(KEPT.cancelled, now, 0, attempts, nil, nil, h or nil, nil, rec)}})
   trim_kept(kept, kept_at, stats, policy, now, 17)
 end
 redis.call('HDEL', jobs, key)

@@ -15,6 +15,8 @@
 -- KEYS[11] leases    dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 -- KEYS[12] kept      dq:{topic#p}:kept      HASH key -> kept job: a cancelled job is kept there
 -- KEYS[13] kept_at   dq:{topic#p}:kept_at   ZSET    when the topic keeps cancelled jobs
+-- KEYS[14] progress  dq:{topic#p}:progress  HASH key -> the run's progress: deleted (kept with
+--                                           a cancelled job the topic keeps)
 --
 -- ARGV[1] dead-queue cap for this partition
 -- ARGV[2] dead-queue retention, ms
@@ -52,6 +54,7 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local progress = KEYS[14]
 
 local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
@@ -115,6 +118,9 @@ end
 local live_keys = {}
 for j, i in ipairs(live) do live_keys[j] = keys[i] end
 local histories = hmget(hist, live_keys)
+-- the progress hash exists only while some running job of the partition has reported
+local progs = {}
+if redis.call('EXISTS', progress) == 1 then progs = hmget(progress, live_keys) end
 
 -- (reads) each job's outcome, its new record and history, and its place; slot_score reads
 -- scheduled or retry (checking its type) before any write.
@@ -149,7 +155,7 @@ for j, i in ipairs(live) do
     cancelled[#cancelled + 1] = key
     if keeps(policy, KEPT.cancelled) then
       kept_entries[#kept_entries + 1] = {key, pack_kept(KEPT.cancelled, now, 0, attempts, nil,
-        nil, histories[j] or nil, rec)}
+        nil, histories[j] or nil, progs[j] or nil, rec)}
     end
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 3, now, 0
   elseif action == 'b' then
@@ -209,6 +215,7 @@ if bad then return bad end
 
 -- Writes.
 call_many('ZREM', active, live_keys)
+if next(progs) then call_many('HDEL', progress, live_keys) end -- (read above)
 if any_lean then call_many('HDEL', leases, live_keys) end -- (read above)
 if #cancelled > 0 then
   call_many('HDEL', jobs, cancelled)

@@ -42,7 +42,7 @@
 -- fresh deadline and WITHOUT counting an attempt (the lost lease never reached a worker),
 -- then fills the rest of its room as any fetch does. A try older than the receipt's (held up
 -- on an old connection while a later try ran) does nothing: nobody waits for its reply. The
--- fetcher names in KEYS[15..] the receipts of its earlier calls whose replies arrived; they
+-- fetcher names in KEYS[16..] the receipts of its earlier calls whose replies arrived; they
 -- are deleted, so receipts do not pile up while they wait to expire.
 --
 -- Leases (ARCHITECTURE.md §6.3): a job of format 1 or 2 is leased by rewriting its record
@@ -64,7 +64,9 @@
 -- KEYS[11] leases    dq:{topic#p}:leases     HASH key -> token: the leases of lean records
 -- KEYS[12] kept      dq:{topic#p}:kept       HASH key -> kept job (lib.lua `pack_kept`)
 -- KEYS[13] kept_at   dq:{topic#p}:kept_at    ZSET key -> when its keeping ends (ms)
--- KEYS[14] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[14] progress  dq:{topic#p}:progress   HASH key -> a running job's progress: deleted
+--                                            when its lease is recovered
+-- KEYS[15] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -102,7 +104,7 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local receipt_key = KEYS[14]
+local progress, receipt_key = KEYS[14], KEYS[15]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -209,7 +211,8 @@ local expired = redis.call('ZRANGEBYSCORE', active, '-inf', string.format('(%d',
 if #expired > 0 then
   -- (rare) recovery writes before the reads below: check every key the call may touch
   local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
-    jobs, 'hash', hist, 'hash', stats, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset'})
+    jobs, 'hash', hist, 'hash', stats, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset',
+    progress, 'hash'})
   if bad then return bad end
   -- Redis 7 does not reseed math.random between calls (older versions reset it to one
   -- seed): either way, the caller's seed makes this call's draws its own.
@@ -238,12 +241,13 @@ for _, key in ipairs(expired) do
       bury_corrupt(key, rec)
     elseif running and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       -- its cancel was requested while it ran: it ends as cancelled, never retried
-      drop_cancelled(active, jobs, hist, stats, control, leases, key,
+      drop_cancelled(active, jobs, hist, stats, control, leases, progress, key,
         keeps(keep_by, KEPT.cancelled) and {kept, kept_at, keep_by, now} or nil)
     elseif running then
       local _, _, due, _, token = unpack_record(rec)
       local attempts = started(rec)
       count(stats, 'expired', 1)
+      redis.call('HDEL', progress, key)
       add_history(hist, key, read_history(hist, key), attempts, now, HISTORY.lease_expired, 'lease expired')
       local delay = retry_delay(policy, attempts, math.random())
       if delay then
@@ -510,7 +514,8 @@ if #expired_keys > 0 then
     for i, key in ipairs(expired_keys) do
       local rec = expired_recs[i]
       local _, attempts = unpack_record(rec)
-      entries[i] = {key, pack_kept(KEPT.expired, now, 0, attempts, nil, nil, hists[i] or nil, rec)}
+      entries[i] = {key, pack_kept(KEPT.expired, now, 0, attempts, nil, nil, hists[i] or nil, nil,
+        rec)}
     end
     keep_jobs(kept, kept_at, keep_by, KEPT.expired, now, entries)
     trim_kept(kept, kept_at, stats, keep_by, now, #entries + 16)
@@ -629,7 +634,7 @@ end
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(receipt_out), 'PX', receipt_ms)
 end
-for i = 15, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 16, #KEYS do redis.call('DEL', KEYS[i]) end
 
 out[1], out[2], out[3], out[4], out[5], out[6] = now, next_ms, trimmed, n_jobs, #buried,
   #newer / 2

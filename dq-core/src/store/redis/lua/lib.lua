@@ -541,8 +541,9 @@ end
 --   u8 version (KEPT_FORMAT), c1 outcome (KEPT below), u48 finished ms, u48 started ms (0:
 --   never started), u8 attempts started, u8 result status (0 none, 1 value, 2 not stored:
 --   the bytes say why), u32 result length + bytes, u16 worker id length + bytes, u32 history
---   length + bytes (cmsgpack, as `hist` keeps it), then the job's record as it was (any
---   record format: its payload, due and created times).
+--   length + bytes (cmsgpack, as `hist` keeps it), u32 progress length + bytes (cmsgpack, as
+--   `progress` keeps it: the last run's progress and log lines), then the job's record as it
+--   was (any record format: its payload, due and created times).
 local KEPT_FORMAT = 1
 local KEPT_HEADER = '>Bc1I6I6BB'
 local KEPT = {succeeded = 's', cancelled = 'c', expired = 'e'}
@@ -566,18 +567,31 @@ local function keeps(policy, outcome)
 end
 
 -- One kept value (the format above). `result`: nil, or {status, bytes}.
-local function pack_kept(outcome, finished, started_ms, attempts, result, worker, history, rec)
+local function pack_kept(outcome, finished, started_ms, attempts, result, worker, history,
+                         progress, rec)
   if attempts > 255 then attempts = 255 end
   local status, bytes = 0, ''
   if result then status, bytes = result[1], result[2] end
   worker = worker or ''
   history = history or ''
+  progress = progress or ''
   return struct.pack(KEPT_HEADER, KEPT_FORMAT, outcome, finished, started_ms or 0, attempts, status)
     .. struct.pack('>I4', #bytes) .. bytes
     .. struct.pack('>I2', #worker) .. worker
     .. struct.pack('>I4', #history) .. history
+    .. struct.pack('>I4', #progress) .. progress
     .. rec
 end
+
+-- ---- progress and log lines of a running job (the `progress` hash) ----
+-- A value of the partition's `progress` hash (field = job key) is a cmsgpack map, written by
+-- `progress.lua` only while the job runs under the reporting lease: `v` the last progress
+-- value (MessagePack bytes from the handler, at most MAX_PROGRESS_LEN), `l` the log lines
+-- {at_ms, text} (at most MAX_LOG_LINES, the oldest dropped; each cut like an error), `d` how
+-- many were dropped. Every end of a run deletes it (ack, fail, release, lease recovery); ack
+-- and a cancel keep it in the kept job when the topic keeps the job.
+local MAX_PROGRESS_LEN = 65536
+local MAX_LOG_LINES = 100
 
 -- Keeps finished jobs: `entries` is a list of {key, value} (pack_kept) all of `outcome`, at
 -- `now`. Each replaces what the key had kept before. The caller has checked kept and kept_at.
@@ -622,15 +636,18 @@ end
 -- cancelled, never retried. Callers have read (or type-checked) every key first.
 -- With `keep` ({kept, kept_at, policy, now}, the kept keys checked) and a policy that keeps
 -- cancelled jobs, the job is kept as cancelled.
-local function drop_cancelled(active, jobs, hist, stats, control, leases, key, keep)
+local function drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep)
+  local p = redis.call('HGET', progress, key)
   if keep and keeps(keep[3], KEPT.cancelled) then
     local rec = redis.call('HGET', jobs, key)
     if rec then
       local h = redis.call('HGET', hist, key)
       keep_jobs(keep[1], keep[2], keep[3], KEPT.cancelled, keep[4],
-        {{key, pack_kept(KEPT.cancelled, keep[4], 0, started(rec), nil, nil, h or nil, rec)}})
+        {{key, pack_kept(KEPT.cancelled, keep[4], 0, started(rec), nil, nil, h or nil, p or nil,
+          rec)}})
     end
   end
+  if p then redis.call('HDEL', progress, key) end
   redis.call('ZREM', active, key)
   redis.pcall('HDEL', leases, key) -- (a lean job's lease; never fails)
   redis.call('HDEL', jobs, key)

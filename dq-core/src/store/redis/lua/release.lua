@@ -13,6 +13,8 @@
 -- KEYS[8] leases  dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 -- KEYS[9] kept    dq:{topic#p}:kept      HASH key -> kept job: a cancelled job is kept there
 -- KEYS[10] kept_at dq:{topic#p}:kept_at  ZSET    when the topic keeps cancelled jobs
+-- KEYS[11] progress dq:{topic#p}:progress HASH key -> the run's progress: deleted (a released
+--                                        job's next run starts afresh)
 --
 -- ARGV: pairs key, token
 --
@@ -24,7 +26,7 @@
 
 local active, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hist, stats, control, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local kept, kept_at = KEYS[9], KEYS[10]
+local kept, kept_at, progress = KEYS[9], KEYS[10], KEYS[11]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -32,10 +34,12 @@ for i = 2, #ARGV, 2 do
   if not tonumber(ARGV[i]) then return redis.error_reply('ERR dq bad arguments: token') end
 end
 
+local bad = check_types({progress, 'hash'})
+if bad then return bad end
 local has_control = redis.call('EXISTS', control) == 1
 local keep = nil -- {kept, kept_at, policy, now} when cancelled jobs are kept
 if has_control then
-  local bad = check_types({control, 'hash', hist, 'hash', ready, 'list'})
+  bad = check_types({control, 'hash', hist, 'hash', ready, 'list'})
   if bad then return bad end
   local policy = keep_policy(redis.call('HGET', control, 'keep'))
   if keeps(policy, KEPT.cancelled) then
@@ -56,7 +60,7 @@ for i = #keys, 1, -1 do
   local ok = '0'
   if owner[i] and owner[i] == tokens[i] and not done[key] then
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
-      drop_cancelled(active, jobs, hist, stats, control, leases, key, keep)
+      drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep)
     else
       if released == 0 then
         local bad = check_types({ready, 'list'})
@@ -68,6 +72,7 @@ for i = #keys, 1, -1 do
       -- the attempt is given back
       redis.call('HSET', jobs, key, with_header(rec, STATE.ready, started(rec) - 1, due, token))
       redis.call('LPUSH', ready, key)
+      redis.call('HDEL', progress, key)
       released = released + 1
     end
     done[key] = true -- (a key named twice is released once)
