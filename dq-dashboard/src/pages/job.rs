@@ -1,4 +1,5 @@
-//! `/topics/{topic}/jobs/{key}`: one job's state, times, attempts and payload.
+//! `/topics/{topic}/jobs/{key}`: one job's state, times, attempts, progress and payload (or a
+//! finished job's outcome, times, worker and result, when its topic keeps it).
 
 use std::sync::Arc;
 
