@@ -302,10 +302,19 @@ async fn key_layout_is_one_hash_tag_per_partition() {
         4,
         "24 keys should reach all 4 partitions"
     );
-    // Every key of a partition but the wake-up list (consumed), the receipts (no retried call)
-    // and the control hash (only a topic paused, limited or throttled has one).
+    // Every key of a partition but the wake-up list (consumed), the receipts (no retried call),
+    // the control hash (only a topic paused, limited, throttled or keeping finished jobs has
+    // one), the kept jobs (none kept here) and the progress hash (no job reported).
     for name in KeyName::PARTITION {
-        if !matches!(name, KeyName::Wake | KeyName::Calls | KeyName::Control) {
+        if !matches!(
+            name,
+            KeyName::Wake
+                | KeyName::Calls
+                | KeyName::Control
+                | KeyName::Kept
+                | KeyName::KeptAt
+                | KeyName::Progress
+        ) {
             assert!(
                 seen_names.contains(&name),
                 "no `{name}` key: {seen_names:?}"

@@ -409,27 +409,31 @@ impl Ctx {
     async fn limits(&self, a: LimitsArgs) -> Outcome {
         let t = self.topic(&a.topic)?;
         let bad = |what: String| Failure::new(Exit::BadInput, what);
-        if let Some(rate) = &a.rate {
-            let rate = match rate.as_str() {
-                "none" => None,
-                text => Some(
-                    text.parse::<dq_core::Rate>()
-                        .map_err(|e| bad(e.to_string()))?,
-                ),
-            };
+        // every flag is checked before anything is written
+        let current = t.control().await?.retention;
+        let retention = finished::retention_change(&a, current)?;
+        let rate = match a.rate.as_deref() {
+            None => None,
+            Some("none") => Some(None),
+            Some(text) => Some(Some(
+                text.parse::<dq_core::Rate>()
+                    .map_err(|e| bad(e.to_string()))?,
+            )),
+        };
+        let cap = match a.concurrency.as_deref() {
+            None => None,
+            Some("none") => Some(None),
+            Some(text) => Some(Some(text.parse::<u32>().map_err(|_| {
+                bad(format!("--concurrency {text:?} is not a number or `none`"))
+            })?)),
+        };
+        if let Some(rate) = rate {
             t.set_rate(rate).await?;
         }
-        if let Some(cap) = &a.concurrency {
-            let cap = match cap.as_str() {
-                "none" => None,
-                text => Some(text.parse::<u32>().map_err(|_| {
-                    bad(format!("--concurrency {text:?} is not a number or `none`"))
-                })?),
-            };
+        if let Some(cap) = cap {
             t.set_concurrency(cap).await?;
         }
-        let current = t.control().await?.retention;
-        if let Some(change) = finished::retention_change(&a, current)? {
+        if let Some(change) = retention {
             t.set_retention(change).await?;
         }
         let ctl = t.control().await?;

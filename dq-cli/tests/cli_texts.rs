@@ -199,6 +199,10 @@ async fn kept_jobs_are_set_shown_and_listed() {
     t.stats().await.unwrap(); // records the topic
     let out = run(&["limits", "thumbs", "--keep-succeeded", "0s"]);
     assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+    // a bad retention beside a good rate: refused before either is written
+    let out = run(&["limits", "thumbs", "--rate", "10/s", "--keep-max", "0"]);
+    assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+    assert_eq!(t.control().await.unwrap().rate, None, "nothing written");
     let out = run(&[
         "limits",
         "thumbs",

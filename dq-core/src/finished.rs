@@ -223,7 +223,7 @@ impl Retention {
             expired: d(e),
             max_kept: cap,
         };
-        (cap > 0 && r.keeps_any()).then_some(r)
+        (cap > 0 && cap <= MAX_KEPT && r.keeps_any()).then_some(r)
     }
 }
 

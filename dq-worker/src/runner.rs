@@ -42,6 +42,8 @@ pub(crate) struct RunnerShared {
     pub data: Arc<SharedData>,
     /// Where handlers' progress reports go.
     pub store: Arc<dyn dq_core::Store>,
+    /// The largest handler result kept: the client's payload limit.
+    pub max_result: usize,
     pub in_flight: InFlight,
     pub completer: CompletionSender,
     /// Fired shortly before the shutdown deadline: handlers still running are told to stop.
@@ -238,7 +240,7 @@ pub(crate) async fn run(
                 topic.metrics.succeeded();
                 Outcome::Succeeded {
                     started_ms: delivery.leased_ms,
-                    result: returned.stored(dq_core::payload::DEFAULT_MAX_PAYLOAD),
+                    result: returned.stored(shared.max_result),
                 }
             }
             Err(e) => {

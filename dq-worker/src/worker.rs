@@ -510,6 +510,7 @@ impl Worker {
         let shared = Arc::new(RunnerShared {
             data: self.data.clone(),
             store: self.store.clone(),
+            max_result: self.client.config().max_payload,
             in_flight: in_flight.clone(),
             completer: sender,
             hard_stop: hard_stop.clone(),

@@ -129,9 +129,11 @@ impl Client {
     /// dead with its errors, cancelled, expired, or still running when the time was up.
     ///
     /// It looks at the job, then again after a pause that doubles from
-    /// [`WAIT_FIRST_PAUSE`] to [`WAIT_MAX_PAUSE`], each look one or two reads. A job seen
-    /// finished is reported only if its topic keeps that outcome: waiting on a topic that
-    /// keeps no succeeded jobs is refused with [`Error::NotKept`] once the job is gone.
+    /// [`WAIT_FIRST_PAUSE`] to [`WAIT_MAX_PAUSE`], each look one or two reads (a job gone and
+    /// not kept also reads the topic's retention). A job seen finished is reported only if
+    /// its topic keeps that outcome: waiting on a topic that keeps no succeeded jobs is
+    /// refused with [`Error::NotKept`] once the job is gone; a succeeded job whose value was
+    /// not stored is [`Error::ResultNotStored`].
     ///
     /// ```no_run
     /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {

@@ -132,6 +132,14 @@ impl TopicClient {
     pub async fn set_retention(&self, retention: Option<Retention>) -> Result<TopicControl> {
         if let Some(r) = &retention {
             r.check()?;
+            let partitions = self.ensure().await?;
+            if r.max_kept < u64::from(partitions) {
+                return Err(crate::error::Error::InvalidConfig(format!(
+                    "keeping at most {} finished jobs over {partitions} partitions: each \
+                     partition keeps its share, so the cap must be at least the partition count",
+                    r.max_kept
+                )));
+            }
         }
         self.change(ControlChange {
             retention: Some(retention),
@@ -178,7 +186,7 @@ impl TopicClient {
             out.throttled_until_ms = out.throttled_until_ms.max(state.throttled_until_ms);
             out.retention = match (out.retention, state.retention) {
                 (Some(a), Some(b)) => Some(Retention {
-                    max_kept: a.max_kept + b.max_kept,
+                    max_kept: a.max_kept.saturating_add(b.max_kept),
                     ..a
                 }),
                 (a, b) => a.or(b),

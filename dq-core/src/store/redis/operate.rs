@@ -274,7 +274,15 @@ impl Operate for RedisStore {
             let bytes = r.bytes("kept job")?;
             let _ = r.optional_bytes("history")?;
             let _ = r.optional_int("lease")?;
-            let job = decode_kept(key.clone(), &bytes, self.formats.reads(), score as u64)?;
+            // One kept job this dq cannot read (a newer kept-job or record format, damage)
+            // is skipped, not the whole page.
+            let job = match decode_kept(key.clone(), &bytes, self.formats.reads(), score as u64) {
+                Ok(job) => job,
+                Err(e) => {
+                    tracing::warn!(topic = %queue.topic, %key, error = %e, "kept job skipped in a listing");
+                    continue;
+                }
+            };
             jobs.push((
                 ListPos {
                     order: (score.to_bits(), 0),

@@ -156,7 +156,9 @@ if #done > 0 then
     local entries = {}
     for j, key in ipairs(done) do
       local i, rec = done_at[j], recs[j]
-      if rec then
+      -- (a lean job is acked on `leases` alone: a damaged record is not kept, and nothing
+      -- here may raise after the writes above)
+      if is_record(rec) then
         entries[#entries + 1] = {key, pack_kept(KEPT.succeeded, now, starts[i], started(rec),
           results[i], worker, hists[j] or nil, progs[j] or nil, rec)}
       end
