@@ -20,6 +20,7 @@ pub use dq_core::{
 };
 pub use dq_core::{
     CancelOutcome, DeadLimits, Due, EnqueueOutcome, Expiry, MAX_DUE_MS, NewDue, RescheduleOutcome,
+    UpdateOutcome,
 };
 pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 

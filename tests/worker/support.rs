@@ -156,6 +156,14 @@ impl Operate for NoExtend {
     ) -> dq::Result<RescheduleOutcome> {
         self.0.reschedule(q, key, due).await
     }
+    async fn update_payload(
+        &self,
+        q: &Queue,
+        key: &JobKey,
+        payload: &[u8],
+    ) -> dq::Result<dq::UpdateOutcome> {
+        self.0.update_payload(q, key, payload).await
+    }
     async fn control(
         &self,
         q: &Queue,

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::finished::Retention;
 use crate::job::{JobInfo, Queue};
 use crate::names::JobKey;
-use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};
+use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats, UpdateOutcome};
 
 impl TopicClient {
     /// Cancels a job: one that has not started is removed ([`CancelOutcome::Cancelled`]);
@@ -56,6 +56,20 @@ impl TopicClient {
         let (queue, store) = (&self.queue_of(&key, partitions), &self.client.store);
         let repeatable = !matches!(due, NewDue::Shift(_));
         retry_harmless(|| store.reschedule(queue, &key, due), repeatable)
+            .await
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// Gives a waiting (scheduled, ready or retry) job a new payload, MessagePack bytes,
+    /// keeping its due time, attempts, history, expiry and place in line; a running or dead
+    /// job is not touched ([`UpdateOutcome`]). A payload over the client's limit is refused
+    /// before any write. Harmless to repeat, so retried through connection trouble.
+    pub async fn update_payload(&self, key: &str, payload: Vec<u8>) -> Result<UpdateOutcome> {
+        let key = JobKey::new(key)?;
+        crate::payload::check_size(&payload, self.client.config.max_payload)?;
+        let partitions = self.ensure().await?;
+        let (queue, store) = (&self.queue_of(&key, partitions), &self.client.store);
+        retry_harmless(|| store.update_payload(queue, &key, &payload), true)
             .await
             .map(|(outcome, _)| outcome)
     }

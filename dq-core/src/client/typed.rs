@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::inspect::{JobPage, JobView, Page};
 use crate::job::{Expiry, Job, JobInfo, JobState};
 use crate::payload;
-use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats};
+use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats, UpdateOutcome};
 use crate::store::produce::Enqueued;
 
 impl Client {
@@ -77,6 +77,17 @@ impl Client {
     /// not: see [`TopicClient::reschedule`].
     pub async fn reschedule<J: Job>(&self, key: &str, due: NewDue) -> Result<RescheduleOutcome> {
         self.typed::<J>()?.reschedule(key, due).await
+    }
+
+    /// Gives a waiting job of type `J` a new payload, keeping its due time, attempts and
+    /// history: see [`TopicClient::update_payload`].
+    pub async fn update_payload<J: Job>(
+        &self,
+        key: &str,
+        payload: &J::Payload,
+    ) -> Result<UpdateOutcome> {
+        let bytes = payload::encode(payload, self.config.max_payload)?;
+        self.typed::<J>()?.update_payload(key, bytes).await
     }
 
     /// Everything known about a job of type `J`, decoded, or `None` if no such job exists.

@@ -31,6 +31,16 @@ pub trait Operate: Send + Sync + 'static {
         due: NewDue,
     ) -> Result<RescheduleOutcome>;
 
+    /// Gives a scheduled, ready or retry job a new payload (MessagePack), keeping its due
+    /// time, attempts, history, expiry and place in line; a running or dead job is not
+    /// touched.
+    async fn update_payload(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        payload: &[u8],
+    ) -> Result<UpdateOutcome>;
+
     /// Changes this partition's control settings as `change` says (nothing, for a default
     /// change) and returns them as stored. A change wakes the partition's fetchers.
     /// `fetch` enforces them: nothing is leased while paused or throttled; at most the rate's
@@ -126,6 +136,19 @@ pub(crate) fn check_control(change: &ControlChange) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// What `update_payload` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateOutcome {
+    /// The job was waiting in this state and has its new payload.
+    Updated(JobState),
+    /// The job is running: not touched (its handler has the old payload).
+    Running,
+    /// The job is in the dead queue: not touched.
+    Dead,
+    /// No job has this key.
+    NotFound,
 }
 
 /// What `cancel` did.

@@ -49,6 +49,7 @@ pub mod schedules;
 pub mod stats;
 mod support;
 pub mod topics;
+pub mod update;
 
 pub use support::*;
 
@@ -131,6 +132,8 @@ macro_rules! conformance_suite {
             kept::a_wait_reports_a_dead_job,
             progress::a_running_job_reports_progress_and_log_lines,
             progress::every_other_end_of_a_run_clears_its_progress,
+            update::a_waiting_job_gets_its_new_payload_and_keeps_the_rest,
+            update::running_dead_and_missing_jobs_are_not_updated,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

@@ -14,7 +14,8 @@ use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Queue, unix_ms};
 use crate::names::JobKey;
 use crate::store::operate::{
-    CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, check_act_len, check_control,
+    CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, UpdateOutcome, check_act_len,
+    check_control,
 };
 
 impl Partition {
@@ -380,6 +381,28 @@ impl Operate for MemoryStore {
         self.write(queue, |p, now| {
             p.check_not_newer([key])?;
             Ok(p.reschedule(key, due, now))
+        })
+    }
+
+    async fn update_payload(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        payload: &[u8],
+    ) -> Result<UpdateOutcome> {
+        self.write(queue, |p, _| {
+            p.check_not_newer([key])?;
+            let Some(rec) = p.jobs.get_mut(key) else {
+                return Ok(UpdateOutcome::NotFound);
+            };
+            Ok(match rec.state() {
+                JobState::Active => UpdateOutcome::Running,
+                JobState::Dead => UpdateOutcome::Dead,
+                state => {
+                    rec.payload = payload.to_vec();
+                    UpdateOutcome::Updated(state)
+                }
+            })
         })
     }
 

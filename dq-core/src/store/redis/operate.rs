@@ -18,7 +18,8 @@ use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Queue, unix_ms};
 use crate::names::JobKey;
 use crate::store::operate::{
-    CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, check_act_len, check_control,
+    CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, UpdateOutcome, check_act_len,
+    check_control,
 };
 
 #[async_trait]
@@ -76,6 +77,32 @@ impl Operate for RedisStore {
                 "reschedule: unknown code {other:?}"
             ))),
         }
+    }
+
+    async fn update_payload(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        payload: &[u8],
+    ) -> Result<UpdateOutcome> {
+        let k = self.keys(queue);
+        let s = &self.scripts().update;
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(key.as_str()).arg(payload);
+            })
+            .await?;
+        let code = codes(s.name, reply, 1)?;
+        Ok(match code[0] {
+            b'A' => UpdateOutcome::Running,
+            b'D' => UpdateOutcome::Dead,
+            b'N' => UpdateOutcome::NotFound,
+            c => {
+                UpdateOutcome::Updated(JobState::from_code(c).ok_or_else(|| {
+                    Error::Protocol(format!("update: unknown code {:?}", c as char))
+                })?)
+            }
+        })
     }
 
     async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState> {

@@ -49,6 +49,9 @@ macro_rules! script_table {
             ];
             /// Gives a waiting job a new due time.
             reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake, Leases];
+            /// Gives a waiting job a new payload, keeping its due time, attempts and history.
+            /// Refused at `maxmemory` like an enqueue: a payload may grow.
+            update (Writes): [Jobs, Leases];
             /// Moves dead jobs back to `ready`.
             requeue_dead (AllowOom): [Dead, Ready, Jobs, Wake];
             /// Deletes dead jobs by key, or the oldest n.
