@@ -46,6 +46,8 @@ pub struct JobView<P> {
     /// Its failed (or deferred) attempts, oldest first (at most
     /// [`MAX_HISTORY`](crate::job::MAX_HISTORY)).
     pub history: Vec<AttemptView>,
+    /// For a running job: what its handler reported in this run (`ctx.progress`, `ctx.log`).
+    pub progress: Option<crate::progress::JobProgress>,
     /// The payload, or why it does not decode as `P` ([`Error::Decode`]).
     pub payload: std::result::Result<P, Error>,
     /// The payload as stored (MessagePack), decodable or not.
@@ -91,6 +93,7 @@ impl JobInfo {
             died: self.died_ms.map(from_unix_ms),
             expires: self.expires_ms.map(from_unix_ms),
             history: self.history.into_iter().map(AttemptView::from).collect(),
+            progress: self.progress,
             raw_payload: self.payload,
         }
     }
