@@ -347,6 +347,18 @@ impl JobContext {
     /// its topic keeps it. One store call; written only while this run holds its lease (after
     /// the lease is lost it is dropped, and `Ok`). A value that cannot be encoded or is too
     /// large is an error (a failed attempt if the handler returns it with `?`).
+    ///
+    /// ```no_run
+    /// # async fn import(rows: Vec<String>, ctx: dq_core::JobContext) -> Result<(), dq_core::JobError> {
+    /// for (i, row) in rows.iter().enumerate() {
+    ///     // … import the row …
+    ///     if i % 1000 == 0 {
+    ///         ctx.progress(&(i * 100 / rows.len())).await?; // percent done
+    ///         ctx.log(format!("{i} rows imported")).await?;
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn progress<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<()> {
         let bytes = crate::payload::encode(value, crate::progress::MAX_PROGRESS_LEN)?;
         self.send(crate::progress::Report::Progress(bytes)).await
