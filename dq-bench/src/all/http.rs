@@ -8,7 +8,8 @@
 //! generated key, each run its own topic) are timed:
 //! - direct, concurrency 1: `TopicClient::enqueue` awaited one at a time;
 //! - HTTP, concurrency 1: `POST /v1/topics/{topic}/jobs` one at a time over one keep-alive
-//!   connection;
+//!   connection (these two and the floor's c=1 run alternate in 10 blocks, the order
+//!   rotating, so that the machine's drifting load weighs on each alike);
 //! - direct and HTTP at concurrency 64 (64 tasks, each over its own keep-alive connection):
 //!   group commit coalesces the concurrent enqueues behind the API as it does for the
 //!   direct client.
@@ -42,6 +43,9 @@ const TOPICS: [&str; 4] = [
 /// The route of the floor, served beside the API: does nothing and answers a fixed small
 /// JSON.
 const FLOOR: &str = "/bench/floor";
+
+/// How many blocks the c=1 runs alternate in.
+const BLOCKS: u64 = 10;
 
 /// The bearer token the API is served with.
 const TOKEN: &str = "bench-token";
@@ -110,6 +114,14 @@ fn script_calls(admin: &mut Connection) -> Result<u64> {
 struct EnqueueBody<'a> {
     payload: &'a Order,
     delay: &'static str,
+}
+
+/// The JSON body of enqueue `i`: the S1 order, due in 30 minutes.
+fn enqueue_body(i: u64) -> Result<Vec<u8>> {
+    Ok(serde_json::to_vec(&EnqueueBody {
+        payload: &Order::new(i, 0),
+        delay: "30m",
+    })?)
 }
 
 /// One HTTP/1.1 keep-alive connection to the API (hyper's client connection).
@@ -185,30 +197,52 @@ fn measure(url: &str, n: u64) -> Result<Measured> {
         let over_http = |path: String, want: u16, tasks: usize| {
             let one = move |conn, i| {
                 let path = path.clone();
-                async move {
-                    let body = serde_json::to_vec(&EnqueueBody {
-                        payload: &Order::new(i, 0),
-                        delay: "30m",
-                    })?;
-                    post(conn, &path, body, want).await
-                }
+                async move { post(conn, &path, enqueue_body(i)?, want).await }
             };
             timed(n, tasks, move || connect(addr), one)
         };
         let jobs = |t: &str| format!("/v1/topics/{t}/jobs");
+        // c=1: direct, HTTP and the floor in alternating blocks, the order rotating (the
+        // machine's load drifts: each gets its share of every period); each rate from its
+        // blocks' summed time
+        let c1 = {
+            let direct_one = direct(client.topic(TOPICS[0])?);
+            let path = jobs(TOPICS[1]);
+            tokio::spawn(async move {
+                let (mut api, mut bare) = (connect(addr).await?, connect(addr).await?);
+                let mut spent = [Duration::ZERO; 3];
+                for b in 0..BLOCKS {
+                    let range = b * n / BLOCKS..(b + 1) * n / BLOCKS;
+                    for k in 0..3 {
+                        let which = (b as usize + k) % 3;
+                        let started = Instant::now();
+                        for i in range.clone() {
+                            match which {
+                                0 => direct_one((), i).await?,
+                                1 => api = post(api, &path, enqueue_body(i)?, 201).await?,
+                                _ => bare = post(bare, FLOOR, enqueue_body(i)?, 200).await?,
+                            }
+                        }
+                        spent[which] += started.elapsed();
+                    }
+                }
+                Ok::<_, crate::BoxError>(spent.map(|d| n as f64 / d.as_secs_f64()))
+            })
+        };
+        let [direct_c1, http_c1, floor_c1] =
+            c1.await.map_err(|e| format!("a task failed: {e}"))??;
         let mut runs = [Run::default(); 4];
-        for (i, run) in runs.iter_mut().enumerate() {
+        runs[0].rate = direct_c1;
+        runs[1].rate = http_c1;
+        for (i, run) in runs.iter_mut().enumerate().skip(2) {
             // the Redis calls of a run: its own (the stats are read in between)
             script_calls(&mut stats)?;
             run.rate = match i {
-                0 => timed(n, 1, no_state, direct(client.topic(TOPICS[0])?)).await?,
-                1 => over_http(jobs(TOPICS[1]), 201, 1).await?,
                 2 => timed(n, CONCURRENCY, no_state, direct(client.topic(TOPICS[2])?)).await?,
                 _ => over_http(jobs(TOPICS[3]), 201, CONCURRENCY).await?,
             };
             run.jobs_per_call = n as f64 / script_calls(&mut stats)?.max(1) as f64;
         }
-        let floor_c1 = over_http(FLOOR.into(), 200, 1).await?;
         let floor_c64 = over_http(FLOOR.into(), 200, CONCURRENCY).await?;
         server.abort();
         // every job is stored, once
