@@ -642,14 +642,19 @@ fn summary(section: &str, v: &Value) -> String {
             f("/ratio")
         ),
         "http" => format!(
-            "direct c=1 {} / HTTP c=1 {} jobs/s (ratio {}); direct c=64 {} / HTTP c=64 {} \
-             jobs/s (ratio {}); jobs per enqueue call at c=64: direct {}, HTTP {}",
+            "direct c=1 {} / HTTP c=1 {} jobs/s (ratio {}); the HTTP round trip alone costs \
+             {} µs, bounding it at {} ({} µs beyond); direct c=64 {} / HTTP c=64 {} jobs/s \
+             (ratio {}; floor {} calls/s); jobs per enqueue call at c=64: direct {}, HTTP {}",
             f("/direct_c1"),
             f("/http_c1"),
             f("/ratio_c1"),
+            f("/floor_c1_us"),
+            f("/bound_c1"),
+            f("/rest_c1_us"),
             f("/direct_c64"),
             f("/http_c64"),
             f("/ratio_c64"),
+            f("/floor_c64"),
             f("/direct_c64_jobs_per_call"),
             f("/http_c64_jobs_per_call")
         ),
