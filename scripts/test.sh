@@ -105,6 +105,9 @@ check_packages() {
     printf '%s\n' "${patches[@]}"
   } > "$unpacked/Cargo.toml"
   cp Cargo.lock "$unpacked/"
+  # The sources keep the times they had in the tree; a check of an earlier run in the same
+  # target directory may be newer than them, and cargo would take its stale output as fresh.
+  find "$unpacked" -type f -exec touch {} +
   (cd "$unpacked" && CARGO_TARGET_DIR="$target" cargo check --quiet --workspace)
 }
 step "cargo package" check_packages
