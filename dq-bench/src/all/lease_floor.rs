@@ -21,6 +21,7 @@
 //! this machine; `dq` minus `script` is what dq's checks cost.
 
 use super::*;
+use dq::store::redis::layout::{self, PartitionKeys};
 
 /// The Functions library of the `script` and `keys` passes.
 const LIBRARY: &str = include_str!("lease_floor.lua");
@@ -352,8 +353,30 @@ struct DqCalls {
 }
 
 /// S3R's partition keys (namespace `bench`, one partition).
-fn dq_key(name: &str) -> String {
-    format!("bench:{{bench.s3r#0}}:{name}")
+/// The keys of the partition the S3R drain filled (`bench.s3r`, partition 0, namespace
+/// `bench`).
+fn dq_keys() -> Result<PartitionKeys> {
+    let topic = dq::Topic::new("bench.s3r")?;
+    Ok(PartitionKeys::new(
+        "bench",
+        &dq::store::Queue::new(topic, 0),
+    ))
+}
+
+/// The KEYS of dq's `script`, in its order, from `k`; `receipt` stands for the one key per
+/// call (a fetch receipt).
+fn script_keys_of(script: &str, k: &PartitionKeys, receipt: Option<String>) -> Result<Vec<String>> {
+    let names = layout::script_keys(script)
+        .ok_or_else(|| format!("lease floor: dq has no script {script}"))?;
+    names
+        .iter()
+        .map(|name| match k.get(*name) {
+            Some(key) => Ok(key.to_owned()),
+            None => receipt
+                .clone()
+                .ok_or_else(|| format!("lease floor: no key for {name} of {script}").into()),
+        })
+        .collect()
 }
 
 impl DqCalls {
@@ -374,27 +397,15 @@ impl DqCalls {
     }
 
     fn fetch(&self, o: &mut Orchestrator, round: u64) -> Result<Batch> {
-        let mut fcall = redis::cmd("FCALL");
-        fcall.arg(&self.fetch).arg(if round > 1 { 13 } else { 12 });
-        for name in [
-            "scheduled",
-            "retry",
-            "ready",
-            "active",
-            "dead",
-            "jobs",
-            "hist",
-            "stats",
-            "wake",
-            "control",
-            "leases",
-        ] {
-            fcall.arg(dq_key(name));
-        }
-        fcall.arg(dq_key(&format!("fetch:{round}")));
+        // dq's own KEYS for the script, in its order (layout::script_keys), the receipt of
+        // this round in its place and the previous round's after them (to delete)
+        let k = dq_keys()?;
+        let mut keys = script_keys_of("fetch", &k, Some(k.fetch_receipt(round)))?;
         if round > 1 {
-            fcall.arg(dq_key(&format!("fetch:{}", round - 1)));
+            keys.push(k.fetch_receipt(round - 1));
         }
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(&self.fetch).arg(keys.len()).arg(&keys[..]);
         // batch, lease ms, promote, recover, dead cap, retention ms, receipt ms, try, seed,
         // then the retry policy (tiered: 15 s, 3 min, no jitter)
         fcall
@@ -424,15 +435,13 @@ impl DqCalls {
     }
 
     fn ack(&self, o: &mut Orchestrator, batch: &Batch) -> Result<u64> {
+        let keys = script_keys_of("ack", &dq_keys()?, None)?;
         let mut fcall = redis::cmd("FCALL");
-        fcall.arg(&self.ack).arg(7);
-        for name in [
-            "active", "jobs", "hist", "stats", "control", "wake", "leases",
-        ] {
-            fcall.arg(dq_key(name));
-        }
+        fcall.arg(&self.ack).arg(keys.len()).arg(&keys[..]);
+        // the worker's id, then key, token, started ms, result ('' none) per job
+        fcall.arg("bench");
         for (key, token) in batch {
-            fcall.arg(key).arg(token);
+            fcall.arg(key).arg(token).arg(0).arg("");
         }
         let codes: String = fcall.query(&mut o.admin)?;
         let done = codes.bytes().filter(|&c| c == b'A').count() as u64;
