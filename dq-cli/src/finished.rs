@@ -12,7 +12,9 @@ use serde::Serialize;
 use crate::cli::{LimitsArgs, ListArgs};
 use crate::fail::{Exit, Failure, Outcome};
 use crate::formats::Printed;
-use crate::view::{AttemptOut, JobOut, millis, relative, rfc3339};
+use crate::view::{
+    AttemptOut, JobOut, ProgressOut, attempts_out, millis, payload_json, relative, rfc3339,
+};
 
 /// A kept (finished) job, as `dq job` and `dq list` print it.
 #[derive(Serialize)]
@@ -60,21 +62,6 @@ impl FinishedOut {
             StoredResult::Value(v) => (decode(v), None),
             StoredResult::NotStored(why) => (None, Some(why.clone())),
         };
-        // the history and payload as `dq job` prints a live job's
-        let live = dq_core::JobInfo {
-            key: job.key.clone(),
-            state: JobState::Ready,
-            due_ms: job.due_ms,
-            created_ms: job.created_ms,
-            attempts: job.attempts,
-            lease_deadline_ms: None,
-            died_ms: None,
-            expires_ms: None,
-            history: job.history.clone(),
-            progress: job.progress.clone(),
-            payload: job.payload.clone(),
-        };
-        let as_live = JobOut::new(topic, &live);
         FinishedOut {
             topic: topic.to_owned(),
             key: job.key.to_string(),
@@ -89,9 +76,9 @@ impl FinishedOut {
             worker: job.worker.clone(),
             result,
             result_not_stored,
-            history: as_live.history,
-            progress: as_live.progress,
-            payload: as_live.payload,
+            history: attempts_out(&job.history),
+            progress: job.progress.as_ref().map(ProgressOut::new),
+            payload: payload_json(&job.payload).ok(),
         }
     }
 }

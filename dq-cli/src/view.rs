@@ -350,14 +350,32 @@ pub struct AttemptOut {
     pub error: String,
 }
 
+/// A job's failed attempts as the tools print them, oldest first.
+pub fn attempts_out(history: &[dq_core::AttemptRecord]) -> Vec<AttemptOut> {
+    history
+        .iter()
+        .map(|a| AttemptOut {
+            attempt: a.attempt,
+            at: rfc3339(a.at_ms),
+            outcome: a.outcome.as_str().to_owned(),
+            error: a.error.clone(),
+        })
+        .collect()
+}
+
+/// A stored payload decoded from MessagePack to JSON (its trace context left out), or why it
+/// does not decode.
+pub fn payload_json(payload: &[u8]) -> Result<serde_json::Value, String> {
+    rmp_serde::from_slice::<serde_json::Value>(dq_core::trace::split(payload).1)
+        .map_err(|e| e.to_string())
+}
+
 impl JobOut {
     /// The view of `info`, its payload decoded from MessagePack to JSON.
     pub fn new(topic: &str, info: &JobInfo) -> JobOut {
-        let (payload, payload_error) = match rmp_serde::from_slice::<serde_json::Value>(
-            dq_core::trace::split(&info.payload).1,
-        ) {
+        let (payload, payload_error) = match payload_json(&info.payload) {
             Ok(v) => (Some(v), None),
-            Err(e) => (None, Some(e.to_string())),
+            Err(e) => (None, Some(e)),
         };
         JobOut {
             topic: topic.to_owned(),
@@ -369,22 +387,7 @@ impl JobOut {
             lease_deadline: info.lease_deadline_ms.map(rfc3339),
             died: info.died_ms.map(rfc3339),
             expires: info.expires_ms.map(rfc3339),
-            history: info
-                .history
-                .iter()
-                .map(|a| AttemptOut {
-                    attempt: a.attempt,
-                    at: rfc3339(a.at_ms),
-                    outcome: match a.outcome {
-                        dq_core::AttemptOutcome::Failed => "failed",
-                        dq_core::AttemptOutcome::LeaseExpired => "lease_expired",
-                        dq_core::AttemptOutcome::Deferred => "deferred",
-                        dq_core::AttemptOutcome::Buried => "buried",
-                    }
-                    .to_owned(),
-                    error: a.error.clone(),
-                })
-                .collect(),
+            history: attempts_out(&info.history),
             progress: info.progress.as_ref().map(ProgressOut::new),
             payload,
             payload_error,

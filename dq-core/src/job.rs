@@ -202,6 +202,16 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
+    /// Its name in tools' output: `failed`, `lease_expired`, `deferred` or `buried`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::LeaseExpired => "lease_expired",
+            AttemptOutcome::Deferred => "deferred",
+            AttemptOutcome::Buried => "buried",
+        }
+    }
+
     pub(crate) fn from_code(code: &str) -> Self {
         match code {
             "L" => AttemptOutcome::LeaseExpired,

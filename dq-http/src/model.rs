@@ -173,13 +173,7 @@ impl JobOut {
                 .map(|a| AttemptOut {
                     attempt: a.attempt,
                     at: rfc3339(a.at_ms),
-                    outcome: match a.outcome {
-                        dq_core::AttemptOutcome::Failed => "failed",
-                        dq_core::AttemptOutcome::LeaseExpired => "lease_expired",
-                        dq_core::AttemptOutcome::Deferred => "deferred",
-                        dq_core::AttemptOutcome::Buried => "buried",
-                    }
-                    .to_owned(),
+                    outcome: a.outcome.as_str().to_owned(),
                     error: a.error.clone(),
                 })
                 .collect(),

@@ -106,6 +106,22 @@ impl TopicClient {
     }
 }
 
+impl TopicClient {
+    /// The retention of the partition of `key` (one call, where [`TopicClient::control`]
+    /// reads every partition).
+    async fn retention_at(&self, key: &str) -> Result<Option<crate::finished::Retention>> {
+        let key = JobKey::new(key)?;
+        let partitions = self.ensure().await?;
+        let queue = self.queue_of(&key, partitions);
+        let state = self
+            .client
+            .store
+            .control(&queue, &crate::control::ControlChange::default())
+            .await?;
+        Ok(state.retention)
+    }
+}
+
 impl Client {
     /// The value `J`'s handler returned for the job of this key, if the job succeeded and its
     /// topic keeps succeeded jobs (`#[delayed_job(keep_succeeded = "1h")]`): `Ok(None)` when
@@ -187,8 +203,12 @@ where
     }
     // Gone from the live structures: its end was kept in the same step, if it is kept.
     let Some(job) = topic.finished(key).await? else {
-        let control = topic.control().await?;
-        if control.retention.is_none_or(|r| r.succeeded.is_none()) {
+        // every partition holds the same times: the job's own partition says it
+        if topic
+            .retention_at(key)
+            .await?
+            .is_none_or(|r| r.succeeded.is_none())
+        {
             return Err(Error::NotKept {
                 topic: topic.topic().to_string(),
             });

@@ -27,6 +27,28 @@ fn pretty_msgpack(bytes: &[u8]) -> String {
     }
 }
 
+/// A job's failed attempts, oldest first.
+fn history_block(history: &[dq_core::AttemptRecord], now_ms: u64) -> maud::Markup {
+    html! {
+        h2 { "Attempts" }
+        @if history.is_empty() { p.muted { "No failed attempt recorded." } } @else {
+            table.jobs #history {
+                thead { tr { th.n { "#" } th { "Ended" } th { "Outcome" } th { "Error" } } }
+                tbody {
+                    @for a in history {
+                        tr {
+                            td.n { (a.attempt) }
+                            td { (when(a.at_ms, now_ms)) }
+                            td { (format!("{:?}", a.outcome)) }
+                            td.err { (a.error) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A job's progress and log lines, if it reported any.
 fn progress_block(p: Option<&dq_core::JobProgress>, now_ms: u64) -> maud::Markup {
     html! {
@@ -75,22 +97,7 @@ async fn finished_page(
             pre.payload #result { (result) }
         }
         (progress_block(job.progress.as_ref(), now_ms))
-        h2 { "Attempts" }
-        @if job.history.is_empty() { p.muted { "No failed attempt recorded." } } @else {
-            table.jobs #history {
-                thead { tr { th.n { "#" } th { "Ended" } th { "Outcome" } th { "Error" } } }
-                tbody {
-                    @for a in &job.history {
-                        tr {
-                            td.n { (a.attempt) }
-                            td { (when(a.at_ms, now_ms)) }
-                            td { (format!("{:?}", a.outcome)) }
-                            td.err { (a.error) }
-                        }
-                    }
-                }
-            }
-        }
+        (history_block(&job.history, now_ms))
         h2 { "Payload" }
         pre.payload { (pretty_msgpack(&job.payload)) }
     };
@@ -144,22 +151,7 @@ pub(super) async fn job_page(
             }
         }
         (progress_block(job.progress.as_ref(), now_ms))
-        h2 { "Attempts" }
-        @if job.history.is_empty() { p.muted { "No failed attempt recorded." } } @else {
-            table.jobs #history {
-                thead { tr { th.n { "#" } th { "Ended" } th { "Outcome" } th { "Error" } } }
-                tbody {
-                    @for a in &job.history {
-                        tr {
-                            td.n { (a.attempt) }
-                            td { (when(a.at_ms, now_ms)) }
-                            td { (format!("{:?}", a.outcome)) }
-                            td.err { (a.error) }
-                        }
-                    }
-                }
-            }
-        }
+        (history_block(&job.history, now_ms))
         h2 { "Payload" }
         pre.payload { (payload) }
     };
