@@ -26,6 +26,12 @@ pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 
 // Pause, rate and concurrency limits of a topic.
 pub use dq_core::{Rate, TopicControl};
+// The event stream.
+pub use dq_core::events::{DEFAULT_EVENTS_KEPT, MAX_EVENTS_KEPT};
+pub use dq_core::{
+    DEFAULT_EVENTS_POLL, Event, EventCursor, EventId, EventKind, EventStream, EventsFrom,
+    EventsOptions, EventsPolicy,
+};
 // Periodic jobs.
 pub use dq_core::schedule::{
     MISSED_GRACE, Missed, SCHEDULE_LOOKAHEAD, Schedule, ScheduleInfo, ScheduleOutcome,

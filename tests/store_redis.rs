@@ -304,7 +304,8 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     );
     // Every key of a partition but the wake-up list (consumed), the receipts (no retried call),
     // the control hash (only a topic paused, limited, throttled or keeping finished jobs has
-    // one), the kept jobs (none kept here) and the progress hash (no job reported).
+    // one), the kept jobs (none kept here), the progress hash (no job reported) and the
+    // event stream (the topic records no events).
     for name in KeyName::PARTITION {
         if !matches!(
             name,
@@ -314,6 +315,7 @@ async fn key_layout_is_one_hash_tag_per_partition() {
                 | KeyName::Kept
                 | KeyName::KeptAt
                 | KeyName::Progress
+                | KeyName::Events
         ) {
             assert!(
                 seen_names.contains(&name),

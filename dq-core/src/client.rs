@@ -18,6 +18,7 @@
 pub mod admin;
 mod config;
 mod enqueue;
+mod events;
 mod finished;
 mod group;
 mod handle;
@@ -34,6 +35,7 @@ pub use self::config::{
     TopicCount,
 };
 pub use self::enqueue::{Enqueue, JobSpec};
+pub use self::events::{DEFAULT_EVENTS_POLL, EventStream, EventsOptions};
 pub use self::finished::{FinishedPage, WAIT_FIRST_PAUSE, WAIT_MAX_PAUSE, WaitOutcome};
 pub use self::handle::{Client, TopicClient};
 pub use self::registration::{BEATS_PER_TTL, DEFAULT_FORMAT_BEAT};

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::events::EventsPolicy;
 use crate::finished::Retention;
 
 /// A rate limit: at most `count` jobs started per `per`, across every worker of the topic.
@@ -139,6 +140,9 @@ pub struct ControlChange {
     /// Set (`Some(Some(retention))`, with this partition's share of the cap as `max_kept`) or
     /// remove (`Some(None)`) which finished jobs the partition keeps.
     pub retention: Option<Option<Retention>>,
+    /// Record events (`Some(Some(policy))`, with this partition's share of the bound) or
+    /// stop (`Some(None)`).
+    pub events: Option<Option<EventsPolicy>>,
 }
 
 /// One partition's control settings as stored, read by [`Operate::control`](crate::store::Operate::control).
@@ -146,6 +150,8 @@ pub struct ControlChange {
 pub struct ControlState {
     /// Which finished jobs the partition keeps (`max_kept`: its share of the cap).
     pub retention: Option<Retention>,
+    /// Whether the partition records events, and its share of the bound.
+    pub events: Option<EventsPolicy>,
     /// Leasing is paused.
     pub paused: bool,
     /// The partition's share of the rate limit.
@@ -172,6 +178,9 @@ pub struct TopicControl {
     /// Which finished jobs the topic keeps, and how many at most (partition 0's policy, the
     /// caps of all partitions summed).
     pub retention: Option<Retention>,
+    /// Whether the topic records events ([`crate::events`]), with the bounds of all
+    /// partitions summed.
+    pub events: Option<EventsPolicy>,
 }
 
 #[cfg(test)]

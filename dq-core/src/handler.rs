@@ -482,6 +482,9 @@ pub struct JobDescriptor {
     /// Which finished jobs its topic keeps (`keep_succeeded = "1h"`, …): every worker that
     /// runs the topic writes it when it starts.
     pub keep: Option<KeepDecl>,
+    /// The most events its topic keeps when the handler declares `events` (or `events =
+    /// N`): every worker that runs the topic turns its events on when it starts.
+    pub events_kept: Option<u64>,
     /// Most jobs of this topic running at once in one worker.
     pub concurrency: Option<u32>,
     /// The handler's Rust path, for logs.

@@ -7,6 +7,7 @@ pub mod client;
 pub mod connect;
 pub mod control;
 pub mod error;
+pub mod events;
 pub mod finished;
 pub mod format;
 pub mod handler;
@@ -29,12 +30,14 @@ pub use client::{
     Admin, Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
     TopicCount,
 };
+pub use client::{DEFAULT_EVENTS_POLL, EventStream, EventsOptions}; // events (issue 23)
 pub use client::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER}; // group commit (issue 15)
 pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)
 pub use client::{FinishedPage, WAIT_FIRST_PAUSE, WAIT_MAX_PAUSE, WaitOutcome}; // results (issue 23)
 pub use connect::ClientBuilder;
 pub use control::{ControlChange, ControlState, Rate, TopicControl};
 pub use error::{BulkStored, Error, Result};
+pub use events::{Event, EventCursor, EventId, EventKind, EventsFrom, EventsPolicy};
 pub use finished::{FinishedAs, FinishedChunk, FinishedJob, Retention, Returned, StoredResult};
 pub use handler::{
     BoxError, DataNeed, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,

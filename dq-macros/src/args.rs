@@ -21,6 +21,7 @@ mod kw {
     syn::custom_keyword!(keep_cancelled);
     syn::custom_keyword!(keep_expired);
     syn::custom_keyword!(keep_max);
+    syn::custom_keyword!(events);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(data);
     syn::custom_keyword!(cron);
@@ -35,7 +36,7 @@ pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
                              `expires_after = \"…\"`, `keep_succeeded = \"…\"`, \
                              `keep_cancelled = \"…\"`, `keep_expired = \"…\"`, `keep_max = N`, \
-                             `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
+                             `events`, `events = N`, `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
                              `every = \"…\"`, `missed = \"…\"` or `crate = \"…\"`";
 
 /// The arguments of `#[delayed_job(…)]`, parsed and checked.
@@ -53,6 +54,8 @@ pub(crate) struct Args {
     keep_ms: [Option<u64>; 3],
     /// `keep_max = N`, and where it was written.
     keep_max: Option<(Span, u64)>,
+    /// `events` (the default bound) or `events = N`: the most events the topic keeps.
+    events: Option<u64>,
     /// `concurrency = N`.
     concurrency: Option<u32>,
     /// `crate = "…"`: where the generated code finds `__private`.
@@ -148,6 +151,25 @@ impl Parse for Args {
                     ));
                 }
                 set(&mut args.keep_max, key.span, "keep_max", (value.span(), n))?;
+            } else if lookahead.peek(kw::events) {
+                let key = input.parse::<kw::events>()?;
+                let n = if input.peek(Token![=]) {
+                    let value = value::<LitInt>(input, "an integer such as 10000")?;
+                    let n = value.base10_parse::<u64>()?;
+                    if n == 0 || n > MAX_EVENTS_KEPT {
+                        return Err(syn::Error::new(
+                            value.span(),
+                            format!(
+                                "events must keep from 1 to {MAX_EVENTS_KEPT} events (leave \
+                                 `events` out to record none)"
+                            ),
+                        ));
+                    }
+                    n
+                } else {
+                    DEFAULT_EVENTS_KEPT
+                };
+                set(&mut args.events, key.span, "events", n)?;
             } else if lookahead.peek(kw::concurrency) {
                 let key = input.parse::<kw::concurrency>()?;
                 let value = value::<LitInt>(input, "an integer such as 16")?;
@@ -285,6 +307,10 @@ const MAX_KEEP_MS: u64 = 90 * 24 * 3600 * 1000;
 
 /// The largest `keep_max` (dq-core `finished::MAX_KEPT`, tied by a test).
 const MAX_KEPT: u64 = 10_000_000;
+/// The largest `events = N` (dq-core `events::MAX_EVENTS_KEPT`, tied by a test).
+pub(crate) const MAX_EVENTS_KEPT: u64 = 10_000_000;
+/// What a bare `events` keeps (dq-core `events::DEFAULT_EVENTS_KEPT`, tied by a test).
+pub(crate) const DEFAULT_EVENTS_KEPT: u64 = 10_000;
 
 /// Parses `= "…"` after a `keep_*` argument: a time from 1 ms to 90 days, in ms.
 fn keep_for(input: ParseStream<'_>, name: &str) -> syn::Result<u64> {
@@ -452,6 +478,8 @@ pub(crate) struct Handler {
     pub(crate) expires_after_ms: Option<u64>,
     /// `keep_*` and `keep_max`: `[succeeded, cancelled, expired]` ms and the cap.
     pub(crate) keep: Option<KeepArgs>,
+    /// `events` / `events = N`: the most events the topic keeps.
+    pub(crate) events: Option<u64>,
     pub(crate) concurrency: Option<u32>,
     /// The path generated code reaches `__private` through (`::dq` unless overridden).
     pub(crate) krate: Path,
@@ -567,6 +595,7 @@ impl Handler {
         Ok(Handler {
             schedule,
             keep,
+            events: args.events,
             topic,
             topic_span,
             retry: args.retry.unwrap_or_else(|| DEFAULT_RETRY.to_owned()),
@@ -604,6 +633,35 @@ fn is_result(ty: &Type) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The macro's bounds are dq-core's (the macro cannot depend on dq-core: read its source).
+    #[test]
+    fn bounds_match_dq_core() {
+        let finished = include_str!("../../dq-core/src/finished.rs");
+        assert!(finished.contains(&format!("pub const MAX_KEPT: u64 = {};", group(MAX_KEPT))));
+        let events = include_str!("../../dq-core/src/events.rs");
+        assert!(events.contains(&format!(
+            "pub const MAX_EVENTS_KEPT: u64 = {};",
+            group(MAX_EVENTS_KEPT)
+        )));
+        assert!(events.contains(&format!(
+            "pub const DEFAULT_EVENTS_KEPT: u64 = {};",
+            group(DEFAULT_EVENTS_KEPT)
+        )));
+    }
+
+    /// `n` as Rust writes it with `_` every three digits.
+    fn group(n: u64) -> String {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push('_');
+            }
+            out.push(c);
+        }
+        out
+    }
 
     #[test]
     fn normalized_text_parses_back_to_the_same_policy() {

@@ -22,6 +22,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         timeout_ms,
         expires_after_ms,
         keep,
+        events,
         concurrency,
         krate,
         payload,
@@ -71,6 +72,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         }
     });
     let concurrency = option(concurrency.map(|n| quote!(#n)));
+    let events = option(events.map(|n| quote!(#n)));
     let keep = option(keep.map(|(ms, max)| {
         let [s, c, e] = ms.map(|ms| option(ms.map(|ms| quote!(#ms))));
         let max = option(max.map(|n| quote!(#n)));
@@ -146,6 +148,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     timeout_ms: #timeout_ms,
                     expires_after_ms: #expires_after_ms_opt,
                     keep: #keep,
+                    events_kept: #events,
                     concurrency: #concurrency,
                     name: ::core::concat!(::core::module_path!(), "::", #name_text),
                     file: #file,

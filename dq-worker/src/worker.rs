@@ -317,17 +317,40 @@ pub struct Worker {
     retention_pending: Option<Vec<Arc<TopicRuntime>>>,
 }
 
-/// Writes the retention a handler declares to its topic (every partition).
-async fn write_retention(
+/// What a handler declares of its topic's control settings: which finished jobs it keeps and
+/// how many events it records.
+#[derive(Clone, Copy, Debug)]
+struct Declared {
+    keep: Option<dq_core::KeepDecl>,
+    events_kept: Option<u64>,
+}
+
+impl Declared {
+    /// What `descriptor` declares, or `None` when it declares nothing to write.
+    fn of(descriptor: &dq_core::JobDescriptor) -> Option<Declared> {
+        (descriptor.keep.is_some() || descriptor.events_kept.is_some()).then_some(Declared {
+            keep: descriptor.keep,
+            events_kept: descriptor.events_kept,
+        })
+    }
+}
+
+/// Writes the retention and events a handler declares to its topic (every partition).
+async fn write_declared(
     client: &Client,
     topic: &dq_core::Topic,
-    keep: dq_core::KeepDecl,
+    declared: Declared,
 ) -> dq_core::Result<()> {
-    client
-        .topic(topic.as_str())?
-        .set_retention(Some(keep.retention()))
-        .await
-        .map(|_| ())
+    let topic = client.topic(topic.as_str())?;
+    if let Some(keep) = declared.keep {
+        topic.set_retention(Some(keep.retention())).await?;
+    }
+    if let Some(max_kept) = declared.events_kept {
+        topic
+            .set_events(Some(dq_core::EventsPolicy { max_kept }))
+            .await?;
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for Worker {
@@ -428,15 +451,16 @@ impl Worker {
                     .partition_dead_limits(runtime.topic.as_str(), partitions);
             }
         }
-        // The retention its handlers declare, before the first job can finish. A store that
-        // cannot be reached is no error here (the fetchers wait for it); the write is then
-        // retried in the background, and until it lands the topic keeps what it kept before.
+        // The retention and events its handlers declare, before the first job can finish. A
+        // store that cannot be reached is no error here (the fetchers wait for it); the write
+        // is then retried in the background, and until it lands the topic keeps what it kept
+        // (and records what it recorded) before.
         let mut unwritten = Vec::new();
         for topic in &self.topics {
-            if let Some(keep) = topic.descriptor.keep
-                && let Err(e) = write_retention(&self.client, &topic.topic, keep).await
+            if let Some(declared) = Declared::of(topic.descriptor)
+                && let Err(e) = write_declared(&self.client, &topic.topic, declared).await
             {
-                tracing::warn!(topic = %topic.topic, error = %e, "could not write the topic's retention yet; retrying in the background");
+                tracing::warn!(topic = %topic.topic, error = %e, "could not write the topic's retention or events yet; retrying in the background");
                 unwritten.push(topic.clone());
             }
         }
@@ -450,18 +474,18 @@ impl Worker {
     /// says. Prefer [`Worker::start`].
     #[doc(hidden)]
     pub fn spawn(self) -> WorkerHandle {
-        let pending: Vec<(dq_core::Topic, dq_core::KeepDecl)> = match &self.retention_pending {
+        let pending: Vec<(dq_core::Topic, Declared)> = match &self.retention_pending {
             Some(topics) => topics.iter(),
             None => self.topics.iter(),
         }
-        .filter_map(|t| Some((t.topic.clone(), t.descriptor.keep?)))
+        .filter_map(|t| Some((t.topic.clone(), Declared::of(t.descriptor)?)))
         .collect();
         if !pending.is_empty() {
             let client = self.client.clone();
             tokio::spawn(async move {
                 use backon::{ExponentialBuilder, Retryable};
-                for (topic, keep) in pending {
-                    let written = (|| write_retention(&client, &topic, keep))
+                for (topic, declared) in pending {
+                    let written = (|| write_declared(&client, &topic, declared))
                         .retry(
                             ExponentialBuilder::default()
                                 .with_max_delay(Duration::from_secs(5))
@@ -469,7 +493,7 @@ impl Worker {
                         )
                         .await;
                     if let Err(e) = written {
-                        tracing::error!(topic = %topic, error = %e, "could not write the topic's retention: its finished jobs are not kept as declared");
+                        tracing::error!(topic = %topic, error = %e, "could not write the topic's retention or events: its finished jobs are not kept, or its events not recorded, as declared");
                     }
                 }
             });

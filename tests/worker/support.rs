@@ -189,6 +189,17 @@ impl Operate for NoExtend {
     async fn stats(&self, q: &Queue) -> dq::Result<TopicStats> {
         self.0.stats(q).await
     }
+    async fn read_events(
+        &self,
+        q: &Queue,
+        after: dq::EventId,
+        limit: usize,
+    ) -> dq::Result<Vec<dq::Event>> {
+        self.0.read_events(q, after, limit).await
+    }
+    async fn last_event(&self, q: &Queue) -> dq::Result<Option<dq::EventId>> {
+        self.0.last_event(q).await
+    }
     async fn list(
         &self,
         q: &Queue,

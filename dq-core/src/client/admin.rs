@@ -52,6 +52,7 @@ impl AddAssign for TopicStats {
         self.throttles += s.throttles;
         self.kept += s.kept;
         self.kept_trimmed += s.kept_trimmed;
+        self.events_lost += s.events_lost;
     }
 }
 

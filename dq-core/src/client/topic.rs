@@ -8,6 +8,7 @@ use super::handle::TopicClient;
 use super::retrying::retry_harmless;
 use crate::control::{ControlChange, Rate, TopicControl};
 use crate::error::Result;
+use crate::events::EventsPolicy;
 use crate::finished::Retention;
 use crate::job::{JobInfo, Queue};
 use crate::names::JobKey;
@@ -162,6 +163,24 @@ impl TopicClient {
         .await
     }
 
+    /// Starts (`Some(policy)`) or stops (`None`) recording the topic's events
+    /// ([`crate::events`]): from the next change of each of its jobs, the script making it
+    /// appends an event to the job's partition's stream, which keeps the last
+    /// `policy.max_kept` events of the topic (each partition its share). Stopping keeps the
+    /// events already written. Events declared on the handler (`#[delayed_job(events)]`)
+    /// are written again at every worker start, replacing what is set here. Refused before
+    /// any change when [`EventsPolicy::check`] refuses the policy.
+    pub async fn set_events(&self, policy: Option<EventsPolicy>) -> Result<TopicControl> {
+        if let Some(p) = &policy {
+            p.check()?;
+        }
+        self.change(ControlChange {
+            events: Some(policy),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
     /// The topic's pause, limits and throttle, as stored.
     pub async fn control(&self) -> Result<TopicControl> {
         self.change(ControlChange::default()).await
@@ -184,6 +203,9 @@ impl TopicClient {
                 retention: change
                     .retention
                     .map(|r| r.map(|r| r.share(partitions, queue.partition))),
+                events: change
+                    .events
+                    .map(|e| e.map(|e| e.share(partitions, queue.partition))),
             };
             let (state, _) = retry_harmless(|| store.control(&queue, &share), true).await?;
             out.paused |= state.paused;
@@ -202,6 +224,12 @@ impl TopicClient {
                 (Some(a), Some(b)) => Some(Retention {
                     max_kept: a.max_kept.saturating_add(b.max_kept),
                     ..a
+                }),
+                (a, b) => a.or(b),
+            };
+            out.events = match (out.events, state.events) {
+                (Some(a), Some(b)) => Some(EventsPolicy {
+                    max_kept: a.max_kept.saturating_add(b.max_kept),
                 }),
                 (a, b) => a.or(b),
             };

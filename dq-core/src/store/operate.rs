@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
+use crate::events::{Event, EventId};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
 use crate::inspect::{DeadAction, ListChunk, ListFrom};
 use crate::job::{JobInfo, JobState, Queue, check_due_ms, now_plus, unix_ms};
@@ -70,6 +71,14 @@ pub trait Operate: Send + Sync + 'static {
     /// Depths and counters of one partition.
     async fn stats(&self, queue: &Queue) -> Result<TopicStats>;
 
+    /// Up to `limit` events of this partition written after `after`, oldest first; reads only
+    /// (nothing, for a partition that records no events). See [`crate::events`].
+    async fn read_events(&self, queue: &Queue, after: EventId, limit: usize) -> Result<Vec<Event>>;
+
+    /// The id of the partition's newest event kept, or `None` (no events): where a reader
+    /// that wants only new events starts.
+    async fn last_event(&self, queue: &Queue) -> Result<Option<EventId>>;
+
     /// Up to `limit` jobs in `state`, from `from`, in the partition's listing order, each with
     /// its place; reads only (it works at Redis's `maxmemory`).
     ///
@@ -126,6 +135,9 @@ pub(crate) fn check_act_len(seen: &[(JobKey, u64)]) -> Result<()> {
 pub(crate) fn check_control(change: &ControlChange) -> Result<()> {
     if let Some(Some(retention)) = change.retention {
         retention.check()?;
+    }
+    if let Some(Some(events)) = change.events {
+        events.check()?;
     }
     if let Some(Some(rate)) = change.rate {
         rate.check()?;
@@ -276,4 +288,7 @@ pub struct TopicStats {
     /// Kept jobs dropped before their time because the topic kept its cap
     /// ([`Retention::max_kept`](crate::Retention::max_kept)).
     pub kept_trimmed: u64,
+    /// Events that could not be written (the `events` key held another type, or the Redis
+    /// user may not `XADD`); the jobs' changes were made all the same.
+    pub events_lost: u64,
 }

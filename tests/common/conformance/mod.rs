@@ -34,6 +34,7 @@ pub mod dead_queue;
 pub mod dead_sweep;
 pub mod due;
 pub mod enqueue;
+pub mod events;
 pub mod expiry;
 pub mod fetch;
 pub mod formats;
@@ -130,6 +131,11 @@ macro_rules! conformance_suite {
             kept::a_bad_retention_is_refused,
             kept::results_are_read_back_typed,
             kept::a_wait_reports_a_dead_job,
+            events::every_change_of_a_job_is_an_event,
+            events::only_a_topic_that_asks_records_events,
+            events::the_stream_is_bounded,
+            events::a_bad_events_policy_is_refused,
+            events::a_reader_resumes_from_its_cursor,
             progress::a_running_job_reports_progress_and_log_lines,
             progress::every_other_end_of_a_run_clears_its_progress,
             update::a_waiting_job_gets_its_new_payload_and_keeps_the_rest,

@@ -71,6 +71,7 @@ pub async fn stats_count_states_and_counters<H: Harness>(h: &H) {
         throttles: 0,
         kept: 0,
         kept_trimmed: 0,
+        events_lost: 0,
     };
     assert_eq!(st, want);
     let c_stats = c.stats::<close_order>().await.unwrap();

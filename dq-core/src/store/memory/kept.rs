@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::events::Detail;
 use super::partition::{Partition, Record};
+use crate::events::EventKind;
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob, StoredResult};
 use crate::inspect::{ListFrom, ListPos};
 use crate::names::JobKey;
@@ -54,6 +56,18 @@ impl Partition {
     ) {
         // the run's reports end with it, kept or not
         let progress = self.progress.remove(key);
+        let (kind, attempt) = match outcome {
+            FinishedAs::Succeeded => (EventKind::Succeeded, Some(rec.attempts)),
+            FinishedAs::Cancelled => (EventKind::Cancelled, Some(rec.attempts)),
+            FinishedAs::Expired => (EventKind::Expired, None),
+        };
+        let detail = Detail {
+            attempt,
+            worker: run.as_ref().map(|(_, worker, _)| (*worker).to_owned()),
+            ..Detail::default()
+        };
+        self.events
+            .emit(self.control.events, now, kind, key, detail);
         let Some(policy) = self.control.retention else {
             return;
         };

@@ -9,12 +9,14 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use super::clock::{bound_due, ms};
+use super::events::Detail;
 use super::partition::{
     Control, Counters, Later, MAX_ATTEMPTS, Partition, Place, TRIM_LIMIT, bury,
 };
 use super::receipts::FetchReceipt;
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
+use crate::events::EventKind;
 use crate::finished::FinishedAs;
 use crate::job::{AttemptOutcome, Queue};
 use crate::names::JobKey;
@@ -59,7 +61,19 @@ impl Partition {
         rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
         rec.token = token;
         self.sets.active.insert((deadline, key.clone()));
-        Some(rec.delivery(queue, key, now, deadline))
+        let delivery = rec.delivery(queue, key.clone(), now, deadline);
+        let attempt = Some(rec.attempts);
+        self.events.emit(
+            self.control.events,
+            now,
+            EventKind::Started,
+            &key,
+            Detail {
+                attempt,
+                ..Detail::default()
+            },
+        );
+        Some(delivery)
     }
 
     /// Mirrors `fetch.lua`: recover expired leases, promote due jobs, lease ready ones. A
@@ -161,9 +175,24 @@ impl Partition {
                     rec.due_ms = at;
                     rec.place = self.sets.insert_later(Later::Retry, &key, at);
                     self.counters.retried += 1;
+                    let detail = Detail {
+                        attempt: Some(rec.attempts),
+                        error: Some("lease expired".into()),
+                        due_ms: Some(at),
+                        ..Detail::default()
+                    };
+                    self.events
+                        .emit(self.control.events, now, EventKind::Failed, &key, detail);
                 }
                 None => {
                     bury(&mut self.sets, &mut self.counters, rec, &key, now);
+                    let detail = Detail {
+                        attempt: Some(rec.attempts),
+                        error: Some("lease expired".into()),
+                        ..Detail::default()
+                    };
+                    self.events
+                        .emit(self.control.events, now, EventKind::Dead, &key, detail);
                     buried.push(key);
                 }
             }
@@ -469,6 +498,13 @@ impl Partition {
             FailAction::Bury => {
                 rec.add_history(now, AttemptOutcome::Buried, error);
                 bury(&mut self.sets, &mut self.counters, rec, key, now);
+                let detail = Detail {
+                    attempt: Some(rec.attempts),
+                    error: Some(error.to_owned()),
+                    ..Detail::default()
+                };
+                self.events
+                    .emit(self.control.events, now, EventKind::Dead, key, detail);
                 let trimmed = self.trim_dead(
                     now,
                     dead_limits.cap.max(1),
@@ -482,6 +518,12 @@ impl Partition {
         };
         let at = bound_due(i128::from(now) + i128::from(ms(*delay)), now);
         rec.add_history(now, outcome, error);
+        let event = Detail {
+            attempt: Some(rec.attempts),
+            error: Some(error.to_owned()),
+            due_ms: Some(at),
+            ..Detail::default()
+        };
         if matches!(later, Later::Scheduled) {
             // "not yet": the attempt is given back and the job waits like a scheduled one
             rec.attempts = rec.attempts.saturating_sub(1);
@@ -491,6 +533,11 @@ impl Partition {
         let (place, wake) = self.sets.place(later, key, at, now);
         rec.place = place;
         rec.due_ms = at;
+        let kind = match later {
+            Later::Scheduled => EventKind::Deferred,
+            Later::Retry => EventKind::Failed,
+        };
+        self.events.emit(self.control.events, now, kind, key, event);
         if wake {
             self.wake();
         }
@@ -539,9 +586,20 @@ impl Partition {
                 Some(rec) if rec.is_leased_by(*token) => {
                     self.sets.unlink(key, rec.place, rec.due_ms);
                     self.progress.remove(key);
+                    let attempt = Some(rec.attempts);
                     rec.attempts = rec.attempts.saturating_sub(1);
                     rec.place = self.sets.push_ready_front(key);
                     released = true;
+                    self.events.emit(
+                        self.control.events,
+                        now,
+                        EventKind::Released,
+                        key,
+                        Detail {
+                            attempt,
+                            ..Detail::default()
+                        },
+                    );
                     true
                 }
                 _ => false,

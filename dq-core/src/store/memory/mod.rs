@@ -27,6 +27,7 @@
 
 mod catalog;
 mod clock;
+mod events;
 mod kept;
 mod lease;
 mod operate;

@@ -9,6 +9,7 @@ use super::partition::{Control, Later, Partition, Place};
 use super::store::MemoryStore;
 use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
+use crate::events::{Event, EventId};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Queue, unix_ms};
@@ -118,6 +119,8 @@ impl Partition {
             throttles: c.throttles,
             kept: self.kept.len() as u64,
             kept_trimmed: c.kept_trimmed,
+            // (the mirror never fails to write an event)
+            events_lost: 0,
         }
     }
 
@@ -155,6 +158,9 @@ impl Partition {
         if let Some(retention) = change.retention {
             c.retention = retention;
         }
+        if let Some(events) = change.events {
+            c.events = events;
+        }
         if let Some(d) = change.throttle {
             let at = now.saturating_add(ms(d));
             if c.until.is_none_or(|u| at > u) {
@@ -166,6 +172,7 @@ impl Partition {
         }
         let state = ControlState {
             retention: c.retention,
+            events: c.events,
             paused: c.paused,
             rate: c.rate,
             concurrency: c.conc,
@@ -452,6 +459,17 @@ impl Operate for MemoryStore {
 
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
         Ok(self.read(queue, |p, now| p.map(|p| p.stats(now)).unwrap_or_default()))
+    }
+
+    async fn read_events(&self, queue: &Queue, after: EventId, limit: usize) -> Result<Vec<Event>> {
+        Ok(self.read(queue, |p, _| {
+            p.map(|p| p.read_events(queue, after, limit))
+                .unwrap_or_default()
+        }))
+    }
+
+    async fn last_event(&self, queue: &Queue) -> Result<Option<EventId>> {
+        Ok(self.read(queue, |p, _| p.and_then(|p| p.last_event())))
     }
 
     async fn list(

@@ -284,6 +284,8 @@ pub(super) struct Partition {
     pub(super) kept: Kept,
     /// What running jobs reported (the `progress` hash): cleared at every end of a run.
     pub(super) progress: HashMap<JobKey, JobProgress>,
+    /// The partition's events (the `events` stream), when it records them.
+    pub(super) events: super::events::EventLog,
 }
 
 impl Partition {
@@ -319,6 +321,8 @@ pub(super) struct Control {
     pub(super) cancels: HashMap<JobKey, u64>,
     /// Which finished jobs the partition keeps (`max_kept`: its share).
     pub(super) retention: Option<Retention>,
+    /// Whether the partition records events (`max_kept`: its share).
+    pub(super) events: Option<crate::events::EventsPolicy>,
 }
 
 impl Control {
@@ -328,6 +332,7 @@ impl Control {
             || self.conc.is_some()
             || self.until.is_some()
             || self.retention.is_some()
+            || self.events.is_some()
     }
 
     /// The rate's emission interval and burst tolerance (ms), as `fetch.lua` computes them.

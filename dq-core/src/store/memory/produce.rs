@@ -109,6 +109,17 @@ impl Partition {
                     },
                 );
                 created += 1;
+                let detail = super::events::Detail {
+                    due_ms: Some(due.max(now)),
+                    ..Default::default()
+                };
+                self.events.emit(
+                    self.control.events,
+                    now,
+                    crate::events::EventKind::Enqueued,
+                    &job.key,
+                    detail,
+                );
             }
             out.push(outcome);
         }

@@ -21,6 +21,7 @@ mod acl;
 mod catalog;
 mod checks;
 mod conn;
+mod events;
 pub(crate) mod kept;
 pub mod layout;
 mod lease;

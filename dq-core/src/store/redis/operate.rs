@@ -13,6 +13,7 @@ use super::scripts::{Reply, as_int, codes, unexpected};
 use super::store::{RedisStore, key_of, ms};
 use crate::control::{ControlChange, ControlState, Rate};
 use crate::error::{Error, Result};
+use crate::events::{Event, EventId, EventsPolicy};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob, Retention};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Queue, unix_ms};
@@ -133,13 +134,19 @@ impl Operate for RedisStore {
             Some(None) => "-".into(),
             Some(Some(r)) => r.encode(r.max_kept),
         };
+        let events = match change.events {
+            None => String::new(),
+            Some(None) => "-".into(),
+            Some(Some(p)) => p.max_kept.to_string(),
+        };
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(paused)
                     .arg(&rate)
                     .arg(&conc)
                     .arg(&throttle)
-                    .arg(&keep);
+                    .arg(&keep)
+                    .arg(&events);
             })
             .await?;
         let mut r = Reply::new(s.name, reply)?;
@@ -157,8 +164,10 @@ impl Operate for RedisStore {
         let conc = num(r.string("conc")?, "conc")?;
         let until = num(r.string("until")?, "until")?;
         let retention = Retention::decode(&r.string("keep")?);
+        let events = num(r.string("events")?, "events")?.map(|max_kept| EventsPolicy { max_kept });
         Ok(ControlState {
             retention,
+            events,
             paused,
             rate: match (rate_n, rate_ms) {
                 (Some(n), Some(ms)) => Some(Rate {
@@ -325,6 +334,14 @@ impl Operate for RedisStore {
         })
     }
 
+    async fn read_events(&self, queue: &Queue, after: EventId, limit: usize) -> Result<Vec<Event>> {
+        self.read_events_of(queue, after, limit).await
+    }
+
+    async fn last_event(&self, queue: &Queue) -> Result<Option<EventId>> {
+        self.last_event_of(queue).await
+    }
+
     async fn stats(&self, queue: &Queue) -> Result<TopicStats> {
         let k = self.keys(queue);
         let s = &self.scripts().stats;
@@ -355,6 +372,7 @@ impl Operate for RedisStore {
                 "trimmed" => st.trimmed = value,
                 "throttles" => st.throttles = value,
                 "kept_trimmed" => st.kept_trimmed = value,
+                "events_lost" => st.events_lost = value,
                 "kept" => st.kept = value,
                 "paused" => st.paused = value > 0,
                 "throttled" => st.throttled = value > 0,

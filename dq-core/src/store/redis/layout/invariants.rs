@@ -40,12 +40,15 @@ use crate::store::produce::ENQUEUE_RECEIPT_LIFE;
 use crate::store::redis::RedisStore;
 
 /// The fields the `control` hash may hold besides cancel requests (`x:<job key>`).
-pub const CONTROL_FIELDS: [&str; 6] = ["paused", "until", "conc", "rate_n", "rate_ms", "tat"];
+pub const CONTROL_FIELDS: [&str; 7] = [
+    "paused", "until", "conc", "rate_n", "rate_ms", "tat", "events",
+];
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 15] = [
+pub const STATS_FIELDS: [&str; 16] = [
     "kept_trimmed",
+    "events_lost",
     "enqueued",
     "succeeded",
     "retried",

@@ -73,6 +73,12 @@ pub enum KeyName {
     /// ZSET job key → when its keeping ends (ms): the index of [`KeyName::Kept`], trimmed as
     /// times come and beyond the retention's cap.
     KeptAt,
+    /// STREAM of the partition's events (`events.rs`; event format 1: fields `v`, `e` kind,
+    /// `k` job key, `t` ms, and as the kind has them `a` attempt, `w` worker, `m` error, `d`
+    /// due ms), appended by the script that changes a job when the partition's control hash
+    /// has `events` (the most events kept, `XADD MAXLEN ~`). Absent for a topic that records
+    /// no events.
+    Events,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
@@ -95,7 +101,7 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 15] = [
+    pub const PARTITION: [KeyName; 16] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -111,6 +117,7 @@ impl KeyName {
         KeyName::Kept,
         KeyName::KeptAt,
         KeyName::Progress,
+        KeyName::Events,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -134,6 +141,7 @@ impl KeyName {
             KeyName::Kept => "kept",
             KeyName::Progress => "progress",
             KeyName::KeptAt => "kept_at",
+            KeyName::Events => "events",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
@@ -152,6 +160,7 @@ impl KeyName {
             | KeyName::KeptAt
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
+            KeyName::Events => "stream",
             KeyName::Jobs
             | KeyName::Leases
             | KeyName::Hist
@@ -258,6 +267,8 @@ pub struct PartitionKeys {
     pub progress: String,
     /// See [`KeyName::KeptAt`].
     pub kept_at: String,
+    /// See [`KeyName::Events`].
+    pub events: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
     /// `<prefix>receipts:`, the start of every enqueue receipt key (see
@@ -286,6 +297,7 @@ impl PartitionKeys {
             kept: key(KeyName::Kept),
             progress: key(KeyName::Progress),
             kept_at: key(KeyName::KeptAt),
+            events: key(KeyName::Events),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
             receipts_prefix: format!("{prefix}{RECEIPTS}"),
         }
@@ -311,6 +323,7 @@ impl PartitionKeys {
             KeyName::Kept => &self.kept,
             KeyName::Progress => &self.progress,
             KeyName::KeptAt => &self.kept_at,
+            KeyName::Events => &self.events,
             KeyName::FetchReceipt
             | KeyName::Receipts
             | KeyName::OldReceipts

@@ -20,32 +20,34 @@ macro_rules! script_table {
             /// (with a typed `OutOfMemory`, before it writes): it adds jobs.
             enqueue (Writes): [
                 Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls, Receipts,
-                OldReceipts, Leases,
+                OldReceipts, Leases, Control, Events,
             ];
             /// Recovers expired leases, promotes due jobs, leases ready ones. May take further
             /// fetch receipts (to delete) after its own keys.
             fetch (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
-                Leases, Kept, KeptAt, Progress, FetchReceipt,
+                Leases, Kept, KeptAt, Progress, Events, FetchReceipt,
             ];
             /// Deletes succeeded jobs whose token still owns them.
             ack (AllowOom): [
                 Active, Jobs, Hist, Stats, Control, Wake, Leases, Kept, KeptAt, Progress,
+                Events,
             ];
             /// Records failed attempts: retry, defer, bury, cancel or throttle each.
             fail (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control, Leases,
-                Kept, KeptAt, Progress,
+                Kept, KeptAt, Progress, Events,
             ];
             /// Renews leases; reports which are still owned.
             extend (AllowOom): [Active, Jobs, Control, Leases];
             /// Hands running jobs back to the front of `ready`.
             release (AllowOom): [
                 Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases, Kept, KeptAt, Progress,
+                Events,
             ];
             /// Cancels a waiting job, or asks a running one to stop.
             cancel (AllowOom): [
-                Scheduled, Retry, Jobs, Hist, Stats, Control, Leases, Kept, KeptAt,
+                Scheduled, Retry, Jobs, Hist, Stats, Control, Leases, Kept, KeptAt, Events,
             ];
             /// Gives a waiting job a new due time.
             reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake, Leases];

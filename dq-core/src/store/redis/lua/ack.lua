@@ -14,6 +14,8 @@
 -- KEYS[9] kept_at dq:{topic#p}:kept_at   ZSET key -> when its keeping ends (ms)
 -- KEYS[10] progress dq:{topic#p}:progress HASH key -> the run's progress and log lines: deleted
 --                                         (kept with the job when the topic keeps it)
+-- KEYS[11] events dq:{topic#p}:events    STREAM: one `succeeded` event per acked job (attempt,
+--                                         worker id), when the control hash has `events`
 --
 -- ARGV[1] the worker's id (kept with each job when the topic keeps succeeded jobs)
 -- ARGV[2..]: quads key, token, started, result — token: the delivery token from fetch
@@ -40,7 +42,7 @@
 
 local active, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local control, wake_key, leases = KEYS[5], KEYS[6], KEYS[7]
-local kept, kept_at, progress = KEYS[8], KEYS[9], KEYS[10]
+local kept, kept_at, progress, events = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 if #ARGV < 5 or (#ARGV - 1) % 4 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected a worker id, then key, token, started, result quads')
 end
@@ -119,11 +121,14 @@ if #done > 0 then
   local has_hist = redis.call('HLEN', hist) > 0
   -- a topic without controls pays one EXISTS per batch; HGET checks the type before writes
   local has_control = redis.call('EXISTS', control) == 1
-  local capped, policy = false, nil
+  local capped, policy, events_setting = false, nil, nil
   if has_control then
-    local ctl = redis.call('HMGET', control, 'conc', 'keep')
-    capped, policy = ctl[1], keep_policy(ctl[2])
+    local ctl = redis.call('HMGET', control, 'conc', 'keep', 'events')
+    capped, policy, events_setting = ctl[1], keep_policy(ctl[2]), ctl[3]
   end
+  -- (Redis TIME only for a topic that keeps jobs or records events: the hot path pays none)
+  local now = (policy or events_setting) and now_ms() or nil
+  local ev = now and events_of(events, events_setting, stats, now)
   -- a topic that keeps succeeded jobs: read their records and histories, check kept's keys
   local keeping = keeps(policy, KEPT.succeeded)
   -- the progress hash exists only while some running job of the partition has reported
@@ -138,6 +143,8 @@ if #done > 0 then
     if bad then return bad end
     recs, hists = hmget(jobs, done), hmget(hist, done)
     progs = has_progress and hmget(progress, done) or {}
+  elseif ev then
+    recs = hmget(jobs, done) -- (each event names the attempt)
   end
   -- a job whose cancel was requested that succeeds anyway is counted as what happened
   local after_cancel = 0
@@ -150,7 +157,6 @@ if #done > 0 then
     call_many('HDEL', control, fields)
   end
   if capped then wake(wake_key) end
-  local now = keeping and now_ms()
   call_many('ZREM', active, done)
   if keeping then
     local entries = {}
@@ -171,6 +177,16 @@ if #done > 0 then
   if has_hist then call_many('HDEL', hist, done) end
   if has_progress then call_many('HDEL', progress, done) end
   count(stats, 'succeeded', #done)
+  if ev then
+    for j, key in ipairs(done) do
+      local rec = recs[j]
+      if rec and is_record(rec) then
+        emit(ev, EVENT.succeeded, key, {'a', started(rec), 'w', worker})
+      else
+        emit(ev, EVENT.succeeded, key, {'w', worker})
+      end
+    end
+  end
   if after_cancel > 0 then count(stats, 'succeeded_after_cancel_request', after_cancel) end
 end
 return table.concat(codes)

@@ -9,6 +9,9 @@
 -- KEYS[7] leases     dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
 -- KEYS[8] kept       dq:{topic#p}:kept      HASH key -> kept job: a cancelled job is kept there
 -- KEYS[9] kept_at    dq:{topic#p}:kept_at   ZSET    when the topic keeps cancelled jobs
+-- KEYS[10] events    dq:{topic#p}:events    STREAM: a `cancelled` event for a waiting job
+--                                           cancelled, when the control hash has `events`
+--                                           (a running one's comes when it stops)
 --
 -- ARGV[1] key
 --
@@ -28,7 +31,7 @@
 -- the first write is the one to scheduled or retry (or jobs, for a ready job).
 
 local scheduled, retry, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local control, leases, kept, kept_at = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local control, leases, kept, kept_at, events = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local key = ARGV[1]
 if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
 
@@ -45,15 +48,16 @@ if state == STATE.active then
 end
 if state == STATE.dead then return state end
 local h = redis.call('HGET', hist, key)
-local policy = keep_policy(redis.call('HGET', control, 'keep'))
+local ctl = redis.call('HMGET', control, 'keep', 'events')
+local policy = keep_policy(ctl[1])
 if keeps(policy, KEPT.cancelled) then
   local bad = check_types({kept, 'hash', kept_at, 'zset'})
   if bad then return bad end
 end
 unlink(state, scheduled, retry, nil, key)
+local now = (keeps(policy, KEPT.cancelled) or ctl[2]) and now_ms()
+local _, attempts = unpack_record(rec)
 if keeps(policy, KEPT.cancelled) then
-  local now = now_ms()
-  local _, attempts = unpack_record(rec)
   keep_jobs(kept, kept_at, policy, KEPT.cancelled, now,
     {{key, pack_kept(KEPT.cancelled, now, 0, attempts, nil, nil, h or nil, nil, rec)}})
   trim_kept(kept, kept_at, stats, policy, now, 17)
@@ -61,4 +65,5 @@ end
 redis.call('HDEL', jobs, key)
 if h then redis.call('HDEL', hist, key) end
 count(stats, 'cancelled', 1)
+if now then emit(events_of(events, ctl[2], stats, now), EVENT.cancelled, key, {'a', attempts}) end
 return state

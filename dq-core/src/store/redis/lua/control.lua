@@ -11,8 +11,11 @@
 -- ARGV[5] keep:        '' unchanged, '-' remove, '<succeeded ms>/<cancelled ms>/<expired
 --                      ms>/<cap>' which finished jobs this partition keeps, how long, and
 --                      at most how many (lib.lua `keep_policy`; a cap > 0, some ms > 0)
+-- ARGV[6] events:      '' unchanged, '-' off, '<n>' record events, keeping the last n (> 0) of
+--                      this partition (lib.lua `events_cap`)
 --
--- Returns {paused 0|1, rate_n or '', rate_ms or '', conc or '', until ms or '', keep or ''}
+-- Returns {paused 0|1, rate_n or '', rate_ms or '', conc or '', until ms or '', keep or '',
+--          events or ''}
 -- A change wakes the partition's fetchers (a resume must not wait for their idle timer). A
 -- new rate starts with a fresh budget.
 -- Errors: 'ERR dq bad arguments: ...'; WRONGTYPE for a control key of another type (checked
@@ -20,8 +23,12 @@
 
 local control, wake_key = KEYS[1], KEYS[2]
 local paused, rate, conc, throttle, keep = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] or ''
+local events = ARGV[6] or ''
 if keep ~= '' and keep ~= '-' and not keep_policy(keep) then
   return redis.error_reply('ERR dq bad arguments: keep')
+end
+if events ~= '' and events ~= '-' and not events_cap(events) then
+  return redis.error_reply('ERR dq bad arguments: events')
 end
 local throttle_ms = nil
 if throttle and throttle ~= '' then
@@ -79,6 +86,11 @@ if keep == '-' then
 elseif keep ~= '' then
   redis.call('HSET', control, 'keep', keep)
 end
+if events == '-' then
+  redis.call('HDEL', control, 'events')
+elseif events ~= '' then
+  redis.call('HSET', control, 'events', events_cap(events))
+end
 local now = now_ms()
 if throttle_ms then
   local until_ms = tonumber(redis.call('HGET', control, 'until')) or 0
@@ -88,7 +100,8 @@ if throttle_ms then
 end
 if changed then wake(wake_key) end
 
-local v = redis.call('HMGET', control, 'paused', 'rate_n', 'rate_ms', 'conc', 'until', 'keep')
+local v = redis.call('HMGET', control, 'paused', 'rate_n', 'rate_ms', 'conc', 'until', 'keep',
+  'events')
 local until_ms = tonumber(v[5])
 if until_ms and until_ms <= now then
   -- a throttle time that has passed is of no use any more
@@ -96,4 +109,4 @@ if until_ms and until_ms <= now then
   until_ms = nil
 end
 return {v[1] == '1' and 1 or 0, v[2] or '', v[3] or '', v[4] or '',
-  until_ms and string.format('%d', until_ms) or '', v[6] or ''}
+  until_ms and string.format('%d', until_ms) or '', v[6] or '', v[7] or ''}

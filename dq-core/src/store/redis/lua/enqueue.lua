@@ -16,6 +16,9 @@
 --   call names the same one)
 -- KEYS[12] leases    dq:{topic#p}:leases     HASH key -> token: the leases of lean records
 --                                            (read only for a key whose lean record exists)
+-- KEYS[13] control   dq:{topic#p}:control    HASH: only its `events` field is read
+-- KEYS[14] events    dq:{topic#p}:events     STREAM: one `enqueued` event per job created or
+--                                            replaced, when the partition records events
 --
 -- ARGV[1]            n, the number of jobs
 -- ARGV[2]            call id: 8 bytes, big-endian; the same for every try of one client call
@@ -95,6 +98,7 @@
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local calls, receipts, old_receipts, leases = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local control, events = KEYS[13], KEYS[14]
 local RECEIPT_MS = 30000
 local ENTRY = 14
 local TRIM = 64
@@ -171,6 +175,12 @@ local function hex(s)
 end
 
 local now = now_ms()
+-- (read before any write: a control key of another type is refused here)
+local events_setting = redis.pcall('HGET', control, 'events')
+if type(events_setting) == 'table' and events_setting.err then
+  return redis.error_reply('WRONGTYPE dq: ' .. control .. ' holds a '
+    .. redis.call('TYPE', control).ok .. ', not a hash; nothing written')
+end
 local keys = {}
 for i = 0, n - 1 do keys[i + 1] = ARGV[FIRST + 5 * i] end
 local olds = hmget(jobs, keys)
@@ -392,6 +402,13 @@ if #zadd > 0 then call_many('ZADD', scheduled, zadd) end
 call_many('HSET', jobs, records)
 if #hints > 0 then call_many('RPUSH', ready, hints) end
 count(stats, 'enqueued', moves)
+local ev = events_of(events, events_setting, stats, now)
+if ev then
+  for i = 1, moves do
+    local at = move_at[i]
+    emit(ev, EVENT.enqueued, move_key[i], {'d', string.format('%d', at and math.floor(at) or now)})
+  end
+end
 if #hints > 0 or new_earliest then
   wake(wake_key)
 end

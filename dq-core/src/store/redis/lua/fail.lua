@@ -17,6 +17,9 @@
 -- KEYS[13] kept_at   dq:{topic#p}:kept_at   ZSET    when the topic keeps cancelled jobs
 -- KEYS[14] progress  dq:{topic#p}:progress  HASH key -> the run's progress: deleted (kept with
 --                                           a cancelled job the topic keeps)
+-- KEYS[15] events    dq:{topic#p}:events    STREAM: one event per failure (failed, deferred,
+--                                           dead or cancelled), when the control hash has
+--                                           `events`
 --
 -- ARGV[1] dead-queue cap for this partition
 -- ARGV[2] dead-queue retention, ms
@@ -54,7 +57,7 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local progress = KEYS[14]
+local progress, events = KEYS[14], KEYS[15]
 
 local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
@@ -104,17 +107,21 @@ end
 if #live == 0 then return reply end
 
 local now = now_ms()
-local capped, cancels, policy = false, {}, nil
+local capped, cancels, policy, events_setting = false, {}, nil, nil
 if redis.call('EXISTS', control) == 1 then
-  local fields = {'conc', 'keep'}
-  for j, i in ipairs(live) do fields[j + 2] = cancel_field(keys[i]) end
+  local fields = {'conc', 'keep', 'events'}
+  for j, i in ipairs(live) do fields[j + 3] = cancel_field(keys[i]) end
   local ctl = hmget(control, fields)
   capped = ctl[1] ~= false
   policy = keep_policy(ctl[2])
+  events_setting = ctl[3]
   for j, i in ipairs(live) do
-    if ctl[j + 2] then cancels[i] = true end
+    if ctl[j + 3] then cancels[i] = true end
   end
 end
+local ev = events_of(events, events_setting, stats, now)
+-- the events of this batch, emitted after the writes: {kind, key, fields}
+local evs = {}
 local live_keys = {}
 for j, i in ipairs(live) do live_keys[j] = keys[i] end
 local histories = hmget(hist, live_keys)
@@ -158,6 +165,7 @@ for j, i in ipairs(live) do
         nil, histories[j] or nil, progs[j] or nil, rec)}
     end
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 3, now, 0
+    if ev then evs[#evs + 1] = {EVENT.cancelled, key, {'a', attempts}} end
   elseif action == 'b' then
     history(j, attempts, HISTORY.buried, err)
     job_writes[#job_writes + 1] = key
@@ -165,6 +173,7 @@ for j, i in ipairs(live) do
     buried[#buried + 1] = now
     buried[#buried + 1] = key
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 2, now, 0
+    if ev then evs[#evs + 1] = {EVENT.dead, key, {'a', attempts, 'm', cut_error(err)}} end
   else
     local at = bound_due(now + delay, now)
     local code, later, zset = HISTORY.failed, STATE.retry, retry
@@ -178,6 +187,10 @@ for j, i in ipairs(live) do
       code, later, zset = HISTORY.deferred, STATE.scheduled, scheduled
     end
     history(j, attempts, code, err)
+    if ev then
+      local kind = code == HISTORY.deferred and EVENT.deferred or EVENT.failed
+      evs[#evs + 1] = {kind, key, {'a', attempts, 'm', cut_error(err), 'd', string.format('%d', at)}}
+    end
     if code == HISTORY.deferred then attempts = attempts - 1 else retried = retried + 1 end
     job_writes[#job_writes + 1] = key
     job_writes[#job_writes + 1] = with_header(rec, waiting_state(at, now, later), attempts, at, token)
@@ -256,6 +269,7 @@ for _, z in ipairs({scheduled, retry}) do
   end
 end
 if wake_up then wake(wake_key) end
+for _, e in ipairs(evs) do emit(ev, e[1], e[2], e[3]) end
 for i, first in pairs(dups) do
   if reply[3 * first - 2] == 3 then reply[3 * i - 2] = 0 end -- the first deleted it: gone
 end

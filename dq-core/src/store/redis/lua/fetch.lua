@@ -42,7 +42,7 @@
 -- fresh deadline and WITHOUT counting an attempt (the lost lease never reached a worker),
 -- then fills the rest of its room as any fetch does. A try older than the receipt's (held up
 -- on an old connection while a later try ran) does nothing: nobody waits for its reply. The
--- fetcher names in KEYS[16..] the receipts of its earlier calls whose replies arrived; they
+-- fetcher names in KEYS[17..] the receipts of its earlier calls whose replies arrived; they
 -- are deleted, so receipts do not pile up while they wait to expire.
 --
 -- Leases (ARCHITECTURE.md §6.3): a job of format 1 or 2 is leased by rewriting its record
@@ -66,7 +66,10 @@
 -- KEYS[13] kept_at   dq:{topic#p}:kept_at    ZSET key -> when its keeping ends (ms)
 -- KEYS[14] progress  dq:{topic#p}:progress   HASH key -> a running job's progress: deleted
 --                                            when its lease is recovered
--- KEYS[15] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[15] events    dq:{topic#p}:events     STREAM: started, expired, and the ends of recovered
+--                                            leases (failed, dead, cancelled), when the
+--                                            control hash has `events`
+-- KEYS[16] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -104,7 +107,7 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local progress, receipt_key = KEYS[14], KEYS[15]
+local progress, events, receipt_key = KEYS[14], KEYS[15], KEYS[16]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -138,9 +141,10 @@ local trimmed = 0
 local buried = {}
 -- (read first: HMGET refuses a control key of another type before anything is written)
 local ctl = redis.call('HMGET', control, 'paused', 'until', 'conc', 'rate_n', 'rate_ms', 'tat',
-  'keep')
+  'keep', 'events')
 local has_control = ctl[1] or ctl[2] or ctl[3] or ctl[4]
 local keep_by = keep_policy(ctl[7])
+local ev = events_of(events, ctl[8], stats, now)
 
 -- 0. this call's receipt. (A value that does not decode is taken for no receipt.)
 local receipt = nil
@@ -203,6 +207,7 @@ local function bury_corrupt(key, rec)
   redis.call('ZADD', dead, now, key)
   count(stats, 'buried', 1)
   buried[#buried + 1] = key
+  emit(ev, EVENT.dead, key, {'m', 'corrupt record'})
 end
 
 -- 1. expired leases: deadline < now
@@ -242,7 +247,7 @@ for _, key in ipairs(expired) do
     elseif running and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       -- its cancel was requested while it ran: it ends as cancelled, never retried
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key,
-        keeps(keep_by, KEPT.cancelled) and {kept, kept_at, keep_by, now} or nil)
+        keeps(keep_by, KEPT.cancelled) and {kept, kept_at, keep_by, now} or nil, ev)
     elseif running then
       local _, _, due, _, token = unpack_record(rec)
       local attempts = started(rec)
@@ -255,9 +260,11 @@ for _, key in ipairs(expired) do
         redis.call('HSET', jobs, key, with_header(rec, STATE.retry, attempts, at, token))
         redis.call('ZADD', retry, slot_score(retry, at), key)
         count(stats, 'retried', 1)
+        emit(ev, EVENT.failed, key, {'a', attempts, 'm', 'lease expired', 'd', string.format('%d', at)})
       else
         bury(dead, jobs, stats, key, rec, now, attempts)
         buried[#buried + 1] = key
+        emit(ev, EVENT.dead, key, {'a', attempts, 'm', 'lease expired'})
       end
     end
   end
@@ -493,6 +500,8 @@ if n_jobs > 0 then
     out[3 * i + 4] = key
     out[3 * i + 5] = rec
     out[3 * i + 6] = token
+    -- (a receipt's job was started by the try whose reply was lost: no second event)
+    if ev and i > from_receipt then emit(ev, EVENT.started, key, {'a', started(rec)}) end
   end
   -- With a member longer than 64 bytes Redis stores `active` as a skiplist (it keeps that
   -- encoding until the set is empty): a small sorted set is otherwise a flat listpack, where
@@ -524,6 +533,7 @@ if #expired_keys > 0 then
   call_many('HDEL', jobs, expired_keys)
   call_many('HDEL', hist, expired_keys)
   count(stats, 'expired_before_start', #expired_keys)
+  for _, key in ipairs(expired_keys) do emit(ev, EVENT.expired, key) end
 end
 if consumed > 0 then redis.call('LTRIM', ready, consumed, -1) end
 -- the leases: lean ones in `leases`, format-1/2 records rewritten; then the records promoted
@@ -634,7 +644,7 @@ end
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(receipt_out), 'PX', receipt_ms)
 end
-for i = 16, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 17, #KEYS do redis.call('DEL', KEYS[i]) end
 
 out[1], out[2], out[3], out[4], out[5], out[6] = now, next_ms, trimmed, n_jobs, #buried,
   #newer / 2

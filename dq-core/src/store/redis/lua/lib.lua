@@ -283,6 +283,50 @@ local function count(stats, field, n)
   redis.pcall('HINCRBY', stats, field, n)
 end
 
+-- ---- events: the partition's event stream (dq-core/src/events.rs, docs/EVENTS.md) ----
+-- A topic that records events has `events` = '<most kept>' (this partition's share, > 0) in
+-- its partitions' control hash; every script that changes a job then appends one entry per
+-- change to the partition's `events` stream (XADD MAXLEN ~ <most kept>), in the same call.
+-- An entry, event format 1: v = '1', e = kind (EVENT below), k = job key, t = ms (the
+-- script's clock), then as the kind has them: a = attempt, w = worker id, m = error (cut as
+-- a history's), d = due ms. Readers skip fields they do not know.
+local EVENT = {enqueued = 'q', started = 's', succeeded = 'k', failed = 'f', deferred = 'l',
+  released = 'r', dead = 'd', cancelled = 'c', expired = 'x'}
+
+-- The events setting read from a control hash's `events` field: the most events kept, or
+-- nil (off; a malformed value too: a damaged setting never stops a job's change).
+local function events_cap(text)
+  local n = tonumber(text)
+  if n and n >= 1 and n == math.floor(n) then return string.format('%d', n) end
+  return nil
+end
+
+-- The event context of a call: nil when the partition records no events, else
+-- {stream key, cap, stats key, now as text}.
+local function events_of(events, cap_text, stats, now)
+  local cap = events_cap(cap_text)
+  if not cap then return nil end
+  return {events, cap, stats, string.format('%d', now)}
+end
+
+-- Appends one event (nothing when `ev` is nil). Never raises: an XADD refused (the stream key
+-- holds another type, a user without XADD) is counted in stats `events_lost` and the call
+-- goes on, so a damaged stream never stops a job's change. `more`: nil or a flat list of
+-- extra field, value pairs (a, w, m, d).
+local function emit(ev, kind, key, more)
+  if not ev then return end
+  local r
+  if more then
+    local args = {'XADD', ev[1], 'MAXLEN', '~', ev[2], '*', 'v', '1', 'e', kind, 'k', key, 't', ev[4]}
+    for i = 1, #more do args[#args + 1] = more[i] end
+    r = redis.pcall(unpack(args))
+  else
+    r = redis.pcall('XADD', ev[1], 'MAXLEN', '~', ev[2], '*', 'v', '1', 'e', kind, 'k', key,
+      't', ev[4])
+  end
+  if type(r) == 'table' and r.err then count(ev[3], 'events_lost', 1) end
+end
+
 -- Tokens are 48 bits in a record: the largest is MAX_TOKEN.
 local MAX_TOKEN = 281474976710655
 
@@ -635,8 +679,8 @@ end
 -- Deletes an active job whose cancel was requested while it ran: gone, counted as
 -- cancelled, never retried. Callers have read (or type-checked) every key first.
 -- With `keep` ({kept, kept_at, policy, now}, the kept keys checked) and a policy that keeps
--- cancelled jobs, the job is kept as cancelled.
-local function drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep)
+-- cancelled jobs, the job is kept as cancelled. `ev`: the call's event context (`events_of`) or nil.
+local function drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
   local p = redis.call('HGET', progress, key)
   if keep and keeps(keep[3], KEPT.cancelled) then
     local rec = redis.call('HGET', jobs, key)
@@ -654,6 +698,7 @@ local function drop_cancelled(active, jobs, hist, stats, control, leases, progre
   redis.call('HDEL', hist, key)
   redis.call('HDEL', control, cancel_field(key))
   count(stats, 'cancelled', 1)
+  emit(ev, EVENT.cancelled, key)
 end
 
 -- ---- retry delays: the Lua mirror of RetryPolicy::delay_with (dq-core/src/retry.rs) ----

@@ -17,6 +17,8 @@
 --                                        job's next run starts afresh)
 --
 -- ARGV: pairs key, token
+-- KEYS[12] events dq:{topic#p}:events    STREAM: one event per job (released, or cancelled),
+--                                         when the control hash has `events`
 --
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
 -- Errors: 'ERR dq bad arguments: ...'
@@ -26,7 +28,7 @@
 
 local active, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hist, stats, control, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local kept, kept_at, progress = KEYS[9], KEYS[10], KEYS[11]
+local kept, kept_at, progress, events = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -38,15 +40,19 @@ local bad = check_types({progress, 'hash'})
 if bad then return bad end
 local has_control = redis.call('EXISTS', control) == 1
 local keep = nil -- {kept, kept_at, policy, now} when cancelled jobs are kept
+local ev = nil -- the event context when the partition records events
 if has_control then
   bad = check_types({control, 'hash', hist, 'hash', ready, 'list'})
   if bad then return bad end
-  local policy = keep_policy(redis.call('HGET', control, 'keep'))
+  local ctl = redis.call('HMGET', control, 'keep', 'events')
+  local policy = keep_policy(ctl[1])
+  local now = (keeps(policy, KEPT.cancelled) or ctl[2]) and now_ms()
   if keeps(policy, KEPT.cancelled) then
     bad = check_types({kept, 'hash', kept_at, 'zset'})
     if bad then return bad end
-    keep = {kept, kept_at, policy, now_ms()}
+    keep = {kept, kept_at, policy, now}
   end
+  if now then ev = events_of(events, ctl[2], stats, now) end
 end
 -- (reads) every record, and the lease of the lean ones
 local keys, tokens = {}, {}
@@ -60,7 +66,7 @@ for i = #keys, 1, -1 do
   local ok = '0'
   if owner[i] and owner[i] == tokens[i] and not done[key] then
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
-      drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep)
+      drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
     else
       if released == 0 then
         local bad = check_types({ready, 'list'})
@@ -74,6 +80,7 @@ for i = #keys, 1, -1 do
       redis.call('LPUSH', ready, key)
       redis.call('HDEL', progress, key)
       released = released + 1
+      emit(ev, EVENT.released, key, {'a', started(rec)})
     end
     done[key] = true -- (a key named twice is released once)
     ok = '1'

@@ -1,0 +1,319 @@
+//! Reading events from any process: [`Client::events`] and [`EventStream`] (see
+//! [`crate::events`] for what is recorded).
+//!
+//! A stream follows the namespace's topics (all, or those named), reading each partition's
+//! events from its own position in rounds: one read per partition, all at once (on a Redis
+//! Cluster each goes to the node of its slot), merged by time. A round that found nothing
+//! waits [`EventsOptions::poll`] before the next. Connection trouble is waited out with a
+//! backoff, keeping every position, so a Redis restart or failover loses no event the server
+//! kept; other errors are handed to the reader as `Err` items and the stream goes on.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use tokio::sync::mpsc;
+
+use super::handle::Client;
+use crate::error::{Error, Result};
+use crate::events::{Event, EventCursor, EventId, EventsFrom};
+use crate::job::Queue;
+use crate::names::Topic;
+use crate::store::Store;
+
+/// How often a stream that found nothing looks again, by default: 100 ms.
+pub const DEFAULT_EVENTS_POLL: Duration = Duration::from_millis(100);
+
+/// How often a stream looks for new topics (and new partitions of a topic reset since).
+const TOPICS_REFRESH: Duration = Duration::from_secs(5);
+
+/// Most events read from one partition per round, by default.
+const DEFAULT_EVENTS_BATCH: usize = 500;
+
+/// What a stream reads, from where, and how often.
+#[derive(Clone, Debug)]
+pub struct EventsOptions {
+    /// The topics to follow; `None` (the default): every topic of the namespace, including
+    /// topics recorded after the stream starts.
+    pub topics: Option<Vec<String>>,
+    /// Where to start ([`EventsFrom::Now`] by default).
+    pub from: EventsFrom,
+    /// How long a round that found nothing waits before the next (default
+    /// [`DEFAULT_EVENTS_POLL`]; at least 1 ms): the latency of an idle stream.
+    pub poll: Duration,
+    /// Most events read from one partition per round (default 500, 1 to 10 000).
+    pub batch: usize,
+}
+
+impl Default for EventsOptions {
+    fn default() -> Self {
+        EventsOptions {
+            topics: None,
+            from: EventsFrom::Now,
+            poll: DEFAULT_EVENTS_POLL,
+            batch: DEFAULT_EVENTS_BATCH,
+        }
+    }
+}
+
+impl EventsOptions {
+    /// Follows only `topics` (checked names).
+    pub fn topics<I: IntoIterator<Item = S>, S: Into<String>>(mut self, topics: I) -> Self {
+        self.topics = Some(topics.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Starts from `from`.
+    pub fn from(mut self, from: EventsFrom) -> Self {
+        self.from = from;
+        self
+    }
+
+    /// Waits `poll` after a round that found nothing.
+    pub fn poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+}
+
+impl Client {
+    /// Events of every topic of the namespace that records them, from `from`, as an async
+    /// stream ([`EventStream`]); the same as [`Client::events_with`] with default options.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// use dq_core::EventsFrom;
+    /// let mut events = client.events(EventsFrom::Now).await?;
+    /// while let Some(event) = events.next().await {
+    ///     let event = event?;
+    ///     println!("{} {} {}", event.topic, event.key, event.kind);
+    ///     // save events.cursor().to_string() to resume from here after a restart
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn events(&self, from: EventsFrom) -> Result<EventStream> {
+        self.events_with(EventsOptions::default().from(from)).await
+    }
+
+    /// Events as `options` say. With [`EventsFrom::Now`] the position of every partition
+    /// known at the call is read before it returns, so an event written after it returns is
+    /// never missed. Refused with [`Error::InvalidConfig`] for a bad topic name, batch or
+    /// poll; an error reading the topics or the start positions is returned as is.
+    pub async fn events_with(&self, options: EventsOptions) -> Result<EventStream> {
+        let topics = match &options.topics {
+            None => None,
+            Some(names) => Some(
+                names
+                    .iter()
+                    .map(|n| Topic::new(n))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
+        if options.batch == 0 || options.batch > 10_000 {
+            return Err(Error::InvalidConfig(format!(
+                "an event batch of {} must be 1 to 10000",
+                options.batch
+            )));
+        }
+        let poll = options.poll.max(Duration::from_millis(1));
+        let mut reader = Reader {
+            store: self.store.clone(),
+            topics,
+            from: options.from.clone(),
+            batch: options.batch,
+            positions: HashMap::new(),
+            queues: Vec::new(),
+        };
+        // the start: every partition known now, at its position
+        let queues = reader.current_queues().await?;
+        reader.add(queues, true).await?;
+        let mut cursor = EventCursor::default();
+        for q in &reader.queues {
+            cursor.set(q, reader.positions[q]);
+        }
+        let (tx, rx) = mpsc::channel(options.batch.max(64));
+        let task = tokio::spawn(reader.run(tx, poll));
+        Ok(EventStream {
+            rx,
+            cursor,
+            task: task.abort_handle(),
+        })
+    }
+}
+
+/// An async stream of events (`futures_core::Stream<Item = Result<Event>>`, or call
+/// [`EventStream::next`]), read by a task of its own that ends when the stream is dropped.
+/// Within a partition events come in order, each once; across partitions, by time.
+#[derive(Debug)]
+pub struct EventStream {
+    rx: mpsc::Receiver<Result<Event>>,
+    cursor: EventCursor,
+    task: tokio::task::AbortHandle,
+}
+
+impl EventStream {
+    /// The next event (or an error the stream met and went on from); waits for one. `None`
+    /// only if the reading task stopped (a panic; never otherwise).
+    pub async fn next(&mut self) -> Option<Result<Event>> {
+        let item = self.rx.recv().await;
+        if let Some(Ok(event)) = &item {
+            self.cursor.advance(event);
+        }
+        item
+    }
+
+    /// Where this stream is: after the last event it handed out in each partition (and, for
+    /// partitions without one yet, where it started). Store its text and give it back as
+    /// [`EventsFrom::Cursor`] to resume after a restart with no event missed or repeated.
+    pub fn cursor(&self) -> EventCursor {
+        self.cursor.clone()
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl futures_core::Stream for EventStream {
+    type Item = Result<Event>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let polled = this.rx.poll_recv(cx);
+        if let Poll::Ready(Some(Ok(event))) = &polled {
+            this.cursor.advance(event);
+        }
+        polled
+    }
+}
+
+/// The reading task's state.
+struct Reader {
+    store: std::sync::Arc<dyn Store>,
+    topics: Option<Vec<Topic>>,
+    from: EventsFrom,
+    batch: usize,
+    positions: HashMap<Queue, EventId>,
+    queues: Vec<Queue>,
+}
+
+impl Reader {
+    /// The partitions of the followed topics recorded now.
+    async fn current_queues(&self) -> Result<Vec<Queue>> {
+        let metas = self.store.topics().await?;
+        Ok(metas
+            .into_iter()
+            .filter(|m| {
+                self.topics
+                    .as_ref()
+                    .is_none_or(|names| names.contains(&m.topic))
+            })
+            .flat_map(|m| (0..m.partitions).map(move |p| Queue::new(m.topic.clone(), p)))
+            .collect())
+    }
+
+    /// Starts following the partitions of `queues` not followed yet: from the cursor's
+    /// position, the oldest event, or (`at_start` and [`EventsFrom::Now`]) the newest.
+    async fn add(&mut self, queues: Vec<Queue>, at_start: bool) -> Result<()> {
+        for q in queues {
+            if self.positions.contains_key(&q) {
+                continue;
+            }
+            let start = match &self.from {
+                EventsFrom::Now if at_start => self.store.last_event(&q).await?.unwrap_or_default(),
+                EventsFrom::Cursor(c) => c.get(&q).unwrap_or_default(),
+                _ => EventId::ZERO,
+            };
+            self.positions.insert(q.clone(), start);
+            self.queues.push(q);
+        }
+        Ok(())
+    }
+
+    /// Reads round after round until the stream is dropped.
+    async fn run(mut self, tx: mpsc::Sender<Result<Event>>, poll: Duration) {
+        let backoff = || {
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(5))
+                .without_max_times()
+                .build()
+        };
+        let mut delays = backoff();
+        let mut refreshed = tokio::time::Instant::now();
+        loop {
+            let mut trouble: Option<Error> = None;
+            if refreshed.elapsed() >= TOPICS_REFRESH {
+                match self.current_queues().await {
+                    Ok(queues) => {
+                        refreshed = tokio::time::Instant::now();
+                        if let Err(e) = self.add(queues, false).await {
+                            trouble = Some(e);
+                        }
+                    }
+                    Err(e) => trouble = Some(e),
+                }
+            }
+            let (store, batch) = (&self.store, self.batch);
+            let reads = futures_util::future::join_all(self.queues.iter().map(|q| {
+                let at = self.positions[q];
+                async move { (q.clone(), store.read_events(q, at, batch).await) }
+            }))
+            .await;
+            let mut events = Vec::new();
+            let mut full = false;
+            for (queue, read) in reads {
+                match read {
+                    Ok(found) => {
+                        full |= found.len() >= self.batch;
+                        if let Some(last) = found.last() {
+                            self.positions.insert(queue, last.id);
+                        }
+                        events.extend(found);
+                    }
+                    Err(e) => trouble = Some(e),
+                }
+            }
+            events.sort_by(|a, b| {
+                (a.id.ms, &a.topic, a.partition, a.id.seq).cmp(&(
+                    b.id.ms,
+                    &b.topic,
+                    b.partition,
+                    b.id.seq,
+                ))
+            });
+            for event in events {
+                if tx.send(Ok(event)).await.is_err() {
+                    return; // the stream was dropped
+                }
+            }
+            match trouble {
+                None => {
+                    delays = backoff();
+                    if !full {
+                        tokio::time::sleep(poll).await;
+                    }
+                }
+                Some(e) => {
+                    if e.is_retryable() {
+                        tracing::debug!(error = %e, "event stream: store unreachable; retrying");
+                    } else {
+                        tracing::warn!(error = %e, "event stream: a read failed");
+                        if tx.send(Err(e)).await.is_err() {
+                            return;
+                        }
+                    }
+                    let wait = delays.next().unwrap_or(Duration::from_secs(5));
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            if tx.is_closed() {
+                return;
+            }
+        }
+    }
+}
