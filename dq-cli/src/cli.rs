@@ -147,9 +147,13 @@ pub enum Command {
     /// Resume a paused topic (its workers are woken at once).
     Resume(TopicArgs),
 
-    /// Show or set a topic's limits across every worker (a rate, a concurrency cap) and which
-    /// finished jobs it keeps.
+    /// Show or set a topic's limits across every worker (a rate, a concurrency cap), which
+    /// finished jobs it keeps, and whether it records events.
     Limits(LimitsArgs),
+
+    /// Follow the events of the topics that record them (enqueued, started, succeeded,
+    /// failed, dead, cancelled, expired, …) as they happen, or replay those kept.
+    Events(EventsArgs),
 
     /// Give a waiting job a new due time.
     Reschedule(RescheduleArgs),
@@ -297,7 +301,29 @@ pub struct LimitsArgs {
     /// Keep no finished jobs (remove the retention).
     #[arg(long, conflicts_with_all = ["keep_succeeded", "keep_cancelled", "keep_expired", "keep_max"])]
     pub keep_none: bool,
+    /// Record the topic's events, keeping the last N (`on`: 10000), or `off` to stop
+    /// recording (what was recorded stays readable with `dq events`).
+    #[arg(long, value_name = "N|on|off")]
+    pub events: Option<String>,
     /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The topics to follow (default: every topic of the namespace, new ones included).
+    pub topics: Vec<String>,
+    /// Where to start: `now` (default), `start` (every event kept), or a cursor printed by an
+    /// earlier `dq events` (resumes right after it).
+    #[arg(long, default_value = "now", value_name = "now|start|CURSOR")]
+    pub from: String,
+    /// Stop after this many events (default: follow until Ctrl-C); the cursor to resume
+    /// from is printed on stderr either way.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Print one JSON object per event instead of text.
     #[arg(long)]
     pub json: bool,
 }

@@ -4,6 +4,7 @@
 //! `dq --help`.
 
 mod cli;
+mod events;
 mod fail;
 mod finished;
 mod formats;
@@ -79,6 +80,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Pause(a) => ctx.pause(a, true).await,
         Command::Resume(a) => ctx.pause(a, false).await,
         Command::Limits(a) => ctx.limits(a).await,
+        Command::Events(a) => events::follow(&ctx.client, a, ctrl_c()).await,
         Command::List(a) => {
             let t = ctx.topic(&a.topic)?;
             print(finished::list(&t, &a.topic, &a, ctx.now_ms().await?).await?)
@@ -412,6 +414,16 @@ impl Ctx {
         // every flag is checked before anything is written
         let current = t.control().await?.retention;
         let retention = finished::retention_change(&a, current)?;
+        let events = match a.events.as_deref() {
+            None => None,
+            Some("off") => Some(None),
+            Some("on") => Some(Some(dq_core::EventsPolicy::default())),
+            Some(text) => Some(Some(
+                text.parse::<u64>()
+                    .map_err(|_| bad(format!("--events {text:?} is not a number, `on` or `off`")))
+                    .and_then(|n| dq_core::EventsPolicy::keep(n).map_err(|e| bad(e.to_string())))?,
+            )),
+        };
         let rate = match a.rate.as_deref() {
             None => None,
             Some("none") => Some(None),
@@ -436,6 +448,9 @@ impl Ctx {
         if let Some(change) = retention {
             t.set_retention(change).await?;
         }
+        if let Some(change) = events {
+            t.set_events(change).await?;
+        }
         let ctl = t.control().await?;
         self.print_control(&a.topic, &ctl, a.json)
     }
@@ -455,14 +470,19 @@ impl Ctx {
                     "expired_ms": r.expired.map(|d| d.as_millis() as u64),
                     "max": r.max_kept,
                 })),
+                "events": ctl.events.map(|e| e.max_kept),
             }));
         }
         println!(
-            "topic        {topic}\npaused       {}\nrate         {}\nconcurrency  {}\nkeep         {}",
+            "topic        {topic}\npaused       {}\nrate         {}\nconcurrency  {}\nkeep         {}\nevents       {}",
             if ctl.paused { "yes" } else { "no" },
             rate.as_deref().unwrap_or("none"),
             ctl.concurrency.map_or("none".to_owned(), |c| c.to_string()),
             finished::retention_text(ctl.retention),
+            ctl.events.map_or("off".to_owned(), |e| format!(
+                "on, the last {} kept",
+                e.max_kept
+            )),
         );
         Ok(())
     }

@@ -273,3 +273,78 @@ async fn kept_jobs_are_set_shown_and_listed() {
         text(&out.stdout)
     );
 }
+
+/// `dq limits --events N|on|off` turns a topic's events on and off (a bad bound is refused,
+/// exit code 2, before anything is written); `dq events --from start --limit N` prints them,
+/// one JSON object per line, and the cursor to resume from on stderr; `--from <cursor>`
+/// resumes right after it.
+#[tokio::test]
+async fn events_are_turned_on_and_followed() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-events");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&url)
+        .await
+        .unwrap();
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        dq(&args, &[]).0
+    };
+    let t = client.topic("mails").unwrap();
+    t.stats().await.unwrap(); // records the topic
+    for bad in ["0", "lots", "20000000"] {
+        let out = run(&["limits", "mails", "--rate", "10/s", "--events", bad]);
+        assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+    }
+    assert_eq!(t.control().await.unwrap().rate, None, "nothing written");
+    let out = run(&["limits", "mails", "--events", "500"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("events       on, the last 500 kept"),
+        "{}",
+        text(&out.stdout)
+    );
+    for n in 0..3u64 {
+        t.enqueue(rmp_serde::to_vec(&n).unwrap())
+            .key(format!("mail-{n}"))
+            .await
+            .unwrap();
+    }
+    let out = run(&[
+        "events", "mails", "--from", "start", "--limit", "2", "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(
+        (&lines[0]["kind"], &lines[0]["key"], &lines[0]["topic"]),
+        (&"enqueued".into(), &"mail-0".into(), &"mails".into())
+    );
+    let stderr = text(&out.stderr);
+    let cursor = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("cursor: "))
+        .unwrap_or_else(|| panic!("a cursor on stderr: {stderr}"))
+        .to_owned();
+    let out = run(&["events", "mails", "--from", &cursor, "--limit", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line = text(&out.stdout);
+    assert!(
+        line.contains("mails#0  enqueued   mail-2"),
+        "resumed after mail-1: {line}"
+    );
+    let out = run(&["events", "--from", "mails#0=x"]);
+    assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+    let out = run(&["limits", "mails", "--events", "off"]);
+    assert!(
+        text(&out.stdout).contains("events       off"),
+        "{}",
+        text(&out.stdout)
+    );
+}

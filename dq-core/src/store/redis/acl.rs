@@ -65,6 +65,10 @@ pub const ACL_COMMANDS: &[&str] = &[
     "zrem",
     "zremrangebyrank",
     "zscore",
+    // the event stream (topics that record events): the scripts append, readers read
+    "xadd",
+    "xrange",
+    "xrevrange",
 ];
 
 /// The ACL rule (what follows `ACL SETUSER <name> on ><password>`, or a `user` line of an ACL
