@@ -1741,3 +1741,52 @@ async fn a_recorded_topic_is_checked_at_maxmemory() {
     assert!(matches!(new, Err(Error::OutOfMemory)), "{new:?}");
     server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "0"]);
 }
+
+/// A damaged event stream never stops a job's change: an `events` key of another type loses
+/// the events (counted in `events_lost`) while the jobs go on; a stats hash deleted by hand
+/// (the event counter with it) numbers on after the stream's last event.
+#[tokio::test]
+async fn a_damaged_event_stream_never_stops_a_job() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("events.damaged").unwrap();
+    let q = Queue::new(Topic::new("events.damaged").unwrap(), 0);
+    t.set_events(Some(dq::EventsPolicy::default()))
+        .await
+        .unwrap();
+    let k = h.partition_keys("events.damaged", 0);
+    t.enqueue(raw(1)).key("a").await.unwrap();
+    t.enqueue(raw(2)).key("b").await.unwrap();
+    assert_eq!(
+        h.store().last_event(&q).await.unwrap(),
+        Some(dq::EventId(2))
+    );
+
+    // the counter is gone: the next event is still number 3
+    let _: i64 = h.server().cmd(&["DEL", &k.stats]);
+    t.enqueue(raw(3)).key("c").await.unwrap();
+    let events = h
+        .store()
+        .read_events(&q, dq::EventId::ZERO, 100)
+        .await
+        .unwrap();
+    let numbered: Vec<(u64, &str)> = events.iter().map(|e| (e.id.0, e.key.as_str())).collect();
+    assert_eq!(numbered, [(1, "a"), (2, "b"), (3, "c")]);
+
+    // a stream key of another type: the events are lost and counted, the jobs are enqueued
+    let _: i64 = h.server().cmd(&["DEL", &k.events]);
+    let _: String = h.server().cmd(&["SET", &k.events, "not a stream"]);
+    t.enqueue(raw(4)).key("d").await.unwrap();
+    assert_eq!(info_state(&t, "d").await, JobState::Ready);
+    assert_eq!(t.stats().await.unwrap().events_lost, 1);
+    let err = h
+        .store()
+        .read_events(&q, dq::EventId::ZERO, 100)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+}
+
+async fn info_state(t: &dq::TopicClient, key: &str) -> JobState {
+    t.job(key).await.unwrap().expect("the job").state
+}

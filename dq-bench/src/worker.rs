@@ -51,6 +51,11 @@ pub struct WorkerArgs {
     /// compares).
     #[arg(long)]
     pub keep: bool,
+    /// Extra: the topic records its events (turned on before the worker starts, off after),
+    /// so every fetch and ack also appends to the partition's stream, and a reader in this
+    /// process follows them as a dashboard would (`all --only s3r-events` compares).
+    #[arg(long)]
+    pub events: bool,
     /// Extra: the tokio runtime (`multi`, the default, or `current`: one thread).
     #[arg(long, value_enum, default_value = "multi")]
     pub runtime: crate::Flavor,
@@ -80,6 +85,27 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
         .topic(topic)?
         .set_retention(args.keep.then_some(retention))
         .await?;
+    // With --events: on before the worker starts, and a reader from now, counting.
+    let read_events = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reader = if args.events {
+        client
+            .topic(topic)?
+            .set_events(Some(dq::EventsPolicy::keep(
+                (2 * args.n).clamp(1, 10_000_000),
+            )?))
+            .await?;
+        let mut stream = client
+            .events_with(dq::EventsOptions::default().topics([topic]))
+            .await?;
+        let count = read_events.clone();
+        Some(tokio::spawn(async move {
+            while let Some(Ok(_)) = stream.next().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }))
+    } else {
+        None
+    };
     crate::emit(&json!({"ready": true}));
     // The clock starts here, just before the worker is created.
     let recorder = Recorder::new(args.n, args.scenario.fail_first());
@@ -101,6 +127,24 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(args.linger_ms)).await;
     }
     let report = handle.shutdown().await;
+    let events = if let Some(reader) = reader {
+        // every job's started and succeeded events, read (bounded: the reader polls every
+        // 100 ms, so a few rounds at most)
+        let want = 2 * recorder.completed().min(args.n);
+        for _ in 0..100 {
+            if read_events.load(std::sync::atomic::Ordering::Relaxed) >= want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        reader.abort();
+        let t = client_for_stats.topic(topic)?;
+        let lost = t.stats().await?.events_lost;
+        t.set_events(None).await?;
+        Some((read_events.load(std::sync::atomic::Ordering::Relaxed), lost))
+    } else {
+        None
+    };
     let kept = if args.keep {
         let t = client_for_stats.topic(topic)?;
         let kept = t.stats().await?.kept;
@@ -123,6 +167,10 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     }
     if let (Some(n), serde_json::Value::Object(m)) = (kept, &mut line) {
         m.insert("kept".into(), json!(n));
+    }
+    if let (Some((read, lost)), serde_json::Value::Object(m)) = (events, &mut line) {
+        m.insert("events_read".into(), json!(read));
+        m.insert("events_lost".into(), json!(lost));
     }
     crate::emit(&line);
     Ok(())

@@ -3,16 +3,18 @@
 //!
 //! A topic records events only when asked ([`EventsPolicy`], `#[delayed_job(events)]`,
 //! [`TopicClient::set_events`](crate::TopicClient::set_events) or `dq limits --events`): each
-//! partition then keeps its last events (a Redis stream, `events`, in the partition's hash
-//! tag, bounded by `XADD MAXLEN ~`). The script that changes a job writes its event in the
-//! same call, so an event is never written for a change that did not happen, nor lost for one
-//! that did (short of the bound: a reader further behind than the last events kept misses the
-//! oldest). Each event carries its own format number (event format 1, [`EVENT_FORMAT`]);
-//! readers skip fields they do not know and report kinds they do not know as
-//! [`EventKind::Other`].
+//! partition then numbers its events 1, 2, 3… ([`EventId`]) and keeps about its last ones (a
+//! Redis stream, `events`, in the partition's hash tag). The script that changes a job
+//! records its event in the same call, and writes all the events of the call as one stream
+//! entry (one `XADD` per call, not per event), so an event is never written for a change that
+//! did not happen, nor lost for one that did (short of the bound: a reader further behind than
+//! the events kept misses the oldest). Each entry carries its format number (event format 1,
+//! [`EVENT_FORMAT`]); readers skip fields they do not know and report kinds they do not know
+//! as [`EventKind::Other`].
 //!
 //! Reading: [`EventStream`](crate::EventStream) reads every partition of the topics it follows
-//! from its position ([`EventCursor`]) in rounds, one `XRANGE` per partition; on a Redis
+//! from its position ([`EventCursor`]) in rounds, one read per partition (the `events` script:
+//! an `XREVRANGE` to find the entry holding the next event, an `XRANGE` from it); on a Redis
 //! Cluster each partition's read goes to the node holding its slot, so events of many slots
 //! are read in parallel with no cross-slot command. Within a partition events come in the
 //! order they happened; across partitions a round returns them by time.
@@ -172,23 +174,19 @@ impl fmt::Display for EventKind {
     }
 }
 
-/// An event's place in its partition's stream: the Redis stream id (`<ms>-<seq>`), ordered.
+/// An event's number in its partition: 1 for the first event the partition recorded, one more
+/// for each after it. Ordered; [`EventId::ZERO`] is before every event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct EventId {
-    /// The store's time when it was written (ms).
-    pub ms: u64,
-    /// Its order within that millisecond.
-    pub seq: u64,
-}
+pub struct EventId(pub u64);
 
 impl EventId {
     /// Before every event: a reader from here reads all that is kept.
-    pub const ZERO: EventId = EventId { ms: 0, seq: 0 };
+    pub const ZERO: EventId = EventId(0);
 }
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.ms, self.seq)
+        write!(f, "{}", self.0)
     }
 }
 
@@ -196,12 +194,9 @@ impl FromStr for EventId {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<EventId> {
-        let bad = || Error::InvalidConfig(format!("event id {s:?} is not <ms>-<seq>"));
-        let (ms, seq) = s.split_once('-').ok_or_else(bad)?;
-        Ok(EventId {
-            ms: ms.parse().map_err(|_| bad())?,
-            seq: seq.parse().map_err(|_| bad())?,
-        })
+        s.parse()
+            .map(EventId)
+            .map_err(|_| Error::InvalidConfig(format!("event number {s:?} is not a number")))
     }
 }
 
@@ -212,7 +207,7 @@ pub struct Event {
     pub topic: String,
     /// The job's partition.
     pub partition: u16,
-    /// Its place in the partition's stream.
+    /// Its number in its partition.
     #[serde(with = "id_text")]
     pub id: EventId,
     /// What happened.
@@ -249,36 +244,61 @@ mod id_text {
     }
 }
 
+/// One event as an entry's `b` field packs it: kind, job key, attempt (0: none), error (empty:
+/// none), due ms (0: none).
+type Packed = (String, String, u32, String, u64);
+
 impl Event {
-    /// Decodes one stream entry of `queue` (its id and field/value pairs, as the store
-    /// returns them). Unknown fields are skipped; `None` when the entry is not an event
-    /// dq can read (no kind or key, or a format newer than [`EVENT_FORMAT`] that says so by
-    /// its `v`).
-    pub fn decode(queue: &Queue, id: EventId, fields: &[(String, String)]) -> Option<Event> {
+    /// Decodes one stream entry of `queue` (the number of its first event, from its id, and
+    /// its field/value pairs, as the store returns them) into its events, in order. Unknown
+    /// fields are skipped. `Err` with a reason when the entry is not one dq can read (a
+    /// format newer than [`EVENT_FORMAT`], or damaged): the caller skips it.
+    pub fn decode_entry(
+        queue: &Queue,
+        first: u64,
+        fields: &[(String, Vec<u8>)],
+    ) -> std::result::Result<Vec<Event>, String> {
         let get = |name: &str| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v);
-        let version: u8 = get("v")?.parse().ok()?;
+        let text = |name: &str| get(name).map(|v| String::from_utf8_lossy(v).into_owned());
+        let version: u8 = text("v")
+            .and_then(|v| v.parse().ok())
+            .ok_or("no event format")?;
         if version == 0 || version > EVENT_FORMAT {
-            return None;
+            return Err(format!(
+                "event format {version} (this dq reads 1 to {EVENT_FORMAT})"
+            ));
         }
-        let kind = EventKind::from_code(get("e")?);
-        let key = get("k")?.clone();
-        Some(Event {
-            topic: queue.topic.as_str().to_owned(),
-            partition: queue.partition,
-            id,
-            kind,
-            key,
-            at_ms: get("t").and_then(|t| t.parse().ok()).unwrap_or(id.ms),
-            attempt: get("a").and_then(|a| a.parse().ok()),
-            worker: get("w").cloned(),
-            error: get("m").cloned(),
-            due_ms: get("d").and_then(|d| d.parse().ok()),
-        })
+        let at_ms: u64 = text("t").and_then(|t| t.parse().ok()).unwrap_or(0);
+        let worker = text("w");
+        let body = get("b").ok_or("no events")?;
+        let packed: Vec<Packed> =
+            rmp_serde::from_slice(body).map_err(|e| format!("events that do not decode: {e}"))?;
+        Ok(packed
+            .into_iter()
+            .enumerate()
+            .map(|(i, (kind, key, attempt, error, due))| {
+                let kind = EventKind::from_code(&kind);
+                Event {
+                    topic: queue.topic.as_str().to_owned(),
+                    partition: queue.partition,
+                    id: EventId(first + i as u64),
+                    worker: (kind == EventKind::Succeeded)
+                        .then(|| worker.clone())
+                        .flatten(),
+                    kind,
+                    key,
+                    at_ms,
+                    attempt: (attempt > 0).then_some(attempt),
+                    error: (!error.is_empty()).then_some(error),
+                    due_ms: (due > 0).then_some(due),
+                }
+            })
+            .collect())
     }
 }
 
 /// Where a reader is: the last event it has seen in each partition. Written as text
-/// (`orders.close#0=1764250000000-3,orders.close#1=0-0`) to be stored by the caller and given
+/// (`orders.close#0=1042,orders.close#1=0`) to be stored by the caller and given
 /// back to [`EventsFrom::Cursor`] after a restart; partitions it does not name are read from
 /// the reader's default start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -337,7 +357,7 @@ impl FromStr for EventCursor {
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let bad = || {
                 Error::InvalidConfig(format!(
-                    "event cursor part {part:?} is not <topic>#<partition>=<ms>-<seq>"
+                    "event cursor part {part:?} is not <topic>#<partition>=<event number>"
                 ))
             };
             let (place, id) = part.split_once('=').ok_or_else(bad)?;
@@ -371,25 +391,19 @@ mod tests {
 
     #[test]
     fn ids_and_cursors_round_trip() {
-        let id: EventId = "1764250000000-3".parse().unwrap();
-        assert_eq!(
-            id,
-            EventId {
-                ms: 1764250000000,
-                seq: 3
-            }
-        );
-        assert_eq!(id.to_string(), "1764250000000-3");
-        assert!("12".parse::<EventId>().is_err());
-        assert!(EventId { ms: 5, seq: 0 } > EventId { ms: 4, seq: 9 });
+        let id: EventId = "1042".parse().unwrap();
+        assert_eq!(id, EventId(1042));
+        assert_eq!(id.to_string(), "1042");
+        assert!("12-3".parse::<EventId>().is_err());
+        assert!(EventId(5) > EventId(4));
 
-        let text = "orders.close#0=1764250000000-3,orders.close#1=0-0";
+        let text = "orders.close#0=1042,orders.close#1=0";
         let cursor: EventCursor = text.parse().unwrap();
         assert_eq!(cursor.to_string(), text);
         let q = Queue::new(Topic::new("orders.close").unwrap(), 0);
         assert_eq!(cursor.get(&q), Some(id));
-        assert!("orders#x=1-1".parse::<EventCursor>().is_err());
-        assert!("bad topic!#0=1-1".parse::<EventCursor>().is_err());
+        assert!("orders#x=1".parse::<EventCursor>().is_err());
+        assert!("bad topic!#0=1".parse::<EventCursor>().is_err());
         assert!("".parse::<EventCursor>().unwrap().is_empty());
     }
 
@@ -422,37 +436,48 @@ mod tests {
     }
 
     #[test]
-    fn decoding_skips_unknown_fields_and_newer_formats() {
+    fn entries_decode_into_numbered_events_and_newer_formats_are_refused() {
         let q = Queue::new(Topic::new("t").unwrap(), 2);
-        let f = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        let body = rmp_serde::to_vec(&vec![
+            ("k", "job-1", 2u32, "", 0u64),
+            ("f", "job-2", 1, "boom", 99),
+        ])
+        .unwrap();
+        let f = |pairs: &[(&str, &[u8])]| -> Vec<(String, Vec<u8>)> {
             pairs
                 .iter()
-                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .map(|(a, b)| ((*a).to_owned(), b.to_vec()))
                 .collect()
         };
-        let id = EventId { ms: 7, seq: 1 };
-        let e = Event::decode(
-            &q,
-            id,
-            &f(&[
-                ("v", "1"),
-                ("e", "f"),
-                ("k", "job-1"),
-                ("t", "7"),
-                ("a", "2"),
-                ("m", "boom"),
-                ("d", "99"),
-                ("zz", "?"),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(e.kind, EventKind::Failed);
+        let entry = f(&[
+            ("v", b"1"),
+            ("n", b"2"),
+            ("t", b"7"),
+            ("w", b"w-1"),
+            ("b", &body),
+            ("zz", b"?"),
+        ]);
+        let events = Event::decode_entry(&q, 41, &entry).unwrap();
+        assert_eq!(events.len(), 2);
+        let (a, b) = (&events[0], &events[1]);
         assert_eq!(
-            (e.attempt, e.due_ms, e.error.as_deref()),
-            (Some(2), Some(99), Some("boom"))
+            (a.id, a.kind.clone(), a.attempt),
+            (EventId(41), EventKind::Succeeded, Some(2))
         );
-        assert_eq!((e.topic.as_str(), e.partition), ("t", 2));
-        assert!(Event::decode(&q, id, &f(&[("v", "2"), ("e", "q"), ("k", "x")])).is_none());
-        assert!(Event::decode(&q, id, &f(&[("e", "q"), ("k", "x")])).is_none());
+        assert_eq!(
+            (a.worker.as_deref(), a.error.as_deref(), a.due_ms),
+            (Some("w-1"), None, None)
+        );
+        assert_eq!(
+            (b.id, b.kind.clone(), b.worker.as_deref()),
+            (EventId(42), EventKind::Failed, None)
+        );
+        assert_eq!(
+            (b.error.as_deref(), b.due_ms, b.at_ms),
+            (Some("boom"), Some(99), 7)
+        );
+        assert_eq!((b.topic.as_str(), b.partition), ("t", 2));
+        assert!(Event::decode_entry(&q, 1, &f(&[("v", b"2"), ("b", &body)])).is_err());
+        assert!(Event::decode_entry(&q, 1, &f(&[("v", b"1"), ("b", b"x")])).is_err());
     }
 }

@@ -257,6 +257,36 @@ impl Orchestrator {
                 None,
             ),
             d(
+                "s3r_events_plain_rate",
+                format!("S3R, no events recorded (N={})", p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_events_rate",
+                format!("S3R, events recorded and read (N={})", p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_events_ratio",
+                "S3R recording events / not (same run)".into(),
+                "×",
+                None,
+            ),
+            d(
+                "s3r_events_plain_server_us_per_job",
+                "Redis script time per job, no events".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "s3r_events_server_us_per_job",
+                "Redis script time per job, events recorded".into(),
+                "µs/job",
+                None,
+            ),
+            d(
                 "limiter_s3r_ratio",
                 "S3R with limits that never bind / without any (same run)".into(),
                 "×",

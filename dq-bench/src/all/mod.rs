@@ -75,7 +75,7 @@ pub struct AllArgs {
     #[arg(long)]
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
-    /// s3c1, s3r, s3r-metrics, s3r-keep, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
+    /// s3c1, s3r, s3r-metrics, s3r-keep, s3r-events, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
     /// limiter, payloads, ceilings, lease-floor, client-floor, http, bullmq (default: all; with --quick
     /// all but bullmq).
     #[arg(long, value_delimiter = ',')]
@@ -285,13 +285,14 @@ pub fn run(args: AllArgs) -> Result<()> {
         }
     };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 21] = [
+    let sections: [(&str, Section); 22] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
         ("s3r", |o| o.drains("s3r")),
         ("s3r-metrics", Orchestrator::s3r_metrics),
         ("s3r-keep", Orchestrator::s3r_keep),
+        ("s3r-events", Orchestrator::s3r_events),
         ("profile", Orchestrator::profile),
         ("s4", Orchestrator::s4),
         ("s5", Orchestrator::s5),
@@ -629,6 +630,14 @@ fn summary(section: &str, v: &Value) -> String {
             f("/ratio"),
             f("/plain_server_us_per_job"),
             f("/keep_server_us_per_job")
+        ),
+        "s3r-events" => format!(
+            "S3R without events {} / recording them {} jobs/s (ratio {}); Redis {} / {} µs/job",
+            f("/plain_rate"),
+            f("/events_rate"),
+            f("/ratio"),
+            f("/plain_server_us_per_job"),
+            f("/events_server_us_per_job")
         ),
         "payloads" => format!(
             "S2 named {} / positional {} B/job (payload {} / {} B); \

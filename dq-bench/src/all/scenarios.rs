@@ -204,6 +204,49 @@ impl Orchestrator {
         })
     }
 
+    /// S3R with and without the topic recording its events (and a reader following them in
+    /// the worker's process), in the same run: each repetition drains twice, in alternating
+    /// order. The figures are the two rates, their ratio, and Redis's script time per job of
+    /// each.
+    pub(super) fn s3r_events(&mut self) -> Result<()> {
+        let (n, conc) = (self.plan.s3_n, self.plan.conc);
+        let reps = self.plan.reps;
+        self.reps("s3r-events", reps, |o, rep| {
+            let mut rates = [0.0; 2];
+            let mut script = [0.0; 2];
+            let mut runs = Vec::new();
+            for with in [rep % 2 == 1, rep % 2 == 0] {
+                o.worker_extra = if with {
+                    vec![s("--events")]
+                } else {
+                    Vec::new()
+                };
+                let v = o.drain(Scenario::S3R, n, conc, false);
+                o.worker_extra.clear();
+                let v = v?;
+                if with && num(&v, "/worker/events_read")? < 2.0 * n as f64 {
+                    return Err(
+                        "the reader did not read a started and a succeeded event per job".into(),
+                    );
+                }
+                rates[usize::from(with)] = num(&v, "/worker/jobs_per_s")?;
+                script[usize::from(with)] = num(&v, "/redis/script_usec_per_job")?;
+                runs.push(json!({"events": with, "run": v}));
+            }
+            let [plain, recorded] = rates;
+            o.push("s3r_events_plain_rate", plain);
+            o.push("s3r_events_rate", recorded);
+            o.push("s3r_events_ratio", recorded / plain);
+            o.push("s3r_events_plain_server_us_per_job", script[0]);
+            o.push("s3r_events_server_us_per_job", script[1]);
+            Ok(
+                json!({"plain_rate": plain, "events_rate": recorded, "ratio": recorded / plain,
+                      "plain_server_us_per_job": script[0], "events_server_us_per_job": script[1],
+                      "runs": runs}),
+            )
+        })
+    }
+
     /// One drain: enqueue N (bulk), wait until due + 1 s (S3), start one worker, time it.
     /// With `profile`, every command is logged (SLOWLOG) and the scripts' costs are grouped.
     pub(super) fn drain(

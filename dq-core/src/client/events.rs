@@ -273,20 +273,22 @@ impl Reader {
                         if let Some(last) = found.last() {
                             self.positions.insert(queue, last.id);
                         }
-                        events.extend(found);
+                        // each with the latest time of its partition so far: a clock that
+                        // stepped back never reorders a partition's events below
+                        let mut latest = 0;
+                        events.extend(found.into_iter().map(|e| {
+                            latest = latest.max(e.at_ms);
+                            (latest, e)
+                        }));
                     }
                     Err(e) => trouble = Some(e),
                 }
             }
-            events.sort_by(|a, b| {
-                (a.id.ms, &a.topic, a.partition, a.id.seq).cmp(&(
-                    b.id.ms,
-                    &b.topic,
-                    b.partition,
-                    b.id.seq,
-                ))
+            // by time across partitions; within one, in order
+            events.sort_by(|(ta, a), (tb, b)| {
+                (ta, &a.topic, a.partition, a.id).cmp(&(tb, &b.topic, b.partition, b.id))
             });
-            for event in events {
+            for (_, event) in events {
                 if tx.send(Ok(event)).await.is_err() {
                     return; // the stream was dropped
                 }

@@ -1,6 +1,6 @@
 //! The memory mirror of a partition's event stream (`lua/lib.lua` `emit`): the same events at
-//! the same changes, bounded by the partition's share of the topic's bound (exactly, where
-//! Redis trims by whole nodes).
+//! the same changes, numbered the same way, bounded by the partition's share of the topic's
+//! bound (exactly, where Redis trims by whole nodes of entries).
 
 use std::collections::VecDeque;
 
@@ -40,14 +40,7 @@ impl EventLog {
         let Some(policy) = policy else {
             return;
         };
-        self.last = if now > self.last.ms {
-            EventId { ms: now, seq: 0 }
-        } else {
-            EventId {
-                ms: self.last.ms,
-                seq: self.last.seq + 1,
-            }
-        };
+        self.last = EventId(self.last.0 + 1);
         self.entries.push_back(Event {
             topic: String::new(),
             partition: 0,

@@ -1,14 +1,14 @@
-//! Reading a partition's event stream (`events`, a Redis stream the scripts append to: see
-//! `lua/lib.lua` `emit` and [`crate::events`]). Plain `XRANGE` / `XREVRANGE` reads, routed by
-//! the key's slot on a cluster; nothing here writes.
+//! Reading a partition's event stream (`events`, a Redis stream the scripts append one entry
+//! per call to: see `lua/lib.lua` `flush_events` and [`crate::events`]). The `events` script
+//! reads a page after an event number; nothing here writes.
 
 use super::store::RedisStore;
-use crate::error::{Result, from_redis};
+use crate::error::{Error, Result, from_redis};
 use crate::events::{Event, EventId};
 use crate::job::Queue;
 
 /// One stream entry as Redis answers it: the id, then field/value pairs.
-type Entry = (String, Vec<Vec<u8>>);
+type Entry = (String, Vec<(String, Vec<u8>)>);
 
 impl RedisStore {
     /// Up to `limit` events of `queue` after `after`, oldest first. Entries dq cannot read
@@ -19,30 +19,28 @@ impl RedisStore {
         after: EventId,
         limit: usize,
     ) -> Result<Vec<Event>> {
-        let key = self.keys(queue).events.clone();
-        let from = format!("({after}");
-        let count = limit.max(1);
-        let entries: Vec<Entry> = self
-            .conn
-            .call(async |conn| {
-                redis::cmd("XRANGE")
-                    .arg(&key)
-                    .arg(&from)
-                    .arg("+")
-                    .arg("COUNT")
-                    .arg(count)
-                    .query_async(conn)
-                    .await
+        let k = self.keys(queue);
+        let s = &self.scripts().events;
+        let limit = limit.max(1);
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(after.0).arg(limit);
             })
-            .await
-            .map_err(from_redis)?;
-        Ok(entries
-            .into_iter()
-            .filter_map(|entry| decode(queue, entry))
-            .collect())
+            .await?;
+        let entries: Vec<Entry> = redis::from_redis_value(reply)
+            .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
+        let mut out = Vec::new();
+        for (id, fields) in entries {
+            for event in decode(queue, &id, &fields) {
+                if event.id > after && out.len() < limit {
+                    out.push(event);
+                }
+            }
+        }
+        Ok(out)
     }
 
-    /// The id of `queue`'s newest event, or `None`.
+    /// The number of `queue`'s newest event, or `None`.
     pub(super) async fn last_event_of(&self, queue: &Queue) -> Result<Option<EventId>> {
         let key = self.keys(queue).events.clone();
         let entries: Vec<Entry> = self
@@ -59,31 +57,30 @@ impl RedisStore {
             })
             .await
             .map_err(from_redis)?;
-        Ok(entries.first().and_then(|(id, _)| id.parse().ok()))
+        Ok(entries.first().and_then(|(id, fields)| {
+            let first = first_of(id)?;
+            let n: u64 = fields
+                .iter()
+                .find(|(f, _)| f == "n")
+                .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+                .unwrap_or(1);
+            Some(EventId(first + n.max(1) - 1))
+        }))
     }
 }
 
-/// One entry as an event, or `None` (skipped, with a warning) when it is not one this dq reads.
-fn decode(queue: &Queue, (id, flat): Entry) -> Option<Event> {
-    let event_id: EventId = match id.parse() {
-        Ok(id) => id,
-        Err(_) => {
-            tracing::warn!(%queue.topic, partition = queue.partition, id, "event with an id that is not <ms>-<seq>: skipped");
-            return None;
-        }
-    };
-    let fields: Vec<(String, String)> = flat
-        .chunks_exact(2)
-        .map(|pair| {
-            (
-                String::from_utf8_lossy(&pair[0]).into_owned(),
-                String::from_utf8_lossy(&pair[1]).into_owned(),
-            )
-        })
-        .collect();
-    let event = Event::decode(queue, event_id, &fields);
-    if event.is_none() {
-        tracing::warn!(%queue.topic, partition = queue.partition, id, "an event this dq cannot read (a newer format?): skipped");
-    }
-    event
+/// The number of an entry's first event: its id's first part (`<n>-0`).
+fn first_of(id: &str) -> Option<u64> {
+    id.split('-').next()?.parse().ok()
+}
+
+/// One entry's events, or none (skipped, with a warning) when it is not one this dq reads.
+fn decode(queue: &Queue, id: &str, fields: &[(String, Vec<u8>)]) -> Vec<Event> {
+    let decoded = first_of(id)
+        .ok_or_else(|| "an id that is not <number>-0".to_owned())
+        .and_then(|first| Event::decode_entry(queue, first, fields));
+    decoded.unwrap_or_else(|why| {
+        tracing::warn!(%queue.topic, partition = queue.partition, id, why, "an event entry this dq cannot read: skipped");
+        Vec::new()
+    })
 }

@@ -46,9 +46,10 @@ pub const CONTROL_FIELDS: [&str; 7] = [
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 16] = [
+pub const STATS_FIELDS: [&str; 17] = [
     "kept_trimmed",
     "events_lost",
+    "event_seq",
     "enqueued",
     "succeeded",
     "retried",

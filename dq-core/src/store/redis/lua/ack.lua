@@ -129,6 +129,7 @@ if #done > 0 then
   -- (Redis TIME only for a topic that keeps jobs or records events: the hot path pays none)
   local now = (policy or events_setting) and now_ms() or nil
   local ev = now and events_of(events, events_setting, stats, now)
+  if ev then ev[6] = worker end
   -- a topic that keeps succeeded jobs: read their records and histories, check kept's keys
   local keeping = keeps(policy, KEPT.succeeded)
   -- the progress hash exists only while some running job of the partition has reported
@@ -180,12 +181,9 @@ if #done > 0 then
   if ev then
     for j, key in ipairs(done) do
       local rec = recs[j]
-      if rec and is_record(rec) then
-        emit(ev, EVENT.succeeded, key, {'a', started(rec), 'w', worker})
-      else
-        emit(ev, EVENT.succeeded, key, {'w', worker})
-      end
+      emit(ev, EVENT.succeeded, key, rec and is_record(rec) and started(rec) or nil)
     end
+    flush_events(ev)
   end
   if after_cancel > 0 then count(stats, 'succeeded_after_cancel_request', after_cancel) end
 end

@@ -65,5 +65,9 @@ end
 redis.call('HDEL', jobs, key)
 if h then redis.call('HDEL', hist, key) end
 count(stats, 'cancelled', 1)
-if now then emit(events_of(events, ctl[2], stats, now), EVENT.cancelled, key, {'a', attempts}) end
+if now then
+  local ev = events_of(events, ctl[2], stats, now)
+  emit(ev, EVENT.cancelled, key, attempts)
+  flush_events(ev)
+end
 return state

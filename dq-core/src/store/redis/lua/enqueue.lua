@@ -406,8 +406,9 @@ local ev = events_of(events, events_setting, stats, now)
 if ev then
   for i = 1, moves do
     local at = move_at[i]
-    emit(ev, EVENT.enqueued, move_key[i], {'d', string.format('%d', at and math.floor(at) or now)})
+    emit(ev, EVENT.enqueued, move_key[i], nil, nil, at and math.floor(at) or now)
   end
+  flush_events(ev)
 end
 if #hints > 0 or new_earliest then
   wake(wake_key)

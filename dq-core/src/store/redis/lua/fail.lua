@@ -165,7 +165,7 @@ for j, i in ipairs(live) do
         nil, histories[j] or nil, progs[j] or nil, rec)}
     end
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 3, now, 0
-    if ev then evs[#evs + 1] = {EVENT.cancelled, key, {'a', attempts}} end
+    if ev then evs[#evs + 1] = {EVENT.cancelled, key, attempts} end
   elseif action == 'b' then
     history(j, attempts, HISTORY.buried, err)
     job_writes[#job_writes + 1] = key
@@ -173,7 +173,7 @@ for j, i in ipairs(live) do
     buried[#buried + 1] = now
     buried[#buried + 1] = key
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 2, now, 0
-    if ev then evs[#evs + 1] = {EVENT.dead, key, {'a', attempts, 'm', cut_error(err)}} end
+    if ev then evs[#evs + 1] = {EVENT.dead, key, attempts, err} end
   else
     local at = bound_due(now + delay, now)
     local code, later, zset = HISTORY.failed, STATE.retry, retry
@@ -189,7 +189,7 @@ for j, i in ipairs(live) do
     history(j, attempts, code, err)
     if ev then
       local kind = code == HISTORY.deferred and EVENT.deferred or EVENT.failed
-      evs[#evs + 1] = {kind, key, {'a', attempts, 'm', cut_error(err), 'd', string.format('%d', at)}}
+      evs[#evs + 1] = {kind, key, attempts, err, at}
     end
     if code == HISTORY.deferred then attempts = attempts - 1 else retried = retried + 1 end
     job_writes[#job_writes + 1] = key
@@ -269,7 +269,7 @@ for _, z in ipairs({scheduled, retry}) do
   end
 end
 if wake_up then wake(wake_key) end
-for _, e in ipairs(evs) do emit(ev, e[1], e[2], e[3]) end
+for _, e in ipairs(evs) do emit(ev, e[1], e[2], e[3], e[4], e[5]) end
 for i, first in pairs(dups) do
   if reply[3 * first - 2] == 3 then reply[3 * i - 2] = 0 end -- the first deleted it: gone
 end
@@ -279,4 +279,5 @@ if #buried > 0 then
   for i = 1, n do if reply[3 * i - 2] == 2 then last = i end end
   reply[3 * last] = trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
 end
+flush_events(ev)
 return reply

@@ -207,7 +207,7 @@ local function bury_corrupt(key, rec)
   redis.call('ZADD', dead, now, key)
   count(stats, 'buried', 1)
   buried[#buried + 1] = key
-  emit(ev, EVENT.dead, key, {'m', 'corrupt record'})
+  emit(ev, EVENT.dead, key, nil, 'corrupt record')
 end
 
 -- 1. expired leases: deadline < now
@@ -260,11 +260,11 @@ for _, key in ipairs(expired) do
         redis.call('HSET', jobs, key, with_header(rec, STATE.retry, attempts, at, token))
         redis.call('ZADD', retry, slot_score(retry, at), key)
         count(stats, 'retried', 1)
-        emit(ev, EVENT.failed, key, {'a', attempts, 'm', 'lease expired', 'd', string.format('%d', at)})
+        emit(ev, EVENT.failed, key, attempts, 'lease expired', at)
       else
         bury(dead, jobs, stats, key, rec, now, attempts)
         buried[#buried + 1] = key
-        emit(ev, EVENT.dead, key, {'a', attempts, 'm', 'lease expired'})
+        emit(ev, EVENT.dead, key, attempts, 'lease expired')
       end
     end
   end
@@ -501,7 +501,7 @@ if n_jobs > 0 then
     out[3 * i + 5] = rec
     out[3 * i + 6] = token
     -- (a receipt's job was started by the try whose reply was lost: no second event)
-    if ev and i > from_receipt then emit(ev, EVENT.started, key, {'a', started(rec)}) end
+    if ev and i > from_receipt then emit(ev, EVENT.started, key, started(rec)) end
   end
   -- With a member longer than 64 bytes Redis stores `active` as a skiplist (it keeps that
   -- encoding until the set is empty): a small sorted set is otherwise a flat listpack, where
@@ -650,4 +650,5 @@ out[1], out[2], out[3], out[4], out[5], out[6] = now, next_ms, trimmed, n_jobs, 
   #newer / 2
 for _, k in ipairs(buried) do out[#out + 1] = k end
 for _, v in ipairs(newer) do out[#out + 1] = v end
+flush_events(ev)
 return out

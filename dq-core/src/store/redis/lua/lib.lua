@@ -285,11 +285,17 @@ end
 
 -- ---- events: the partition's event stream (dq-core/src/events.rs, docs/EVENTS.md) ----
 -- A topic that records events has `events` = '<most kept>' (this partition's share, > 0) in
--- its partitions' control hash; every script that changes a job then appends one entry per
--- change to the partition's `events` stream (XADD MAXLEN ~ <most kept>), in the same call.
--- An entry, event format 1: v = '1', e = kind (EVENT below), k = job key, t = ms (the
--- script's clock), then as the kind has them: a = attempt, w = worker id, m = error (cut as
--- a history's), d = due ms. Readers skip fields they do not know.
+-- its partitions' control hash; every script that changes a job then records one event per
+-- change, and writes the events of the call as ONE entry of the partition's `events` stream,
+-- at its end (one XADD per call, not per event: a fetch of 100 jobs writes one entry).
+-- Events are numbered 1, 2, 3… per partition (the stats field `event_seq` is the last number
+-- given); an entry's id is '<number of its first event>-0', so ids grow with the numbers and
+-- a reader finds event n by id. Event format 1, an entry's fields: v = '1', n = how many
+-- events, t = ms (the script's clock), w = worker id (ack only), b = cmsgpack array of
+-- {kind (EVENT below), job key, attempt (0: none), error ('' : none; cut as a history's), due
+-- ms (0: none)}. Readers skip fields they do not know. The stream keeps about the last
+-- <most kept> events: XADD MINID ~ trims whole nodes of entries older than that, never the
+-- entry just written.
 local EVENT = {enqueued = 'q', started = 's', succeeded = 'k', failed = 'f', deferred = 'l',
   released = 'r', dead = 'd', cancelled = 'c', expired = 'x'}
 
@@ -297,34 +303,69 @@ local EVENT = {enqueued = 'q', started = 's', succeeded = 'k', failed = 'f', def
 -- nil (off; a malformed value too: a damaged setting never stops a job's change).
 local function events_cap(text)
   local n = tonumber(text)
-  if n and n >= 1 and n == math.floor(n) then return string.format('%d', n) end
+  if n and n >= 1 and n == math.floor(n) then return n end
   return nil
 end
 
 -- The event context of a call: nil when the partition records no events, else
--- {stream key, cap, stats key, now as text}.
+-- {stream key, cap, stats key, now, events of the call, worker id or nil}.
 local function events_of(events, cap_text, stats, now)
   local cap = events_cap(cap_text)
   if not cap then return nil end
-  return {events, cap, stats, string.format('%d', now)}
+  return {events, cap, stats, now, {}, nil}
 end
 
--- Appends one event (nothing when `ev` is nil). Never raises: an XADD refused (the stream key
--- holds another type, a user without XADD) is counted in stats `events_lost` and the call
--- goes on, so a damaged stream never stops a job's change. `more`: nil or a flat list of
--- extra field, value pairs (a, w, m, d).
-local function emit(ev, kind, key, more)
+-- Records one event of the call (nothing when `ev` is nil); `flush_events` writes them.
+local function emit(ev, kind, key, attempt, err, due)
   if not ev then return end
-  local r
-  if more then
-    local args = {'XADD', ev[1], 'MAXLEN', '~', ev[2], '*', 'v', '1', 'e', kind, 'k', key, 't', ev[4]}
-    for i = 1, #more do args[#args + 1] = more[i] end
-    r = redis.pcall(unpack(args))
-  else
-    r = redis.pcall('XADD', ev[1], 'MAXLEN', '~', ev[2], '*', 'v', '1', 'e', kind, 'k', key,
-      't', ev[4])
+  local list = ev[5]
+  list[#list + 1] = {kind, key, attempt or 0, err and cut_error(err) or '', due or 0}
+end
+
+-- Writes the call's events as one stream entry (nothing when there are none). Never raises:
+-- an XADD refused (the stream key holds another type, a Redis user without XADD) is counted
+-- in stats `events_lost` (by event) and the call goes on, so a damaged stream never stops a
+-- job's change. The caller's writes are done: this is the call's last write.
+local function flush_events(ev)
+  if not ev or #ev[5] == 0 then return end
+  local n = #ev[5]
+  local last = redis.pcall('HINCRBY', ev[3], 'event_seq', n)
+  if type(last) ~= 'number' then
+    count(ev[3], 'events_lost', n)
+    return
   end
-  if type(r) == 'table' and r.err then count(ev[3], 'events_lost', 1) end
+  local body = cmsgpack.pack(ev[5])
+  local function add(first)
+    -- (trim below the last `cap` events, but never the entry being written)
+    local min = math.max(1, math.min(first, last - ev[2] + 1))
+    local fields = {'XADD', ev[1], 'MINID', '~', string.format('%d-0', min),
+      string.format('%d-0', first), 'v', '1', 'n', n, 't', string.format('%d', ev[4]), 'b', body}
+    if ev[6] then
+      fields[#fields + 1] = 'w'
+      fields[#fields + 1] = ev[6]
+    end
+    return redis.pcall(unpack(fields))
+  end
+  local r = add(last - n + 1)
+  if type(r) == 'table' and r.err and string.find(r.err, 'equal or smaller', 1, true) then
+    -- the counter fell behind the stream (a stats hash deleted by hand): go on after the
+    -- stream's top entry
+    local top = redis.pcall('XREVRANGE', ev[1], '+', '-', 'COUNT', 1)
+    if type(top) == 'table' and top[1] then
+      local first_of_top = tonumber(string.match(top[1][1], '^(%d+)'))
+      local count_of_top = 1
+      local f = top[1][2]
+      for i = 1, #f - 1, 2 do
+        if f[i] == 'n' then count_of_top = tonumber(f[i + 1]) or 1 end
+      end
+      if first_of_top then
+        last = first_of_top + count_of_top - 1 + n
+        redis.pcall('HSET', ev[3], 'event_seq', last)
+        r = add(last - n + 1)
+      end
+    end
+  end
+  if type(r) == 'table' and r.err then count(ev[3], 'events_lost', n) end
 end
 
 -- Tokens are 48 bits in a record: the largest is MAX_TOKEN.

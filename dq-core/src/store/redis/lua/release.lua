@@ -80,7 +80,7 @@ for i = #keys, 1, -1 do
       redis.call('LPUSH', ready, key)
       redis.call('HDEL', progress, key)
       released = released + 1
-      emit(ev, EVENT.released, key, {'a', started(rec)})
+      emit(ev, EVENT.released, key, started(rec))
     end
     done[key] = true -- (a key named twice is released once)
     ok = '1'
@@ -88,4 +88,5 @@ for i = #keys, 1, -1 do
   codes[i] = ok
 end
 if released > 0 then wake(wake_key) end
+flush_events(ev)
 return table.concat(codes)
