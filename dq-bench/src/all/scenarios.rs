@@ -211,6 +211,18 @@ impl Orchestrator {
     pub(super) fn s3r_events(&mut self) -> Result<()> {
         let (n, conc) = (self.plan.s3_n, self.plan.conc);
         let reps = self.plan.reps;
+        // where the time goes with events on: one drain under SLOWLOG 0, split by script
+        self.worker_extra = vec![s("--events")];
+        let profiled = self.drain(Scenario::S3R, n, conc, true);
+        self.worker_extra.clear();
+        if profiled.is_err() {
+            let _ = self.slowlog_default();
+        }
+        let profiled = profiled?;
+        eprintln!(
+            "   s3r-events (profile, SLOWLOG 0): per job: {}",
+            profiled["slowlog"]["usec_per_job"]
+        );
         self.reps("s3r-events", reps, |o, rep| {
             let mut rates = [0.0; 2];
             let mut script = [0.0; 2];

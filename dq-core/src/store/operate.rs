@@ -71,8 +71,10 @@ pub trait Operate: Send + Sync + 'static {
     /// Depths and counters of one partition.
     async fn stats(&self, queue: &Queue) -> Result<TopicStats>;
 
-    /// Up to `limit` events of this partition written after `after`, oldest first; reads only
-    /// (nothing, for a partition that records no events). See [`crate::events`].
+    /// About `limit` events of this partition written after `after`, oldest first; reads
+    /// only (nothing, for a partition that records no events). The Redis store writes the
+    /// events of one call together and returns them together, so a page may go beyond
+    /// `limit` by the rest of one call's events. See [`crate::events`].
     async fn read_events(&self, queue: &Queue, after: EventId, limit: usize) -> Result<Vec<Event>>;
 
     /// The id of the partition's newest event kept, or `None` (no events): where a reader

@@ -11,8 +11,9 @@ use crate::job::Queue;
 type Entry = (String, Vec<(String, Vec<u8>)>);
 
 impl RedisStore {
-    /// Up to `limit` events of `queue` after `after`, oldest first. Entries dq cannot read
-    /// (a newer event format, a damaged entry) are skipped with a warning.
+    /// About `limit` events of `queue` after `after`, oldest first (whole entries: the last
+    /// may take the page beyond `limit`). Entries dq cannot read (a newer event format, a
+    /// damaged entry) are skipped with a warning.
     pub(super) async fn read_events_of(
         &self,
         queue: &Queue,
@@ -29,13 +30,14 @@ impl RedisStore {
             .await?;
         let entries: Vec<Entry> = redis::from_redis_value(reply)
             .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
+        // (every event of the entries read: a page cut inside an entry would be read again)
         let mut out = Vec::new();
         for (id, fields) in entries {
-            for event in decode(queue, &id, &fields) {
-                if event.id > after && out.len() < limit {
-                    out.push(event);
-                }
-            }
+            out.extend(
+                decode(queue, &id, &fields)
+                    .into_iter()
+                    .filter(|e| e.id > after),
+            );
         }
         Ok(out)
     }

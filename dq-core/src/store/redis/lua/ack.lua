@@ -122,9 +122,19 @@ if #done > 0 then
   -- a topic without controls pays one EXISTS per batch; HGET checks the type before writes
   local has_control = redis.call('EXISTS', control) == 1
   local capped, policy, events_setting = false, nil, nil
+  -- whether the control hash may hold a cancel request: only if it holds more fields than
+  -- the settings (a topic that keeps jobs or records events has a control hash, and would
+  -- otherwise look up and delete a cancel field per acked job)
+  local may_cancel = false
   if has_control then
-    local ctl = redis.call('HMGET', control, 'conc', 'keep', 'events')
+    local ctl = redis.call('HMGET', control, 'conc', 'keep', 'events', 'paused', 'until',
+      'rate_n', 'rate_ms', 'tat')
     capped, policy, events_setting = ctl[1], keep_policy(ctl[2]), ctl[3]
+    local settings = 0
+    for i = 1, 8 do
+      if ctl[i] then settings = settings + 1 end
+    end
+    may_cancel = redis.call('HLEN', control) > settings
   end
   -- (Redis TIME only for a topic that keeps jobs or records events: the hot path pays none)
   local now = (policy or events_setting) and now_ms() or nil
@@ -149,7 +159,7 @@ if #done > 0 then
   end
   -- a job whose cancel was requested that succeeds anyway is counted as what happened
   local after_cancel = 0
-  if has_control then
+  if may_cancel then
     local fields = {}
     for i, key in ipairs(done) do fields[i] = cancel_field(key) end
     for _, request in ipairs(hmget(control, fields)) do

@@ -1,7 +1,8 @@
 -- control: change and read one partition's control settings (pause, rate, concurrency,
 -- the retention of finished jobs).
 --
--- KEYS[1] control  dq:{topic#p}:control   HASH paused, rate_n, rate_ms, tat, conc, until, keep, x:<key>
+-- KEYS[1] control  dq:{topic#p}:control   HASH paused, rate_n, rate_ms, tat, conc, until, keep, events,
+--                                          x:<key> (ack.lua counts the eight settings: keep the lists together)
 -- KEYS[2] wake     dq:{topic#p}:wake
 --
 -- ARGV[1] paused:      '' unchanged, '1' pause, '0' resume
