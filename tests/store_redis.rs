@@ -1790,3 +1790,79 @@ async fn a_damaged_event_stream_never_stops_a_job() {
 async fn info_state(t: &dq::TopicClient, key: &str) -> JobState {
     t.job(key).await.unwrap().expect("the job").state
 }
+
+/// Event format 1 as this dq writes it, pinned: an entry's id is its first event's number,
+/// fields `v` = 1, `n`, `t`, (`w`), `b` = cmsgpack `[kind, key, attempt, error, due]` per
+/// event. A frozen entry of format 1 (bytes as a dq of this format wrote them) still reads:
+/// a later event format must keep reading it (docs/EVENTS.md).
+#[tokio::test]
+async fn event_format_1_is_pinned_and_a_frozen_entry_still_reads() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("events.pinned").unwrap();
+    t.set_events(Some(dq::EventsPolicy::default()))
+        .await
+        .unwrap();
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(4_102_444_800_000);
+    t.enqueue(raw(1)).key("a").at(at).await.unwrap();
+    assert_eq!(t.cancel("a").await.unwrap(), dq::CancelOutcome::Cancelled);
+    let k = h.partition_keys("events.pinned", 0);
+    let entries: Vec<(String, Vec<(String, Vec<u8>)>)> =
+        h.server().cmd(&["XRANGE", &k.events, "-", "+"]);
+    let ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["1-0", "2-0"]);
+    let field = |e: usize, name: &str| -> Vec<u8> {
+        entries[e]
+            .1
+            .iter()
+            .find(|(f, _)| f == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("field {name}"))
+    };
+    let names: Vec<&str> = entries[0].1.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(names, ["v", "n", "t", "b"]);
+    assert_eq!(
+        (field(0, "v"), field(0, "n")),
+        (b"1".to_vec(), b"1".to_vec())
+    );
+    // cmsgpack: [["q", "a", 0, "", 4102444800000]], then [["c", "a", 0, "", 0]]
+    assert_eq!(
+        field(0, "b"),
+        b"\x91\x95\xa1q\xa1a\x00\xa0\xcf\x00\x00\x03\xbb\x2c\xc3\xd8\x00".to_vec()
+    );
+    assert_eq!(field(1, "b"), b"\x91\x95\xa1c\xa1a\x00\xa0\x00".to_vec());
+
+    // a frozen entry: an ack of two jobs by worker w-1 at 1764250000000 (events 7 and 8)
+    let q = Queue::new(Topic::new("events.pinned").unwrap(), 0);
+    let frozen: Vec<(String, Vec<u8>)> = vec![
+        ("v".into(), b"1".to_vec()),
+        ("n".into(), b"2".to_vec()),
+        ("t".into(), b"1764250000000".to_vec()),
+        (
+            "b".into(),
+            b"\x92\x95\xa1k\xa2j1\x01\xa0\x00\x95\xa1k\xa2j2\x03\xa0\x00".to_vec(),
+        ),
+        ("w".into(), b"w-1".to_vec()),
+    ];
+    let events = dq::Event::decode_entry(&q, 7, &frozen).unwrap();
+    let read: Vec<(u64, String, &str, Option<u32>, Option<&str>)> = events
+        .iter()
+        .map(|e| {
+            (
+                e.id.0,
+                e.kind.to_string(),
+                e.key.as_str(),
+                e.attempt,
+                e.worker.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (7, "succeeded".into(), "j1", Some(1), Some("w-1")),
+            (8, "succeeded".into(), "j2", Some(3), Some("w-1")),
+        ]
+    );
+    assert!(events.iter().all(|e| e.at_ms == 1_764_250_000_000));
+}

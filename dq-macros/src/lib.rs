@@ -63,6 +63,7 @@ use dq_syntax as retry_syntax;
 /// | `keep_succeeded = "1h"` | not kept | keep succeeded jobs (and their results) this long, 1 ms to 90 days (`dq::Retention`); written by every worker at start |
 /// | `keep_cancelled = "1d"`, `keep_expired = "1d"` | not kept | the same for cancelled jobs and jobs that expired before they started |
 /// | `keep_max = 10000` | 10,000 | most finished jobs the topic keeps, all outcomes together; beyond it the soonest to go are trimmed and counted |
+/// | `events`, `events = 50000` | not recorded | record the topic's events (enqueued, started, succeeded, failed, …: `dq::Client::events`), keeping about the last 10,000 (or N, 1 to 10,000,000); written by every worker at start |
 /// | `concurrency = 16` | the worker's | most jobs of this topic running at once in one worker |
 /// | `data(Db, Mailer)` | none | shared data the handler takes with `ctx.data::<T>()`: a worker built without one of them fails at `build()` with `WorkerError::MissingData` |
 /// | `crate = "my_crate::dq"` | `"::dq"` | where generated code finds dq, when it is re-exported |
