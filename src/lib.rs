@@ -138,6 +138,11 @@ pub mod __private {
     pub use serde;
     pub use tokio;
 
+    /// The JSON shape of job `J`'s payload (the descriptor's `shape`).
+    pub fn payload_shape<J: Job>() -> Option<dq_core::shape::PayloadShape> {
+        dq_core::shape::of::<J::Payload>()
+    }
+
     /// Decodes a payload for job `J`.
     ///
     /// Generic over the job on purpose: the generated code names the payload type only in its

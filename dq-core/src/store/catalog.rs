@@ -87,10 +87,11 @@ pub trait Catalog: Send + Sync + 'static {
     }
 
     /// Records the JSON shape of `topic`'s payload, replacing the one stored (last writer
-    /// wins): every worker writes its handlers' when it starts. Namespace-wide.
+    /// wins); `None` deletes it (a payload type whose shape cannot be known: nothing is
+    /// checked). Every worker writes its handlers' when it starts. Namespace-wide.
     ///
     /// The default keeps none (nothing is checked against it).
-    async fn put_payload_shape(&self, topic: &Topic, shape: &PayloadShape) -> Result<()> {
+    async fn put_payload_shape(&self, topic: &Topic, shape: Option<&PayloadShape>) -> Result<()> {
         let _ = (topic, shape);
         Ok(())
     }

@@ -29,15 +29,24 @@ async fn round_trip(store: &dyn Store) {
     assert_eq!(store.payload_shape(&topic).await.unwrap(), None);
     let v1 = PayloadShape::of::<CloseOrder>().unwrap();
     let v2 = PayloadShape::of::<CloseOrderV2>().unwrap();
-    store.put_payload_shape(&topic, &v1).await.unwrap();
+    store.put_payload_shape(&topic, Some(&v1)).await.unwrap();
     assert_eq!(store.payload_shape(&topic).await.unwrap(), Some(v1));
-    store.put_payload_shape(&topic, &v2).await.unwrap();
+    store.put_payload_shape(&topic, Some(&v2)).await.unwrap();
     assert_eq!(
         store.payload_shape(&topic).await.unwrap(),
         Some(v2),
         "the last writer's"
     );
     assert_eq!(store.payload_shape(&other).await.unwrap(), None);
+    store.put_payload_shape(&other, None).await.unwrap();
+    store.put_payload_shape(&topic, None).await.unwrap();
+    assert_eq!(
+        store.payload_shape(&topic).await.unwrap(),
+        None,
+        "a type without a shape deletes the one stored"
+    );
+    let v1 = PayloadShape::of::<CloseOrder>().unwrap();
+    store.put_payload_shape(&topic, Some(&v1)).await.unwrap();
 }
 
 #[tokio::test]

@@ -127,8 +127,12 @@ impl Catalog for MemoryStore {
         }
     }
 
-    async fn put_payload_shape(&self, topic: &Topic, shape: &PayloadShape) -> Result<()> {
-        self.lock_shapes().insert(topic.clone(), shape.encode());
+    async fn put_payload_shape(&self, topic: &Topic, shape: Option<&PayloadShape>) -> Result<()> {
+        let mut shapes = self.lock_shapes();
+        match shape {
+            Some(shape) => shapes.insert(topic.clone(), shape.encode()),
+            None => shapes.remove(topic),
+        };
         Ok(())
     }
 

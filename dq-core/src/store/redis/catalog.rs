@@ -277,18 +277,21 @@ impl Catalog for RedisStore {
         }
     }
 
-    async fn put_payload_shape(&self, topic: &Topic, shape: &PayloadShape) -> Result<()> {
+    async fn put_payload_shape(&self, topic: &Topic, shape: Option<&PayloadShape>) -> Result<()> {
         let key = layout::shapes_key(&self.options.namespace);
-        let bytes = shape.encode();
+        let bytes = shape.map(PayloadShape::encode);
         let _: i64 = self
             .conn
             .call(async |conn| {
-                redis::cmd("HSET")
-                    .arg(&key)
-                    .arg(topic.as_str())
-                    .arg(&bytes)
-                    .query_async(conn)
-                    .await
+                let cmd = match &bytes {
+                    Some(bytes) => redis::cmd("HSET")
+                        .arg(&key)
+                        .arg(topic.as_str())
+                        .arg(bytes)
+                        .clone(),
+                    None => redis::cmd("HDEL").arg(&key).arg(topic.as_str()).clone(),
+                };
+                cmd.query_async(conn).await
             })
             .await
             .map_err(from_redis)?;
