@@ -25,8 +25,11 @@ pub(crate) struct Shared {
     topics: RwLock<HashMap<String, TopicClient>>,
     /// The payload shapes read from the store, by topic, with when they were read: each is
     /// read again once [`SHAPE_FRESH`] old.
-    shapes: Mutex<HashMap<String, (Instant, Option<Arc<PayloadShape>>)>>,
+    shapes: Mutex<HashMap<String, ReadShape>>,
 }
+
+/// A topic's payload shape as read from the store (`None`: none, or not read), and when.
+type ReadShape = (Instant, Option<Arc<PayloadShape>>);
 
 /// How long a payload shape read from the store is used before it is read again: a request
 /// to a busy topic reads it at most once in this time, and a worker that starts with a new
