@@ -823,3 +823,29 @@ async fn a_worker_publishes_its_payload_shapes_at_start() {
     assert!(shape.is_some_and(|s| s.check(&serde_json::json!(-1)).is_err()));
     handle.shutdown().await;
 }
+
+/// Publishing the shapes never blocks a start: a worker started while Redis is down starts,
+/// and publishes them once Redis is back.
+#[tokio::test]
+async fn a_worker_started_while_redis_is_down_publishes_its_shapes_once_it_is_back() {
+    let server = RedisServer::start();
+    let client = client_for(&server).await;
+    server.stop();
+    let handle = Worker::builder(client.clone())
+        .topics(["e2e.shaped"])
+        .data(Log::default())
+        .data(client.clone())
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("a store that cannot be reached does not fail the start");
+    server.restart();
+    let topic = dq::Topic::new("e2e.shaped").unwrap();
+    eventually("the shape is published", WAIT, || {
+        let (client, topic) = (client.clone(), topic.clone());
+        async move { matches!(client.store().payload_shape(&topic).await, Ok(Some(_))) }
+    })
+    .await;
+    handle.shutdown().await;
+}
