@@ -110,7 +110,12 @@ async fn a_user_with_dqs_acl_rule_runs_producer_worker_and_tools() {
     assert_eq!(client.topics().await.unwrap().len(), 1);
     let topic = dq::Topic::new("secured.jobs").unwrap();
     assert!(
-        client.store().payload_shape(&topic).await.unwrap().is_some(),
+        client
+            .store()
+            .payload_shape(&topic)
+            .await
+            .unwrap()
+            .is_some(),
         "the worker published its payload shape as the dq user"
     );
     client
