@@ -385,10 +385,26 @@ fn the_format_1_fixture_reads_back() {
     let bytes = include_bytes!("../../tests/fixtures/shape-format-1.txt");
     let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let s = PayloadShape::decode(bytes).expect("format 1 reads");
-    assert_eq!(s, shape::<CloseOrder>(), "what CloseOrder traces to today");
+    assert_eq!(s.check(&json!({"order_id": 7, "user_id": 1})), Ok(()));
+    assert_eq!(
+        s.check(&json!({"order_id": 7, "user_id": 1, "reason": "r", "note": "n"})),
+        Ok(())
+    );
     assert_eq!(
         refused(&s, json!({"order_id": "seven", "user_id": 1})),
         "order_id: expected an unsigned integer, found a string"
+    );
+    assert_eq!(
+        refused(&s, json!({"order_id": 7})),
+        "user_id: missing required field"
+    );
+    assert_eq!(
+        refused(&s, json!({"order_id": 7, "user_id": 1, "reason": 5})),
+        "reason: expected a string, found an integer"
+    );
+    assert_eq!(
+        refused(&s, json!({"order_id": 7, "user_id": 4294967296u64})),
+        "user_id: expected an unsigned integer from 0 to 4294967295 (u32), found 4294967296"
     );
 }
 
