@@ -87,6 +87,13 @@ pub mod payload {
     pub use dq_core::payload::*;
 }
 
+/// Payload shapes: the JSON shape of a handler's payload type, which every worker publishes
+/// for its topics when it starts, so that the HTTP API (`dq serve`) refuses a JSON payload
+/// the handler could not decode. See docs/HTTP.md.
+pub mod shape {
+    pub use dq_core::shape::*;
+}
+
 /// The store protocol: the [`Store`](store::Store) every store implements (Redis, the embedded
 /// one, or your own) — the sum of four roles, [`Produce`](store::Produce),
 /// [`Lease`](store::Lease), [`Operate`](store::Operate) and [`Catalog`](store::Catalog), whose
@@ -143,6 +150,11 @@ pub mod __private {
     };
     pub use serde;
     pub use tokio;
+
+    /// The JSON shape of job `J`'s payload (the descriptor's `shape`).
+    pub fn payload_shape<J: Job>() -> Option<dq_core::shape::PayloadShape> {
+        dq_core::shape::of::<J::Payload>()
+    }
 
     /// Decodes a payload for job `J`.
     ///

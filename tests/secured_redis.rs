@@ -108,6 +108,16 @@ async fn a_user_with_dqs_acl_rule_runs_producer_worker_and_tools() {
         .unwrap();
     assert!(client.job::<secured_job>("later").await.unwrap().is_some());
     assert_eq!(client.topics().await.unwrap().len(), 1);
+    let topic = dq::Topic::new("secured.jobs").unwrap();
+    assert!(
+        client
+            .store()
+            .payload_shape(&topic)
+            .await
+            .unwrap()
+            .is_some(),
+        "the worker published its payload shape as the dq user"
+    );
     client
         .cancel::<secured_job>("later")
         .await

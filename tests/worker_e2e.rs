@@ -127,6 +127,18 @@ async fn lease_job(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
+/// A payload with a shape: what the worker publishes for `e2e.shaped`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ShapedOrder {
+    order_id: u64,
+    note: Option<String>,
+}
+
+#[dq::delayed_job(topic = "e2e.shaped", retry = "none")]
+async fn shaped(_order: ShapedOrder) -> Result<(), JobError> {
+    Ok(())
+}
+
 async fn client_for(server: &RedisServer) -> Client {
     Client::builder()
         .namespace(dq_testkit::namespace("e2e"))
@@ -767,4 +779,73 @@ async fn an_idle_worker_sends_about_one_command_per_second() {
     let rate = calls as f64 / elapsed;
     eprintln!("idle worker: {calls} commands in {elapsed:.1} s = {rate:.2}/s (1 fetcher)\n{info}");
     assert!(rate <= 1.0, "idle worker sent {rate:.2} commands/s");
+}
+
+/// A worker publishes the JSON shape of each handler's payload when it starts, replacing the
+/// one an earlier deploy published (the last to start wins), for `dq serve` to check against.
+#[tokio::test]
+async fn a_worker_publishes_its_payload_shapes_at_start() {
+    use dq::shape::PayloadShape;
+    let client = client_for(dq_testkit::shared()).await;
+    let topic = dq::Topic::new("e2e.shaped").unwrap();
+    let earlier = PayloadShape::of::<String>().unwrap();
+    client
+        .store()
+        .put_payload_shape(&topic, Some(&earlier))
+        .await
+        .unwrap();
+    let handle = Worker::builder(client.clone())
+        .topics(["e2e.shaped", "e2e.record"])
+        .data(Log::default())
+        .data(client.clone())
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
+    let shape = client
+        .store()
+        .payload_shape(&topic)
+        .await
+        .unwrap()
+        .expect("published at start");
+    assert_eq!(Some(&shape), PayloadShape::of::<ShapedOrder>().as_ref());
+    assert!(shape.check(&serde_json::json!({"order_id": 7})).is_ok());
+    let why = shape
+        .check(&serde_json::json!({"order_id": "7"}))
+        .unwrap_err();
+    assert_eq!(
+        why.to_string(),
+        "order_id: expected an unsigned integer, found a string"
+    );
+    let record = dq::Topic::new("e2e.record").unwrap();
+    let shape = client.store().payload_shape(&record).await.unwrap();
+    assert!(shape.is_some_and(|s| s.check(&serde_json::json!(-1)).is_err()));
+    handle.shutdown().await;
+}
+
+/// Publishing the shapes never blocks a start: a worker started while Redis is down starts,
+/// and publishes them once Redis is back.
+#[tokio::test]
+async fn a_worker_started_while_redis_is_down_publishes_its_shapes_once_it_is_back() {
+    let server = RedisServer::start();
+    let client = client_for(&server).await;
+    server.stop();
+    let handle = Worker::builder(client.clone())
+        .topics(["e2e.shaped"])
+        .data(Log::default())
+        .data(client.clone())
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("a store that cannot be reached does not fail the start");
+    server.restart();
+    let topic = dq::Topic::new("e2e.shaped").unwrap();
+    eventually("the shape is published", WAIT, || {
+        let (client, topic) = (client.clone(), topic.clone());
+        async move { matches!(client.store().payload_shape(&topic).await, Ok(Some(_))) }
+    })
+    .await;
+    handle.shutdown().await;
 }

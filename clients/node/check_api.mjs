@@ -80,11 +80,17 @@ await call("GET", `${jobs}/${PREFIX}-badtoken`, { headers: readOnly, status: 404
 // 6. A body that is not JSON.
 await call("POST", jobs, { raw: "{not json", status: 400, code: "invalid_json" });
 
-// 7. A payload that does not fit the topic's type: refused, naming the field; not enqueued.
+// 7. A payload that does not fit the topic's type (checked against the shape the worker
+//    published, where the server does not know the type): refused, naming the field; not
+//    enqueued.
 const mismatch = await call("POST", jobs, {
-  body: { key: `${PREFIX}-mismatch`, payload: { order_id: "seven" } }, status: 422, code: "payload_mismatch",
+  body: { key: `${PREFIX}-mismatch`, payload: { order_id: "seven", note: "n" } }, status: 422, code: "payload_mismatch",
 });
 assert(mismatch.error.message.includes("order_id"), JSON.stringify(mismatch));
+const missing = await call("POST", jobs, {
+  body: { key: `${PREFIX}-mismatch`, payload: { order_id: 7 } }, status: 422, code: "payload_mismatch",
+});
+assert(missing.error.message.includes("note"), JSON.stringify(missing));
 await call("GET", `${jobs}/${PREFIX}-mismatch`, { status: 404, code: "not_found" });
 
 console.log(JSON.stringify({

@@ -1,6 +1,7 @@
 //! `dq serve` and `dq dashboard --api` as processes: the built binary serves the HTTP API
-//! with the environment's tokens (a job enqueued over HTTP is in the store), and refuses to
-//! listen beyond loopback with no token.
+//! with the environment's tokens (a job enqueued over HTTP is in the store), refuses a payload
+//! that does not fit the shape a worker published for the topic, and refuses to listen beyond
+//! loopback with no token.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -109,6 +110,55 @@ async fn dq_serve_enqueues_with_a_token_and_refuses_without() {
     .await;
     assert_eq!(job.state, JobState::Scheduled);
     assert!(t.job("k2").await.unwrap().is_none());
+}
+
+/// `dq serve` knows no payload type: it checks a payload against the shape the topic's worker
+/// published (here written as a worker writes it at start), reading it from the store.
+#[tokio::test]
+async fn dq_serve_refuses_a_payload_that_does_not_fit_the_published_shape() {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Payload {
+        n: u64,
+    }
+    let (url, ns, client) = world().await;
+    let topic = dq_core::Topic::new("cli.http").unwrap();
+    let shape = dq_core::shape::PayloadShape::of::<Payload>().expect("a shape");
+    client
+        .store()
+        .put_payload_shape(&topic, Some(&shape))
+        .await
+        .expect("publish the shape");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let _serving = Running(
+        dq(&url, &ns, &["serve", "--listen", &listen])
+            .env("DQ_API_TOKENS", "tok")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dq serve"),
+    );
+    let base = format!("http://{listen}");
+    answers(&base).await;
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/topics/cli.http/jobs"))
+        .header("Authorization", "Bearer tok")
+        .body(r#"{"key": "misfit", "payload": {"n": "seven"}, "delay": "1h"}"#)
+        .send()
+        .await
+        .expect("send");
+    let (status, body) = (r.status().as_u16(), r.text().await.unwrap_or_default());
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.contains("\"payload_mismatch\"")
+            && body.contains("n: expected an unsigned integer, found a string"),
+        "{body}"
+    );
+    let t = client.topic("cli.http").unwrap();
+    assert!(t.job("misfit").await.unwrap().is_none());
+    let (status, body) = enqueue(&base, "tok", "fits").await;
+    assert_eq!(status, 201, "{body}");
 }
 
 #[tokio::test]

@@ -500,6 +500,10 @@ pub struct JobDescriptor {
     /// `every = "…"`): every worker that runs the topic stores it (named after the topic)
     /// when it starts.
     pub schedule: Option<ScheduleDecl>,
+    /// The JSON shape of its payload type ([`crate::shape::of`]), or `None` where it cannot
+    /// be known for sure: every worker that runs the topic publishes it when it starts, for
+    /// the HTTP API to check payloads against.
+    pub shape: fn() -> Option<crate::shape::PayloadShape>,
     /// Decodes a payload and calls the handler.
     pub run: HandlerFn,
 }

@@ -19,6 +19,7 @@ pub mod payload;
 pub mod progress;
 pub mod retry;
 pub mod schedule;
+pub mod shape;
 /// The retry, duration and topic syntax, shared with `dq-macros` (the `dq-syntax` crate).
 pub use dq_syntax as retry_syntax;
 pub mod store;

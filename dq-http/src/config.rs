@@ -158,7 +158,9 @@ impl HttpConfig {
     /// decoded into it by field name (a payload that does not fit is refused with 422
     /// `payload_mismatch`, naming the field, before anything is written) and encoded as the
     /// typed client encodes it. The topic is recorded on first use, as the typed client
-    /// does. Topics not named this way take any JSON value, stored by field name.
+    /// does. Topics not named this way take a JSON value that fits the payload shape their
+    /// workers published (`dq_core::shape`; any JSON value where none was), stored by field
+    /// name.
     pub fn job<J: Job>(mut self) -> Self {
         let type_name = std::any::type_name::<J::Payload>();
         let convert: Convert = Arc::new(move |value, limit| {

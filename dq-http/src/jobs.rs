@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use dq_core::shape::PayloadShape;
 use dq_core::{
     CancelOutcome, Cursor, EnqueueOutcome, Enqueued, JobSpec, JobState, NewDue, Page,
     RescheduleOutcome, TopicClient,
@@ -46,11 +47,13 @@ pub(crate) fn page(limit: Option<usize>, after: Option<&str>) -> Result<Page, Ap
 }
 
 /// A request's JSON payload as the topic's MessagePack payload: checked against the topic's
-/// type where the server knows it ([`HttpConfig::job`](crate::HttpConfig::job)).
+/// type where the server knows it ([`HttpConfig::job`](crate::HttpConfig::job)), else
+/// against `shape`, the shape its workers published ([`Shared::shape`]), if any.
 pub(crate) fn payload(
     shared: &Shared,
     topic: &str,
     value: serde_json::Value,
+    shape: Option<&PayloadShape>,
 ) -> Result<Vec<u8>, ApiError> {
     let limit = shared.client.config().max_payload;
     match shared.config.jobs.get(topic) {
@@ -59,15 +62,31 @@ pub(crate) fn payload(
             Code::UnknownTopic,
             format!("this server takes jobs for the topics whose type it knows, not {topic:?}"),
         )),
-        None => Ok(dq_core::payload::encode(&value, limit)?),
+        None => {
+            if let Some(shape) = shape {
+                // the error names the field: `order_id: expected an unsigned integer, found a string`
+                shape.check(&value).map_err(|m| {
+                    ApiError::payload_mismatch(format!(
+                        "the payload does not fit the payload type the workers of {topic:?} \
+                         published: {m}"
+                    ))
+                })?;
+            }
+            Ok(dq_core::payload::encode(&value, limit)?)
+        }
     }
 }
 
 /// A request's job: its payload converted for the topic, its times parsed. Checks
 /// everything before anything is written.
-fn spec(shared: &Shared, topic: &str, r: EnqueueRequest) -> Result<JobSpec<Vec<u8>>, ApiError> {
+fn spec(
+    shared: &Shared,
+    topic: &str,
+    r: EnqueueRequest,
+    shape: Option<&PayloadShape>,
+) -> Result<JobSpec<Vec<u8>>, ApiError> {
     let typed = shared.config.jobs.get(topic);
-    let mut spec = JobSpec::new(payload(shared, topic, r.payload)?);
+    let mut spec = JobSpec::new(payload(shared, topic, r.payload, shape)?);
     spec.key = r.key;
     match (r.delay, r.at) {
         (Some(_), Some(_)) => {
@@ -158,7 +177,8 @@ pub(crate) async fn enqueue(
 ) -> Result<(StatusCode, Json<EnqueueResponse>), ApiError> {
     let idem = idempotency_key(&headers)?;
     let t = shared.topic(&topic, true).await?;
-    let mut spec = spec(&shared, &topic, body.value)?;
+    let shape = shared.shape(&topic).await;
+    let mut spec = spec(&shared, &topic, body.value, shape.as_deref())?;
     let done = match (&idem, &spec.key) {
         (None, None) => send_plain(&t, spec).await,
         (Some(idem), _) => {
@@ -239,9 +259,10 @@ pub(crate) async fn enqueue_bulk(
         )));
     }
     let t = shared.topic(&topic, true).await?;
+    let shape = shared.shape(&topic).await;
     let mut specs = Vec::with_capacity(jobs.len());
     for (i, job) in jobs.into_iter().enumerate() {
-        let mut s = spec(&shared, &topic, job).map_err(|e| ApiError {
+        let mut s = spec(&shared, &topic, job, shape.as_deref()).map_err(|e| ApiError {
             code: e.code,
             message: format!("job {i}: {}", e.message),
         })?;

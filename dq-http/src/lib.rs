@@ -14,7 +14,10 @@
 //!
 //! - **Payloads by field name**: a JSON payload is stored as MessagePack with its fields by
 //!   name, as the Rust handler's payload type reads it; with [`HttpConfig::job`], it is first
-//!   decoded into that type (422 `payload_mismatch`, naming the field, otherwise).
+//!   decoded into that type (422 `payload_mismatch`, naming the field, otherwise). Without,
+//!   it is checked against the payload shape the topic's workers published when they started
+//!   (`dq_core::shape`; the same 422 for a payload the worker could not decode; no shape, no
+//!   check).
 //! - **Safe to retry**: an enqueue with an `Idempotency-Key` header (or naming its job key)
 //!   is sent under a call id derived from it: a repeat gives the same answer and stores one
 //!   job (dq's enqueue receipts within 30 s, the job key after that; docs/HTTP.md).

@@ -370,7 +370,8 @@ pub(crate) async fn schedule(
     }
     // the topic must be known as for an enqueue (a typo creates nothing)
     shared.topic(&r.topic, true).await?;
-    let bytes = payload(&shared, &r.topic, r.payload)?;
+    let shape = shared.shape(&r.topic).await;
+    let bytes = payload(&shared, &r.topic, r.payload, shape.as_deref())?;
     let outcome = match shared
         .client
         .schedule_raw(&name, &r.topic, schedule, bytes)

@@ -3,12 +3,13 @@
 //! `Idempotency-Key`).
 
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode};
+use dq_core::shape::PayloadShape;
 use dq_core::{Client, TopicClient};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -22,7 +23,18 @@ pub(crate) struct Shared {
     pub(crate) config: HttpConfig,
     /// Topics found in the registry (or typed ones), by name: one registry read per topic.
     topics: RwLock<HashMap<String, TopicClient>>,
+    /// The payload shapes read from the store, by topic, with when they were read: each is
+    /// read again once [`SHAPE_FRESH`] old.
+    shapes: Mutex<HashMap<String, ReadShape>>,
 }
+
+/// A topic's payload shape as read from the store (`None`: none, or not read), and when.
+type ReadShape = (Instant, Option<Arc<PayloadShape>>);
+
+/// How long a payload shape read from the store is used before it is read again: a request
+/// to a busy topic reads it at most once in this time, and a worker that starts with a new
+/// payload type is seen within it.
+pub(crate) const SHAPE_FRESH: Duration = Duration::from_secs(5);
 
 impl Shared {
     pub(crate) fn new(client: Client, config: HttpConfig) -> Shared {
@@ -30,7 +42,41 @@ impl Shared {
             client,
             config,
             topics: RwLock::new(HashMap::new()),
+            shapes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The payload shape to check a JSON payload for topic `name` against: the one its
+    /// workers published (`Catalog::payload_shape`), read at most once per [`SHAPE_FRESH`].
+    /// `None` — nothing is checked — for a topic named with `HttpConfig::job` (its type
+    /// checks it exactly), one without a published shape, and when the store cannot be read
+    /// (logged at debug: the enqueue that follows reports the store's error).
+    pub(crate) async fn shape(&self, name: &str) -> Option<Arc<PayloadShape>> {
+        if self.config.typed_only || self.config.jobs.contains_key(name) {
+            return None;
+        }
+        let topic = dq_core::Topic::new(name).ok()?;
+        if let Some((at, shape)) = self
+            .shapes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            && at.elapsed() < SHAPE_FRESH
+        {
+            return shape.clone();
+        }
+        let shape = match self.client.store().payload_shape(&topic).await {
+            Ok(shape) => shape.map(Arc::new),
+            Err(e) => {
+                tracing::debug!(topic = name, error = %e, "payload shape not read: the payload is not checked");
+                None
+            }
+        };
+        self.shapes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_owned(), (Instant::now(), shape.clone()));
+        shape
     }
 
     /// The client of topic `name`: one in the namespace's registry, with its recorded

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{READ_TOKEN, TOKEN, TOPIC, WAIT, ran, serve};
+use common::{READ_TOKEN, TOKEN, TOPIC, WAIT, ran, serve, serve_with};
 use dq_http::HttpConfig;
 use dq_testkit::eventually;
 use serde_json::{Value, json};
@@ -250,6 +250,88 @@ async fn an_untyped_topic_stores_json_by_field_name_and_an_unknown_one_is_refuse
     let free = format!("{}/v1/topics/http.free/jobs", s.url);
     let (status, v) = post_rw(&free, json!({"payload": {"a": 1}}), &[]).await;
     assert_eq!((status, code(&v)), (404, "unknown_topic"), "{v}");
+    s.stop().await;
+}
+
+/// `dq serve` alone knows no payload type: the shape the worker published at start is what a
+/// JSON payload is checked against. A misfit is 422 naming the field, single, bulk (naming
+/// the job) or schedule, and writes nothing; a fitting one runs; a topic without a published
+/// shape takes any JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_type_a_payload_is_checked_against_the_shape_its_worker_published() {
+    let s = serve_with("http-shape", HttpConfig::default()).await;
+    let jobs = format!("{}/v1/topics/{TOPIC}/jobs", s.url);
+    let t = s.client.admin().topic_with(TOPIC, 1).unwrap();
+    for (payload, field, why) in [
+        (
+            json!({"order_id": "seven", "note": "a"}),
+            "order_id",
+            "expected an unsigned integer, found a string",
+        ),
+        (json!({"order_id": 7}), "note", "missing required field"),
+        (json!({"order_id": -1, "note": "a"}), "order_id", "found -1"),
+    ] {
+        let (status, v) = post_rw(&jobs, json!({"key": "bad", "payload": payload}), &[]).await;
+        assert_eq!((status, code(&v)), (422, "payload_mismatch"), "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("{field}: ")) && message.contains(why),
+            "{message}"
+        );
+    }
+    let bulk = format!("{jobs}/bulk");
+    let (status, v) = post_rw(
+        &bulk,
+        json!({"jobs": [{"payload": {"order_id": 1, "note": "a"}}, {"payload": {"order_id": 1.5, "note": "b"}}]}),
+        &[],
+    )
+    .await;
+    assert_eq!((status, code(&v)), (422, "payload_mismatch"), "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("job 1:") && message.contains("order_id"),
+        "{message}"
+    );
+    let (status, v) = call(
+        reqwest::Method::PUT,
+        &format!("{}/v1/schedules/shape-sched", s.url),
+        Some(TOKEN),
+        Some(
+            json!({"topic": TOPIC, "every": "1h", "payload": {"order_id": "x", "note": "n"}})
+                .to_string(),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!((status, code(&v)), (422, "payload_mismatch"), "{v}");
+    let stats = t.stats().await.unwrap();
+    assert_eq!(stats.enqueued, 0, "nothing written: {stats:?}");
+    assert!(t.job("bad").await.unwrap().is_none());
+    assert!(s.client.schedules().await.unwrap().is_empty());
+    // a payload that fits runs; a field the type does not have is taken (serde skips it)
+    let (status, v) = post_rw(
+        &jobs,
+        json!({"key": "good", "payload": {"order_id": 7, "note": "fits", "extra": true}}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 201, "{v}");
+    let ns = s.ns.clone();
+    eventually("the worker runs the job", WAIT, || {
+        let ns = ns.clone();
+        async move { ran(&ns, "good").is_some() }
+    })
+    .await;
+    assert_eq!(ran(&s.ns, "good").as_deref(), Some("7:fits"));
+    // a topic no worker published a shape for takes any JSON
+    s.client.topic("http.free").unwrap().check().await.unwrap();
+    let (status, v) = post_rw(
+        &format!("{}/v1/topics/http.free/jobs", s.url),
+        json!({"payload": {"order_id": "seven"}, "delay": "1h"}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 201, "{v}");
     s.stop().await;
 }
 

@@ -5,6 +5,12 @@
 //! the store: the jobs that should run ran with their payloads, the cancelled one did not,
 //! the retried request made one job, the refused ones made none.
 //!
+//! The API is served as `dq serve` serves it, alone: it knows no payload type
+//! (`HttpConfig::default()`, no `HttpConfig::job`), so the misfit payload is refused against
+//! the shape the Rust worker published when it started. (The typed check of
+//! `HttpConfig::job`, and `dq serve` as a process, have tests of their own: tests/api.rs,
+//! dq-cli's tests/cli_serve.rs.)
+//!
 //! Skipped, loudly, only where `python3` or `node` is not installed at all;
 //! `./scripts/test.sh` installs both (python3-venv, nodejs).
 
@@ -13,7 +19,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{READ_TOKEN, TOKEN, TOPIC, WAIT, ran, repo, serve};
+use common::{READ_TOKEN, TOKEN, TOPIC, WAIT, ran, repo, serve_with};
 use dq_http::HttpConfig;
 use dq_testkit::eventually;
 
@@ -144,7 +150,7 @@ async fn python_client_enqueues_cancels_and_reschedules() {
         return;
     }
     let python = tokio::task::spawn_blocking(venv).await.unwrap();
-    let served = serve("http-py", HttpConfig::default()).await;
+    let served = serve_with("http-py", HttpConfig::default()).await;
     let script = repo().join("clients/python/check_api.py");
     let summary = run_script(&python, &script, &served.url, "python").await;
     check_effects(&served, "python", &summary).await;
@@ -157,7 +163,7 @@ async fn node_client_enqueues_cancels_and_reschedules() {
         eprintln!("\n\n*** SKIPPED: node is not installed (scripts/test.sh installs it) ***\n\n");
         return;
     }
-    let served = serve("http-node", HttpConfig::default()).await;
+    let served = serve_with("http-node", HttpConfig::default()).await;
     let script = repo().join("clients/node/check_api.mjs");
     let summary = run_script(Path::new("node"), &script, &served.url, "node").await;
     check_effects(&served, "node", &summary).await;

@@ -155,6 +155,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     line: #line,
                     data: &[#(#data),*],
                     schedule: #schedule,
+                    shape: #private::payload_shape::<#name>,
                     run: #run,
                 }
             }

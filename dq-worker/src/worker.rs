@@ -285,6 +285,7 @@ impl WorkerBuilder {
             schedule_poll: self.schedule_poll,
             skip_refused: self.skip_refused,
             retention_pending: None,
+            shapes_pending: None,
         })
     }
 }
@@ -315,6 +316,17 @@ pub struct Worker {
     /// The topics whose declared retention `start` could not write yet (`None`: not
     /// started through `start`, so every declared one).
     retention_pending: Option<Vec<Arc<TopicRuntime>>>,
+    /// The topics whose payload shape `start` could not publish yet (`None`: not started
+    /// through `start`, so every one).
+    shapes_pending: Option<Vec<Arc<TopicRuntime>>>,
+}
+
+/// Publishes the JSON shape of a handler's payload for its topic (`None`: deletes the one
+/// stored, its type's shape cannot be known), for the HTTP API to check payloads against.
+/// The last worker to start wins.
+async fn publish_shape(store: &dyn Store, topic: &TopicRuntime) -> dq_core::Result<()> {
+    let shape = (topic.descriptor.shape)();
+    store.put_payload_shape(&topic.topic, shape.as_ref()).await
 }
 
 /// What a handler declares of its topic's control settings: which finished jobs it keeps and
@@ -465,6 +477,16 @@ impl Worker {
             }
         }
         self.retention_pending = Some(unwritten);
+        // The shape of each handler's payload, for `dq serve` to check JSON payloads against:
+        // best effort, retried in the background as the retention is.
+        let mut unpublished = Vec::new();
+        for topic in &self.topics {
+            if let Err(e) = publish_shape(self.store.as_ref(), topic).await {
+                tracing::warn!(topic = %topic.topic, error = %e, "could not publish the topic's payload shape yet; retrying in the background");
+                unpublished.push(topic.clone());
+            }
+        }
+        self.shapes_pending = Some(unpublished);
         Ok(self.spawn())
     }
 
@@ -494,6 +516,28 @@ impl Worker {
                         .await;
                     if let Err(e) = written {
                         tracing::error!(topic = %topic, error = %e, "could not write the topic's retention or events: its finished jobs are not kept, or its events not recorded, as declared");
+                    }
+                }
+            });
+        }
+        let shapes: Vec<Arc<TopicRuntime>> = match &self.shapes_pending {
+            Some(topics) => topics.clone(),
+            None => self.topics.clone(),
+        };
+        if !shapes.is_empty() {
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                use backon::{ExponentialBuilder, Retryable};
+                for topic in shapes {
+                    let published = (|| publish_shape(store.as_ref(), &topic))
+                        .retry(
+                            ExponentialBuilder::default()
+                                .with_max_delay(Duration::from_secs(5))
+                                .with_max_times(120),
+                        )
+                        .await;
+                    if let Err(e) = published {
+                        tracing::error!(topic = %topic.topic, error = %e, "could not publish the topic's payload shape: the HTTP API does not check its payloads");
                     }
                 }
             });

@@ -1,6 +1,6 @@
 //! The namespace's records: the topic registry (§3), the live workers' heartbeats, the periodic
-//! schedules (§13), the registry of record formats (§4, docs/UPGRADING.md), and the store's
-//! clock. Each is namespace-wide, outside every partition
+//! schedules (§13), the registry of record formats (§4, docs/UPGRADING.md), the topics' payload
+//! shapes ([`crate::shape`]), and the store's clock. Each is namespace-wide, outside every partition
 //! (on a Redis Cluster, a slot of its own), so these calls take no [`Queue`](crate::job::Queue).
 
 use std::time::Duration;
@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::format::{FormatLevel, FormatRegistry, Formats, ProcessInfo};
 use crate::names::Topic;
 use crate::schedule::{ScheduleOutcome, ScheduleRecord};
+use crate::shape::PayloadShape;
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
@@ -85,6 +86,26 @@ pub trait Catalog: Send + Sync + 'static {
         Err(no_schedules())
     }
 
+    /// Records the JSON shape of `topic`'s payload, replacing the one stored (last writer
+    /// wins); `None` deletes it (a payload type whose shape cannot be known: nothing is
+    /// checked). Every worker writes its handlers' when it starts. Namespace-wide.
+    ///
+    /// The default keeps none (nothing is checked against it).
+    async fn put_payload_shape(&self, topic: &Topic, shape: Option<&PayloadShape>) -> Result<()> {
+        let _ = (topic, shape);
+        Ok(())
+    }
+
+    /// The JSON shape of `topic`'s payload, as last written; `None` when none was, or when
+    /// the stored one is of a format this dq does not read (a newer dq's: logged as a
+    /// warning, never an error, so that nothing is refused for it).
+    ///
+    /// The default keeps none.
+    async fn payload_shape(&self, topic: &Topic) -> Result<Option<PayloadShape>> {
+        let _ = topic;
+        Ok(None)
+    }
+
     /// The store's clock, in ms (Redis `TIME` for Redis).
     async fn now_ms(&self) -> Result<u64>;
 
@@ -156,6 +177,17 @@ pub trait Catalog: Send + Sync + 'static {
     /// process reads a newer format. The default has no hold.
     async fn release_format(&self) -> Result<FormatLevel> {
         Ok(FormatLevel::new(self.formats().reads(), None))
+    }
+}
+
+/// A stored shape as read: `None`, with a warning, for one this dq does not read.
+pub(crate) fn read_shape(topic: &Topic, bytes: &[u8]) -> Option<PayloadShape> {
+    match PayloadShape::decode(bytes) {
+        Ok(shape) => Some(shape),
+        Err(e) => {
+            tracing::warn!(topic = %topic, error = %e, "payload shape not read: payloads to this topic are not checked");
+            None
+        }
     }
 }
 

@@ -51,3 +51,6 @@ pub mod prelude {
     pub use super::operate::Operate as _;
     pub use super::produce::Produce as _;
 }
+
+#[cfg(test)]
+mod shape_tests;

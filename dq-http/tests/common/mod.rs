@@ -97,6 +97,11 @@ impl Drop for Served {
 /// recorded), and the API with [`TOKEN`], [`READ_TOKEN`] and `close_order`'s type, on a free
 /// loopback port. `group_commit`: the client coalesces concurrent single enqueues.
 pub async fn serve(prefix: &str, config: HttpConfig) -> Served {
+    serve_with(prefix, config.job::<close_order>()).await
+}
+
+/// As [`serve`], but the API knows no payload type (`dq serve` alone): only `config`'s.
+pub async fn serve_with(prefix: &str, config: HttpConfig) -> Served {
     let server = dq_testkit::shared();
     let ns = dq_testkit::namespace(prefix);
     let client = Client::builder()
@@ -114,8 +119,7 @@ pub async fn serve(prefix: &str, config: HttpConfig) -> Served {
         .expect("start");
     let config = config
         .token(Token::new(TOKEN, Access::ReadWrite))
-        .token(Token::new(READ_TOKEN, Access::ReadOnly))
-        .job::<close_order>();
+        .token(Token::new(READ_TOKEN, Access::ReadOnly));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();

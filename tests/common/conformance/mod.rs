@@ -47,6 +47,7 @@ pub mod progress;
 pub mod receipts;
 pub mod retry;
 pub mod schedules;
+pub mod shapes;
 pub mod stats;
 mod support;
 pub mod topics;
@@ -117,6 +118,7 @@ macro_rules! conformance_suite {
             limits::limits_are_split_over_partitions,
             schedules::schedules_are_stored_listed_and_removed,
             schedules::racing_scheduler_passes_store_each_tick_once,
+            shapes::payload_shapes_are_stored_replaced_and_deleted,
             formats::a_process_reading_less_than_the_level_is_refused,
             expiry::an_expired_job_is_never_started,
             expiry::a_job_waiting_for_a_retry_expires,

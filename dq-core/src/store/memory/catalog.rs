@@ -1,5 +1,5 @@
 //! The namespace's records in memory: the topic registry, the live workers' heartbeats and the
-//! periodic schedules, with the semantics of `topic.lua`, `workers.lua` and `schedules.lua`,
+//! periodic schedules, the payload shapes (kept in their stored form, as Redis keeps them), with the semantics of `topic.lua`, `workers.lua` and `schedules.lua`,
 //! and the store's clock. The registry of record formats is the trait's default: the embedded
 //! store is one process, so its level is simply what it reads and no process is listed.
 
@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::job::Queue;
 use crate::names::Topic;
 use crate::schedule::{ScheduleOutcome, ScheduleRecord, check_schedule_name};
-use crate::store::catalog::Catalog;
+use crate::shape::PayloadShape;
+use crate::store::catalog::{Catalog, read_shape};
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
@@ -124,6 +125,20 @@ impl Catalog for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+
+    async fn put_payload_shape(&self, topic: &Topic, shape: Option<&PayloadShape>) -> Result<()> {
+        let mut shapes = self.lock_shapes();
+        match shape {
+            Some(shape) => shapes.insert(topic.clone(), shape.encode()),
+            None => shapes.remove(topic),
+        };
+        Ok(())
+    }
+
+    async fn payload_shape(&self, topic: &Topic) -> Result<Option<PayloadShape>> {
+        let bytes = self.lock_shapes().get(topic).cloned();
+        Ok(bytes.and_then(|b| read_shape(topic, &b)))
     }
 
     async fn now_ms(&self) -> Result<u64> {

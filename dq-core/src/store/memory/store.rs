@@ -26,6 +26,8 @@ pub struct MemoryStore {
     workers: Mutex<BTreeMap<String, WorkerInfo>>,
     /// Periodic schedules (Redis: `<ns>:schedules`), name → (cursor, definition).
     schedules: Mutex<BTreeMap<String, (u64, Vec<u8>)>>,
+    /// Payload shapes (Redis: `<ns>:shapes`), topic → stored form.
+    shapes: Mutex<BTreeMap<Topic, Vec<u8>>>,
     /// The schedules generation heartbeats return (Redis: a field of `<ns>:workers`).
     pub(super) schedules_generation: std::sync::atomic::AtomicU64,
     /// The record formats it reads and writes: one process, so always the newest it reads.
@@ -64,6 +66,7 @@ impl MemoryStore {
             schedules_generation: std::sync::atomic::AtomicU64::new(0),
             formats: crate::format::Formats::single_process(crate::format::NEWEST_FORMAT),
             schedules: Mutex::new(BTreeMap::new()),
+            shapes: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -205,6 +208,13 @@ impl MemoryStore {
     /// The schedules, locked.
     pub(super) fn lock_schedules(&self) -> MutexGuard<'_, BTreeMap<String, (u64, Vec<u8>)>> {
         self.schedules
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The payload shapes' stored forms, locked.
+    pub(crate) fn lock_shapes(&self) -> MutexGuard<'_, BTreeMap<Topic, Vec<u8>>> {
+        self.shapes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

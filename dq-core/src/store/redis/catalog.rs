@@ -10,6 +10,8 @@
 //!   `schedules.lua`;
 //! - the record-format registry `<ns>:formats` (level, hold, one field per live process):
 //!   `formats.lua`;
+//! - the payload shapes `<ns>:shapes`, topic → `<format>|<shape>` ([`crate::shape`]): plain
+//!   `HSET`, `HGET`;
 //!
 //! and the store's clock, Redis `TIME`.
 
@@ -26,7 +28,8 @@ use crate::format::{FormatLevel, FormatRegistry, ProcessInfo, check_format};
 use crate::job::Queue;
 use crate::names::Topic;
 use crate::schedule::{ScheduleOutcome, ScheduleRecord, check_schedule_name};
-use crate::store::catalog::Catalog;
+use crate::shape::PayloadShape;
+use crate::store::catalog::{Catalog, read_shape};
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
 
@@ -272,6 +275,43 @@ impl Catalog for RedisStore {
                 &other,
             )),
         }
+    }
+
+    async fn put_payload_shape(&self, topic: &Topic, shape: Option<&PayloadShape>) -> Result<()> {
+        let key = layout::shapes_key(&self.options.namespace);
+        let bytes = shape.map(PayloadShape::encode);
+        let _: i64 = self
+            .conn
+            .call(async |conn| {
+                let cmd = match &bytes {
+                    Some(bytes) => redis::cmd("HSET")
+                        .arg(&key)
+                        .arg(topic.as_str())
+                        .arg(bytes)
+                        .clone(),
+                    None => redis::cmd("HDEL").arg(&key).arg(topic.as_str()).clone(),
+                };
+                cmd.query_async(conn).await
+            })
+            .await
+            .map_err(from_redis)?;
+        Ok(())
+    }
+
+    async fn payload_shape(&self, topic: &Topic) -> Result<Option<PayloadShape>> {
+        let key = layout::shapes_key(&self.options.namespace);
+        let bytes: Option<Vec<u8>> = self
+            .conn
+            .call(async |conn| {
+                redis::cmd("HGET")
+                    .arg(&key)
+                    .arg(topic.as_str())
+                    .query_async(conn)
+                    .await
+            })
+            .await
+            .map_err(from_redis)?;
+        Ok(bytes.and_then(|b| read_shape(topic, &b)))
     }
 
     async fn now_ms(&self) -> Result<u64> {

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     KeyName, PartitionKeys, RecordHeader, TopicRecord, formats_key, parse_key, schedules_key,
-    topics_key, workers_key,
+    shapes_key, topics_key, workers_key,
 };
 use crate::error::{Result, from_redis};
 use crate::format::LEAN_FORMAT;
@@ -491,6 +491,20 @@ impl Snapshot {
                     "expires in {} ms: the format level must not",
                     seen.ttl_ms
                 ));
+            }
+            return;
+        }
+        if *key == shapes_key(&self.namespace) {
+            // Payload shapes: a hash that never expires (each worker rewrites its topics').
+            let ty = seen.redis_type.as_str();
+            if ty != KeyName::Shapes.redis_type() && ty != "none" {
+                say(format!(
+                    "is a {ty}, expected a {}",
+                    KeyName::Shapes.redis_type()
+                ));
+            }
+            if seen.ttl_ms >= 0 {
+                say(format!("expires in {} ms: shapes must not", seen.ttl_ms));
             }
             return;
         }

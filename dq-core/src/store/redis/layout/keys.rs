@@ -7,7 +7,8 @@
 //!
 //! One key is namespace-wide, outside every partition: the topic registry `<ns>:topics`
 //! ([`topics_key`]); so are the live workers ([`workers_key`]), the periodic schedules
-//! ([`schedules_key`]) and the record-format registry ([`formats_key`]). On a cluster it lives in a slot of its own, so it is only ever read or
+//! ([`schedules_key`]), the record-format registry ([`formats_key`]) and the payload shapes
+//! ([`shapes_key`]). On a cluster it lives in a slot of its own, so it is only ever read or
 //! written by a call of its own, never inside a partition's script.
 
 use crate::job::Queue;
@@ -96,6 +97,11 @@ pub enum KeyName {
     /// `formats.lua` and [`formats_key`]): `level`, `hold`, and `p:<id>` →
     /// `<expires_ms>|<beat_ms>|<reads>|<record>` per live process. Never expires.
     Formats,
+    /// HASH topic → payload shape (`<format>|<shape>`, [`crate::shape::PayloadShape`]): the
+    /// JSON shape of each topic's payload as its newest started worker published it, read by
+    /// the HTTP API to refuse a payload that does not fit; `<ns>:shapes` (not a partition
+    /// key; plain `HSET`/`HGET`, no script; see [`shapes_key`]). Never expires.
+    Shapes,
 }
 
 impl KeyName {
@@ -147,6 +153,7 @@ impl KeyName {
             KeyName::Workers => "workers",
             KeyName::Schedules => "schedules",
             KeyName::Formats => "formats",
+            KeyName::Shapes => "shapes",
         }
     }
 
@@ -171,7 +178,8 @@ impl KeyName {
             | KeyName::Topics
             | KeyName::Workers
             | KeyName::Schedules
-            | KeyName::Formats => "hash",
+            | KeyName::Formats
+            | KeyName::Shapes => "hash",
             KeyName::FetchReceipt | KeyName::Receipts | KeyName::OldReceipts => "string",
         }
     }
@@ -330,7 +338,8 @@ impl PartitionKeys {
             | KeyName::Topics
             | KeyName::Workers
             | KeyName::Schedules
-            | KeyName::Formats => {
+            | KeyName::Formats
+            | KeyName::Shapes => {
                 return None;
             }
         })
@@ -379,6 +388,14 @@ pub fn schedules_key(namespace: &str) -> String {
 /// process.
 pub fn formats_key(namespace: &str) -> String {
     format!("{namespace}:{}", KeyName::Formats)
+}
+
+/// HASH, the namespace's payload shapes: topic → `<format>|<shape>`
+/// ([`crate::shape::PayloadShape::encode`]), written by each worker at start for the topics it
+/// handles (last writer wins) and read by the HTTP API. Namespace-wide (no partition's hash
+/// tag: a slot of its own on a cluster), written and read by plain `HSET`/`HGET`; no TTL.
+pub fn shapes_key(namespace: &str) -> String {
+    format!("{namespace}:{}", KeyName::Shapes)
 }
 
 /// A key of the store read back by [`parse_key`].
@@ -441,6 +458,13 @@ mod tests {
         assert_eq!(topics_key("dq"), "dq:topics");
         assert_eq!(schedules_key("dq"), "dq:schedules");
         assert_eq!(formats_key("dq"), "dq:formats");
+        assert_eq!(shapes_key("dq"), "dq:shapes");
+        assert_eq!(
+            parse_key("dq", &shapes_key("dq")),
+            None,
+            "not a partition key"
+        );
+        assert_eq!(k.get(KeyName::Shapes), None);
         assert_eq!(
             parse_key("dq", &formats_key("dq")),
             None,

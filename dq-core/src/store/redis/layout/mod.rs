@@ -29,7 +29,7 @@ pub use invariants::{
 };
 pub use keys::{
     KeyName, ParsedKey, PartitionKeys, RECEIPT_ENTRY_LEN, formats_key, parse_key, receipt_bucket,
-    receipt_entry, schedules_key, topics_key, workers_key,
+    receipt_entry, schedules_key, shapes_key, topics_key, workers_key,
 };
 pub(crate) use script_keys::script_table;
 pub use script_keys::{SCRIPT_KEYS, script_keys};
