@@ -1787,6 +1787,9 @@ async fn a_damaged_event_stream_never_stops_a_job() {
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
 }
 
+/// A stream entry as `XRANGE` answers it: the id, then field/value pairs.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+
 async fn info_state(t: &dq::TopicClient, key: &str) -> JobState {
     t.job(key).await.unwrap().expect("the job").state
 }
@@ -1807,8 +1810,7 @@ async fn event_format_1_is_pinned_and_a_frozen_entry_still_reads() {
     t.enqueue(raw(1)).key("a").at(at).await.unwrap();
     assert_eq!(t.cancel("a").await.unwrap(), dq::CancelOutcome::Cancelled);
     let k = h.partition_keys("events.pinned", 0);
-    let entries: Vec<(String, Vec<(String, Vec<u8>)>)> =
-        h.server().cmd(&["XRANGE", &k.events, "-", "+"]);
+    let entries: Vec<StreamEntry> = h.server().cmd(&["XRANGE", &k.events, "-", "+"]);
     let ids: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, ["1-0", "2-0"]);
     let field = |e: usize, name: &str| -> Vec<u8> {
@@ -1816,8 +1818,7 @@ async fn event_format_1_is_pinned_and_a_frozen_entry_still_reads() {
             .1
             .iter()
             .find(|(f, _)| f == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("field {name}"))
+            .map_or_else(|| panic!("field {name}"), |(_, v)| v.clone())
     };
     let names: Vec<&str> = entries[0].1.iter().map(|(f, _)| f.as_str()).collect();
     assert_eq!(names, ["v", "n", "t", "b"]);
@@ -1845,23 +1846,20 @@ async fn event_format_1_is_pinned_and_a_frozen_entry_still_reads() {
         ("w".into(), b"w-1".to_vec()),
     ];
     let events = dq::Event::decode_entry(&q, 7, &frozen).unwrap();
-    let read: Vec<(u64, String, &str, Option<u32>, Option<&str>)> = events
+    let read: Vec<String> = events
         .iter()
         .map(|e| {
-            (
-                e.id.0,
-                e.kind.to_string(),
-                e.key.as_str(),
-                e.attempt,
-                e.worker.as_deref(),
+            format!(
+                "{} {} {} {:?} {:?}",
+                e.id, e.kind, e.key, e.attempt, e.worker
             )
         })
         .collect();
     assert_eq!(
         read,
         [
-            (7, "succeeded".into(), "j1", Some(1), Some("w-1")),
-            (8, "succeeded".into(), "j2", Some(3), Some("w-1")),
+            r#"7 succeeded j1 Some(1) Some("w-1")"#,
+            r#"8 succeeded j2 Some(3) Some("w-1")"#,
         ]
     );
     assert!(events.iter().all(|e| e.at_ms == 1_764_250_000_000));

@@ -104,12 +104,7 @@ impl Client {
     pub async fn events_with(&self, options: EventsOptions) -> Result<EventStream> {
         let topics = match &options.topics {
             None => None,
-            Some(names) => Some(
-                names
-                    .iter()
-                    .map(|n| Topic::new(n))
-                    .collect::<Result<Vec<_>>>()?,
-            ),
+            Some(names) => Some(names.iter().map(Topic::new).collect::<Result<Vec<_>>>()?),
         };
         if options.batch == 0 || options.batch > 10_000 {
             return Err(Error::InvalidConfig(format!(

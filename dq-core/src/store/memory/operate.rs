@@ -469,7 +469,9 @@ impl Operate for MemoryStore {
     }
 
     async fn last_event(&self, queue: &Queue) -> Result<Option<EventId>> {
-        Ok(self.read(queue, |p, _| p.and_then(|p| p.last_event())))
+        Ok(self.read(queue, |p, _| {
+            p.and_then(super::partition::Partition::last_event)
+        }))
     }
 
     async fn list(
