@@ -35,7 +35,7 @@ pub use self::config::{
     TopicCount,
 };
 pub use self::enqueue::{Enqueue, JobSpec};
-pub use self::events::{DEFAULT_EVENTS_POLL, EventStream, EventsOptions};
+pub use self::events::{DEFAULT_EVENTS_POLL, EventStream, EventsOptions, MAX_RECENT_EVENTS};
 pub use self::finished::{FinishedPage, WAIT_FIRST_PAUSE, WAIT_MAX_PAUSE, WaitOutcome};
 pub use self::handle::{Client, TopicClient};
 pub use self::registration::{BEATS_PER_TTL, DEFAULT_FORMAT_BEAT};

@@ -1,10 +1,11 @@
 //! The routes and their pages: overview, topic, dead queue (and its one POST endpoint), job,
-//! schedules; any other path is a 404 in the page frame.
+//! a topic's events, schedules; any other path is a 404 in the page frame.
 //! Everything is rendered on the server with `maud` (which escapes every value); the pages
 //! carry no script. Each page is its own file; `layout.rs` holds what they share. This file
 //! only assembles them.
 
 mod dead_queue;
+mod events;
 mod job;
 mod layout;
 mod overview;
@@ -30,6 +31,7 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router {
             get(dead_queue::dead_page).post(dead_queue::dead_action),
         )
         .route("/topics/{topic}/jobs/{key}", get(job::job_page))
+        .route("/topics/{topic}/events", get(events::events_page))
         .route("/schedules", get(schedules::schedules_page))
         .fallback(layout::no_such_page)
         .layer(axum::middleware::from_fn_with_state(

@@ -764,3 +764,83 @@ async fn kept_jobs_have_tabs_and_a_page_with_their_result() {
     let (status, _) = get(&format!("{}/topics/thumbs?state=finished", served.url)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+/// A topic that records events has an events tab listing them newest first (kind, job,
+/// attempt, worker, error); a job's page shows its own events; a topic without events says
+/// how to turn them on and shows no tab.
+#[tokio::test]
+async fn events_are_shown_on_the_topic_and_job_pages() {
+    let client = common::client("dash-events").await;
+    let tc = client.topic("mails").unwrap();
+    tc.set_events(Some(dq_core::EventsPolicy::default()))
+        .await
+        .unwrap();
+    make_ready(&client, "mails", "mail-", 2).await;
+    let q = dq_core::Queue::new(dq_core::Topic::new("mails").unwrap(), 0);
+    let request = dq_core::FetchRequest {
+        max_jobs: 2,
+        lease: Duration::from_secs(60),
+        call: dq_core::FetchCall::new(),
+        ..dq_core::FetchRequest::default()
+    };
+    let reply = client.store().fetch(&q, &request).await.unwrap();
+    assert_eq!(reply.jobs.len(), 2);
+    let (ok, bad) = (&reply.jobs[0], &reply.jobs[1]);
+    client
+        .store()
+        .ack(
+            &q,
+            "worker-9",
+            &[dq_core::Success::new(ok.key.clone(), ok.token)],
+        )
+        .await
+        .unwrap();
+    let failure = dq_core::FailedAttempt {
+        key: bad.key.clone(),
+        token: bad.token,
+        action: dq_core::FailAction::Retry(Duration::from_secs(3600)),
+        error: "smtp said <no>".into(),
+    };
+    client
+        .store()
+        .fail_many(&q, &[failure], dq_core::DeadLimits::default())
+        .await
+        .unwrap();
+    client.topic("quiet").unwrap().stats().await.unwrap(); // records a topic without events
+
+    let served = serve(client.clone(), opts()).await;
+    let (status, page) = get(&format!("{}/topics/mails", served.url)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("id=\"events-link\""), "{page}");
+    let (status, page) = get(&format!("{}/topics/mails/events", served.url)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    for want in [
+        "data-event=\"succeeded\"",
+        "data-event=\"failed\"",
+        "data-event=\"started\"",
+        "data-event=\"enqueued\"",
+        "worker-9",
+        "smtp said &lt;no&gt;",
+        &format!("/topics/mails/jobs/{}", ok.key.as_str().replace('-', "%2D")),
+    ] {
+        assert!(page.contains(want), "{want:?} in {page}");
+    }
+    // newest first: the failure (last) comes before the enqueues (first)
+    assert!(
+        page.find("data-event=\"failed\"").unwrap() < page.find("data-event=\"enqueued\"").unwrap(),
+        "{page}"
+    );
+    let (status, page) = get(&format!("{}/topics/mails/jobs/{}", served.url, bad.key)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("<h2>Events</h2>"), "{page}");
+    assert!(
+        page.contains("data-event=\"failed\"") && !page.contains("worker-9"),
+        "only this job's events: {page}"
+    );
+    let (status, page) = get(&format!("{}/topics/quiet", served.url)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(!page.contains("id=\"events-link\""), "{page}");
+    let (status, page) = get(&format!("{}/topics/quiet/events", served.url)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("records no events"), "{page}");
+}

@@ -138,6 +138,58 @@ impl Client {
     }
 }
 
+/// Most events [`TopicClient::recent_events`] and [`TopicClient::job_events`] return.
+pub const MAX_RECENT_EVENTS: usize = 1000;
+
+/// How many of a partition's last events [`TopicClient::job_events`] looks through.
+const JOB_EVENTS_SCAN: u64 = 1000;
+
+impl super::handle::TopicClient {
+    /// The topic's last `limit` events (at most [`MAX_RECENT_EVENTS`]), newest first, over
+    /// every partition: what a page of recent activity shows. Empty for a topic that records
+    /// no events.
+    pub async fn recent_events(&self, limit: usize) -> Result<Vec<Event>> {
+        let limit = limit.clamp(1, MAX_RECENT_EVENTS);
+        let partitions = self.ensure().await?;
+        let mut all = Vec::new();
+        for queue in self.queues(partitions) {
+            all.extend(self.last_events_of(&queue, limit as u64).await?);
+        }
+        all.sort_by(|a, b| (b.at_ms, b.partition, b.id).cmp(&(a.at_ms, a.partition, a.id)));
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    /// The events of job `key` among the last 1000 of its partition, oldest first: its recent
+    /// history (enqueued, started, failed, …) for a job page. Empty for a topic that records
+    /// no events.
+    pub async fn job_events(&self, key: &str) -> Result<Vec<Event>> {
+        let key = crate::names::JobKey::new(key)?;
+        let partitions = self.ensure().await?;
+        let queue = self.queue_of(&key, partitions);
+        let mut found: Vec<Event> = self
+            .last_events_of(&queue, JOB_EVENTS_SCAN)
+            .await?
+            .into_iter()
+            .filter(|e| e.key == key.as_str())
+            .collect();
+        found.truncate(MAX_RECENT_EVENTS);
+        Ok(found)
+    }
+
+    /// The last `n` events of `queue` kept (or fewer), oldest first.
+    async fn last_events_of(&self, queue: &Queue, n: u64) -> Result<Vec<Event>> {
+        let store = &self.client.store;
+        let Some(last) = store.last_event(queue).await? else {
+            return Ok(Vec::new());
+        };
+        let after = EventId(last.0.saturating_sub(n));
+        let mut events = store.read_events(queue, after, n as usize).await?;
+        events.retain(|e| e.id > after && e.id <= last);
+        Ok(events)
+    }
+}
+
 /// An async stream of events (`futures_core::Stream<Item = Result<Event>>`, or call
 /// [`EventStream::next`]), read by a task of its own that ends when the stream is dropped.
 /// Within a partition events come in order, each once; across partitions, by time.

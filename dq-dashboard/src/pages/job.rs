@@ -66,12 +66,28 @@ fn progress_block(p: Option<&dq_core::JobProgress>, now_ms: u64) -> maud::Markup
     }
 }
 
+/// A job's recent events (from its topic's event stream), when it has any.
+fn events_block(
+    shared: &Shared,
+    topic: &str,
+    events: &[dq_core::Event],
+    now_ms: u64,
+) -> maud::Markup {
+    html! {
+        @if !events.is_empty() {
+            h2 { "Events" }
+            (super::events::events_table(shared, topic, events, now_ms, false))
+        }
+    }
+}
+
 /// A finished job its topic keeps: outcome, times, worker, result, attempts and payload.
 async fn finished_page(
     shared: &Arc<Shared>,
     name: &str,
     key: &str,
     job: &FinishedJob,
+    job_events: &[dq_core::Event],
 ) -> PageResult {
     let now_ms = shared.client.store().now_ms().await?;
     let result = match &job.result {
@@ -98,6 +114,7 @@ async fn finished_page(
         }
         (progress_block(job.progress.as_ref(), now_ms))
         (history_block(&job.history, now_ms))
+        (events_block(shared, name, job_events, now_ms))
         h2 { "Payload" }
         pre.payload { (pretty_msgpack(&job.payload)) }
     };
@@ -124,9 +141,11 @@ pub(super) async fn job_page(
             .finished(&key)
             .await?
             .ok_or_else(|| not_found(format!("no job {key:?} in topic {name:?}")))?;
-        return finished_page(&shared, &name, &key, &kept).await;
+        let job_events = tc.job_events(&key).await?;
+        return finished_page(&shared, &name, &key, &kept, &job_events).await;
     };
     let now_ms = shared.client.store().now_ms().await?;
+    let job_events = tc.job_events(&key).await?;
     let payload = pretty_msgpack(&job.payload);
     let rw = !shared.opts.read_only;
     let partition = job.key.partition(meta.partitions);
@@ -152,6 +171,7 @@ pub(super) async fn job_page(
         }
         (progress_block(job.progress.as_ref(), now_ms))
         (history_block(&job.history, now_ms))
+        (events_block(&shared, &name, &job_events, now_ms))
         h2 { "Payload" }
         pre.payload { (payload) }
     };

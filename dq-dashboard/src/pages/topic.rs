@@ -134,7 +134,8 @@ pub(super) async fn topic_page(
             (rows, listed.next)
         }
     };
-    let retention = tc.control().await?.retention;
+    let control = tc.control().await?;
+    let (retention, recording_events) = (control.retention, control.events.is_some());
     let stats = tc.stats().await?;
     let now_ms = shared.client.store().now_ms().await?;
     let samples: Vec<_> = shared
@@ -174,6 +175,9 @@ pub(super) async fn topic_page(
                 @for o in FinishedAs::ALL {
                     a.kept.current[matches!(tab, Tab::Kept(k) if k == o)] href={(base) "?state=" (o.as_str())} { (o.as_str()) }
                 }
+            }
+            @if recording_events {
+                a #events-link href={(base) "/events"} { "events" }
             }
         }
         @if retention.is_some() || stats.kept > 0 {
