@@ -317,3 +317,38 @@ pub async fn a_reader_resumes_from_its_cursor<H: Harness>(h: &H) {
         .unwrap();
     assert_eq!(first.key, "old", "from the start: every event kept");
 }
+
+/// A read may start inside the events of one call (a bulk enqueue writes them together): it
+/// returns exactly the events after the number given, in order, and none after the last.
+pub async fn a_read_starts_after_any_event_number<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("events.page").unwrap();
+    let q = queue("events.page");
+    t.set_events(Some(EventsPolicy::default())).await.unwrap();
+    let jobs: Vec<_> = (0..5)
+        .map(|i| dq::JobSpec::new(raw(i)).key(format!("j{i}")))
+        .collect();
+    t.enqueue_bulk(jobs).await.unwrap();
+    let page = h.store().read_events(&q, EventId(2), 100).await.unwrap();
+    let got: Vec<(u64, &str)> = page.iter().map(|e| (e.id.0, e.key.as_str())).collect();
+    assert_eq!(got, [(3, "j2"), (4, "j3"), (5, "j4")]);
+    assert!(
+        h.store()
+            .read_events(&q, EventId(5), 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let first = h.store().read_events(&q, EventId::ZERO, 2).await.unwrap();
+    assert!(first.len() >= 2, "{first:?}");
+    assert_eq!((first[0].id, first[1].id), (EventId(1), EventId(2)));
+    let recent = t.recent_events(3).await.unwrap();
+    let keys: Vec<&str> = recent.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["j4", "j3", "j2"], "newest first");
+    let own = t.job_events("j3").await.unwrap();
+    assert_eq!(own.len(), 1);
+    assert_eq!(
+        (own[0].id, own[0].kind.clone()),
+        (EventId(4), EventKind::Enqueued)
+    );
+}

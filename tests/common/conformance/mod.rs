@@ -138,6 +138,7 @@ macro_rules! conformance_suite {
             events::the_stream_is_bounded,
             events::a_bad_events_policy_is_refused,
             events::a_reader_resumes_from_its_cursor,
+            events::a_read_starts_after_any_event_number,
             progress::a_running_job_reports_progress_and_log_lines,
             progress::every_other_end_of_a_run_clears_its_progress,
             update::a_waiting_job_gets_its_new_payload_and_keeps_the_rest,

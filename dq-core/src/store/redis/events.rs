@@ -11,8 +11,8 @@ use crate::job::Queue;
 type Entry = (String, Vec<(String, Vec<u8>)>);
 
 impl RedisStore {
-    /// About `limit` events of `queue` after `after`, oldest first (whole entries: the last
-    /// may take the page beyond `limit`). Entries dq cannot read (a newer event format, a
+    /// About `limit` events of `queue` after `after`, oldest first (whole entries: a page may
+    /// go beyond `limit`, by up to `limit` entries read directly). Entries dq cannot read (a newer event format, a
     /// damaged entry) are skipped with a warning.
     pub(super) async fn read_events_of(
         &self,
@@ -21,15 +21,40 @@ impl RedisStore {
         limit: usize,
     ) -> Result<Vec<Event>> {
         let k = self.keys(queue);
-        let s = &self.scripts().events;
         let limit = limit.max(1);
-        let reply = self
-            .run(s, &k, &[], |inv| {
-                inv.arg(after.0).arg(limit);
+        // The common case, a reader that has handed out whole entries: the next entry starts
+        // right after `after`, and one plain XRANGE reads on from it (no script: Redis answers
+        // from the stream itself). Otherwise (nothing new, or `after` inside an entry: a
+        // cursor saved mid-entry) the `events` script finds the entry holding the next event.
+        let from = format!("{}-0", after.0 + 1);
+        let direct: Vec<Entry> = self
+            .conn
+            .call(async |conn| {
+                redis::cmd("XRANGE")
+                    .arg(&k.events)
+                    .arg(&from)
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(limit)
+                    .query_async(conn)
+                    .await
             })
-            .await?;
-        let entries: Vec<Entry> = redis::from_redis_value(reply)
-            .map_err(|e| Error::Protocol(format!("script {}: unexpected reply: {e}", s.name)))?;
+            .await
+            .map_err(from_redis)?;
+        let entries = match direct.first() {
+            Some((id, _)) if first_of(id) == Some(after.0 + 1) => direct,
+            _ => {
+                let s = &self.scripts().events;
+                let reply = self
+                    .run(s, &k, &[], |inv| {
+                        inv.arg(after.0).arg(limit);
+                    })
+                    .await?;
+                redis::from_redis_value::<Vec<Entry>>(reply).map_err(|e| {
+                    Error::Protocol(format!("script {}: unexpected reply: {e}", s.name))
+                })?
+            }
+        };
         // (every event of the entries read: a page cut inside an entry would be read again)
         let mut out = Vec::new();
         for (id, fields) in entries {
