@@ -1773,6 +1773,37 @@ async fn a_damaged_event_stream_never_stops_a_job() {
     let numbered: Vec<(u64, &str)> = events.iter().map(|e| (e.id.0, e.key.as_str())).collect();
     assert_eq!(numbered, [(1, "a"), (2, "b"), (3, "c")]);
 
+    // an entry a newer dq wrote (event format 2, two events): handed out as two events of
+    // kind `?` so a reader moves past it; the next event is numbered after it
+    let _: String = h
+        .server()
+        .cmd(&["XADD", &k.events, "4-0", "v", "2", "n", "2", "b", "?"]);
+    t.enqueue(raw(5)).key("e").await.unwrap();
+    let after = h
+        .store()
+        .read_events(&q, dq::EventId(3), 100)
+        .await
+        .unwrap();
+    let seen: Vec<(u64, String, &str)> = after
+        .iter()
+        .map(|e| (e.id.0, e.kind.to_string(), e.key.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (4, "?".to_string(), ""),
+            (5, "?".to_string(), ""),
+            (6, "enqueued".to_string(), "e")
+        ]
+    );
+    assert!(
+        after[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("event format 2")
+    );
+
     // a stream key of another type: the events are lost and counted, the jobs are enqueued
     let _: i64 = h.server().cmd(&["DEL", &k.events]);
     let _: String = h.server().cmd(&["SET", &k.events, "not a stream"]);
@@ -1863,4 +1894,46 @@ async fn event_format_1_is_pinned_and_a_frozen_entry_still_reads() {
         ]
     );
     assert!(events.iter().all(|e| e.at_ms == 1_764_250_000_000));
+}
+
+/// A partition that lost events a reader had (here: its stream and counter deleted, as a
+/// restore from an older save would leave it) numbers its new events from where it is; the
+/// reader notices within a topic refresh (5 s), warns, and reads the new events.
+#[tokio::test]
+async fn a_reader_goes_back_when_redis_lost_events_it_had() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("events.rollback").unwrap();
+    t.set_events(Some(dq::EventsPolicy::default()))
+        .await
+        .unwrap();
+    let mut stream = c
+        .events_with(
+            dq::EventsOptions::default()
+                .topics(["events.rollback"])
+                .poll(Duration::from_millis(20)),
+        )
+        .await
+        .unwrap();
+    for i in 0..3 {
+        t.enqueue(raw(i)).key(format!("before-{i}")).await.unwrap();
+    }
+    for _ in 0..3 {
+        next_event(&mut stream).await;
+    }
+    let k = h.partition_keys("events.rollback", 0);
+    let _: i64 = h.server().cmd(&["DEL", &k.events]);
+    let _: i64 = h.server().cmd(&["HDEL", &k.stats, "event_seq"]);
+    t.enqueue(raw(9)).key("after").await.unwrap();
+    let e = next_event(&mut stream).await;
+    assert_eq!((e.key.as_str(), e.id), ("after", dq::EventId(1)));
+}
+
+/// The next event of `stream`, within 30 s.
+async fn next_event(stream: &mut dq::EventStream) -> dq::Event {
+    tokio::time::timeout(Duration::from_secs(30), stream.next())
+        .await
+        .expect("an event in time")
+        .expect("the stream goes on")
+        .expect("an event, not an error")
 }

@@ -39,6 +39,10 @@ pub const DEFAULT_EVENTS_KEPT: u64 = 10_000;
 /// The most events a topic may keep: 10 million.
 pub const MAX_EVENTS_KEPT: u64 = 10_000_000;
 
+/// The largest event number a cursor may name: 2^53, the largest integer the scripts count
+/// exactly (far beyond what a partition writes: a million events a second for 285 years).
+pub const MAX_EVENT_NUMBER: u64 = 1 << 53;
+
 /// Most bytes of an error text an event carries (the rest is cut, marked).
 pub const MAX_EVENT_ERROR_LEN: usize = 1024;
 
@@ -46,7 +50,9 @@ pub const MAX_EVENT_ERROR_LEN: usize = 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventsPolicy {
     /// The most events kept (over all partitions: each keeps its share, at least one). The
-    /// bound is approximate (Redis trims a stream by whole nodes), never below this.
+    /// bound is approximate: Redis trims a stream by whole nodes of entries (each entry the
+    /// events of one call), so somewhat more is usually kept, and an entry straddling the
+    /// bound may go with the older ones; the newest call's events are always kept.
     pub max_kept: u64,
 }
 
@@ -114,7 +120,9 @@ pub enum EventKind {
     Cancelled,
     /// Its expiry came before it started: dropped, never run.
     Expired,
-    /// A kind this dq does not know (written by a newer one), by its code.
+    /// A kind this dq does not know (written by a newer one), by its code; `?` for the events
+    /// of an entry it cannot read at all (a newer event format: [`Event::error`] says why),
+    /// handed out so that a reader moves past them.
     Other(String),
 }
 
@@ -194,9 +202,12 @@ impl FromStr for EventId {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<EventId> {
-        s.parse()
-            .map(EventId)
-            .map_err(|_| Error::InvalidConfig(format!("event number {s:?} is not a number")))
+        match s.parse::<u64>() {
+            Ok(n) if n <= MAX_EVENT_NUMBER => Ok(EventId(n)),
+            _ => Err(Error::InvalidConfig(format!(
+                "event number {s:?} is not a number from 0 to {MAX_EVENT_NUMBER}"
+            ))),
+        }
     }
 }
 
@@ -395,6 +406,10 @@ mod tests {
         assert_eq!(id, EventId(1042));
         assert_eq!(id.to_string(), "1042");
         assert!("12-3".parse::<EventId>().is_err());
+        assert!(
+            "9007199254740993".parse::<EventId>().is_err(),
+            "beyond 2^53"
+        );
         assert!(EventId(5) > EventId(4));
 
         let text = "orders.close#0=1042,orders.close#1=0";

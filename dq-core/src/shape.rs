@@ -8,11 +8,16 @@
 //!
 //! # How a shape is found
 //!
-//! [`PayloadShape::of`] traces the type's `Deserialize` with `serde-reflection` (as a
-//! human-readable format: JSON is one, and so is dq's MessagePack decoding, so a `Uuid` or a
-//! time is a string). Tracing also gives sample values; a struct field is *required* when the
-//! sample, as JSON, no longer decodes without it (an `Option` or `#[serde(default)]` field
-//! still does).
+//! [`PayloadShape::of`] traces the type's `Deserialize` with `serde-reflection` as a format
+//! that is not human-readable, as dq's MessagePack decoding is not (`rmp-serde`'s default: a
+//! type that reads differently in the two modes, a `bitflags` set say, is traced as the worker
+//! reads it). Tracing also gives sample values; each is taken as the JSON an HTTP client would
+//! send for it (its MessagePack read back as JSON), and must decode back through exactly the
+//! path a payload from `dq serve` takes (JSON → MessagePack by field name → the worker's
+//! decoding), or there is no shape. A struct field is *required* when the sample without it
+//! fails that decoding with serde's ``missing field `name` `` error (an `Option` or
+//! `#[serde(default)]` field does not; a type whose own rules fail for another reason does not
+//! make the field required).
 //!
 //! There is **no shape** (every payload is taken, as before) whenever that is uncertain: a type
 //! `serde-reflection` cannot trace (`#[serde(flatten)]`, internally tagged or untagged enums,
@@ -529,15 +534,25 @@ enum Step {
 /// A struct-like container: a struct (no variant) or an enum's struct variant.
 type StructId = (String, Option<String>);
 
+/// Decodes a JSON payload as `dq serve` stores it and the worker reads it: encoded to
+/// MessagePack by field name, then decoded as `T`. The error's text on failure.
+fn decodes_as<T: DeserializeOwned>(v: &Value) -> Result<T, String> {
+    let bytes = crate::payload::encode(v, usize::MAX).map_err(|e| e.to_string())?;
+    crate::payload::decode::<T>(&bytes).map_err(|e| e.to_string())
+}
+
 /// Traces `T` (see the module docs).
 fn trace<T: Serialize + DeserializeOwned>() -> Option<PayloadShape> {
     let (root, samples, registry) = trace_all::<T>()?;
-    // The samples as JSON; each must decode back as it is, or the JSON form of the type is
-    // not what tracing saw (fields renamed one way only, …): no shape.
+    // The samples as the JSON a client would send (their MessagePack, as the worker's
+    // producers write it, read back as JSON); each must decode back through dq serve's path,
+    // or the JSON form of the type is not what tracing saw (fields renamed one way only,
+    // bytes, …): no shape.
     let mut json = Vec::with_capacity(samples.len());
     for s in &samples {
-        let v = serde_json::to_value(s).ok()?;
-        serde_json::from_value::<T>(v.clone()).ok()?;
+        let bytes = crate::payload::encode(s, usize::MAX).ok()?;
+        let v: Value = rmp_serde::from_slice(crate::trace::split(&bytes).1).ok()?;
+        decodes_as::<T>(&v).ok()?;
         json.push(v);
     }
     // Where each struct appears first in the samples.
@@ -564,7 +579,10 @@ fn trace<T: Serialize + DeserializeOwned>() -> Option<PayloadShape> {
                 if let Some(Value::Object(o)) = get_mut(&mut without, at) {
                     o.remove(&f.name);
                 }
-                serde_json::from_value::<T>(without).is_err()
+                // required only when serde says so: a type's own rule failing for another
+                // reason does not make the field required
+                decodes_as::<T>(&without)
+                    .is_err_and(|e| e.contains(&format!("missing field `{}`", f.name)))
             })
             .collect()
     };
@@ -632,7 +650,8 @@ fn trace_all<T: DeserializeOwned>() -> Option<(Format, Vec<T>, Registry)> {
         std::sync::LazyLock::new(serde_reflection::Samples::new);
     let mut enums: Vec<String> = Vec::new();
     for _round in 0..8 {
-        let config = serde_reflection::TracerConfig::default().is_human_readable(true);
+        // (as rmp-serde decodes: not human-readable)
+        let config = serde_reflection::TracerConfig::default().is_human_readable(false);
         let mut tracer = serde_reflection::Tracer::new(config);
         let mut samples = Vec::new();
         let mut root = None;

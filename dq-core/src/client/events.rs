@@ -119,6 +119,7 @@ impl Client {
             from: options.from.clone(),
             batch: options.batch,
             positions: HashMap::new(),
+            read_at: HashMap::new(),
             queues: Vec::new(),
         };
         // the start: every partition known now, at its position
@@ -155,7 +156,7 @@ impl super::handle::TopicClient {
         for queue in self.queues(partitions) {
             all.extend(self.last_events_of(&queue, limit as u64).await?);
         }
-        all.sort_by(|a, b| (b.at_ms, b.partition, b.id).cmp(&(a.at_ms, a.partition, a.id)));
+        all.sort_by_key(|e| std::cmp::Reverse((e.at_ms, e.partition, e.id)));
         all.truncate(limit);
         Ok(all)
     }
@@ -245,6 +246,9 @@ struct Reader {
     from: EventsFrom,
     batch: usize,
     positions: HashMap<Queue, EventId>,
+    /// The store time of the last event read in each partition (to find where to go on from
+    /// after the store lost events: [`Reader::rewind_rolled_back`]).
+    read_at: HashMap<Queue, u64>,
     queues: Vec<Queue>,
 }
 
@@ -281,6 +285,45 @@ impl Reader {
         Ok(())
     }
 
+    /// A partition whose newest event is older than this reader's position lost events it had
+    /// (Redis restarted from an older save, or failed over to a replica that lagged): its new
+    /// events reuse those numbers. The reader goes back to before the first event written in
+    /// or after the millisecond of the last one it read (by the store's clock), with a
+    /// warning, and reads on from there: the events written since the loss, and of those it
+    /// read before at most the ones of that millisecond again.
+    async fn rewind_rolled_back(&mut self) -> Result<()> {
+        for q in self.queues.clone() {
+            let at = self.positions[&q];
+            if at == EventId::ZERO {
+                continue;
+            }
+            let last = self.store.last_event(&q).await?.unwrap_or_default();
+            if last >= at {
+                continue;
+            }
+            let seen_at = self.read_at.get(&q).copied().unwrap_or(0);
+            let mut back = EventId::ZERO;
+            // (bounded: the partition keeps at most its share of the bound)
+            for _ in 0..10_000 {
+                let page = self.store.read_events(&q, back, self.batch).await?;
+                let Some(end) = page.last().map(|e| e.id) else {
+                    break;
+                };
+                // (the same millisecond too: rather an event again than one missed)
+                match page.iter().find(|e| e.at_ms >= seen_at) {
+                    Some(newer) => {
+                        back = EventId(newer.id.0.saturating_sub(1));
+                        break;
+                    }
+                    None => back = end,
+                }
+            }
+            tracing::warn!(topic = %q.topic, partition = q.partition, position = %at, newest = %last, from = %back, "event stream: the partition's newest event is older than this reader's position (Redis lost events in a restart or failover); reading on after the last event written before the one it read last");
+            self.positions.insert(q, back);
+        }
+        Ok(())
+    }
+
     /// Reads round after round until the stream is dropped.
     async fn run(mut self, tx: mpsc::Sender<Result<Event>>, poll: Duration) {
         let backoff = || {
@@ -301,6 +344,9 @@ impl Reader {
                         if let Err(e) = self.add(queues, false).await {
                             trouble = Some(e);
                         }
+                        if let Err(e) = self.rewind_rolled_back().await {
+                            trouble = Some(e);
+                        }
                     }
                     Err(e) => trouble = Some(e),
                 }
@@ -318,7 +364,8 @@ impl Reader {
                     Ok(found) => {
                         full |= found.len() >= self.batch;
                         if let Some(last) = found.last() {
-                            self.positions.insert(queue, last.id);
+                            self.positions.insert(queue.clone(), last.id);
+                            self.read_at.insert(queue, last.at_ms);
                         }
                         // each with the latest time of its partition so far: a clock that
                         // stepped back never reorders a partition's events below

@@ -424,3 +424,85 @@ fn write_shape_fixture() {
         .unwrap();
     }
 }
+
+/// A set of flags read as names in a human-readable format and as its bits otherwise, as
+/// `bitflags` does: the worker (MessagePack, not human-readable) reads the bits.
+#[derive(Debug, PartialEq)]
+struct Perms(u8);
+
+impl Serialize for Perms {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            s.serialize_str(if self.0 == 0 { "" } else { "A" })
+        } else {
+            s.serialize_u8(self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Perms {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Perms, D::Error> {
+        if d.is_human_readable() {
+            let text = String::deserialize(d)?;
+            Ok(Perms(u8::from(!text.is_empty())))
+        } else {
+            u8::deserialize(d).map(Perms)
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Grant {
+    perms: Perms,
+}
+
+#[test]
+fn a_type_that_reads_differently_when_not_human_readable_is_checked_as_the_worker_reads_it() {
+    let s = shape::<Grant>();
+    let bits = json!({"perms": 3});
+    assert!(worker_takes::<Grant>(&bits));
+    assert_eq!(s.check(&bits), Ok(()), "the bits, as the worker reads them");
+    let names = json!({"perms": "A | B"});
+    assert!(!worker_takes::<Grant>(&names));
+    assert!(
+        s.check(&names).is_err(),
+        "names: the worker refuses them too"
+    );
+}
+
+/// A struct whose own rule makes a field needed only with another: the field is not required
+/// by the shape (only serde's `missing field` makes a field required).
+#[derive(Serialize, Deserialize)]
+#[serde(try_from = "RawPair")]
+struct Pair {
+    a: Option<u32>,
+    b: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RawPair {
+    a: Option<u32>,
+    b: Option<u32>,
+}
+
+impl TryFrom<RawPair> for Pair {
+    type Error = String;
+    fn try_from(r: RawPair) -> Result<Pair, String> {
+        if r.a.is_some() && r.b.is_none() {
+            return Err("b is needed with a".into());
+        }
+        Ok(Pair { a: r.a, b: r.b })
+    }
+}
+
+#[test]
+fn a_field_needed_by_a_types_own_rule_is_not_required() {
+    let s = shape::<Pair>();
+    let empty = json!({});
+    assert!(worker_takes::<Pair>(&empty));
+    assert_eq!(s.check(&empty), Ok(()));
+    assert!(
+        s.check(&json!({"a": "x"})).is_err(),
+        "types are still checked"
+    );
+}

@@ -181,6 +181,8 @@ pub async fn every_change_of_a_job_is_an_event<H: Harness>(h: &H) {
     );
     let lost = find(EventKind::Dead, "lost");
     assert_eq!(lost.error.as_deref(), Some("lease expired"));
+    // a job cancelled before it ever ran names no attempt (the scripts write 0 for none)
+    assert_eq!(find(EventKind::Cancelled, "gone").attempt, None);
     let enqueued = find(EventKind::Enqueued, "gone");
     assert!(
         enqueued.due_ms.unwrap() >= enqueued.at_ms + 3_599_000,

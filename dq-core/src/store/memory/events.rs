@@ -48,7 +48,8 @@ impl EventLog {
             kind,
             key: key.to_string(),
             at_ms: now,
-            attempt: detail.attempt,
+            // (0: none, as the scripts write it: a job cancelled before it ever ran)
+            attempt: detail.attempt.filter(|a| *a > 0),
             worker: detail.worker,
             error: detail.error.map(|e| truncate_error(&e).into_owned()),
             due_ms: detail.due_ms,

@@ -4,7 +4,7 @@
 
 use super::store::RedisStore;
 use crate::error::{Error, Result, from_redis};
-use crate::events::{Event, EventId};
+use crate::events::{Event, EventId, EventKind};
 use crate::job::Queue;
 
 /// One stream entry as Redis answers it: the id, then field/value pairs.
@@ -101,13 +101,34 @@ fn first_of(id: &str) -> Option<u64> {
     id.split('-').next()?.parse().ok()
 }
 
-/// One entry's events, or none (skipped, with a warning) when it is not one this dq reads.
+/// One entry's events. An entry this dq cannot read (a newer event format, a damaged one) is
+/// reported once, with a warning, as that many events of kind `?` ([`EventKind::Other`]) with
+/// no key and the reason as their error: a reader moves past it instead of stopping there.
 fn decode(queue: &Queue, id: &str, fields: &[(String, Vec<u8>)]) -> Vec<Event> {
-    let decoded = first_of(id)
-        .ok_or_else(|| "an id that is not <number>-0".to_owned())
-        .and_then(|first| Event::decode_entry(queue, first, fields));
-    decoded.unwrap_or_else(|why| {
-        tracing::warn!(%queue.topic, partition = queue.partition, id, why, "an event entry this dq cannot read: skipped");
-        Vec::new()
+    let Some(first) = first_of(id) else {
+        tracing::warn!(%queue.topic, partition = queue.partition, id, "an event entry whose id is not <number>-0: skipped");
+        return Vec::new();
+    };
+    Event::decode_entry(queue, first, fields).unwrap_or_else(|why| {
+        tracing::warn!(%queue.topic, partition = queue.partition, id, why, "an event entry this dq cannot read: handed out as events of kind `?`");
+        let n: u64 = fields
+            .iter()
+            .find(|(f, _)| f == "n")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(1);
+        (0..n.clamp(1, 100_000))
+            .map(|i| Event {
+                topic: queue.topic.as_str().to_owned(),
+                partition: queue.partition,
+                id: EventId(first + i),
+                kind: EventKind::Other("?".into()),
+                key: String::new(),
+                at_ms: 0,
+                attempt: None,
+                worker: None,
+                error: Some(why.clone()),
+                due_ms: None,
+            })
+            .collect()
     })
 }

@@ -723,8 +723,9 @@ end
 -- cancelled jobs, the job is kept as cancelled. `ev`: the call's event context (`events_of`) or nil.
 local function drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
   local p = redis.call('HGET', progress, key)
+  -- (read when kept, or for the event's attempt: the attempt that was running)
+  local rec = (keep or ev) and redis.call('HGET', jobs, key)
   if keep and keeps(keep[3], KEPT.cancelled) then
-    local rec = redis.call('HGET', jobs, key)
     if rec then
       local h = redis.call('HGET', hist, key)
       keep_jobs(keep[1], keep[2], keep[3], KEPT.cancelled, keep[4],
@@ -739,7 +740,7 @@ local function drop_cancelled(active, jobs, hist, stats, control, leases, progre
   redis.call('HDEL', hist, key)
   redis.call('HDEL', control, cancel_field(key))
   count(stats, 'cancelled', 1)
-  emit(ev, EVENT.cancelled, key)
+  emit(ev, EVENT.cancelled, key, rec and is_record(rec) and started(rec) or nil)
 end
 
 -- ---- retry delays: the Lua mirror of RetryPolicy::delay_with (dq-core/src/retry.rs) ----
