@@ -139,10 +139,11 @@ impl Client {
     }
 }
 
-/// Most events [`TopicClient::recent_events`] and [`TopicClient::job_events`] return.
+/// Most events [`TopicClient::recent_events`](crate::TopicClient::recent_events) and
+/// [`TopicClient::job_events`](crate::TopicClient::job_events) return.
 pub const MAX_RECENT_EVENTS: usize = 1000;
 
-/// How many of a partition's last events [`TopicClient::job_events`] looks through.
+/// How many of a partition's last events `TopicClient::job_events` looks through.
 const JOB_EVENTS_SCAN: u64 = 1000;
 
 impl super::handle::TopicClient {
