@@ -336,6 +336,13 @@ impl EventCursor {
         }
     }
 
+    /// Records `event` as the last one handed out in its partition, wherever it is (a stream
+    /// that went back after the store lost events goes back with it).
+    pub(crate) fn record(&mut self, event: &Event) {
+        self.positions
+            .insert((event.topic.clone(), event.partition), event.id);
+    }
+
     /// Sets `queue`'s position.
     pub fn set(&mut self, queue: &Queue, id: EventId) {
         self.positions

@@ -208,7 +208,7 @@ impl EventStream {
     pub async fn next(&mut self) -> Option<Result<Event>> {
         let item = self.rx.recv().await;
         if let Some(Ok(event)) = &item {
-            self.cursor.advance(event);
+            self.cursor.record(event);
         }
         item
     }
@@ -234,7 +234,7 @@ impl futures_core::Stream for EventStream {
         let this = self.get_mut();
         let polled = this.rx.poll_recv(cx);
         if let Poll::Ready(Some(Ok(event))) = &polled {
-            this.cursor.advance(event);
+            this.cursor.record(event);
         }
         polled
     }
