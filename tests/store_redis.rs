@@ -1937,3 +1937,54 @@ async fn next_event(stream: &mut dq::EventStream) -> dq::Event {
         .expect("the stream goes on")
         .expect("an event, not an error")
 }
+
+/// One partition whose events cannot be read (its key holds another type) holds up no other:
+/// the stream hands out the error, backs off that partition alone, and reads the others' events.
+#[tokio::test]
+async fn a_broken_partition_holds_up_no_other() {
+    let h = RedisHarness::new().await;
+    let c = h
+        .client_with(|b| b.partitions("events.broken", 2))
+        .await
+        .unwrap();
+    let t = c.topic("events.broken").unwrap();
+    t.set_events(Some(dq::EventsPolicy::default()))
+        .await
+        .unwrap();
+    let mut stream = c
+        .events_with(
+            dq::EventsOptions::default()
+                .topics(["events.broken"])
+                .poll(Duration::from_millis(20)),
+        )
+        .await
+        .unwrap();
+    // (broken after the stream started: a start position that cannot be read is an error of
+    // `events_with` itself)
+    let broken = h.partition_keys("events.broken", 0);
+    let _: String = h.server().cmd(&["SET", &broken.events, "not a stream"]);
+    let healthy: Vec<String> = (0..40)
+        .map(|i| format!("job-{i}"))
+        .filter(|k| jk(k).partition(2) == 1)
+        .take(3)
+        .collect();
+    for k in &healthy {
+        t.enqueue(raw(1)).key(k).await.unwrap();
+    }
+    let (mut read, mut errors) = (Vec::new(), 0);
+    while read.len() < healthy.len() {
+        match tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("in time")
+            .expect("the stream goes on")
+        {
+            Ok(e) => read.push(e.key),
+            Err(e) => {
+                assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+                errors += 1;
+            }
+        }
+    }
+    assert_eq!(read, healthy);
+    assert!(errors >= 1, "the broken partition's error is handed out");
+}

@@ -4,9 +4,10 @@
 //! A stream follows the namespace's topics (all, or those named), reading each partition's
 //! events from its own position in rounds: one read per partition, all at once (on a Redis
 //! Cluster each goes to the node of its slot), merged by time. A round that found nothing
-//! waits [`EventsOptions::poll`] before the next. Connection trouble is waited out with a
-//! backoff, keeping every position, so a Redis restart or failover loses no event the server
-//! kept; other errors are handed to the reader as `Err` items and the stream goes on.
+//! waits [`EventsOptions::poll`] before the next. A partition whose read fails waits its own
+//! backoff (100 ms doubling to 5 s) while the others go on, keeping its position, so a Redis
+//! restart or failover loses no event the server kept; errors other than connection trouble
+//! are also handed to the reader as `Err` items, and the stream goes on.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -334,26 +335,40 @@ impl Reader {
                 .without_max_times()
                 .build()
         };
-        let mut delays = backoff();
-        let mut refreshed = tokio::time::Instant::now();
+        // A partition whose read failed waits its own backoff; the others go on.
+        let mut held: HashMap<Queue, (tokio::time::Instant, backon::ExponentialBackoff)> =
+            HashMap::new();
+        let mut refresh_delays = backoff();
+        let mut refresh_at = tokio::time::Instant::now() + TOPICS_REFRESH;
         loop {
-            let mut trouble: Option<Error> = None;
-            if refreshed.elapsed() >= TOPICS_REFRESH {
-                match self.current_queues().await {
-                    Ok(queues) => {
-                        refreshed = tokio::time::Instant::now();
-                        if let Err(e) = self.add(queues, false).await {
-                            trouble = Some(e);
-                        }
-                        if let Err(e) = self.rewind_rolled_back().await {
-                            trouble = Some(e);
-                        }
+            let mut errors: Vec<Error> = Vec::new();
+            let now = tokio::time::Instant::now();
+            if now >= refresh_at {
+                let refreshed = match self.current_queues().await {
+                    Ok(queues) => match self.add(queues, false).await {
+                        Ok(()) => self.rewind_rolled_back().await,
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                };
+                refresh_at = match refreshed {
+                    Ok(()) => {
+                        refresh_delays = backoff();
+                        now + TOPICS_REFRESH
                     }
-                    Err(e) => trouble = Some(e),
-                }
+                    Err(e) => {
+                        errors.push(e);
+                        now + refresh_delays.next().unwrap_or(TOPICS_REFRESH)
+                    }
+                };
             }
             let (store, batch) = (&self.store, self.batch);
-            let reads = futures_util::future::join_all(self.queues.iter().map(|q| {
+            let due: Vec<&Queue> = self
+                .queues
+                .iter()
+                .filter(|q| held.get(*q).is_none_or(|(until, _)| *until <= now))
+                .collect();
+            let reads = futures_util::future::join_all(due.into_iter().map(|q| {
                 let at = self.positions[q];
                 async move { (q.clone(), store.read_events(q, at, batch).await) }
             }))
@@ -363,6 +378,7 @@ impl Reader {
             for (queue, read) in reads {
                 match read {
                     Ok(found) => {
+                        held.remove(&queue);
                         full |= found.len() >= self.batch;
                         if let Some(last) = found.last() {
                             self.positions.insert(queue.clone(), last.id);
@@ -376,7 +392,11 @@ impl Reader {
                             (latest, e)
                         }));
                     }
-                    Err(e) => trouble = Some(e),
+                    Err(e) => {
+                        let (until, delays) = held.entry(queue).or_insert_with(|| (now, backoff()));
+                        *until = now + delays.next().unwrap_or(Duration::from_secs(5));
+                        errors.push(e);
+                    }
                 }
             }
             // by time across partitions; within one, in order
@@ -388,25 +408,18 @@ impl Reader {
                     return; // the stream was dropped
                 }
             }
-            match trouble {
-                None => {
-                    delays = backoff();
-                    if !full {
-                        tokio::time::sleep(poll).await;
+            for e in errors {
+                if e.is_retryable() {
+                    tracing::debug!(error = %e, "event stream: store unreachable; retrying");
+                } else {
+                    tracing::warn!(error = %e, "event stream: a read failed");
+                    if tx.send(Err(e)).await.is_err() {
+                        return;
                     }
                 }
-                Some(e) => {
-                    if e.is_retryable() {
-                        tracing::debug!(error = %e, "event stream: store unreachable; retrying");
-                    } else {
-                        tracing::warn!(error = %e, "event stream: a read failed");
-                        if tx.send(Err(e)).await.is_err() {
-                            return;
-                        }
-                    }
-                    let wait = delays.next().unwrap_or(Duration::from_secs(5));
-                    tokio::time::sleep(wait).await;
-                }
+            }
+            if !full {
+                tokio::time::sleep(poll).await;
             }
             if tx.is_closed() {
                 return;
