@@ -1777,7 +1777,7 @@ async fn a_damaged_event_stream_never_stops_a_job() {
     // kind `?` so a reader moves past it; the next event is numbered after it
     let _: String = h
         .server()
-        .cmd(&["XADD", &k.events, "4-0", "v", "2", "n", "2", "b", "?"]);
+        .cmd(&["XADD", &k.events, "5-0", "v", "2", "n", "2", "b", "?"]);
     t.enqueue(raw(5)).key("e").await.unwrap();
     let after = h
         .store()

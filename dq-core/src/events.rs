@@ -13,8 +13,8 @@
 //! as [`EventKind::Other`].
 //!
 //! Reading: [`EventStream`](crate::EventStream) reads every partition of the topics it follows
-//! from its position ([`EventCursor`]) in rounds, one read per partition (the `events` script:
-//! an `XREVRANGE` to find the entry holding the next event, an `XRANGE` from it); on a Redis
+//! from its position ([`EventCursor`]) in rounds, one `XRANGE` per partition (an entry's id is
+//! the number of its last event, so the entry holding the next one is found by id); on a Redis
 //! Cluster each partition's read goes to the node holding its slot, so events of many slots
 //! are read in parallel with no cross-slot command. Within a partition events come in the
 //! order they happened; across partitions a round returns them by time.
@@ -260,9 +260,9 @@ mod id_text {
 type Packed = (String, String, u32, String, u64);
 
 impl Event {
-    /// Decodes one stream entry of `queue` (the number of its first event, from its id, and
-    /// its field/value pairs, as the store returns them) into its events, in order. Unknown
-    /// fields are skipped. `Err` with a reason when the entry is not one dq can read (a
+    /// Decodes one stream entry of `queue` (the number of its first event — its id is the
+    /// number of its last, and its `n` field their count — and its field/value pairs, as the
+    /// store returns them) into its events, in order. Unknown fields are skipped. `Err` with a reason when the entry is not one dq can read (a
     /// format newer than [`EVENT_FORMAT`], or damaged): the caller skips it.
     pub fn decode_entry(
         queue: &Queue,

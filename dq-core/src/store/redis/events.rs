@@ -1,9 +1,11 @@
 //! Reading a partition's event stream (`events`, a Redis stream the scripts append one entry
-//! per call to: see `lua/lib.lua` `flush_events` and [`crate::events`]). The `events` script
-//! reads a page after an event number; nothing here writes.
+//! per call to: see `lua/lib.lua` `flush_events` and [`crate::events`]). An entry's id is the
+//! number of its last event (`<n>-0`), so the entry holding the event after `after` is the
+//! first whose id is at least `<after + 1>-0`: every read is one plain `XRANGE`, routed to the
+//! key's slot on a cluster. Nothing here writes.
 
 use super::store::RedisStore;
-use crate::error::{Error, Result, from_redis};
+use crate::error::{Result, from_redis};
 use crate::events::{Event, EventId, EventKind};
 use crate::job::Queue;
 
@@ -11,53 +13,34 @@ use crate::job::Queue;
 type Entry = (String, Vec<(String, Vec<u8>)>);
 
 impl RedisStore {
-    /// About `limit` events of `queue` after `after`, oldest first (whole entries: a page may
-    /// go beyond `limit`, by up to `limit` entries read directly). Entries dq cannot read (a newer event format, a
-    /// damaged entry) are skipped with a warning.
+    /// The events of `queue` after `after`, oldest first, from at most `limit` entries (each
+    /// the events of one call: a page may go beyond `limit` events). An entry dq cannot read
+    /// is handed out as events of kind `?` (see [`decode`]).
     pub(super) async fn read_events_of(
         &self,
         queue: &Queue,
         after: EventId,
         limit: usize,
     ) -> Result<Vec<Event>> {
-        let k = self.keys(queue);
-        let limit = limit.max(1);
-        // The common case, a reader that has handed out whole entries: the next entry starts
-        // right after `after`, and one plain XRANGE reads on from it (no script: Redis answers
-        // from the stream itself). Otherwise (nothing new, or `after` inside an entry: a
-        // cursor saved mid-entry) the `events` script finds the entry holding the next event.
+        let key = self.keys(queue).events.clone();
         let from = format!("{}-0", after.0 + 1);
-        let direct: Vec<Entry> = self
+        let entries: Vec<Entry> = self
             .conn
             .call(async |conn| {
                 redis::cmd("XRANGE")
-                    .arg(&k.events)
+                    .arg(&key)
                     .arg(&from)
                     .arg("+")
                     .arg("COUNT")
-                    .arg(limit)
+                    .arg(limit.max(1))
                     .query_async(conn)
                     .await
             })
             .await
             .map_err(from_redis)?;
-        let entries = match direct.first() {
-            Some((id, _)) if first_of(id) == Some(after.0 + 1) => direct,
-            _ => {
-                let s = &self.scripts().events;
-                let reply = self
-                    .run(s, &k, &[], |inv| {
-                        inv.arg(after.0).arg(limit);
-                    })
-                    .await?;
-                redis::from_redis_value::<Vec<Entry>>(reply).map_err(|e| {
-                    Error::Protocol(format!("script {}: unexpected reply: {e}", s.name))
-                })?
-            }
-        };
-        // (every event of the entries read: a page cut inside an entry would be read again)
         let mut out = Vec::new();
         for (id, fields) in entries {
+            // (the first entry may also hold events the reader has)
             out.extend(
                 decode(queue, &id, &fields)
                     .into_iter()
@@ -67,7 +50,7 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// The number of `queue`'s newest event, or `None`.
+    /// The number of `queue`'s newest event (its newest entry's id), or `None`.
     pub(super) async fn last_event_of(&self, queue: &Queue) -> Result<Option<EventId>> {
         let key = self.keys(queue).events.clone();
         let entries: Vec<Entry> = self
@@ -84,43 +67,38 @@ impl RedisStore {
             })
             .await
             .map_err(from_redis)?;
-        Ok(entries.first().and_then(|(id, fields)| {
-            let first = first_of(id)?;
-            let n: u64 = fields
-                .iter()
-                .find(|(f, _)| f == "n")
-                .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
-                .unwrap_or(1);
-            Some(EventId(first + n.max(1) - 1))
-        }))
+        Ok(entries.first().and_then(|(id, _)| last_of(id)).map(EventId))
     }
 }
 
-/// The number of an entry's first event: its id's first part (`<n>-0`).
-fn first_of(id: &str) -> Option<u64> {
+/// The number of an entry's last event: its id's first part (`<n>-0`).
+fn last_of(id: &str) -> Option<u64> {
     id.split('-').next()?.parse().ok()
 }
 
-/// One entry's events. An entry this dq cannot read (a newer event format, a damaged one) is
-/// reported once, with a warning, as that many events of kind `?` ([`EventKind::Other`]) with
-/// no key and the reason as their error: a reader moves past it instead of stopping there.
+/// One entry's events, numbered back from its last. An entry this dq cannot read (a newer
+/// event format, a damaged one) is reported once, with a warning, as that many events of kind
+/// `?` ([`EventKind::Other`]) with no key and the reason as their error: a reader moves past
+/// it instead of stopping there.
 fn decode(queue: &Queue, id: &str, fields: &[(String, Vec<u8>)]) -> Vec<Event> {
-    let Some(first) = first_of(id) else {
+    let Some(last) = last_of(id) else {
         tracing::warn!(%queue.topic, partition = queue.partition, id, "an event entry whose id is not <number>-0: skipped");
         return Vec::new();
     };
+    let n: u64 = fields
+        .iter()
+        .find(|(f, _)| f == "n")
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+        .unwrap_or(1)
+        .clamp(1, last.max(1));
+    let first = last + 1 - n;
     Event::decode_entry(queue, first, fields).unwrap_or_else(|why| {
         tracing::warn!(%queue.topic, partition = queue.partition, id, why, "an event entry this dq cannot read: handed out as events of kind `?`");
-        let n: u64 = fields
-            .iter()
-            .find(|(f, _)| f == "n")
-            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
-            .unwrap_or(1);
-        (0..n.clamp(1, 100_000))
+        (first..=last)
             .map(|i| Event {
                 topic: queue.topic.as_str().to_owned(),
                 partition: queue.partition,
-                id: EventId(first + i),
+                id: EventId(i),
                 kind: EventKind::Other("?".into()),
                 key: String::new(),
                 at_ms: 0,

@@ -74,11 +74,11 @@ pub enum KeyName {
     /// ZSET job key → when its keeping ends (ms): the index of [`KeyName::Kept`], trimmed as
     /// times come and beyond the retention's cap.
     KeptAt,
-    /// STREAM of the partition's events (`events.rs`; event format 1: fields `v`, `e` kind,
-    /// `k` job key, `t` ms, and as the kind has them `a` attempt, `w` worker, `m` error, `d`
-    /// due ms), appended by the script that changes a job when the partition's control hash
-    /// has `events` (the most events kept, `XADD MAXLEN ~`). Absent for a topic that records
-    /// no events.
+    /// STREAM of the partition's events (`crate::events`), one entry per script call that
+    /// changed jobs while the partition's control hash has `events` (the most kept): event
+    /// format 1, id `<number of the entry's last event>-0`, fields `v`, `n` (events), `t`
+    /// (ms), `w` (worker id, acks), `b` (cmsgpack, per event: kind, key, attempt, error, due);
+    /// trimmed with `XADD MINID ~`. Absent for a topic that records no events.
     Events,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.

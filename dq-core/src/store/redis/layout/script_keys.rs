@@ -73,8 +73,6 @@ macro_rules! script_table {
             progress (Writes): [Jobs, Leases, Progress];
             /// One kept (finished) job, by key.
             kept (NoWrites): [Kept, KeptAt];
-            /// A page of the partition's events after an event number.
-            events (NoWrites): [Events];
             /// A page of one state.
             list (NoWrites): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Leases, Kept, KeptAt,

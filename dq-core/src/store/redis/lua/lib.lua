@@ -289,13 +289,13 @@ end
 -- change, and writes the events of the call as ONE entry of the partition's `events` stream,
 -- at its end (one XADD per call, not per event: a fetch of 100 jobs writes one entry).
 -- Events are numbered 1, 2, 3… per partition (the stats field `event_seq` is the last number
--- given); an entry's id is '<number of its first event>-0', so ids grow with the numbers and
--- a reader finds event n by id. Event format 1, an entry's fields: v = '1', n = how many
+-- given); an entry's id is '<number of its LAST event>-0', so ids grow with the numbers and
+-- the entry holding event n is the first whose id is at least 'n-0': one XRANGE from there. Event format 1, an entry's fields: v = '1', n = how many
 -- events, t = ms (the script's clock), w = worker id (ack only), b = cmsgpack array of
 -- {kind (EVENT below), job key, attempt (0: none), error ('' : none; cut as a history's), due
 -- ms (0: none)}. Readers skip fields they do not know. The stream keeps about the last
--- <most kept> events: XADD MINID ~ trims whole nodes of entries older than that, never the
--- entry just written.
+-- <most kept> events: XADD MINID ~ trims whole nodes of entries whose events are all older
+-- than that, never the entry just written.
 local EVENT = {enqueued = 'q', started = 's', succeeded = 'k', failed = 'f', deferred = 'l',
   released = 'r', dead = 'd', cancelled = 'c', expired = 'x'}
 
@@ -335,34 +335,26 @@ local function flush_events(ev)
     return
   end
   local body = cmsgpack.pack(ev[5])
-  local function add(first)
-    -- (trim below the last `cap` events, but never the entry being written)
-    local min = math.max(1, math.min(first, last - ev[2] + 1))
-    local fields = {'XADD', ev[1], 'MINID', '~', string.format('%d-0', min),
-      string.format('%d-0', first), 'v', '1', 'n', n, 't', string.format('%d', ev[4]), 'b', body}
+  local function add()
+    -- (trim the entries whose events are all older than the last `cap`: never this one)
+    local fields = {'XADD', ev[1], 'MINID', '~', string.format('%d-0', math.max(1, last - ev[2] + 1)),
+      string.format('%d-0', last), 'v', '1', 'n', n, 't', string.format('%d', ev[4]), 'b', body}
     if ev[6] then
       fields[#fields + 1] = 'w'
       fields[#fields + 1] = ev[6]
     end
     return redis.pcall(unpack(fields))
   end
-  local r = add(last - n + 1)
+  local r = add()
   if type(r) == 'table' and r.err and string.find(r.err, 'equal or smaller', 1, true) then
     -- the counter fell behind the stream (a stats hash deleted by hand): go on after the
-    -- stream's top entry
+    -- stream's top entry, whose id is its last event's number
     local top = redis.pcall('XREVRANGE', ev[1], '+', '-', 'COUNT', 1)
-    if type(top) == 'table' and top[1] then
-      local first_of_top = tonumber(string.match(top[1][1], '^(%d+)'))
-      local count_of_top = 1
-      local f = top[1][2]
-      for i = 1, #f - 1, 2 do
-        if f[i] == 'n' then count_of_top = tonumber(f[i + 1]) or 1 end
-      end
-      if first_of_top then
-        last = first_of_top + count_of_top - 1 + n
-        redis.pcall('HSET', ev[3], 'event_seq', last)
-        r = add(last - n + 1)
-      end
+    local top_last = type(top) == 'table' and top[1] and tonumber(string.match(top[1][1], '^(%d+)'))
+    if top_last then
+      last = top_last + n
+      redis.pcall('HSET', ev[3], 'event_seq', last)
+      r = add()
     end
   end
   if type(r) == 'table' and r.err then count(ev[3], 'events_lost', n) end
