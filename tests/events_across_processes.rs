@@ -8,13 +8,12 @@
 //! second reader started from the first one's saved cursor reads exactly what came after.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
 use std::time::Duration;
 
 use dq::Job as _;
 use dq::{Client, EventKind, EventsFrom, EventsOptions, JobError, Worker, delayed_job};
-use dq_testkit::{Persistence, RedisServer, ServerOptions, eventually, namespace};
+use dq_testkit::{Persistence, RedisServer, ServerOptions, TestChild, eventually, namespace};
 
 /// Generous: the machine is shared and loaded.
 const WAIT: Duration = Duration::from_secs(60);
@@ -66,42 +65,10 @@ async fn events_child() {
     std::future::pending::<()>().await;
 }
 
-/// A child process of this test binary, killed by its pid when dropped.
-struct ChildWorker(Child);
-
-impl Drop for ChildWorker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts a worker process and waits for its report.
-async fn start_worker(url: &str, ns: &str) -> ChildWorker {
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["events_child", "--exact", "--ignored", "--nocapture"])
-        .env(CHILD, format!("{url} {ns}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the worker process");
-    let stdout = child.stdout.take().unwrap();
-    let child = ChildWorker(child);
-    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if let Some(said) = line.strip_prefix(SAYS)
-                && tx.send(said.to_string()).is_err()
-            {
-                return;
-            }
-        }
-    });
-    tokio::time::timeout(WAIT, lines.recv())
-        .await
-        .expect("the worker starts in time")
-        .expect("the worker reports");
+async fn start_worker(url: &str, ns: &str) -> TestChild {
+    let mut child = TestChild::spawn("events_child", CHILD, &format!("{url} {ns}"), SAYS);
+    child.next_said("the worker starts", WAIT).await;
     child
 }
 

@@ -6,13 +6,12 @@
 //! the succeeded job and its own id, and a job that fails for good is reported dead with its
 //! error. Then the worker is killed by its pid (SIGKILL) and what it kept is still there.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
 use std::time::Duration;
 
 use dq::Job as _;
 use dq::{Client, FinishedAs, JobError, Retention, StoredResult, WaitOutcome, Worker, delayed_job};
-use dq_testkit::{RedisServer, eventually, namespace};
+use dq_testkit::{RedisServer, TestChild, eventually, namespace};
 use serde::{Deserialize, Serialize};
 
 /// Generous: the machine is shared and loaded.
@@ -79,16 +78,6 @@ async fn results_child() {
     std::future::pending::<()>().await;
 }
 
-/// A child process of this test binary, killed by its pid when the test ends.
-struct ChildWorker(Child);
-
-impl Drop for ChildWorker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn a_wait_is_answered_by_a_worker_in_another_process() {
     let server = RedisServer::start();
@@ -105,30 +94,13 @@ async fn a_wait_is_answered_by_a_worker_in_another_process() {
         .await
         .unwrap();
 
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["results_child", "--exact", "--ignored", "--nocapture"])
-        .env(CHILD, format!("{} {ns}", server.url()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the worker process");
-    let stdout = child.stdout.take().unwrap();
-    let mut child = ChildWorker(child);
-    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if let Some(said) = line.strip_prefix(SAYS)
-                && tx.send(said.to_string()).is_err()
-            {
-                return;
-            }
-        }
-    });
-    let said = tokio::time::timeout(WAIT, lines.recv())
-        .await
-        .expect("the worker starts in time")
-        .expect("the worker reports");
+    let mut child = TestChild::spawn(
+        "results_child",
+        CHILD,
+        &format!("{} {ns}", server.url()),
+        SAYS,
+    );
+    let said = child.next_said("the worker starts", WAIT).await;
     let worker_id = said.strip_prefix("worker ").expect("its id").to_string();
 
     // The worker wrote its handler's retention when it started.
@@ -184,8 +156,7 @@ async fn a_wait_is_answered_by_a_worker_in_another_process() {
     );
 
     // Killed by its pid: what it kept stays.
-    let _ = child.0.kill();
-    let _ = child.0.wait();
+    child.kill();
     let kept = topic.finished("image-7").await.unwrap().expect("kept");
     assert!(matches!(kept.result, StoredResult::Value(_)));
     let result = client.result::<thumbnail>("image-7").await.unwrap();

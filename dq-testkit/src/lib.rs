@@ -53,6 +53,7 @@
 //! `redis-cli` from `PATH`; Debian's `redis-tools`, which `redis-server` depends on). `bash` must be on `PATH`. Process checks read `/proc`, so this crate is for
 //! Linux.
 
+mod child;
 mod cluster;
 mod log;
 mod namespace;
@@ -63,6 +64,7 @@ mod server;
 mod tls;
 mod wait;
 
+pub use child::TestChild;
 pub use cluster::{
     CLUSTER_MASTERS, CLUSTER_NODES, ClusterOptions, NodeInfo, NodeRole, RedisCluster,
     shared_cluster,
