@@ -19,8 +19,8 @@ pub use dq_core::{
     TlsConfig, TopicClient,
 };
 pub use dq_core::{
-    CancelOutcome, DeadLimits, Due, EnqueueOutcome, Expiry, MAX_DUE_MS, NewDue, RescheduleOutcome,
-    UpdateOutcome,
+    CancelOutcome, DeadLimits, Due, EnqueueOutcome, Expiry, MAX_DUE_MS, NewDue, Priority,
+    RescheduleOutcome, UpdateOutcome,
 };
 pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 
@@ -103,7 +103,7 @@ pub mod store {
     pub use dq_core::client::SchedulerPass;
     pub use dq_core::format::{
         EXPIRING_FORMAT, FormatLevel, FormatRegistry, Formats, LEGACY_FORMAT, NEWEST_FORMAT,
-        ProcessInfo, ProcessRole,
+        PRIORITY_FORMAT, ProcessInfo, ProcessRole,
     };
     pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};

@@ -36,6 +36,7 @@ fn newer_record(format: u8, state: JobState, due_ms: u64) -> Vec<u8> {
             created_ms: due_ms,
             token: 0,
             expires_ms: 0,
+            priority: 5,
         }
         .encode(b"a payload of a newer dq"),
     );

@@ -59,6 +59,7 @@ impl From<dq_core::Error> for Failure {
             | E::Encode(_)
             | E::InvalidConfig(_)
             | E::InvalidExpiry(_)
+            | E::InvalidPriority(_)
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
             | E::TopicMismatch { .. }

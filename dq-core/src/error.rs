@@ -60,6 +60,9 @@ pub enum Error {
     /// (see [`Expiry`](crate::Expiry)). Nothing was written.
     #[error("invalid expiry: {0}")]
     InvalidExpiry(String),
+    /// A priority above [`Priority::MAX`](crate::Priority::MAX) (9). Nothing was written.
+    #[error("invalid priority {0}: a priority is 0 (lowest) to 9 (highest)")]
+    InvalidPriority(u8),
     /// The job needs a record format the namespace does not write yet: some live process
     /// reads only older formats (`dq formats` lists them). Nothing was written; once every
     /// process runs a dq that reads `needs`, the level rises and the call succeeds.

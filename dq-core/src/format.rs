@@ -30,8 +30,13 @@ pub const LEAN_FORMAT: u8 = 3;
 /// the expiry, Unix ms (0: none) ([`Expiry`](crate::Expiry)).
 pub const EXPIRING_FORMAT: u8 = 4;
 
+/// The first format that can hold a job's priority (format 5): format 4's header followed by
+/// the priority, one byte 0..=9 ([`Priority`](crate::Priority)); older records are of normal
+/// priority.
+pub const PRIORITY_FORMAT: u8 = 5;
+
 /// The newest record format this dq reads and writes.
-pub const NEWEST_FORMAT: u8 = 4;
+pub const NEWEST_FORMAT: u8 = 5;
 
 /// The highest format number a record's first byte can name (bytes 2..=31 are versions;
 /// a state letter is format 1).

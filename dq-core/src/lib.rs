@@ -49,7 +49,7 @@ pub use inspect::{
 };
 pub use job::{
     AttemptOutcome, AttemptRecord, Due, Expiry, HandlerReturn, Job, JobInfo, JobOutput, JobState,
-    MAX_DUE_MS, Queue,
+    MAX_DUE_MS, Priority, Queue,
 };
 pub use names::{JobKey, Topic};
 pub use progress::{JobProgress, LogLine, MAX_LOG_LINES, MAX_PROGRESS_LEN, Report, Reporter};

@@ -242,6 +242,7 @@ fn record(format: u8, state: JobState, due_ms: u64, payload: &[u8]) -> Vec<u8> {
         created_ms: due_ms,
         token: 0,
         expires_ms: 0,
+        priority: 5,
     }
     .encode(payload)
 }

@@ -160,6 +160,7 @@ impl From<dq_core::Error> for ApiError {
             E::InvalidTopic { .. }
             | E::InvalidKey { .. }
             | E::InvalidExpiry(_)
+            | E::InvalidPriority(_)
             | E::InvalidSchedule(_)
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }

@@ -267,6 +267,7 @@ impl Harness for RedisHarness {
             created_ms: at_ms,
             token: u64::from(ran),
             expires_ms: 0,
+            priority: 5,
         };
         let record = if format <= NEWEST_FORMAT {
             header(format).encode(payload)

@@ -16,7 +16,7 @@ use super::group::{self, BatchSend};
 use super::handle::TopicClient;
 use super::retrying::{ENQUEUE_RETRY_WINDOW, retrying};
 use crate::error::{BulkStored, Error, Result};
-use crate::job::{Due, Expiry, MAX_DUE_MS, Queue, unix_ms};
+use crate::job::{Due, Expiry, MAX_DUE_MS, Priority, Queue, unix_ms};
 use crate::names::JobKey;
 use crate::payload;
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, Enqueued, NewJob};
@@ -47,6 +47,9 @@ pub struct JobSpec<P> {
     /// When it is dropped if it has not started (default: never; the typed client gives
     /// the handler's `expires_after`).
     pub expires: Option<Expiry>,
+    /// Its priority among the due jobs of its partition (default: the handler's `priority`
+    /// with the typed client, else [`Priority::NORMAL`]).
+    pub priority: Option<Priority>,
 }
 
 impl<P> JobSpec<P> {
@@ -58,6 +61,7 @@ impl<P> JobSpec<P> {
             due: Due::Now,
             replace: false,
             expires: None,
+            priority: None,
         }
     }
 
@@ -94,6 +98,12 @@ impl<P> JobSpec<P> {
     /// Drops the job if it has not started by `time` ([`Expiry::At`]).
     pub fn expires_at(mut self, time: SystemTime) -> Self {
         self.expires = Some(Expiry::At(time));
+        self
+    }
+
+    /// Sets the job's priority ([`Priority`]).
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
         self
     }
 }
@@ -170,6 +180,31 @@ impl Enqueue {
         self
     }
 
+    /// Leases the job before every due job of a lower priority in its partition, after every
+    /// one of a higher (default: the handler's `priority`, else [`Priority::NORMAL`]). See
+    /// [`Priority`] for the order and what it needs.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # struct send_mail;
+    /// # impl dq_core::Job for send_mail { type Payload = u64; const TOPIC: &'static str = "mail"; }
+    /// use dq_core::Priority;
+    /// client.enqueue::<send_mail>(7).priority(Priority::HIGH).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.spec = self.spec.priority(priority);
+        self
+    }
+
+    /// The handler's default priority, unless the job has one of its own.
+    pub(super) fn default_priority(mut self, priority: Option<Priority>) -> Self {
+        if self.spec.priority.is_none() {
+            self.spec.priority = priority;
+        }
+        self
+    }
+
     /// The handler's default expiry, unless the job has one of its own.
     pub(super) fn default_expiry(mut self, after: Option<Duration>) -> Self {
         if self.spec.expires.is_none() {
@@ -186,6 +221,7 @@ impl Enqueue {
             due,
             replace,
             expires,
+            priority,
         } = self.spec;
         let job = topic.new_job(JobSpec {
             payload: payload?,
@@ -193,6 +229,7 @@ impl Enqueue {
             due,
             replace,
             expires,
+            priority,
         })?;
         let key = job.key.clone();
         let outcome = topic.enqueue_one(job).await?;
@@ -332,6 +369,7 @@ impl TopicClient {
             due: job.due,
             replace: job.replace,
             expires: job.expires,
+            priority: job.priority.unwrap_or_default(),
         })
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::job::{Due, Expiry, JobState, Queue};
+use crate::job::{Due, Expiry, JobState, Priority, Queue};
 use crate::names::JobKey;
 
 /// Storing new jobs: what a producer needs of a store.
@@ -39,6 +39,8 @@ pub struct NewJob {
     pub replace: bool,
     /// When it is dropped if it has not started (checked against `due` by the client).
     pub expires: Option<Expiry>,
+    /// Its priority among the partition's due jobs (normal: written as format 4 would).
+    pub priority: Priority,
 }
 
 /// What an enqueue did.

@@ -295,6 +295,7 @@ for i, rec in ipairs(ARGV) do
     local state, _, _, _, token = unpack_record(rec)
     row[4], row[5], row[6], row[7] = record_format(rec), header_len(rec), state, token
     row[8] = expiry_of(rec)
+    row[9] = priority_of(rec)
     if state ~= state_of(rec) or token ~= token_of(rec) then row[6] = 'mismatch' end
   end
   out[i] = row
@@ -324,6 +325,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
         created_ms: 1_790_000_000_000,
         token: 77,
         expires_ms: 0,
+        priority: 5,
     };
     let newer = |format: u8| {
         let mut r = vec![format];
@@ -401,9 +403,39 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
             .encode(b"")[..20]
                 .to_vec(),
         ),
-        ("format 5", newer(5)),
+        (
+            "format 5",
+            RecordHeader {
+                token: 0,
+                expires_ms: 1_790_000_060_000,
+                priority: 9,
+                ..header(5)
+            }
+            .encode(b"payload"),
+        ),
+        (
+            "format 5, lowest priority, no expiry",
+            RecordHeader {
+                token: 0,
+                expires_ms: 0,
+                priority: 0,
+                ..header(5)
+            }
+            .encode(b""),
+        ),
+        (
+            "format 5 too short",
+            RecordHeader {
+                token: 0,
+                priority: 7,
+                ..header(5)
+            }
+            .encode(b"")[..21]
+                .to_vec(),
+        ),
+        ("format 6", newer(6)),
         ("format 31", newer(MAX_FORMAT)),
-        ("format 5, one byte", vec![5]),
+        ("format 6, one byte", vec![6]),
         ("first byte 32", newer(MAX_FORMAT + 1)),
         ("first byte 0", newer(0)),
         ("first byte 1", newer(1)),
@@ -440,6 +472,15 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
         table["expiring"],
         crate::format::EXPIRING_FORMAT.to_string()
     );
+    assert_eq!(
+        table["priority"],
+        crate::format::PRIORITY_FORMAT.to_string()
+    );
+    assert!(LIB.contains(&format!(
+        "\nlocal NORMAL_PRIORITY, MAX_PRIORITY = {}, {}\n",
+        crate::job::Priority::NORMAL.level(),
+        crate::job::Priority::MAX
+    )));
     assert!(LIB.contains(&format!("\nlocal NEWEST_FORMAT = {NEWEST_FORMAT}\n")));
 
     use dq_testkit::redis::from_redis_value as from;
@@ -467,6 +508,7 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
                     assert_eq!(state.as_bytes(), [h.state.code()], "{at}: state");
                     assert_eq!(int(6), h.token as i64, "{at}: token");
                     assert_eq!(int(7), h.expires_ms as i64, "{at}: expiry");
+                    assert_eq!(int(8), i64::from(h.priority), "{at}: priority");
                 }
                 Err(crate::error::Error::NewerFormat { format, reads: r }) => {
                     assert_eq!(r, reads);

@@ -7,7 +7,7 @@ use redis::Value;
 use super::scripts::unexpected;
 use super::store::{RedisStore, ms, state_of};
 use crate::error::{Error, Result};
-use crate::format::EXPIRING_FORMAT;
+use crate::format::{EXPIRING_FORMAT, PRIORITY_FORMAT};
 use crate::job::{Due, Expiry, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 
@@ -34,6 +34,13 @@ impl Produce for RedisStore {
                 level: write_format,
             });
         }
+        if write_format < PRIORITY_FORMAT && jobs.iter().any(|j| !j.priority.is_normal()) {
+            return Err(Error::NeedsFormat {
+                feature: "a job's priority",
+                needs: PRIORITY_FORMAT,
+                level: write_format,
+            });
+        }
         // The two receipt generations of the call's bucket (the same for every try).
         let receipts = k.enqueue_receipts(call.id);
         let (reply, acked) = self
@@ -53,11 +60,16 @@ impl Produce for RedisStore {
                             Due::At(t) => ("a", unix_ms(t)),
                         };
                         // the expiry follows the mode letter: '+' ms after due, '@' Unix ms
-                        let mode = match job.expires {
+                        // then the priority, when not normal: '!' and its digit
+                        let mut mode = match job.expires {
                             None => letter.to_owned(),
                             Some(Expiry::AfterDue(d)) => format!("{letter}+{}", ms(d).max(1)),
                             Some(Expiry::At(t)) => format!("{letter}@{}", unix_ms(t).max(1)),
                         };
+                        if !job.priority.is_normal() {
+                            mode.push('!');
+                            mode.push(char::from(b'0' + job.priority.level()));
+                        }
                         inv.arg(job.key.as_str())
                             .arg(mode)
                             .arg(value)

@@ -10,14 +10,16 @@
 //! token in the partition's `leases` hash) and its attempts count the attempts finished (a
 //! running job's current attempt is one more: [`RecordHeader::leased`]). Format 4
 //! ([`EXPIRING_FORMAT`]): format 3's 15 bytes, then the job's expiry, Unix ms (u48, 0: none;
-//! 21 bytes in all), then the payload; leased like format 3. The rule
+//! 21 bytes in all), then the payload; leased like format 3. Format 5 ([`PRIORITY_FORMAT`]):
+//! format 4's 21 bytes, then the job's priority (u8, 0..=9: [`crate::Priority`]; 22 bytes in
+//! all), then the payload. The rule
 //! ([`record_format`]): a first byte that is a state letter is format 1; a first byte in
 //! 2..=[`MAX_FORMAT`] is that format; a format above what the process reads is newer
 //! ([`Error::NewerFormat`]: left untouched); anything else is not a record. A 100-byte job's
 //! record fits a 112-byte allocation in format 3 (128 before); see the memory benchmark.
 
 use crate::error::{Error, Result};
-use crate::format::{EXPIRING_FORMAT, LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT};
+use crate::format::{EXPIRING_FORMAT, LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT, PRIORITY_FORMAT};
 use crate::job::JobState;
 
 /// Header length in bytes of a format-1 record; the payload starts here. A versioned record
@@ -36,8 +38,10 @@ pub const fn header_len(format: u8) -> usize {
         HEADER_LEN + 1
     } else if format < EXPIRING_FORMAT {
         LEAN_HEADER_LEN
-    } else {
+    } else if format < PRIORITY_FORMAT {
         LEAN_HEADER_LEN + 6
+    } else {
+        LEAN_HEADER_LEN + 7
     }
 }
 
@@ -87,6 +91,8 @@ pub struct RecordHeader {
     pub token: u64,
     /// The job's expiry, Unix ms; 0: none (always 0 before format 4).
     pub expires_ms: u64,
+    /// The job's priority, 0..=9 (always [`crate::Priority::NORMAL`], 5, before format 5).
+    pub priority: u8,
 }
 
 fn u48(b: &[u8]) -> u64 {
@@ -141,6 +147,11 @@ impl RecordHeader {
             } else {
                 0
             },
+            priority: if format >= PRIORITY_FORMAT {
+                h[20]
+            } else {
+                crate::job::Priority::NORMAL.level()
+            },
         })
     }
 
@@ -180,6 +191,9 @@ impl RecordHeader {
         } else if format >= EXPIRING_FORMAT {
             r.extend_from_slice(&self.expires_ms.to_be_bytes()[2..]);
         }
+        if format >= PRIORITY_FORMAT {
+            r.push(self.priority);
+        }
         r.extend_from_slice(payload);
         r
     }
@@ -209,6 +223,7 @@ mod tests {
                 } else {
                     0
                 },
+                priority: if format >= PRIORITY_FORMAT { 8 } else { 5 },
             };
             let bytes = h.encode(b"payload");
             assert_eq!(bytes.len(), header_len(format) + 7);
@@ -216,8 +231,14 @@ mod tests {
             assert_eq!(&bytes[header_len(format)..], b"payload");
         }
         assert_eq!(
-            (header_len(1), header_len(2), header_len(3), header_len(4)),
-            (20, 21, 15, 21)
+            (
+                header_len(1),
+                header_len(2),
+                header_len(3),
+                header_len(4),
+                header_len(5)
+            ),
+            (20, 21, 15, 21, 22)
         );
         // format 3: never active in the record; leased() says what a lease adds
         let lean = RecordHeader {
@@ -228,6 +249,7 @@ mod tests {
             created_ms: 4,
             token: 0,
             expires_ms: 0,
+            priority: 5,
         };
         let mut active = lean.encode(b"p");
         active[1] = JobState::Active.code();
@@ -270,6 +292,7 @@ mod tests {
             created_ms: 1,
             token: 0,
             expires_ms: 0,
+            priority: 5,
         }
         .encode(b"x");
         assert!(matches!(

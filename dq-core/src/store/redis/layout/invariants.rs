@@ -775,6 +775,7 @@ mod tests {
             created_ms: 0,
             token: 1,
             expires_ms: 0,
+            priority: 5,
         }
         .encode(b"payload")
     }

@@ -80,6 +80,11 @@ pub enum KeyName {
     /// (ms), `w` (worker id, acks), `b` (cmsgpack, per event: kind, key, attempt, error, due);
     /// trimmed with `XADD MINID ~`. Absent for a topic that records no events.
     Events,
+    /// ZSET job key → `2^44 × (9 − priority) + the ms it was queued` (0 for a release): the
+    /// due queue of the jobs whose priority is not normal ([`crate::Priority`]), highest
+    /// first; hints, like [`KeyName::Ready`]'s (record format 5). Absent while no such job
+    /// is due.
+    Pready,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
@@ -107,7 +112,7 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 16] = [
+    pub const PARTITION: [KeyName; 17] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -124,6 +129,7 @@ impl KeyName {
         KeyName::KeptAt,
         KeyName::Progress,
         KeyName::Events,
+        KeyName::Pready,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -148,6 +154,7 @@ impl KeyName {
             KeyName::Progress => "progress",
             KeyName::KeptAt => "kept_at",
             KeyName::Events => "events",
+            KeyName::Pready => "pready",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
@@ -165,6 +172,7 @@ impl KeyName {
             | KeyName::Active
             | KeyName::Dead
             | KeyName::KeptAt
+            | KeyName::Pready
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
             KeyName::Events => "stream",
@@ -277,6 +285,8 @@ pub struct PartitionKeys {
     pub kept_at: String,
     /// See [`KeyName::Events`].
     pub events: String,
+    /// See [`KeyName::Pready`].
+    pub pready: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
     /// `<prefix>receipts:`, the start of every enqueue receipt key (see
@@ -306,6 +316,7 @@ impl PartitionKeys {
             progress: key(KeyName::Progress),
             kept_at: key(KeyName::KeptAt),
             events: key(KeyName::Events),
+            pready: key(KeyName::Pready),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
             receipts_prefix: format!("{prefix}{RECEIPTS}"),
         }
@@ -332,6 +343,7 @@ impl PartitionKeys {
             KeyName::Progress => &self.progress,
             KeyName::KeptAt => &self.kept_at,
             KeyName::Events => &self.events,
+            KeyName::Pready => &self.pready,
             KeyName::FetchReceipt
             | KeyName::Receipts
             | KeyName::OldReceipts

@@ -20,13 +20,13 @@ macro_rules! script_table {
             /// (with a typed `OutOfMemory`, before it writes): it adds jobs.
             enqueue (Writes): [
                 Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls, Receipts,
-                OldReceipts, Leases, Control, Events,
+                OldReceipts, Leases, Control, Events, Pready,
             ];
             /// Recovers expired leases, promotes due jobs, leases ready ones. May take further
             /// fetch receipts (to delete) after its own keys.
             fetch (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
-                Leases, Kept, KeptAt, Progress, Events, FetchReceipt,
+                Leases, Kept, KeptAt, Progress, Events, Pready, FetchReceipt,
             ];
             /// Deletes succeeded jobs whose token still owns them.
             ack (AllowOom): [
@@ -36,30 +36,30 @@ macro_rules! script_table {
             /// Records failed attempts: retry, defer, bury, cancel or throttle each.
             fail (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control, Leases,
-                Kept, KeptAt, Progress, Events,
+                Kept, KeptAt, Progress, Events, Pready,
             ];
             /// Renews leases; reports which are still owned.
             extend (AllowOom): [Active, Jobs, Control, Leases];
             /// Hands running jobs back to the front of `ready`.
             release (AllowOom): [
                 Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases, Kept, KeptAt, Progress,
-                Events,
+                Events, Pready,
             ];
             /// Cancels a waiting job, or asks a running one to stop.
             cancel (AllowOom): [
                 Scheduled, Retry, Jobs, Hist, Stats, Control, Leases, Kept, KeptAt, Events,
             ];
             /// Gives a waiting job a new due time.
-            reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake, Leases];
+            reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake, Leases, Stats, Pready];
             /// Gives a waiting job a new payload, keeping its due time, attempts and history.
             /// Refused at `maxmemory` like an enqueue: a payload may grow.
             update (Writes): [Jobs, Leases];
             /// Moves dead jobs back to `ready`.
-            requeue_dead (AllowOom): [Dead, Ready, Jobs, Wake];
+            requeue_dead (AllowOom): [Dead, Ready, Jobs, Wake, Stats, Pready];
             /// Deletes dead jobs by key, or the oldest n.
             purge_dead (AllowOom): [Dead, Jobs, Hist];
             /// Requeues or deletes dead jobs still dead with the time of death listed.
-            dead_act (AllowOom): [Dead, Ready, Jobs, Hist, Wake];
+            dead_act (AllowOom): [Dead, Ready, Jobs, Hist, Wake, Stats, Pready];
             /// Depths and counters of a partition.
             stats (NoWrites): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Stats, Control, KeptAt,
@@ -75,7 +75,7 @@ macro_rules! script_table {
             kept (NoWrites): [Kept, KeptAt];
             /// A page of one state.
             list (NoWrites): [
-                Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Leases, Kept, KeptAt,
+                Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Leases, Kept, KeptAt, Pready,
             ];
             /// Namespace-wide: the topic registry. An existing topic is only read, which works
             /// at `maxmemory`; recording a new one there fails like an enqueue.

@@ -8,6 +8,8 @@
 -- KEYS[3] jobs   dq:{topic#p}:jobs
 -- KEYS[4] hist   dq:{topic#p}:hist
 -- KEYS[5] wake   dq:{topic#p}:wake
+-- KEYS[6] stats  dq:{topic#p}:stats   HASH its pready_back counter (lib.lua `push_ready`)
+-- KEYS[7] pready dq:{topic#p}:pready  ZSET the due queue of jobs whose priority is not normal
 --
 -- ARGV[1] action: 'R' requeue (attempts reset, history kept, to the back of ready, as
 --         requeue_dead) or 'P' purge (record and history deleted, as purge_dead)
@@ -22,6 +24,7 @@
 -- ZREM dead is the first write. Checked: ready (requeue) or hist (purge), once, before it.
 
 local dead, ready, jobs, hist, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local stats, pready = KEYS[6], KEYS[7]
 -- The action codes of ARGV[1], not states.
 local REQUEUE, PURGE = 'R', 'P'
 local action = ARGV[1]
@@ -50,7 +53,7 @@ for i = 1, n do
 end
 if not any then return string.rep('0', n) end
 local bad
-if action == REQUEUE then bad = check_types({ready, 'list'}) else bad = check_types({hist, 'hash'}) end
+if action == REQUEUE then bad = check_types({ready, 'list', pready, 'zset'}) else bad = check_types({hist, 'hash'}) end
 if bad then return bad end
 
 local now = now_ms()
@@ -64,8 +67,9 @@ for i = 1, n do
       local rec = redis.call('HGET', jobs, key)
       local _, _, _, _, token = unpack_record(rec)
       -- (an operator's requeue runs the job: a passed expiry would drop it, so it goes)
-      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, 0, now, token, 0))
-      redis.call('RPUSH', ready, key)
+      local ready_rec = with_header(rec, STATE.ready, 0, now, token, 0)
+      redis.call('HSET', jobs, key, ready_rec)
+      push_ready(ready, pready, stats, key, ready_rec)
     else
       redis.call('HDEL', jobs, key)
       redis.call('HDEL', hist, key)

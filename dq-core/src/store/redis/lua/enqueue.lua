@@ -19,6 +19,8 @@
 -- KEYS[13] control   dq:{topic#p}:control    HASH: only its `events` field is read
 -- KEYS[14] events    dq:{topic#p}:events     STREAM: one `enqueued` event per job created or
 --                                            replaced, when the partition records events
+-- KEYS[15] pready    dq:{topic#p}:pready     ZSET the due queue of jobs whose priority is not
+--                                            normal (lib.lua `push_ready`)
 --
 -- ARGV[1]            n, the number of jobs
 -- ARGV[2]            call id: 8 bytes, big-endian; the same for every try of one client call
@@ -32,7 +34,9 @@
 --                    optionally followed by the job's expiry: '+<ms>' that long after the due
 --                    time asked for (> 0; a due time in the past counts from it, not from
 --                    now), or '@<Unix ms>' at that time (after its due time); only with
---                    a record format of 4 or more (ARGV[4])
+--                    a record format of 4 or more (ARGV[4]); then optionally the job's
+--                    priority: '!<0..9>' (absent: normal, 5), other than 5 only with a
+--                    record format of 5 or more
 --   value            integer ms (ignored for 'n')
 --   replace          '1' replace an existing non-running job, '0' keep it
 --   payload          bytes
@@ -98,7 +102,7 @@
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local calls, receipts, old_receipts, leases = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local control, events = KEYS[13], KEYS[14]
+local control, events, pready = KEYS[13], KEYS[14], KEYS[15]
 local RECEIPT_MS = 30000
 local ENTRY = 14
 local TRIM = 64
@@ -117,15 +121,27 @@ if not format or format ~= math.floor(format) or format < FORMAT.legacy
     or format > NEWEST_FORMAT then
   return redis.error_reply('ERR dq bad arguments: record format')
 end
--- A job's expiry, from its mode argument: '+' and the ms after due, or '@' and Unix ms; nil
--- for none, false for a malformed one.
-local function expiry_spec(mode)
-  if #mode == 1 then return nil end
-  local kind, ms = string.sub(mode, 2, 2), tonumber(string.sub(mode, 3))
-  if (kind ~= '+' and kind ~= '@') or not ms or ms <= 0 or ms ~= math.floor(ms) then
+-- A job's mode argument taken apart: its expiry ('+' and the ms after due, or '@' and Unix
+-- ms; nil for none) and its priority (NORMAL_PRIORITY when not given); false for a malformed
+-- one. (The due letter is checked by the caller.)
+local function mode_spec(mode)
+  if #mode == 1 then return nil, nil, NORMAL_PRIORITY end
+  local kind, digits, bang, level = string.match(mode, '^.([+@]?)(%d*)(!?)(%d*)$')
+  if not kind or (kind == '') ~= (digits == '') or (bang == '') ~= (level == '') then
     return false
   end
-  return kind, ms
+  local ms, priority = nil, NORMAL_PRIORITY
+  if kind ~= '' then
+    ms = tonumber(digits)
+    if ms <= 0 then return false end
+  else
+    kind = nil
+  end
+  if bang ~= '' then
+    priority = tonumber(level)
+    if #level ~= 1 or priority > MAX_PRIORITY then return false end
+  end
+  return kind, ms, priority
 end
 for i = 0, n - 1 do
   local base = FIRST + 5 * i
@@ -133,11 +149,15 @@ for i = 0, n - 1 do
   local letter = string.sub(mode, 1, 1)
   if ARGV[base] == '' or (letter ~= 'n' and letter ~= 'd' and letter ~= 'a')
       or not tonumber(value) or (replace ~= '0' and replace ~= '1')
-      or expiry_spec(mode) == false then
+      or mode_spec(mode) == false then
     return redis.error_reply('ERR dq bad arguments: job ' .. (i + 1))
   end
-  if #mode > 1 and format < FORMAT.expiring then
+  local kind, _, priority = mode_spec(mode)
+  if kind and format < FORMAT.expiring then
     return redis.error_reply('ERR dq bad arguments: an expiry needs record format 4')
+  end
+  if priority ~= NORMAL_PRIORITY and format < FORMAT.priority then
+    return redis.error_reply('ERR dq bad arguments: a priority needs record format 5')
   end
 end
 
@@ -253,6 +273,8 @@ end
 -- Decide every job first (reads only): `now_state` is a key's state after the jobs before
 -- it in this call, so a key named twice behaves as in two calls.
 local results, records, hints = {}, {}, {}
+-- priority, key of each job due at once whose priority is not normal (for pready)
+local phints = {}
 -- The moves (jobs created or replaced), in call order, as parallel arrays (no table per job):
 -- key, the state to unlink (or false), due ms (nil when due at once), then score.
 local move_key, move_unlink, move_at = {}, {}, {}
@@ -270,7 +292,7 @@ for i = 0, n - 1 do
   local base = FIRST + 5 * i
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
-  local kind, expiry_ms = expiry_spec(mode)
+  local kind, expiry_ms, priority = mode_spec(mode)
   mode = string.sub(mode, 1, 1)
   local outcome = '+'
   local old = olds[i + 1]
@@ -301,8 +323,12 @@ for i = 0, n - 1 do
     end
     if expires > MAX_DUE then expires = MAX_DUE end
     records[#records + 1] = key
-    -- pack_record(format, new_state, 0, due, now, 0, payload, expires), in one concatenation.
-    if format >= FORMAT.expiring then
+    -- pack_record(format, new_state, 0, due, now, 0, payload, expires, priority), in one
+    -- concatenation.
+    if format >= FORMAT.priority then
+      records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
+        .. header_tail .. struct.pack('>I6', expires) .. string.char(priority) .. payload
+    elseif format >= FORMAT.expiring then
       records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
         .. header_tail .. struct.pack('>I6', expires) .. payload
     else
@@ -310,7 +336,12 @@ for i = 0, n - 1 do
         .. header_tail .. payload
     end
     if new_state == STATE.ready then
-      hints[#hints + 1] = key
+      if priority == NORMAL_PRIORITY then
+        hints[#hints + 1] = key
+      else
+        phints[#phints + 1] = priority
+        phints[#phints + 1] = key
+      end
       due = nil
     elseif not earliest_new or due < earliest_new then
       earliest_new = due
@@ -356,6 +387,7 @@ local partial = moves < n or replaced
 
 local checks = {}
 if #hints > 0 then checks = {ready, 'list'} end
+if #phints > 0 then checks[#checks + 1] = pready; checks[#checks + 1] = 'zset' end
 if replaced then
   for _, t in ipairs({scheduled, 'zset', retry, 'zset', dead, 'zset', hist, 'hash'}) do
     checks[#checks + 1] = t
@@ -401,6 +433,11 @@ end
 if #zadd > 0 then call_many('ZADD', scheduled, zadd) end
 call_many('HSET', jobs, records)
 if #hints > 0 then call_many('RPUSH', ready, hints) end
+if #phints > 0 then
+  local place = ready_places(stats, #phints / 2, false)
+  for i = 1, #phints, 2 do phints[i] = place(phints[i]) end
+  call_many('ZADD', pready, phints)
+end
 count(stats, 'enqueued', moves)
 local ev = events_of(events, events_setting, stats, now)
 if ev then
@@ -410,7 +447,7 @@ if ev then
   end
   flush_events(ev)
 end
-if #hints > 0 or new_earliest then
+if #hints > 0 or #phints > 0 or new_earliest then
   wake(wake_key)
 end
 return results

@@ -20,7 +20,8 @@
 -- KEYS[15] events    dq:{topic#p}:events    STREAM: one event per failure (failed, deferred,
 --                                           dead or cancelled), when the control hash has
 --                                           `events`
---
+-- KEYS[16] pready    dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
+--                                           normal: a deferral due at once of such a job
 -- ARGV[1] dead-queue cap for this partition
 -- ARGV[2] dead-queue retention, ms
 -- then five per failure:
@@ -57,7 +58,7 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local progress, events = KEYS[14], KEYS[15]
+local progress, events, pready = KEYS[14], KEYS[15], KEYS[16]
 
 local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
@@ -134,7 +135,7 @@ if redis.call('EXISTS', progress) == 1 then progs = hmget(progress, live_keys) e
 local cancelled, buried = {}, {}
 local kept_entries = {} -- the cancelled jobs, when the topic keeps them
 local job_writes, hist_writes = {}, {}
-local to_ready = {}
+local to_ready, to_ready_recs = {}, {}
 local members = {[scheduled] = {}, [retry] = {}}
 local placed = {[scheduled] = {}, [retry] = {}}
 local slot = {} -- set .. ms -> the last k given in this batch (see slot_score)
@@ -192,10 +193,12 @@ for j, i in ipairs(live) do
       evs[#evs + 1] = {kind, key, attempts, err, at}
     end
     if code == HISTORY.deferred then attempts = attempts - 1 else retried = retried + 1 end
+    local new_rec = with_header(rec, waiting_state(at, now, later), attempts, at, token)
     job_writes[#job_writes + 1] = key
-    job_writes[#job_writes + 1] = with_header(rec, waiting_state(at, now, later), attempts, at, token)
+    job_writes[#job_writes + 1] = new_rec
     if at <= now then
       to_ready[#to_ready + 1] = key
+      to_ready_recs[#to_ready] = new_rec
     else
       -- slot_score once per set and ms; the batch's later jobs for that ms follow on
       local s = zset .. '\0' .. at
@@ -217,7 +220,10 @@ for j, i in ipairs(live) do
 end
 -- the two keys first written without a read before
 local checks = {}
-if #to_ready > 0 then checks[#checks + 1] = ready; checks[#checks + 1] = 'list' end
+if #to_ready > 0 then
+  checks[#checks + 1] = ready; checks[#checks + 1] = 'list'
+  checks[#checks + 1] = pready; checks[#checks + 1] = 'zset'
+end
 if #buried > 0 then checks[#checks + 1] = dead; checks[#checks + 1] = 'zset' end
 if #kept_entries > 0 then
   checks[#checks + 1] = kept; checks[#checks + 1] = 'hash'
@@ -251,7 +257,7 @@ if throttle_until then
 end
 if #hist_writes > 0 then call_many('HSET', hist, hist_writes) end
 if #job_writes > 0 then call_many('HSET', jobs, job_writes) end
-if #to_ready > 0 then call_many('RPUSH', ready, to_ready) end
+if #to_ready > 0 then push_ready_many(ready, pready, stats, to_ready, to_ready_recs) end
 if #buried > 0 then
   call_many('ZADD', dead, buried)
   count(stats, 'buried', #buried / 2)

@@ -4,9 +4,13 @@
 --      ("lease expired") and goes to retry after the delay the topic's retry policy gives
 --      that attempt (`retry_delay`, the mirror of RetryPolicy::delay_with, with a fresh
 --      draw of math.random per job), or to dead when the policy has no more;
---   2. pop up to ARGV[1] ready keys, skipping stale hints, and lease them with fresh tokens;
---   3. take the due jobs of scheduled and retry, merged by due time: lease them directly while
---      room is left, then move at most ARGV[3] more to ready;
+--   2. lease due jobs by priority (lib.lua `push_ready`): first `pready`'s members above
+--      normal priority, then up to ARGV[1] keys of `ready`, skipping stale hints, with fresh
+--      tokens;
+--   3. take the due jobs of scheduled and retry, merged by due time, those above normal
+--      priority first: lease them directly while room is left (those below normal excepted:
+--      they join `pready`), then move at most ARGV[3] more to the due queue; then lease
+--      `pready`'s members below normal priority while room is left;
 --   4. pass a wake-up token on if ready work is left behind (chained wake-ups);
 --   5. on a fetch that leased nothing, audit up to 32 records (HSCAN, cursor in stats) and
 --      re-link any whose sorted-set entry is missing;
@@ -69,7 +73,9 @@
 -- KEYS[15] events    dq:{topic#p}:events     STREAM: started, expired, and the ends of recovered
 --                                            leases (failed, dead, cancelled), when the
 --                                            control hash has `events`
--- KEYS[16] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[16] pready    dq:{topic#p}:pready     ZSET the due queue of jobs whose priority is not
+--                                            normal (lib.lua `push_ready`)
+-- KEYS[17] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -107,7 +113,7 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local progress, events, receipt_key = KEYS[14], KEYS[15], KEYS[16]
+local progress, events, pready, receipt_key = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -217,7 +223,7 @@ if #expired > 0 then
   -- (rare) recovery writes before the reads below: check every key the call may touch
   local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
     jobs, 'hash', hist, 'hash', stats, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset',
-    progress, 'hash'})
+    progress, 'hash', pready, 'zset'})
   if bad then return bad end
   -- Redis 7 does not reseed math.random between calls (older versions reset it to one
   -- seed): either way, the caller's seed makes this call's draws its own.
@@ -317,6 +323,55 @@ local function corrupt(key, rec)
 end
 -- Jobs whose expiry came before they started: deleted with the writes (never leased).
 local expired_keys, expired_recs = {}, {}
+-- pready's members read by this call (leased, expired, damaged or stale hints): removed with
+-- the writes. A newer record among them stops the pass there (left with what is behind it).
+local pready_read = {}
+-- Leases `pready`'s ready jobs scored in [lo, hi) (its priorities' band) while room is left.
+local function take_pready(lo, hi)
+  local offset, rounds = 0, 0
+  while #lease_keys < max_jobs and rounds < 4 and not stopped[pready] do
+    rounds = rounds + 1
+    local want = max_jobs - #lease_keys
+    local got = redis.call('ZRANGEBYSCORE', pready, lo, '(' .. hi, 'LIMIT', offset, want)
+    if #got == 0 then return end
+    offset = offset + #got
+    local recs = hmget(jobs, got)
+    local cand_keys, cand_recs = {}, {}
+    for i, key in ipairs(got) do
+      local rec = recs[i]
+      if rec and is_newer(rec) then
+        met_newer(pready, key, rec)
+        break
+      end
+      pready_read[#pready_read + 1] = key
+      if rec and not is_record(rec) then
+        if not seen[key] then corrupt(key, rec) end
+      elseif rec and state_of(rec) == STATE.ready and not seen[key]
+          and priority_of(rec) ~= NORMAL_PRIORITY then
+        seen[key] = true
+        cand_keys[#cand_keys + 1] = key
+        cand_recs[#cand_recs + 1] = rec
+      end
+    end
+    -- (every record in pready is lean: format 5 on)
+    local held = held_leases(leases, cand_keys)
+    for j, key in ipairs(cand_keys) do
+      if held[key] then
+        -- running: a stale hint
+      elseif is_expired(cand_recs[j], now) then
+        expired_keys[#expired_keys + 1] = key
+        expired_recs[#expired_keys] = cand_recs[j]
+      else
+        lease_keys[#lease_keys + 1] = key
+        lease_recs[#lease_recs + 1] = cand_recs[j]
+      end
+    end
+    if #got < want then return end
+  end
+end
+-- 2a. the due jobs above normal priority
+take_pready(0, NORMAL_READY_SCORE)
+
 local consumed = 0
 local ready_more = false
 if max_jobs == 0 then
@@ -403,9 +458,23 @@ while #taken < limit and (si <= #s_list or ri <= #r_list) do
   taken_from[#taken] = from
 end
 local promote_more = #taken == limit and limit > 0
-local records, hints = {}, {}
+local records, hints, hint_recs = {}, {}, {}
 if #taken > 0 then
   local recs = hmget(jobs, taken)
+  -- Leased in order of priority, then of due time: the order of `taken`, re-sorted only
+  -- when a record of another priority than normal is among them.
+  local order, prio, mixed = {}, {}, false
+  for i = 1, #taken do
+    order[i] = i
+    prio[i] = is_record(recs[i]) and priority_of(recs[i]) or NORMAL_PRIORITY
+    if prio[i] ~= NORMAL_PRIORITY then mixed = true end
+  end
+  if mixed then
+    table.sort(order, function(a, b)
+      if prio[a] ~= prio[b] then return prio[a] > prio[b] end
+      return a < b
+    end)
+  end
   -- (a lean job found leased here is a stale entry: it is removed from the set, not leased)
   local lean_keys = {}
   for i, key in ipairs(taken) do
@@ -413,7 +482,8 @@ if #taken > 0 then
     if rec and is_record(rec) and is_lean(rec) then lean_keys[#lean_keys + 1] = key end
   end
   local held = held_leases(leases, lean_keys)
-  for i, key in ipairs(taken) do
+  for _, i in ipairs(order) do
+    local key = taken[i]
     local rec = recs[i]
     local from = taken_from[i]
     local ok = is_record(rec)
@@ -432,20 +502,26 @@ if #taken > 0 then
         if is_expired(rec, now) then
           expired_keys[#expired_keys + 1] = key
           expired_recs[#expired_keys] = rec
-        elseif #lease_keys < max_jobs then
+        elseif #lease_keys < max_jobs and prio[i] >= NORMAL_PRIORITY then
           lease_keys[#lease_keys + 1] = key
           lease_recs[#lease_recs + 1] = rec
         else
+          -- (below normal priority: behind the jobs already waiting at its priority)
           local _, attempts, due, _, old_token = unpack_record(rec)
+          local ready_rec = with_header(rec, STATE.ready, attempts, due, old_token)
           records[#records + 1] = key
-          records[#records + 1] = with_header(rec, STATE.ready, attempts, due, old_token)
+          records[#records + 1] = ready_rec
           hints[#hints + 1] = key
+          hint_recs[#hints] = ready_rec
         end
       end
     end
   end
 end
 if stopped[scheduled] or stopped[retry] then promote_more = false end
+-- 3b. the due jobs below normal priority, when nothing else was found due (those found due
+--     by this call join them at the back: leased from the next call on)
+if #taken == 0 then take_pready(NORMAL_READY_SCORE, (MAX_PRIORITY + 1) * PRIO_SPAN) end
 local n_jobs = #lease_keys
 
 -- 5a. (reads) a fetch that leases nothing audits a few records (see 5 below).
@@ -464,6 +540,8 @@ if #corrupt_keys > 0 or n_jobs == 0 then
 elseif #expired_keys > 0 then
   checks = {hist, 'hash', kept, 'hash', kept_at, 'zset'}
 end
+-- (pready is read by every fetch that may lease; not by one that only promotes)
+if max_jobs == 0 then checks[#checks + 1] = pready; checks[#checks + 1] = 'zset' end
 local bad = check_types(checks)
 if bad then return bad end
 
@@ -548,10 +626,15 @@ if #lease_writes > 0 then
 end
 if #legacy_writes > 0 then call_many('HSET', jobs, legacy_writes) end
 if #records > 0 then call_many('HSET', jobs, records) end
-if #hints > 0 then call_many('RPUSH', ready, hints) end
+if #pready_read > 0 then call_many('ZREM', pready, pready_read) end
+if #hints > 0 then push_ready_many(ready, pready, stats, hints, hint_recs) end
 call_many('ZREM', scheduled, from_set[1])
 call_many('ZREM', retry, from_set[2])
 local ready_left = ready_more or #hints > 0
+-- (pready's members this call did not read: due jobs left, unless behind a newer record)
+if not ready_left and not stopped[pready] and redis.call('ZCARD', pready) > 0 then
+  ready_left = true
+end
 
 -- 5. (idle fetches only) audit a few records: one whose sorted-set entry is missing (deleted by
 --    hand, or a damaged restore) would otherwise wait for ever. Re-link it where its state
@@ -589,6 +672,13 @@ if scan then
       elseif state == STATE.dead and not redis.call('ZSCORE', dead, key) then
         redis.call('ZADD', dead, now, key)
         repaired = repaired + 1
+      elseif state == STATE.ready and priority_of(rec) ~= NORMAL_PRIORITY then
+        -- (its hint, if any, is its member of pready: found by key)
+        if not redis.call('ZSCORE', pready, key) then
+          push_ready(ready, pready, stats, key, rec)
+          ready_left = true
+          repaired = repaired + 1
+        end
       elseif state == STATE.ready and ready_empty then
         redis.call('RPUSH', ready, key)
         ready_left = true
@@ -644,7 +734,7 @@ end
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(receipt_out), 'PX', receipt_ms)
 end
-for i = 17, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 18, #KEYS do redis.call('DEL', KEYS[i]) end
 
 out[1], out[2], out[3], out[4], out[5], out[6] = now, next_ms, trimmed, n_jobs, #buried,
   #newer / 2

@@ -10,6 +10,8 @@
 --   the job is running while the partition's `leases` hash holds its key (-> its delivery
 --   token), its state byte keeps the waiting state it was leased from (never A), and its
 --   attempts count the attempts finished (the running one is attempts + 1: `started`).
+--   format 4 (expiring): format 3's header, then the expiry (u48 Unix ms, 0: none): 21 bytes.
+--   format 5 (priority): format 4's header, then the priority (u8, 0..9; 5 normal): 22 bytes.
 --   The 20-byte header, struct '>c1BI6I6I6':
 --     state    1 char   STATE below (S scheduled, R ready, A active, F retry, D dead)
 --     attempts u8      attempts started (a release or a deferral gives one back)
@@ -46,15 +48,19 @@ local HISTORY = {failed = 'F', lease_expired = 'L', deferred = 'd', buried = 'B'
 -- The newest record format this script reads. The loader writes a lower number here for a
 -- process that reads less (a dq acting as an older one: ClientBuilder::format_level), so the
 -- line must stay exactly `local NEWEST_FORMAT = <n>` (scripts.rs, tied by a test).
-local NEWEST_FORMAT = 4
+local NEWEST_FORMAT = 5
 -- Record formats (dq-core/src/format.rs, tied by a test): `legacy` has no version byte;
 -- a first byte in 2..max is a version byte.
 -- `lean` is the first format whose lease leaves the record as it is (format.rs LEAN_FORMAT);
--- `expiring` the first whose header ends with the job's expiry (EXPIRING_FORMAT).
-local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, max = 31}
+-- `expiring` the first whose header ends with the job's expiry (EXPIRING_FORMAT);
+-- `priority` the first with the job's priority after it (PRIORITY_FORMAT).
+local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, priority = 5, max = 31}
 -- The same, as locals for the helpers below (a table field costs a lookup per record).
 local LEGACY_FORMAT, FIRST_VERSIONED, MAX_FORMAT = FORMAT.legacy, FORMAT.versioned, FORMAT.max
-local LEAN_FORMAT, EXPIRING_FORMAT = FORMAT.lean, FORMAT.expiring
+local LEAN_FORMAT, EXPIRING_FORMAT, PRIORITY_FORMAT = FORMAT.lean, FORMAT.expiring, FORMAT.priority
+-- A job's priority when its record has none (formats 1..4) or its enqueue gave none
+-- (Priority::NORMAL in Rust, tied by a test); 0 is the lowest, 9 the highest.
+local NORMAL_PRIORITY, MAX_PRIORITY = 5, 9
 
 -- The string functions the hot paths call, as locals (a global table lookup each otherwise).
 local byte, sub, char = string.byte, string.sub, string.char
@@ -71,6 +77,8 @@ local LEAN_HEADER = '>c1BI6I6'
 local LEAN_HEADER_LEN = 15
 -- A format-4 record's header: format 3's, then the expiry (u48 Unix ms, 0: none).
 local EXPIRING_HEADER_LEN = 21
+-- A format-5 record's header: format 4's, then the priority (u8).
+local PRIORITY_HEADER_LEN = 22
 local MAX_HISTORY = 32
 local MAX_ERROR_LEN = 1024
 local CUT_MARK = '… [cut from '
@@ -111,6 +119,7 @@ end
 local function header_len(rec)
   local b = byte(rec, 1)
   if b > MAX_FORMAT then return HEADER_LEN end
+  if b >= PRIORITY_FORMAT then return PRIORITY_HEADER_LEN end
   if b >= EXPIRING_FORMAT then return EXPIRING_HEADER_LEN end
   if b >= LEAN_FORMAT then return LEAN_HEADER_LEN end
   return HEADER_LEN + 1
@@ -121,6 +130,13 @@ local function expiry_of(rec)
   local b = byte(rec, 1)
   if b >= EXPIRING_FORMAT and b <= MAX_FORMAT then return struct.unpack('>I6', rec, 16) end
   return 0
+end
+
+-- The priority of a record (format 5 on), 0..9; NORMAL_PRIORITY for every older format.
+local function priority_of(rec)
+  local b = byte(rec, 1)
+  if b >= PRIORITY_FORMAT and b <= MAX_FORMAT then return byte(rec, PRIORITY_HEADER_LEN) end
+  return NORMAL_PRIORITY
 end
 
 -- True for a record whose expiry has come by `now`: it is never started again.
@@ -153,7 +169,8 @@ local function is_record(rec)
   if b >= LEAN_FORMAT then
     -- (a lean record is never active: its lease is in `leases`)
     local s = byte(rec, 2)
-    local len = b >= EXPIRING_FORMAT and EXPIRING_HEADER_LEN or LEAN_HEADER_LEN
+    local len = (b >= PRIORITY_FORMAT and PRIORITY_HEADER_LEN)
+      or (b >= EXPIRING_FORMAT and EXPIRING_HEADER_LEN) or LEAN_HEADER_LEN
     return #rec >= len and IS_STATE_BYTE[s] == true and s ~= ACTIVE_BYTE
   end
   return #rec > HEADER_LEN and IS_STATE_BYTE[byte(rec, 2)] == true
@@ -189,13 +206,19 @@ local function started(rec)
 end
 
 -- A record of `format` (one this dq reads): its header, then `payload`; `expires` (Unix ms,
--- 0 or nil: none) is kept by format 4 on and dropped by older ones.
-local function pack_record(format, state, attempts, due, created, token, payload, expires)
+-- 0 or nil: none) is kept by format 4 on and dropped by older ones, `priority` (nil: normal)
+-- by format 5 on.
+local function pack_record(format, state, attempts, due, created, token, payload, expires,
+    priority)
   if attempts > 255 then attempts = 255 end
   if attempts < 0 then attempts = 0 end
   if due < 0 then due = 0 end
   if format == LEGACY_FORMAT then
     return struct.pack(HEADER, state, attempts, due, created, token) .. payload
+  end
+  if format >= PRIORITY_FORMAT then
+    return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created)
+      .. struct.pack('>I6', expires or 0) .. char(priority or NORMAL_PRIORITY) .. payload
   end
   if format >= EXPIRING_FORMAT then
     return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created)
@@ -461,7 +484,7 @@ local function leased_record(rec, token, spent)
 end
 
 -- Rewrites the header of `rec` in place of the old one, keeping its format, `created`, its
--- expiry (unless `expires` is given: 0 clears it) and the payload.
+-- expiry (unless `expires` is given: 0 clears it), its priority and the payload.
 -- (A lean record has no token: `token` is ignored for it.)
 local function with_header(rec, state, attempts, due, token, expires)
   local format = record_format(rec)
@@ -469,7 +492,7 @@ local function with_header(rec, state, attempts, due, token, expires)
   -- created: the 6 bytes before the token, or bytes 10..15 of a lean header
   local created = struct.unpack('>I6', rec, format >= LEAN_FORMAT and 10 or len - 11)
   return pack_record(format, state, attempts, due, created, token, sub(rec, len + 1),
-    expires or expiry_of(rec))
+    expires or expiry_of(rec), priority_of(rec))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.
@@ -595,13 +618,78 @@ local function waiting_state(due, now, later)
   return later
 end
 
+-- ---- the due queue: `ready` and `pready` (ARCHITECTURE.md §2, priorities) ----
+-- A due job of normal priority waits in `ready` (a list, FIFO); one of any other priority in
+-- `pready`, a sorted set scored by PRIO_SPAN * (MAX_PRIORITY - priority) + its place: FIFO
+-- within a priority by the partition's counters (`stats` fields `pready_back`, counting up
+-- from PRIO_MID, and `pready_front`, counting down from it for releases). Both hold hints:
+-- fetch leases a member only if its record still says ready, and drops the others. Fetch
+-- leases `pready`'s members above normal first, then `ready`, then the jobs it finds due
+-- (above and at normal priority), then `pready`'s members below normal.
+local PRIO_SPAN = 17592186044416 -- 2^44
+local PRIO_MID = 8796093022208 -- 2^43: a priority's places, front below, back above
+-- pready's scores below this are above normal priority; from it on, below normal.
+local NORMAL_READY_SCORE = (MAX_PRIORITY - NORMAL_PRIORITY) * PRIO_SPAN
+
+-- The places of `n` jobs queued at the back (or, with `front`, the front) of their priority:
+-- a function giving the score of the next one of `priority` (one counter bump per call).
+local function ready_places(stats, n, front)
+  local field = front and 'pready_front' or 'pready_back'
+  -- (never fails: a damaged or spent counter starts again, FIFO lost for that moment only)
+  local top = redis.pcall('HINCRBY', stats, field, n)
+  if type(top) ~= 'number' or top < n or top >= PRIO_MID then
+    redis.pcall('HSET', stats, field, n)
+    top = n
+  end
+  local last = top - n
+  return function(priority)
+    last = last + 1
+    local at = front and PRIO_MID - last or PRIO_MID + last
+    return (MAX_PRIORITY - priority) * PRIO_SPAN + at
+  end
+end
+
+-- Queues `key` (its record `rec`, already written ready) at the back of the due queue of its
+-- priority, or at the front with `front` (a release gives the job its place back).
+local function push_ready(ready, pready, stats, key, rec, front)
+  local p = priority_of(rec)
+  if p == NORMAL_PRIORITY then
+    redis.call(front and 'LPUSH' or 'RPUSH', ready, key)
+  else
+    redis.call('ZADD', pready, ready_places(stats, 1, front)(p), key)
+  end
+end
+
+-- Queues hints (`keys`, their records `recs`, already written ready) at the back of the due
+-- queue of their priorities, in order: one RPUSH and at most one ZADD. Returns how many.
+local function push_ready_many(ready, pready, stats, keys, recs)
+  local normal, others = {}, {}
+  for i, key in ipairs(keys) do
+    local p = priority_of(recs[i])
+    if p == NORMAL_PRIORITY then
+      normal[#normal + 1] = key
+    else
+      others[#others + 1] = p
+      others[#others + 1] = key
+    end
+  end
+  if #normal > 0 then call_many('RPUSH', ready, normal) end
+  if #others > 0 then
+    local place = ready_places(stats, #others / 2, false)
+    for i = 1, #others, 2 do others[i] = place(others[i]) end
+    call_many('ZADD', pready, others)
+  end
+  return #keys
+end
+
 -- Queues a job whose record is already written with `waiting_state(due, now, ...)`:
--- onto `ready` if due now, else into `zset` (scheduled or retry) at `score`, the
+-- onto the due queue of its priority if due now (`push_ready`: `rec` is its record), else
+-- into `zset` (scheduled or retry) at `score`, the
 -- `slot_score(zset, due)` the caller read before its first write.
 -- Returns true when a fetcher should be woken: the job is ready, or is the new earliest.
-local function place(zset, ready, key, due, now, score)
+local function place(zset, ready, key, due, now, score, pready, stats, rec)
   if due <= now then
-    redis.call('RPUSH', ready, key)
+    push_ready(ready, pready, stats, key, rec)
     return true
   end
   redis.call('ZADD', zset, score, key)

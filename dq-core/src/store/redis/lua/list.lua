@@ -13,11 +13,14 @@
 -- KEYS[8] leases     dq:{topic#p}:leases   HASH key -> token: the leases of lean (format 3) records
 -- KEYS[9] kept       dq:{topic#p}:kept     HASH key -> kept job (lib.lua `pack_kept`)
 -- KEYS[10] kept_at   dq:{topic#p}:kept_at  ZSET key -> when its keeping ends
+-- KEYS[11] pready    dq:{topic#p}:pready   ZSET the due queue of jobs whose priority is not
+--                                          normal, highest first (lib.lua `push_ready`)
 -- (The listed state's index is one of KEYS[1..5] or kept_at, chosen by ARGV[2]; all are
 -- passed so that the script's key list is the same for every state.)
 --
--- ARGV[1] mode: 'z' (the index is a sorted set), 'r' (the ready list) or 'k' (kept jobs:
---         kept_at, in the order their keeping ends; the values come from kept)
+-- ARGV[1] mode: 'z' (the index is a sorted set; with state R, pready), 'r' (the ready list)
+--         or 'k' (kept jobs: kept_at, in the order their keeping ends; the values come from
+--         kept)
 -- ARGV[2] state code the records must have (S, F, A, D; R for the ready list; for 'k' the
 --         kept outcome: s succeeded, c cancelled, e expired)
 -- ARGV[3] limit (> 0)
@@ -46,7 +49,8 @@ if mode == 'k' then
   end
   kept_outcome, mode = state, 'z'
 end
-if (mode ~= 'z' and mode ~= 'r') or not index or (mode == 'r') ~= (state == STATE.ready)
+if mode == 'z' and state == STATE.ready then index = KEYS[11] end
+if (mode ~= 'z' and mode ~= 'r') or not index or (mode == 'r' and state ~= STATE.ready)
     or not limit or limit <= 0 then
   return redis.error_reply('ERR dq bad arguments: mode, state, limit')
 end

@@ -1,6 +1,6 @@
 -- release: hand running jobs back without charging the attempt (graceful shutdown).
--- Released jobs go to the FRONT of ready, in the order given: they were due before anything
--- queued behind them.
+-- Released jobs go to the FRONT of ready (or of their priority in pready: lib.lua
+-- `push_ready`), in the order given: they were due before anything queued behind them.
 --
 -- KEYS[1] active  dq:{topic#p}:active
 -- KEYS[2] ready   dq:{topic#p}:ready
@@ -19,6 +19,8 @@
 -- ARGV: pairs key, token
 -- KEYS[12] events dq:{topic#p}:events    STREAM: one event per job (released, or cancelled),
 --                                         when the control hash has `events`
+-- KEYS[13] pready dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
+--                                         normal: such a job goes to the front of its priority
 --
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
 -- Errors: 'ERR dq bad arguments: ...'
@@ -29,6 +31,7 @@
 local active, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hist, stats, control, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local kept, kept_at, progress, events = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local pready = KEYS[13]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -69,15 +72,16 @@ for i = #keys, 1, -1 do
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
     else
       if released == 0 then
-        local bad = check_types({ready, 'list'})
+        local bad = check_types({ready, 'list', pready, 'zset'})
         if bad then return bad end
       end
       local _, _, due, _, token = unpack_record(rec)
       redis.call('ZREM', active, key)
       if is_lean(rec) then redis.call('HDEL', leases, key) end -- (read above)
       -- the attempt is given back
-      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, started(rec) - 1, due, token))
-      redis.call('LPUSH', ready, key)
+      local ready_rec = with_header(rec, STATE.ready, started(rec) - 1, due, token)
+      redis.call('HSET', jobs, key, ready_rec)
+      push_ready(ready, pready, stats, key, ready_rec, true)
       redis.call('HDEL', progress, key)
       released = released + 1
       emit(ev, EVENT.released, key, started(rec))

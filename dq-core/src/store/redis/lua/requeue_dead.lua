@@ -4,6 +4,8 @@
 -- KEYS[2] ready  dq:{topic#p}:ready
 -- KEYS[3] jobs   dq:{topic#p}:jobs
 -- KEYS[4] wake   dq:{topic#p}:wake
+-- KEYS[5] stats  dq:{topic#p}:stats   HASH its pready_back counter (lib.lua `push_ready`)
+-- KEYS[6] pready dq:{topic#p}:pready  ZSET the due queue of jobs whose priority is not normal
 --
 -- ARGV: job keys (at least one)
 --
@@ -15,6 +17,7 @@
 -- ready, once, before the first job is moved (its first touch is a write after that).
 
 local dead, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local stats, pready = KEYS[5], KEYS[6]
 if #ARGV == 0 then return redis.error_reply('ERR dq bad arguments: no keys') end
 
 local recs = hmget(jobs, ARGV)
@@ -30,15 +33,16 @@ for i, key in ipairs(ARGV) do
   local rec = recs[i]
   if is_record(rec) and state_of(rec) == STATE.dead then
     if not checked then
-      local bad = check_types({ready, 'list'})
+      local bad = check_types({ready, 'list', pready, 'zset'})
       if bad then return bad end
       checked = true
     end
     if redis.call('ZREM', dead, key) == 1 then
       local _, _, _, _, token = unpack_record(rec)
       -- (an operator's requeue runs the job: a passed expiry would drop it, so it goes)
-      redis.call('HSET', jobs, key, with_header(rec, STATE.ready, 0, now, token, 0))
-      redis.call('RPUSH', ready, key)
+      local ready_rec = with_header(rec, STATE.ready, 0, now, token, 0)
+      redis.call('HSET', jobs, key, ready_rec)
+      push_ready(ready, pready, stats, key, ready_rec)
       moved = moved + 1
       ok = '1'
     end

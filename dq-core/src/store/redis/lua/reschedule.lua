@@ -8,6 +8,8 @@
 -- KEYS[4] jobs       dq:{topic#p}:jobs
 -- KEYS[5] wake       dq:{topic#p}:wake
 -- KEYS[6] leases     dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
+-- KEYS[7] stats      dq:{topic#p}:stats     HASH its pready_back counter (lib.lua `push_ready`)
+-- KEYS[8] pready     dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not normal
 --
 -- ARGV[1] key
 -- ARGV[2] mode: 'a' at ARGV[3] Unix ms | 'd' ARGV[3] ms after now | 's' shift the current
@@ -26,7 +28,7 @@
 -- becomes due at once (its first touch is a write after those).
 
 local scheduled, retry, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local leases = KEYS[6]
+local leases, stats, pready = KEYS[6], KEYS[7], KEYS[8]
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
   return redis.error_reply('ERR dq bad arguments: reschedule')
@@ -50,14 +52,15 @@ local score
 if new_state ~= STATE.ready then
   score = slot_score(scheduled, at)
 elseif state ~= STATE.ready then
-  local bad = check_types({ready, 'list'})
+  local bad = check_types({ready, 'list', pready, 'zset'})
   if bad then return bad end
 end
 unlink(state, scheduled, retry, nil, key)
-redis.call('HSET', jobs, key, with_header(rec, new_state, attempts, at, token))
+local new_rec = with_header(rec, new_state, attempts, at, token)
+redis.call('HSET', jobs, key, new_rec)
 if new_state == STATE.ready and state == STATE.ready then
   -- already has a live hint in ready: keep its place in line
   return {'K', at}
 end
-if place(scheduled, ready, key, at, now, score) then wake(wake_key) end
+if place(scheduled, ready, key, at, now, score, pready, stats, new_rec) then wake(wake_key) end
 return {'K', at}
