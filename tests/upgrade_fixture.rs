@@ -3,8 +3,10 @@
 //! waiting job runs exactly once with the payload it was stored with; jobs far in the future
 //! stay scheduled until rescheduled by key; dead jobs stay dead until requeued; the schedule
 //! ticks; the recorded enqueue and fetch calls still find their receipts; the paused topic
-//! stays paused; the counters are kept; the invariants hold. Each stored-format change adds
-//! its predecessor's fixture and one test line here (see `tests/fixtures/README.md`).
+//! stays paused; the counters are kept; the invariants hold; from format 4 on, a job whose
+//! expiry has passed never runs, kept jobs and recorded events read back. Each stored-format
+//! change adds its predecessor's fixture and one test line here (see
+//! `tests/fixtures/README.md`).
 
 #[path = "common/fixture.rs"]
 mod fixture;
@@ -49,11 +51,17 @@ async fn format_2_fixture_drains_completely() {
 }
 
 /// A namespace written by the dq of the lean lease (format 3: the 15-byte header without a
-/// token, leases in the partition's `leases` hash, attempts finished), kept for the next
-/// format change.
+/// token, leases in the partition's `leases` hash, attempts finished).
 #[tokio::test]
 async fn format_3_fixture_drains_completely() {
     drain(&fixture_dir("format-3")).await;
+}
+
+/// A namespace written by the dq of expiring jobs (format 4: format 3's header followed by the
+/// expiry), with kept finished jobs and event streams, kept for the next format change.
+#[tokio::test]
+async fn format_4_fixture_drains_completely() {
+    drain(&fixture_dir("format-4")).await;
 }
 
 /// The dump format reads back exactly what it wrote: binary bytes, quotes, backslashes,
@@ -86,6 +94,20 @@ fn a_dump_reads_back_as_written() {
             ttl_ms: Some(9),
             value: V::String(b"\x00\x01".to_vec()),
         },
+        DumpedKey {
+            key: "ns:{t#0}:events".into(),
+            ttl_ms: None,
+            value: V::Stream(vec![
+                ("1-0".into(), vec![(b"v".to_vec(), b"1".to_vec())]),
+                (
+                    "3-0".into(),
+                    vec![
+                        (b"n".to_vec(), b"2".to_vec()),
+                        (b"b".to_vec(), b"\x92\xa1k \"".to_vec()),
+                    ],
+                ),
+            ]),
+        },
     ];
     assert_eq!(
         fixture::parse(&fixture::to_text(&["a comment"], &keys)),
@@ -112,6 +134,17 @@ struct Expect {
     cancel_requested: Vec<TopicKey>,
     reschedule_now: Vec<TopicKey>,
     cancel_by_key: Vec<TopicKey>,
+    /// Waiting jobs whose expiry has passed when the drain starts (format 4 on): never run,
+    /// counted in `expired_before_start`.
+    #[serde(default)]
+    expire_before_start: Vec<TopicKey>,
+    /// Finished jobs the fixture's topics keep (fixtures from format 4 on).
+    #[serde(default)]
+    kept: Vec<KeptExpect>,
+    /// Every event the fixture's topics had recorded, by partition and number (fixtures from
+    /// format 4 on).
+    #[serde(default)]
+    events: Vec<dq::Event>,
 }
 
 #[derive(Deserialize)]
@@ -119,7 +152,24 @@ struct TopicExpect {
     name: String,
     paused: bool,
     concurrency: Option<u32>,
+    /// How long the topic keeps its succeeded jobs, in ms (absent in fixtures before format 4).
+    #[serde(default)]
+    keep_succeeded_ms: Option<u64>,
+    /// The most events the topic keeps, if it records them (absent before format 4).
+    #[serde(default)]
+    events_max_kept: Option<u64>,
     counters: Counters,
+}
+
+/// A finished job a fixture's topic keeps.
+#[derive(Deserialize)]
+struct KeptExpect {
+    topic: String,
+    key: String,
+    outcome: String,
+    attempts: u32,
+    kept_until_ms: u64,
+    payload: Value,
 }
 
 /// The counters a topic's stats keep for ever (not the gauges: those change with time).
@@ -130,6 +180,9 @@ struct Counters {
     retried: u64,
     buried: u64,
     expired: u64,
+    /// Absent in fixtures before format 4 (their stores read 0).
+    #[serde(default)]
+    expired_before_start: u64,
     cancelled: u64,
     succeeded_after_cancel_request: u64,
     trimmed: u64,
@@ -143,6 +196,7 @@ impl From<TopicStats> for Counters {
             retried: s.retried,
             buried: s.buried,
             expired: s.expired,
+            expired_before_start: s.expired_before_start,
             cancelled: s.cancelled,
             succeeded_after_cancel_request: s.succeeded_after_cancel_request,
             trimmed: s.trimmed,
@@ -157,6 +211,9 @@ struct JobExpect {
     state: String,
     attempts: u32,
     due_ms: u64,
+    /// Its expiry (fixtures from format 4 on; absent: none).
+    #[serde(default)]
+    expires_ms: Option<u64>,
     payload: Value,
     history: Vec<String>,
 }
@@ -366,6 +423,8 @@ struct Plan {
     /// Jobs that must not run: cancelled (by key, or by a request on their running attempt),
     /// or run by this test through the recorded fetch call.
     skip: BTreeSet<TopicKey>,
+    /// Waiting jobs whose expiry has passed: never run, deleted and counted by a fetch.
+    expire: BTreeSet<TopicKey>,
     /// Topics paused in the fixture.
     paused: BTreeSet<String>,
     /// Topics neither paused nor periodic: they must end quiet.
@@ -439,6 +498,18 @@ impl Drain {
                 "{}: pause and concurrency cap as loaded",
                 t.name
             );
+            assert_eq!(
+                (
+                    control
+                        .retention
+                        .and_then(|r| r.succeeded)
+                        .map(|d| d.as_millis() as u64),
+                    control.events.map(|e| e.max_kept)
+                ),
+                (t.keep_succeeded_ms, t.events_max_kept),
+                "{}: retention of succeeded jobs and events kept, as loaded",
+                t.name
+            );
             let mut found: Vec<String> = listed(&tc)
                 .await
                 .iter()
@@ -462,14 +533,21 @@ impl Drain {
                 .unwrap_or_else(|| panic!("{}/{} is missing", j.topic, j.key));
             let history: Vec<&str> = info.history.iter().map(|h| h.error.as_str()).collect();
             assert_eq!(
-                (info.state.as_str(), info.attempts, info.due_ms, history),
+                (
+                    info.state.as_str(),
+                    info.attempts,
+                    info.due_ms,
+                    info.expires_ms,
+                    history
+                ),
                 (
                     j.state.as_str(),
                     j.attempts,
                     j.due_ms,
+                    j.expires_ms,
                     j.history.iter().map(String::as_str).collect()
                 ),
-                "{}/{}: state, attempts, due time and history as loaded",
+                "{}/{}: state, attempts, due time, expiry and history as loaded",
                 j.topic,
                 j.key
             );
@@ -498,6 +576,83 @@ impl Drain {
             .collect();
         want.sort();
         assert_eq!(schedules, want, "schedules as loaded");
+        self.kept_jobs_as_loaded().await;
+        self.events_as_loaded().await;
+    }
+
+    /// Each kept job reads back (its outcome, attempts and payload) until its keeping ends;
+    /// after that (a drain more than the retention after the generation) it is no more seen.
+    async fn kept_jobs_as_loaded(&self) {
+        for k in &self.expect.kept {
+            let tc = self.topic(&k.topic);
+            assert!(
+                tc.job(&k.key).await.expect("job").is_none(),
+                "{}/{}: a kept job is not live",
+                k.topic,
+                k.key
+            );
+            let found = tc.finished(&k.key).await.expect("finished");
+            let now = dq::store::unix_ms(SystemTime::now());
+            if now >= k.kept_until_ms + 1_000 {
+                assert!(
+                    found.is_none(),
+                    "{}/{}: seen after its keeping ended",
+                    k.topic,
+                    k.key
+                );
+                continue;
+            }
+            if now + 1_000 >= k.kept_until_ms {
+                // its keeping ends as this reads: gone, or still seen
+                continue;
+            }
+            let f = found.unwrap_or_else(|| panic!("{}/{}: kept job missing", k.topic, k.key));
+            assert_eq!(
+                (f.outcome.as_str(), f.attempts, f.kept_until_ms),
+                (k.outcome.as_str(), k.attempts, k.kept_until_ms),
+                "{}/{}: the kept job as loaded",
+                k.topic,
+                k.key
+            );
+            assert_eq!(
+                payload_json(&k.topic, &f.payload),
+                k.payload,
+                "{}/{}: the kept job's payload",
+                k.topic,
+                k.key
+            );
+        }
+    }
+
+    /// Every recorded event reads back as it was written, in every topic that has some.
+    async fn events_as_loaded(&self) {
+        let topics: BTreeSet<&str> = self
+            .expect
+            .events
+            .iter()
+            .map(|e| e.topic.as_str())
+            .collect();
+        for t in topics {
+            let mut found = self.topic(t).recent_events(1_000).await.expect("events");
+            found.sort_by_key(|e| (e.partition, e.id));
+            let want: Vec<&dq::Event> =
+                self.expect.events.iter().filter(|e| e.topic == t).collect();
+            assert_eq!(
+                found.iter().collect::<Vec<_>>(),
+                want,
+                "{t}: the events as loaded"
+            );
+        }
+    }
+
+    /// The last event number of each partition of the fixture's events.
+    fn last_event_numbers(&self) -> BTreeMap<(String, u16), u64> {
+        let mut last = BTreeMap::new();
+        for e in &self.expect.events {
+            let n = last.entry((e.topic.clone(), e.partition)).or_insert(0);
+            *n = (*n).max(e.id.0);
+        }
+        last
     }
 
     /// The recorded fetch call, retried, gets its jobs back under fresh tokens with no
@@ -635,11 +790,24 @@ impl Drain {
             .filter(|j| far(j) && !e.reschedule_now.contains(&tk(j)) && !skip.contains(&tk(j)))
             .map(tk)
             .collect();
+        let expire: BTreeSet<TopicKey> = e.expire_before_start.iter().cloned().collect();
+        let now = dq::store::unix_ms(SystemTime::now());
+        for k in &expire {
+            let j = self.job_named(k);
+            assert!(
+                j.expires_ms.is_some_and(|at| at < now),
+                "{k:?}: its expiry has passed before the drain (the fixture's promise)"
+            );
+        }
         let mut to_run = BTreeMap::new();
         for j in &e.jobs {
             let key = tk(j);
             let waiting = matches!(j.state.as_str(), "scheduled" | "ready" | "retry" | "active");
-            if !waiting || skip.contains(&key) || stays.contains(&key) || paused.contains(&j.topic)
+            if !waiting
+                || skip.contains(&key)
+                || stays.contains(&key)
+                || expire.contains(&key)
+                || paused.contains(&j.topic)
             {
                 continue;
             }
@@ -661,6 +829,7 @@ impl Drain {
             to_run,
             stays,
             skip,
+            expire,
             paused,
             busy,
         }
@@ -728,6 +897,51 @@ impl Drain {
                 (info.state, info.due_ms),
                 (JobState::Scheduled, self.job_named(k).due_ms),
                 "{k:?} stays scheduled"
+            );
+        }
+        for k in &plan.expire {
+            assert!(
+                self.topic(&k.topic)
+                    .job(&k.key)
+                    .await
+                    .expect("job")
+                    .is_none(),
+                "{k:?}: expired before it started, deleted"
+            );
+            assert!(
+                !self
+                    .runs
+                    .all()
+                    .iter()
+                    .any(|r| r.0 == k.topic && r.1 == k.key),
+                "{k:?}: expired before it started, yet ran"
+            );
+        }
+        self.events_go_on(plan).await;
+    }
+
+    /// In a topic that recorded events, every job the drain ran has its `succeeded` event,
+    /// numbered after the fixture's last in its partition.
+    async fn events_go_on(&self, plan: &Plan) {
+        let last = self.last_event_numbers();
+        let topics: BTreeSet<&String> = last.keys().map(|(t, _)| t).collect();
+        for k in plan.to_run.keys().filter(|k| topics.contains(&k.topic)) {
+            let events = self
+                .topic(&k.topic)
+                .job_events(&k.key)
+                .await
+                .expect("job events");
+            let ok = events.iter().any(|e| {
+                e.kind == dq::EventKind::Succeeded
+                    && e.id.0
+                        > last
+                            .get(&(e.topic.clone(), e.partition))
+                            .copied()
+                            .unwrap_or(0)
+            });
+            assert!(
+                ok,
+                "{k:?}: a succeeded event numbered after the fixture's: {events:?}"
             );
         }
     }
@@ -850,7 +1064,7 @@ impl Drain {
     }
 
     /// Counters went on from the fixture's: nothing enqueued, every run a success, every
-    /// cancel counted.
+    /// cancel and every expiry before a start counted.
     async fn counters_go_on(&self, plan: &Plan) {
         for t in self.expect.topics.iter().filter(|t| t.name != TICKS) {
             let now = Counters::from(self.topic(&t.name).stats().await.expect("stats"));
@@ -860,12 +1074,19 @@ impl Drain {
                 .iter()
                 .filter(|k| k.topic == t.name && !self.fetched_by_hand(&k.topic, &k.key))
                 .count() as u64;
+            let expired = plan.expire.iter().filter(|k| k.topic == t.name).count() as u64;
             assert_eq!(
-                (now.enqueued, now.succeeded, now.cancelled),
+                (
+                    now.enqueued,
+                    now.succeeded,
+                    now.cancelled,
+                    now.expired_before_start
+                ),
                 (
                     t.counters.enqueued,
                     t.counters.succeeded + ran,
-                    t.counters.cancelled + cancelled
+                    t.counters.cancelled + cancelled,
+                    t.counters.expired_before_start + expired
                 ),
                 "{}: counters go on from the fixture's",
                 t.name

@@ -1,7 +1,7 @@
 //! Stored-format fixtures: a portable text dump of one namespace (every key with its type,
 //! remaining TTL and values, binary bytes hex-escaped), written once by a fixture's generator
-//! and loaded back by the drain test with plain commands (HSET, ZADD, RPUSH, SET … PX), so it
-//! loads into any Redis version and reads in a review. See `tests/fixtures/README.md`.
+//! and loaded back by the drain test with plain commands (HSET, ZADD, RPUSH, SET, XADD,
+//! PEXPIRE), so it loads into any Redis version and reads in a review. See `tests/fixtures/README.md`.
 //!
 //! The dump format, one key per block, keys sorted:
 //!
@@ -12,6 +12,7 @@
 //!   zset:   <score> "<member>"      one line per member, in score order
 //!   list:   "<item>"                one line per item, head first
 //!   string: "<value>"               one line
+//!   stream: <id> "<field>" "<value>" …  one line per entry, oldest first
 //! ```
 //!
 //! Inside quotes every byte outside printable ASCII, and `"` and `\`, is written `\xHH`.
@@ -51,7 +52,12 @@ pub enum Value {
     List(Vec<Vec<u8>>),
     /// A string.
     String(Vec<u8>),
+    /// A stream: (entry id, its fields and values in order), oldest first.
+    Stream(Vec<StreamEntry>),
 }
+
+/// One entry of a stream: its id (`<ms>-<seq>`) and its fields and values, in order.
+pub type StreamEntry = (String, Vec<(Vec<u8>, Vec<u8>)>);
 
 impl Value {
     fn type_name(&self) -> &'static str {
@@ -60,6 +66,7 @@ impl Value {
             Value::Zset(_) => "zset",
             Value::List(_) => "list",
             Value::String(_) => "string",
+            Value::Stream(_) => "stream",
         }
     }
 }
@@ -93,6 +100,22 @@ pub fn read_namespace(server: &RedisServer, ns: &str) -> Vec<DumpedKey> {
                     redis::cmd("LRANGE").arg(&key).arg(0).arg(-1),
                 )),
                 "string" => Value::String(query(&mut con, redis::cmd("GET").arg(&key))),
+                "stream" => {
+                    let entries: Vec<(String, Vec<Vec<u8>>)> =
+                        query(&mut con, redis::cmd("XRANGE").arg(&key).arg("-").arg("+"));
+                    Value::Stream(
+                        entries
+                            .into_iter()
+                            .map(|(id, flat)| {
+                                let pairs = flat
+                                    .chunks(2)
+                                    .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default()))
+                                    .collect();
+                                (id, pairs)
+                            })
+                            .collect(),
+                    )
+                }
                 other => panic!("{key}: a {other} in the namespace; dq writes no such key"),
             };
             let pttl: i64 = query(&mut con, redis::cmd("PTTL").arg(&key));
@@ -137,6 +160,15 @@ pub fn to_text(header: &[&str], keys: &[DumpedKey]) -> String {
                 }
             }
             Value::String(v) => writeln!(out, "  {}", quote(v)).unwrap(),
+            Value::Stream(entries) => {
+                for (id, fields) in entries {
+                    write!(out, "  {id}").unwrap();
+                    for (f, v) in fields {
+                        write!(out, " {} {}", quote(f), quote(v)).unwrap();
+                    }
+                    writeln!(out).unwrap();
+                }
+            }
         }
     }
     out
@@ -168,6 +200,17 @@ pub fn parse(text: &str) -> Vec<DumpedKey> {
                 }
                 (Value::List(l), [item]) => l.push(item.clone()),
                 (Value::String(s), [v]) if s.is_empty() => *s = v.clone(),
+                (Value::Stream(entries), [id, rest @ ..])
+                    if !rest.is_empty() && rest.len() % 2 == 0 =>
+                {
+                    let id = String::from_utf8(id.clone())
+                        .unwrap_or_else(|_| panic!("{}: bad stream id", at()));
+                    let fields = rest
+                        .chunks(2)
+                        .map(|p| (p[0].clone(), p[1].clone()))
+                        .collect();
+                    entries.push((id, fields));
+                }
                 _ => panic!("{}: does not fit key {}", at(), last.key),
             }
             continue;
@@ -180,6 +223,7 @@ pub fn parse(text: &str) -> Vec<DumpedKey> {
             b"zset" => Value::Zset(Vec::new()),
             b"list" => Value::List(Vec::new()),
             b"string" => Value::String(Vec::new()),
+            b"stream" => Value::Stream(Vec::new()),
             _ => panic!("{}: unknown type", at()),
         };
         let ttl_ms = match ttl.as_slice() {
@@ -200,21 +244,22 @@ pub fn parse(text: &str) -> Vec<DumpedKey> {
     keys
 }
 
-/// Writes `keys` to `server` with plain commands, each key with its TTL; panics if any of
+/// Writes `keys` to `server` with plain commands (a stream's entries with `XADD` under their
+/// own ids), each key with its TTL; panics if any of
 /// them exists already (a fixture is loaded into a fresh server).
 pub fn load(server: &RedisServer, keys: &[DumpedKey]) {
     let mut con = server.connection();
     for k in keys {
         let exists: i64 = query(&mut con, redis::cmd("EXISTS").arg(&k.key));
         assert_eq!(exists, 0, "{} exists before the fixture is loaded", k.key);
-        let cmd = match &k.value {
+        let cmds = match &k.value {
             Value::Hash(fields) => {
                 let mut c = redis::cmd("HSET");
                 c.arg(&k.key);
                 for (f, v) in fields {
                     c.arg(f.as_slice()).arg(v.as_slice());
                 }
-                c
+                vec![c]
             }
             Value::Zset(members) => {
                 let mut c = redis::cmd("ZADD");
@@ -222,7 +267,7 @@ pub fn load(server: &RedisServer, keys: &[DumpedKey]) {
                 for (score, m) in members {
                     c.arg(score).arg(m.as_slice());
                 }
-                c
+                vec![c]
             }
             Value::List(items) => {
                 let mut c = redis::cmd("RPUSH");
@@ -230,15 +275,31 @@ pub fn load(server: &RedisServer, keys: &[DumpedKey]) {
                 for item in items {
                     c.arg(item.as_slice());
                 }
-                c
+                vec![c]
             }
             Value::String(v) => {
                 let mut c = redis::cmd("SET");
                 c.arg(&k.key).arg(v.as_slice());
-                c
+                vec![c]
+            }
+            Value::Stream(entries) => {
+                assert!(!entries.is_empty(), "{}: an empty stream", k.key);
+                entries
+                    .iter()
+                    .map(|(id, fields)| {
+                        let mut c = redis::cmd("XADD");
+                        c.arg(&k.key).arg(id);
+                        for (f, v) in fields {
+                            c.arg(f.as_slice()).arg(v.as_slice());
+                        }
+                        c
+                    })
+                    .collect()
             }
         };
-        let () = query(&mut con, &cmd);
+        for cmd in &cmds {
+            let () = query(&mut con, cmd);
+        }
         if let Some(ttl) = k.ttl_ms {
             let set: i64 = query(&mut con, redis::cmd("PEXPIRE").arg(&k.key).arg(ttl.max(1)));
             assert_eq!(set, 1, "PEXPIRE {}", k.key);
