@@ -348,6 +348,8 @@ pub struct JobInfo {
     pub died_ms: Option<u64>,
     /// When it expires unless it has started (store ms; see [`Expiry`]); `None`: never.
     pub expires_ms: Option<u64>,
+    /// Its priority among the due jobs of its partition ([`Priority`]).
+    pub priority: Priority,
     /// Its failed attempts, oldest first (at most [`MAX_HISTORY`]).
     pub history: Vec<AttemptRecord>,
     /// For a running job: the progress and log lines its handler reported in this run

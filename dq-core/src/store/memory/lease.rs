@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use super::clock::{bound_due, ms};
 use super::events::Detail;
 use super::partition::{
-    Control, Counters, Later, MAX_ATTEMPTS, Partition, Place, TRIM_LIMIT, bury,
+    Control, Counters, Later, MAX_ATTEMPTS, NORMAL_BAND, Partition, Place, TRIM_LIMIT, bury,
 };
 use super::receipts::FetchReceipt;
 use super::store::MemoryStore;
@@ -240,12 +240,15 @@ impl Partition {
             }
         }
 
-        // 2. lease ready jobs, FIFO; 3. then take the due jobs of both sets merged by due
-        //    ms (scheduled first on a tie), at most room + promote_batch of them: the first
-        //    `room` are leased (ready is empty by then, so they are next in line), the rest
-        //    wait in ready — as fetch.lua does
+        // 2. lease ready jobs of normal priority and above, highest first, FIFO within a
+        //    priority; 3. then take the due jobs of both sets merged by due ms (scheduled first
+        //    on a tie), at most room + promote_batch of them, into the due queue, and lease
+        //    those of normal priority and above, highest first (the rest wait in it); when
+        //    none was due, lease the ready jobs below normal — as fetch.lua does
         let mut promote_more = false;
         let mut promoted = 0;
+        // the lowest priority's band leased so far: normal, then (nothing due) all
+        let mut last_band = NORMAL_BAND;
         let deadline = now + lease_ms;
         for pass in 0..2 {
             if pass == 1 {
@@ -262,6 +265,10 @@ impl Partition {
                 due.sort();
                 due.truncate(limit);
                 promote_more = limit > 0 && due.len() == limit;
+                // nothing due: the ready jobs below normal priority may go too (fetch.lua 3b)
+                if due.is_empty() {
+                    last_band = u8::MAX;
+                }
                 for (_, rank, slot) in due {
                     let r = usize::from(rank);
                     if stopped_sets[r] {
@@ -293,10 +300,9 @@ impl Partition {
                     if self.drop_if_expired(&key, now) {
                         continue; // not promoted (as fetch.lua)
                     }
-                    let place = self.sets.push_ready_back(&key);
-                    promoted += 1;
                     if let Some(rec) = self.jobs.get_mut(&key) {
-                        rec.place = place;
+                        rec.place = self.sets.push_ready_back(&key, rec.priority);
+                        promoted += 1;
                     }
                 }
                 if stopped_sets.contains(&true) {
@@ -304,7 +310,7 @@ impl Partition {
                 }
             }
             while !stopped_ready && jobs.len() < max_jobs {
-                let Some((_, key)) = self.sets.ready.first_key_value() else {
+                let Some(key) = self.sets.ready_front_within(last_band) else {
                     break;
                 };
                 if let Some(rec) = self.jobs.get(key).filter(|r| r.is_newer()) {
@@ -530,7 +536,7 @@ impl Partition {
         } else {
             self.counters.retried += 1;
         }
-        let (place, wake) = self.sets.place(later, key, at, now);
+        let (place, wake) = self.sets.place(later, key, at, now, rec.priority);
         rec.place = place;
         rec.due_ms = at;
         let kind = match later {
@@ -588,7 +594,7 @@ impl Partition {
                     self.progress.remove(key);
                     let attempt = Some(rec.attempts);
                     rec.attempts = rec.attempts.saturating_sub(1);
-                    rec.place = self.sets.push_ready_front(key);
+                    rec.place = self.sets.push_ready_front(key, rec.priority);
                     released = true;
                     self.events.emit(
                         self.control.events,

@@ -64,7 +64,9 @@ impl Partition {
             return RescheduleOutcome::Rescheduled { due_ms: at };
         }
         self.sets.unlink(key, rec.place, rec.due_ms);
-        let (place, wake) = self.sets.place(Later::Scheduled, key, at, now);
+        let (place, wake) = self
+            .sets
+            .place(Later::Scheduled, key, at, now, rec.priority);
         rec.place = place;
         rec.due_ms = at;
         if wake {
@@ -285,7 +287,7 @@ impl Partition {
                     rec.attempts = 0;
                     rec.due_ms = now;
                     rec.expires_ms = 0; // an operator's requeue runs it
-                    rec.place = self.sets.push_ready_back(key);
+                    rec.place = self.sets.push_ready_back(key, rec.priority);
                     moved = true;
                     true
                 }
@@ -318,7 +320,7 @@ impl Partition {
                     rec.attempts = 0;
                     rec.due_ms = now;
                     rec.expires_ms = 0; // an operator's requeue runs it
-                    rec.place = self.sets.push_ready_back(key);
+                    rec.place = self.sets.push_ready_back(key, rec.priority);
                     moved = true;
                 }
                 DeadAction::Purge => {

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::finished::Retention;
 use crate::format::NEWEST_FORMAT;
 use crate::job::{
-    AttemptOutcome, AttemptRecord, JobInfo, JobState, MAX_HISTORY, Queue, truncate_error,
+    AttemptOutcome, AttemptRecord, JobInfo, JobState, MAX_HISTORY, Priority, Queue, truncate_error,
 };
 use crate::names::JobKey;
 use crate::progress::JobProgress;
@@ -34,8 +34,10 @@ pub(super) enum Place {
     Scheduled(u64),
     /// In `retry` under `(due, seq)`.
     Retry(u64),
-    /// In `ready` at this position (smaller is nearer the front).
-    Ready(i64),
+    /// In the due queue: in the band of its priority (`Priority::MAX - priority`: 0 is the
+    /// highest, [`NORMAL_BAND`] the `ready` list's), at this position (smaller is nearer the
+    /// front).
+    Ready(u8, i64),
     /// In `active` with this lease deadline.
     Active(u64),
     /// In `dead`, died at this ms.
@@ -57,6 +59,8 @@ pub(super) struct Record {
     pub(super) token: u64,
     /// The job's expiry (Unix ms; 0: none): past it, it is never leased again.
     pub(super) expires_ms: u64,
+    /// The job's priority, 0..=9 (normal before format 5).
+    pub(super) priority: u8,
     pub(super) payload: Vec<u8>,
     pub(super) history: Vec<AttemptRecord>,
 }
@@ -101,7 +105,7 @@ impl Record {
         match self.place {
             Place::Scheduled(_) => JobState::Scheduled,
             Place::Retry(_) => JobState::Retry,
-            Place::Ready(_) => JobState::Ready,
+            Place::Ready(..) => JobState::Ready,
             Place::Active(_) => JobState::Active,
             Place::Dead(_) => JobState::Dead,
         }
@@ -123,6 +127,7 @@ impl Record {
                 _ => None,
             },
             expires_ms: (self.expires_ms > 0).then_some(self.expires_ms),
+            priority: Priority::new(self.priority).unwrap_or_default(),
             history: self.history.clone(),
             progress: None,
             payload: self.payload.clone(),
@@ -159,8 +164,10 @@ pub(super) struct Sets {
     pub(super) scheduled: BTreeMap<(u64, u64), JobKey>,
     /// Like `scheduled`, for next attempts.
     pub(super) retry: BTreeMap<(u64, u64), JobKey>,
-    /// Position → key, FIFO from the smallest position.
-    pub(super) ready: BTreeMap<i64, JobKey>,
+    /// The due queue, `(band, position) → key`: the highest priority's band first, FIFO
+    /// within a band from the smallest position (Lua's `ready` list is the normal band, its
+    /// `pready` sorted set the others: lib.lua `push_ready`).
+    pub(super) ready: BTreeMap<(u8, i64), JobKey>,
     /// Next position at the front (decreasing) and at the back (increasing).
     pub(super) ready_front: i64,
     pub(super) ready_back: i64,
@@ -181,8 +188,8 @@ impl Sets {
             Place::Retry(seq) => {
                 self.retry.remove(&(due_ms, seq));
             }
-            Place::Ready(pos) => {
-                self.ready.remove(&pos);
+            Place::Ready(band, pos) => {
+                self.ready.remove(&(band, pos));
             }
             Place::Active(deadline) => {
                 self.active.remove(&(deadline, key.clone()));
@@ -193,16 +200,28 @@ impl Sets {
         }
     }
 
-    pub(super) fn push_ready_back(&mut self, key: &JobKey) -> Place {
+    /// Queues a job of `priority` at the back of its band.
+    pub(super) fn push_ready_back(&mut self, key: &JobKey, priority: u8) -> Place {
         self.ready_back += 1;
-        self.ready.insert(self.ready_back, key.clone());
-        Place::Ready(self.ready_back)
+        let band = band_of(priority);
+        self.ready.insert((band, self.ready_back), key.clone());
+        Place::Ready(band, self.ready_back)
     }
 
-    pub(super) fn push_ready_front(&mut self, key: &JobKey) -> Place {
+    /// Queues a job of `priority` at the front of its band (a release).
+    pub(super) fn push_ready_front(&mut self, key: &JobKey, priority: u8) -> Place {
         self.ready_front -= 1;
-        self.ready.insert(self.ready_front, key.clone());
-        Place::Ready(self.ready_front)
+        let band = band_of(priority);
+        self.ready.insert((band, self.ready_front), key.clone());
+        Place::Ready(band, self.ready_front)
+    }
+
+    /// The key at the front of the due queue, if its band is at most `last_band`.
+    pub(super) fn ready_front_within(&self, last_band: u8) -> Option<&JobKey> {
+        self.ready
+            .first_key_value()
+            .filter(|((band, _), _)| *band <= last_band)
+            .map(|(_, key)| key)
     }
 
     /// Adds a job not yet due to `later`'s set, after every job already there for that ms.
@@ -225,9 +244,10 @@ impl Sets {
         key: &JobKey,
         due: u64,
         now: u64,
+        priority: u8,
     ) -> (Place, bool) {
         if due <= now {
-            return (self.push_ready_back(key), true);
+            return (self.push_ready_back(key, priority), true);
         }
         let place = self.insert_later(later, key, due);
         let set = match later {
@@ -238,6 +258,14 @@ impl Sets {
         (place, head == Some(key))
     }
 }
+
+/// The due queue's band of `priority`: 0 for the highest.
+pub(super) fn band_of(priority: u8) -> u8 {
+    Priority::MAX.saturating_sub(priority)
+}
+
+/// The band of normal priority: the Redis `ready` list's.
+pub(super) const NORMAL_BAND: u8 = Priority::MAX - 5;
 
 /// The counters of the Redis `stats` hash.
 #[derive(Default)]

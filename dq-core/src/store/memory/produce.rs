@@ -6,7 +6,7 @@ use super::clock::{bound_due, ms};
 use super::partition::{Later, Partition, Record};
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
-use crate::format::EXPIRING_FORMAT;
+use crate::format::{EXPIRING_FORMAT, PRIORITY_FORMAT};
 use crate::job::{Due, Expiry, JobState, MAX_DUE_MS, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 
@@ -46,6 +46,14 @@ impl Partition {
                     }
                 })
                 .collect());
+        }
+        // a priority needs format 5 (enqueue.lua refuses it below)
+        if format < PRIORITY_FORMAT && jobs.iter().any(|j| !j.priority.is_normal()) {
+            return Err(Error::NeedsFormat {
+                feature: "a job's priority",
+                needs: PRIORITY_FORMAT,
+                level: format,
+            });
         }
         // every job's expiry, checked before any write (enqueue.lua's decide step)
         let mut expiries = Vec::with_capacity(jobs.len());
@@ -92,7 +100,10 @@ impl Partition {
             };
             if matches!(outcome, EnqueueOutcome::Created | EnqueueOutcome::Replaced) {
                 let due = due_of(job.due, now);
-                let (place, wake) = self.sets.place(Later::Scheduled, &job.key, due, now);
+                let priority = job.priority.level();
+                let (place, wake) = self
+                    .sets
+                    .place(Later::Scheduled, &job.key, due, now, priority);
                 need_wake |= wake;
                 self.jobs.insert(
                     job.key.clone(),
@@ -104,6 +115,7 @@ impl Partition {
                         created_ms: now,
                         token: 0,
                         expires_ms,
+                        priority,
                         payload: job.payload.clone(),
                         history: Vec::new(),
                     },

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use super::clock::Clock;
 use super::partition::{Later, Partition, Place, Record};
-use crate::job::{JobState, Queue};
+use crate::job::{JobState, Priority, Queue};
 use crate::names::{JobKey, Topic};
 use crate::topic::TopicMeta;
 use crate::workers::WorkerInfo;
@@ -127,7 +127,7 @@ impl MemoryStore {
         let place = match state {
             JobState::Scheduled => p.sets.insert_later(Later::Scheduled, key, at_ms),
             JobState::Retry => p.sets.insert_later(Later::Retry, key, at_ms),
-            JobState::Ready => p.sets.push_ready_back(key),
+            JobState::Ready => p.sets.push_ready_back(key, Priority::NORMAL.level()),
             JobState::Active => {
                 p.sets.active.insert((at_ms, key.clone()));
                 Place::Active(at_ms)
@@ -143,6 +143,7 @@ impl MemoryStore {
         p.jobs.insert(
             key.clone(),
             Record {
+                priority: Priority::NORMAL.level(),
                 format,
                 place,
                 attempts: u32::from(ran),

@@ -50,7 +50,7 @@ impl Partition {
             let held = match rec.place {
                 Place::Scheduled(seq) => s.scheduled.get(&(rec.due_ms, seq)) == Some(key),
                 Place::Retry(seq) => s.retry.get(&(rec.due_ms, seq)) == Some(key),
-                Place::Ready(pos) => s.ready.get(&pos) == Some(key),
+                Place::Ready(band, pos) => s.ready.get(&(band, pos)) == Some(key),
                 Place::Active(deadline) => s.active.contains(&(deadline, key.clone())),
                 Place::Dead(died) => s.dead.contains(&(died, key.clone())),
             };

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::events::{Event, EventId, EventsPolicy};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob, Retention};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
-use crate::job::{JobInfo, JobState, Queue, unix_ms};
+use crate::job::{JobInfo, JobState, Priority, Queue, unix_ms};
 use crate::names::JobKey;
 use crate::store::operate::{
     CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, UpdateOutcome, check_act_len,
@@ -218,6 +218,7 @@ impl Operate for RedisStore {
                 .filter(|_| rec.state == JobState::Dead)
                 .map(|m| m as u64),
             expires_ms: rec.expires_ms,
+            priority: Priority::new(rec.priority).unwrap_or_default(),
             history,
             progress: progress
                 .filter(|_| rec.state == JobState::Active)
@@ -455,6 +456,7 @@ impl Operate for RedisStore {
                 lease_deadline_ms: (state == JobState::Active).then_some(time),
                 died_ms: (state == JobState::Dead).then_some(time),
                 expires_ms: rec.expires_ms,
+                priority: Priority::new(rec.priority).unwrap_or_default(),
                 history: hist
                     .map(|h| decode_history(&h))
                     .transpose()?

@@ -1,5 +1,5 @@
 //! The job record as stored in the records hash: a header ([`RecordHeader`], see the layout
-//! module; format 1 to 4), then the payload; and the attempt history kept beside it.
+//! module; format 1 to 5), then the payload; and the attempt history kept beside it.
 
 use super::layout::{RecordHeader, header_len};
 use crate::error::{Error, Result};
@@ -15,6 +15,8 @@ pub(crate) struct Record {
     pub token: u64,
     /// The job's expiry (format 4), Unix ms.
     pub expires_ms: Option<u64>,
+    /// The job's priority (format 5; normal before).
+    pub priority: u8,
     pub payload: Vec<u8>,
 }
 
@@ -40,6 +42,7 @@ impl Record {
             created_ms: h.created_ms,
             token: h.token,
             expires_ms: (h.expires_ms > 0).then_some(h.expires_ms),
+            priority: h.priority,
             payload: bytes,
         })
     }

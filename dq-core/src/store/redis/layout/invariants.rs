@@ -110,6 +110,9 @@ pub struct PartitionSnapshot {
     pub dead: BTreeMap<String, f64>,
     /// `ready` hints, head first.
     pub ready: Vec<String>,
+    /// `pready` members (the hints of ready jobs whose priority is not normal) with their
+    /// scores.
+    pub pready: BTreeMap<String, f64>,
     /// `hist` fields.
     pub hist: BTreeSet<String>,
     /// `wake` tokens.
@@ -311,6 +314,7 @@ impl Snapshot {
                     (KeyName::Active, &k.active, &mut part.active),
                     (KeyName::Dead, &k.dead, &mut part.dead),
                     (KeyName::KeptAt, &k.kept_at, &mut part.kept_at),
+                    (KeyName::Pready, &k.pready, &mut part.pready),
                 ] {
                     if has(key, name) {
                         let v: Vec<(String, f64)> = redis::cmd("ZRANGE")
@@ -605,9 +609,18 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
         }
         match h.state {
             JobState::Ready => {
-                if !hints.contains(job.as_str()) {
+                // a job of normal priority has its hint in `ready`, any other in `pready`
+                if h.priority == crate::job::Priority::NORMAL.level() {
+                    if !hints.contains(job.as_str()) {
+                        say(format!(
+                            "ready job {job:?} has no hint in `ready` (never delivered)"
+                        ));
+                    }
+                } else if !part.pready.contains_key(job) {
                     say(format!(
-                        "ready job {job:?} has no hint in `ready` (never delivered)"
+                        "ready job {job:?} of priority {} has no hint in `pready` (never \
+                         delivered)",
+                        h.priority
                     ));
                 }
                 if h.due_ms > now_ms {

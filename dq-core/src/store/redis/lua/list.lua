@@ -18,7 +18,8 @@
 -- (The listed state's index is one of KEYS[1..5] or kept_at, chosen by ARGV[2]; all are
 -- passed so that the script's key list is the same for every state.)
 --
--- ARGV[1] mode: 'z' (the index is a sorted set; with state R, pready), 'r' (the ready list)
+-- ARGV[1] mode: 'z' (the index is a sorted set), 'r' (the due queue: pready's jobs above
+--         normal priority, the ready list, then pready's below normal, as fetch leases them)
 --         or 'k' (kept jobs: kept_at, in the order their keeping ends; the values come from
 --         kept)
 -- ARGV[2] state code the records must have (S, F, A, D; R for the ready list; for 'k' the
@@ -26,7 +27,8 @@
 -- ARGV[3] limit (> 0)
 -- 'z', 'k': ARGV[4] score of the place to start after ('' from the start; a score as Redis prints
 --      it), ARGV[5] key of that place (members with that score sort after it by byte order)
--- 'r': ARGV[4] queue position to start from (>= 0; stale entries count)
+-- 'r': ARGV[4] queue position to start from (>= 0; stale entries count): positions run
+--      over pready's members above normal, then the ready list, then pready's other members
 --
 -- Returns {more (0/1), next position ('r': where reading stopped; 'z': 0), ['k' only: the
 -- place and key of the last entry read, '' and '' if none], then per job:
@@ -49,8 +51,7 @@ if mode == 'k' then
   end
   kept_outcome, mode = state, 'z'
 end
-if mode == 'z' and state == STATE.ready then index = KEYS[11] end
-if (mode ~= 'z' and mode ~= 'r') or not index or (mode == 'r' and state ~= STATE.ready)
+if (mode ~= 'z' and mode ~= 'r') or not index or (mode == 'r') ~= (state == STATE.ready)
     or not limit or limit <= 0 then
   return redis.error_reply('ERR dq bad arguments: mode, state, limit')
 end
@@ -122,7 +123,24 @@ if mode == 'z' then
 else
   local from = tonumber(ARGV[4])
   if not from or from < 0 then return redis.error_reply('ERR dq bad arguments: position') end
-  local hints = redis.call('LRANGE', index, from, from + 4 * limit + 64 - 1)
+  -- the window [from, to] of the due queue: pready above normal (ranks 0..high-1), the
+  -- ready list (positions high..high+len-1), pready below normal (the ranks after high)
+  local pready = KEYS[11]
+  local to = from + 4 * limit + 64 - 1
+  local high = redis.call('ZCOUNT', pready, '-inf', '(' .. NORMAL_READY_SCORE)
+  local len = redis.call('LLEN', index)
+  local total = len + redis.call('ZCARD', pready)
+  local hints = {}
+  local function add(part)
+    for _, key in ipairs(part) do hints[#hints + 1] = key end
+  end
+  if from < high then add(redis.call('ZRANGE', pready, from, math.min(high - 1, to))) end
+  if to >= high and from < high + len then
+    add(redis.call('LRANGE', index, math.max(from, high) - high, math.min(to, high + len - 1) - high))
+  end
+  if to >= high + len then
+    add(redis.call('ZRANGE', pready, math.max(from, high + len) - len, to - len))
+  end
   local seen, read = {}, 0
   -- One record at a time: a stale hint's record is not kept, and reading stops at `limit`.
   for i, key in ipairs(hints) do
@@ -138,7 +156,7 @@ else
     end
   end
   out[2] = from + read
-  if out[2] < redis.call('LLEN', index) then out[1] = 1 end
+  if out[2] < total then out[1] = 1 end
 end
 
 if #keys > 0 then
