@@ -164,6 +164,7 @@ impl From<dq_core::Error> for ApiError {
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
             | E::InvalidConfig(_)
+            | E::EnqueueRefused { .. }
             | E::Encode(_) => Code::InvalidRequest,
             E::BulkItem { source, .. } => ApiError::from_ref(source),
             E::PayloadTooLarge { .. } => Code::PayloadTooLarge,
