@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use dq::middleware::{BoxFuture, JobRequest, Layer, Returned, Service};
-use dq::{Client, JobContext, JobError, JobState, Worker};
+use dq::middleware::{BoxFuture, JobRequest, Layer, Returned, Service, ServiceBuilder};
+use dq::{Client, JobContext, JobError, JobState, Worker, WorkerBuilder};
 use dq_testkit::eventually;
 use serde::{Deserialize, Serialize};
 
@@ -147,13 +147,15 @@ async fn redis_client() -> Client {
 /// Two layers around one handler: each run goes A, B, the handler, B, A, with the job's
 /// topic, key, attempt and payload; an undecodable payload is the innermost service's
 /// permanent error, which the layers see and which buries the job.
-async fn layers_see_every_run_in_order(client: Client) {
+async fn layers_see_every_run_in_order(
+    client: Client,
+    add_a_then_b: impl FnOnce(WorkerBuilder, Probe, Probe) -> WorkerBuilder,
+) {
     let trail = Trail::default();
-    let worker = Worker::builder(client.clone())
+    let builder = Worker::builder(client.clone())
         .topics(["mw.seen"])
-        .data(trail.clone())
-        .layer(probe("A", &trail))
-        .layer(probe("B", &trail))
+        .data(trail.clone());
+    let worker = add_a_then_b(builder, probe("A", &trail), probe("B", &trail))
         .build()
         .unwrap()
         .start()
@@ -287,12 +289,22 @@ async fn a_refusing_layer_retries_then_buries(client: Client) {
 
 #[tokio::test]
 async fn layers_see_every_run_in_order_on_redis() {
-    layers_see_every_run_in_order(redis_client().await).await;
+    layers_see_every_run_in_order(redis_client().await, |w, a, b| w.layer(a).layer(b)).await;
 }
 
 #[tokio::test]
 async fn layers_see_every_run_in_order_on_the_embedded_store() {
-    layers_see_every_run_in_order(Client::in_memory()).await;
+    layers_see_every_run_in_order(Client::in_memory(), |w, a, b| w.layer(a).layer(b)).await;
+}
+
+/// `tower::ServiceBuilder` is itself one layer, its first layer the outermost: the same
+/// order as two `.layer` calls.
+#[tokio::test]
+async fn a_service_builder_is_one_layer_in_the_same_order() {
+    layers_see_every_run_in_order(Client::in_memory(), |w, a, b| {
+        w.layer(ServiceBuilder::new().layer(a).layer(b))
+    })
+    .await;
 }
 
 #[tokio::test]

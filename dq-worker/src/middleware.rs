@@ -21,7 +21,8 @@
 //!
 //! A worker without layers runs its handlers exactly as before: no request is built and
 //! nothing more is allocated per run. With layers, each run clones the stack (one boxed
-//! service per layer) and boxes its future once more.
+//! service per layer) and boxes its future once more. A layer's service must be `Clone` and
+//! `Send` (not `Sync`), its future `Send`.
 //!
 //! ```no_run
 //! use std::task::{Context, Poll};
@@ -66,18 +67,18 @@
 //! ```
 
 use std::future::{Ready, ready};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use dq_core::{HandlerFn, HandlerFuture, JobContext, JobError, JobKey, Returned};
-use tower::util::BoxCloneSyncService;
+use tower::util::BoxCloneService;
 
 pub use tower::layer::layer_fn;
 pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 /// The service a layer added with [`WorkerBuilder::layer`](crate::WorkerBuilder::layer)
 /// wraps: the handler with the layers added after this one, boxed.
-pub type JobService = BoxCloneSyncService<JobRequest, Returned, JobError>;
+pub type JobService = BoxCloneService<JobRequest, Returned, JobError>;
 
 /// A boxed future of a run's outcome, for layers that name their future's type.
 pub type BoxFuture = HandlerFuture;
@@ -184,22 +185,32 @@ pub(crate) fn undecodable(e: dq_core::Error) -> String {
 /// One layer as the builder keeps it: wraps a stack in itself.
 pub(crate) type Wrap = Arc<dyn Fn(JobService) -> JobService + Send + Sync>;
 
-/// The layers of a worker, built once around [`HandlerService`] (`None`: no layers, the
-/// runner calls handlers directly).
-pub(crate) fn stack(layers: &[Wrap]) -> Option<JobService> {
-    if layers.is_empty() {
-        return None;
-    }
-    // The first added is the outermost: wrap from the last.
-    Some(
-        layers
+/// A worker's layers around [`HandlerService`], built once; each run clones it. (Behind a
+/// mutex, held only to clone: a layer's service need not be `Sync`, as tower's
+/// `ConcurrencyLimit` is not.)
+pub(crate) struct Stack(Mutex<JobService>);
+
+impl Stack {
+    /// The stack of `layers` (`None`: no layers, the runner calls handlers directly).
+    pub(crate) fn of(layers: &[Wrap]) -> Option<Arc<Stack>> {
+        if layers.is_empty() {
+            return None;
+        }
+        // The first added is the outermost: wrap from the last.
+        let service = layers
             .iter()
             .rev()
-            .fold(JobService::new(HandlerService), |inner, wrap| wrap(inner)),
-    )
-}
+            .fold(JobService::new(HandlerService), |inner, wrap| wrap(inner));
+        Some(Arc::new(Stack(Mutex::new(service))))
+    }
 
-/// A run through the stack: readiness, then the call, on the run's task.
-pub(crate) fn call(stack: &JobService, job: JobRequest) -> HandlerFuture {
-    Box::pin(stack.clone().oneshot(job))
+    /// A run through the stack: readiness, then the call, on the run's task.
+    pub(crate) fn call(&self, job: JobRequest) -> HandlerFuture {
+        let service = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Box::pin(service.oneshot(job))
+    }
 }

@@ -34,7 +34,7 @@ use crate::completer::{Completion, CompletionSender, Outcome};
 use crate::health::MissingDataLog;
 use crate::in_flight::{InFlight, Lease};
 use crate::metrics::Failure;
-use crate::middleware::{self, JobRequest, JobService};
+use crate::middleware::{self, JobRequest, Stack};
 use crate::registry::TopicRuntime;
 
 /// How long a handler whose lease was lost may take to notice and return before it is
@@ -60,7 +60,7 @@ pub(crate) struct RunnerShared {
     /// The shared data handlers asked for and did not find, for health and the ERROR log.
     pub missing_data: MissingDataLog,
     /// The worker's layers around every handler (`None`: none added).
-    pub middleware: Option<JobService>,
+    pub middleware: Option<Arc<Stack>>,
 }
 
 /// Runs one job to its outcome.
@@ -143,9 +143,7 @@ pub(crate) async fn run(
         let handler = match &shared.middleware {
             // The layers around the handler (`middleware.rs`): the decode is the innermost
             // service's, a payload that does not fit its permanent error.
-            Some(stack) => {
-                middleware::call(stack, JobRequest::new(topic.descriptor.run, payload, ctx))
-            }
+            Some(stack) => stack.call(JobRequest::new(topic.descriptor.run, payload, ctx)),
             None => match (topic.descriptor.run)(&delivery.payload, ctx) {
                 Ok(f) => f,
                 Err(e) => {

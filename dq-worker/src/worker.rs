@@ -227,7 +227,6 @@ impl WorkerBuilder {
                 Error = dq_core::JobError,
             > + Clone
             + Send
-            + Sync
             + 'static,
         <L::Service as tower::Service<crate::middleware::JobRequest>>::Future: Send + 'static,
     {
@@ -316,7 +315,7 @@ impl WorkerBuilder {
             heartbeat: self.heartbeat,
             schedule_poll: self.schedule_poll,
             skip_refused: self.skip_refused,
-            middleware: crate::middleware::stack(&self.layers),
+            middleware: crate::middleware::Stack::of(&self.layers),
             retention_pending: None,
             shapes_pending: None,
         })
@@ -347,7 +346,7 @@ pub struct Worker {
     schedule_poll: Duration,
     skip_refused: bool,
     /// The layers around every handler, built once (`None`: none added).
-    middleware: Option<crate::middleware::JobService>,
+    middleware: Option<Arc<crate::middleware::Stack>>,
     /// The topics whose declared retention `start` could not write yet (`None`: not
     /// started through `start`, so every declared one).
     retention_pending: Option<Vec<Arc<TopicRuntime>>>,
