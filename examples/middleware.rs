@@ -97,7 +97,8 @@ where
     }
 
     fn call(&mut self, job: JobRequest) -> BoxFuture {
-        let timeline = job.context().data::<common::Timeline>().ok().copied();
+        // Optional data: `try_data` (a missing `data` would defer the job, see below).
+        let timeline = job.context().try_data::<common::Timeline>().copied();
         let what = format!("{} {} (attempt {})", job.topic(), job.key(), job.attempt());
         let run = self.0.call(job);
         Box::pin(async move {
@@ -133,25 +134,21 @@ where
     }
 
     fn call(&mut self, job: JobRequest) -> BoxFuture {
-        let suspended = match (
-            job.payload_as::<TenantOf>(),
-            job.context().data::<Arc<Tenants>>(),
-        ) {
-            (Ok(TenantOf { tenant }), Ok(tenants)) => tenants
-                .suspended
-                .lock()
-                .unwrap()
-                .contains(&tenant)
-                .then_some(tenant),
-            // An undecodable payload or a missing `Tenants`: the handler's path says so.
-            _ => None,
+        // A worker not given the tenants is misdeployed: `data` fails, and the job is deferred
+        // without spending an attempt (as a handler's `ctx.data` would).
+        let tenants = match job.context().data::<Arc<Tenants>>() {
+            Ok(tenants) => tenants.clone(),
+            Err(missing) => return Box::pin(async move { Err(missing) }),
         };
-        match suspended {
-            Some(tenant) => Box::pin(async move {
+        if let Ok(TenantOf { tenant }) = job.payload_as::<TenantOf>()
+            && tenants.suspended.lock().unwrap().contains(&tenant)
+        {
+            return Box::pin(async move {
                 Err(JobError::permanent(format!("tenant {tenant} is suspended")))
-            }),
-            None => Box::pin(self.0.call(job)),
+            });
         }
+        // (An undecodable payload: the handler's decode buries it, saying why.)
+        Box::pin(self.0.call(job))
     }
 }
 
