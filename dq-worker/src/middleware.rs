@@ -186,8 +186,8 @@ pub(crate) fn undecodable(e: dq_core::Error) -> String {
 pub(crate) type Wrap = Arc<dyn Fn(JobService) -> JobService + Send + Sync>;
 
 /// A worker's layers around [`HandlerService`], built once; each run clones it. (Behind a
-/// mutex, held only to clone: a layer's service need not be `Sync`, as tower's
-/// `ConcurrencyLimit` is not.)
+/// mutex, held only to clone: a layer's service need not be `Sync`, as one holding a
+/// `Box<dyn Future + Send>` or a `Cell` is not.)
 pub(crate) struct Stack(Mutex<JobService>);
 
 impl Stack {
