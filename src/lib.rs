@@ -66,6 +66,15 @@ pub use dq_worker::{
     Worker, WorkerBuilder, WorkerError, WorkerHandle, WorkerHealth,
 };
 
+/// Middleware: tower layers around every handler run of a worker
+/// ([`WorkerBuilder::layer`]), and hooks around every enqueue of a client
+/// ([`ClientBuilder::enqueue_hook`]). README § Middleware; the docs of
+/// [`dq_worker::middleware`] say how a run goes through the layers.
+pub mod middleware {
+    pub use dq_core::{EnqueueHook, EnqueueRequest, Returned, async_trait};
+    pub use dq_worker::middleware::*;
+}
+
 /// dq's metrics (the `metrics` crate's facade): their names, [`metrics::describe`] and the
 /// optional queue-depth collector [`metrics::spawn_stats_collector`].
 pub mod metrics {

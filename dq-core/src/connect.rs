@@ -10,7 +10,8 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 
 use crate::client::{
-    Client, ClientConfig, DEFAULT_FORMAT_BEAT, GroupCommit, Registration, check_unregistered,
+    Client, ClientConfig, DEFAULT_FORMAT_BEAT, EnqueueHook, EnqueueHooks, GroupCommit,
+    Registration, check_unregistered,
 };
 use crate::error::{Error, Result};
 use crate::format::ProcessRole;
@@ -31,6 +32,8 @@ pub struct ClientBuilder {
     register: Option<ProcessRole>,
     /// How often a registered client beats.
     format_beat: Duration,
+    /// Asked about every job the client enqueues (`client/hook.rs`).
+    hooks: EnqueueHooks,
 }
 
 /// How long [`Client::connect`] waits for an unreachable Redis by default.
@@ -44,6 +47,7 @@ impl Default for ClientBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             register: Some(ProcessRole::Producer),
             format_beat: DEFAULT_FORMAT_BEAT,
+            hooks: EnqueueHooks::default(),
         }
     }
 }
@@ -331,7 +335,7 @@ impl ClientBuilder {
             tracing::info!(tries, "connected to redis");
         }
         let store: Arc<dyn Store> = Arc::new(store);
-        let client = Client::from_store(store.clone(), self.config);
+        let client = Client::from_store(store.clone(), self.config).with_hooks(self.hooks);
         match self.register {
             Some(role) => {
                 let registration = Registration::start(store, role, self.format_beat).await?;
@@ -347,7 +351,17 @@ impl ClientBuilder {
     /// A client on another store (e.g. the embedded one), with these settings.
     pub fn build_with_store(self, store: Arc<dyn Store>) -> Result<Client> {
         self.validate()?;
-        Ok(Client::from_store(store, self.config))
+        Ok(Client::from_store(store, self.config).with_hooks(self.hooks))
+    }
+
+    /// Asks `hook` about every job this client enqueues, after the job is validated and
+    /// before anything is written: it may let the job through or refuse it, and a refusal is
+    /// [`Error::EnqueueRefused`] (in a bulk, [`Error::BulkItem`] naming the job) with nothing
+    /// written. Hooks run in the order added; the first refusal wins. Single, bulk (each job)
+    /// and repeatable enqueues are asked; periodic ticks are not. See [`EnqueueHook`].
+    pub fn enqueue_hook(mut self, hook: impl EnqueueHook) -> Self {
+        self.hooks = self.hooks.with(Arc::new(hook));
+        self
     }
 }
 

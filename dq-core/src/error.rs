@@ -260,9 +260,32 @@ pub enum Error {
         /// The newest format this process reads.
         reads: u8,
     },
+    /// An enqueue hook ([`ClientBuilder::enqueue_hook`](crate::connect::ClientBuilder::enqueue_hook))
+    /// refused the job: nothing was written. `source` is the hook's own error
+    /// ([`Error::refused_with`] gets it back as its type).
+    #[error("enqueue of {topic}/{key} refused: {source}")]
+    EnqueueRefused {
+        /// The job's topic.
+        topic: String,
+        /// The job's key (a generated key too).
+        key: String,
+        /// The hook's error.
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl Error {
+    /// The error an enqueue hook refused the job with, as `E` (also inside a bulk's
+    /// [`Error::BulkItem`]); `None` for any other error, or a refusal of another type.
+    pub fn refused_with<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::EnqueueRefused { source, .. } => source.downcast_ref::<E>(),
+            Error::BulkItem { source, .. } => source.refused_with(),
+            _ => None,
+        }
+    }
+
     /// The error of a bulk item as [`Error::BulkItem`], naming its index and key.
     pub(crate) fn in_bulk_item(self, index: usize, key: Option<&str>) -> Error {
         Error::BulkItem {

@@ -27,6 +27,9 @@ pub mod topic;
 pub mod trace;
 pub mod workers;
 
+/// The attribute that implements [`EnqueueHook`] with an `async fn` (re-exported from the
+/// `async-trait` crate, so that an application needs no dependency of its own for it).
+pub use async_trait::async_trait;
 pub use client::{
     Admin, Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
     TopicCount,
@@ -34,6 +37,7 @@ pub use client::{
 pub use client::{DEFAULT_EVENTS_POLL, EventStream, EventsOptions, MAX_RECENT_EVENTS}; // events (issue 23)
 pub use client::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER}; // group commit (issue 15)
 pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)
+pub use client::{EnqueueHook, EnqueueRequest}; // enqueue hooks (issue 25)
 pub use client::{FinishedPage, WAIT_FIRST_PAUSE, WAIT_MAX_PAUSE, WaitOutcome}; // results (issue 23)
 pub use connect::ClientBuilder;
 pub use control::{ControlChange, ControlState, Rate, TopicControl};

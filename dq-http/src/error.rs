@@ -165,6 +165,7 @@ impl From<dq_core::Error> for ApiError {
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
             | E::InvalidConfig(_)
+            | E::EnqueueRefused { .. }
             | E::Encode(_) => Code::InvalidRequest,
             E::BulkItem { source, .. } => ApiError::from_ref(source),
             E::PayloadTooLarge { .. } => Code::PayloadTooLarge,
@@ -214,6 +215,22 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_enqueue_hooks_refusal_is_an_invalid_request() {
+        let refused = dq_core::Error::EnqueueRefused {
+            topic: "t".into(),
+            key: "k".into(),
+            source: std::sync::Arc::new(std::io::Error::other("no")),
+        };
+        assert_eq!(ApiError::from(refused.clone()).code, Code::InvalidRequest);
+        let in_bulk = dq_core::Error::BulkItem {
+            index: 0,
+            key: None,
+            source: Box::new(refused),
+        };
+        assert_eq!(ApiError::from(in_bulk).code, Code::InvalidRequest);
+    }
 
     #[test]
     fn every_code_serialises_as_its_name() {

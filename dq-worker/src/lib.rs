@@ -15,6 +15,7 @@
 //! | `dead` | dead letters: the one place a job buried by this worker is logged and handed to `on_dead` |
 //! | `health` | what a running worker says about itself (`WorkerHandle::health`) |
 //! | `metrics` | the worker's metrics, per topic (names in `dq_core::metrics`) |
+//! | [`middleware`] | tower layers around every handler run (`WorkerBuilder::layer`) |
 //! | `heartbeat` | this worker's entry in the store's live workers (`Client::workers`) |
 //! | `topic_check` | each topic's partition count against the store's record, before start |
 //! | `error` | why a worker could not start |
@@ -28,6 +29,7 @@ mod heartbeat;
 mod in_flight;
 mod lease_keeper;
 mod metrics;
+pub mod middleware;
 mod registry;
 mod runner;
 mod scheduler;

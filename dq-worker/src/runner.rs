@@ -16,6 +16,9 @@
 //!    job's: whatever error the handler made of it (a panic from `unwrap` too), the job is
 //!    deferred without spending its attempt, logged at ERROR once per topic and type, and
 //!    listed in the worker's health.
+//!
+//! With layers (`middleware.rs`), steps 1 and 2 are the innermost service of the stack, and
+//! the whole stack runs on the handler's task, under 2–4.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +34,7 @@ use crate::completer::{Completion, CompletionSender, Outcome};
 use crate::health::MissingDataLog;
 use crate::in_flight::{InFlight, Lease};
 use crate::metrics::Failure;
+use crate::middleware::{self, JobRequest, Stack};
 use crate::registry::TopicRuntime;
 
 /// How long a handler whose lease was lost may take to notice and return before it is
@@ -55,11 +59,13 @@ pub(crate) struct RunnerShared {
     pub missing_data_delay: Duration,
     /// The shared data handlers asked for and did not find, for health and the ERROR log.
     pub missing_data: MissingDataLog,
+    /// The worker's layers around every handler (`None`: none added).
+    pub middleware: Option<Arc<Stack>>,
 }
 
 /// Runs one job to its outcome.
 pub(crate) async fn run(
-    delivery: Delivery,
+    mut delivery: Delivery,
     fetched_at: tokio::time::Instant,
     lease_length: Duration,
     permit: OwnedSemaphorePermit,
@@ -97,6 +103,11 @@ pub(crate) async fn run(
         // No OpenTelemetry layer installed: nothing to continue.
         let _ = span.set_parent(cx);
     }
+    // The layers' request owns the payload; without layers it is read where it is.
+    let payload = match shared.middleware {
+        Some(_) => std::mem::take(&mut delivery.payload),
+        None => Vec::new(),
+    };
     let outcome = async {
         // A delivery whose lease surely ran out before it could start (the process was paused
         // between the fetch and here, say) may already belong to another worker: never start
@@ -129,22 +140,21 @@ pub(crate) async fn run(
         }));
         // Shares the note of missing data with the handler's context, which moves into it.
         let probe = ctx.clone();
-        let handler = match (topic.descriptor.run)(&delivery.payload, ctx) {
-            Ok(f) => f,
-            Err(e) => {
-                // Permanent: the same bytes will not fit the same type on another attempt. The
-                // error names the type and serde's reason (`missing field …`); once a fixed
-                // handler is deployed, requeueing the dead job runs it.
-                let why = match e {
-                    dq_core::Error::Decode(why) => why,
-                    other => other.to_string(),
-                };
-                topic.metrics.failed(Failure::Dead);
-                return Some(Outcome::Failed {
-                    action: FailAction::Bury,
-                    error: format!("undecodable payload: {why}"),
-                });
-            }
+        let handler = match &shared.middleware {
+            // The layers around the handler (`middleware.rs`): the decode is the innermost
+            // service's, a payload that does not fit its permanent error.
+            Some(stack) => stack.call(JobRequest::new(topic.descriptor.run, payload, ctx)),
+            None => match (topic.descriptor.run)(&delivery.payload, ctx) {
+                Ok(f) => f,
+                Err(e) => {
+                    // Permanent: the same bytes will not fit the same type on another attempt.
+                    topic.metrics.failed(Failure::Dead);
+                    return Some(Outcome::Failed {
+                        action: FailAction::Bury,
+                        error: middleware::undecodable(e),
+                    });
+                }
+            },
         };
         let mut task = tokio::spawn(handler.in_current_span());
         let timeout = async {

@@ -68,6 +68,8 @@ pub struct WorkerBuilder {
     heartbeat: Duration,
     schedule_poll: Duration,
     skip_refused: bool,
+    /// The layers around every handler run, in the order added (`middleware.rs`).
+    layers: Vec<crate::middleware::Wrap>,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -76,6 +78,7 @@ impl std::fmt::Debug for WorkerBuilder {
             .field("only", &self.only)
             .field("lease", &self.lease)
             .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("layers", &self.layers.len())
             .finish_non_exhaustive()
     }
 }
@@ -205,6 +208,34 @@ impl WorkerBuilder {
         self
     }
 
+    /// Wraps every handler run of this worker in a tower [`Layer`](crate::middleware::Layer):
+    /// its service gets each run as a [`JobRequest`](crate::middleware::JobRequest) (the
+    /// job's context and payload) and answers with the handler's outcome, so it can time or
+    /// log runs, refuse one (its `JobError` takes the handler's failure path: retry on the
+    /// topic's policy, then dead), or change the outcome. See [`crate::middleware`].
+    ///
+    /// Layers apply to every handler of the worker in the order added: **the first added is
+    /// the outermost** (it sees the request first and the response last), as with
+    /// `tower::ServiceBuilder`, which is itself a layer. A worker without layers pays nothing
+    /// for them.
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<crate::middleware::JobService> + Send + Sync + 'static,
+        L::Service: tower::Service<
+                crate::middleware::JobRequest,
+                Response = dq_core::Returned,
+                Error = dq_core::JobError,
+            > + Clone
+            + Send
+            + 'static,
+        <L::Service as tower::Service<crate::middleware::JobRequest>>::Future: Send + 'static,
+    {
+        self.layers.push(Arc::new(move |inner| {
+            crate::middleware::JobService::new(layer.layer(inner))
+        }));
+        self
+    }
+
     /// Adds a handler by its descriptor, beside those registered by `#[delayed_job]`.
     pub fn job(mut self, descriptor: &'static JobDescriptor) -> Self {
         self.extra.push(descriptor);
@@ -284,6 +315,7 @@ impl WorkerBuilder {
             heartbeat: self.heartbeat,
             schedule_poll: self.schedule_poll,
             skip_refused: self.skip_refused,
+            middleware: crate::middleware::Stack::of(&self.layers),
             retention_pending: None,
             shapes_pending: None,
         })
@@ -313,6 +345,8 @@ pub struct Worker {
     heartbeat: Duration,
     schedule_poll: Duration,
     skip_refused: bool,
+    /// The layers around every handler, built once (`None`: none added).
+    middleware: Option<Arc<crate::middleware::Stack>>,
     /// The topics whose declared retention `start` could not write yet (`None`: not
     /// started through `start`, so every declared one).
     retention_pending: Option<Vec<Arc<TopicRuntime>>>,
@@ -394,6 +428,7 @@ impl Worker {
             heartbeat: crate::heartbeat::DEFAULT_EVERY,
             schedule_poll: crate::scheduler::DEFAULT_POLL,
             skip_refused: false,
+            layers: Vec::new(),
         }
     }
 
@@ -585,6 +620,7 @@ impl Worker {
             stop_grace: stop_grace(self.shutdown_timeout),
             missing_data_delay: self.missing_data_delay,
             missing_data: missing_data.clone(),
+            middleware: self.middleware.clone(),
         });
         let stop = CancellationToken::new();
         let runners = TaskTracker::new();

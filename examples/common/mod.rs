@@ -6,6 +6,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Connects to Redis at `REDIS_URL`, in a namespace of its own for this run.
 pub async fn connect(example: &str) -> dq::Client {
+    connect_with(example, |b| b).await
+}
+
+/// [`connect`], with the client's settings changed by `configure` (on the embedded store
+/// too).
+pub async fn connect_with(
+    example: &str,
+    configure: impl FnOnce(dq::ClientBuilder) -> dq::ClientBuilder,
+) -> dq::Client {
     let namespace = format!(
         "dq-example-{example}-{}",
         SystemTime::now()
@@ -15,7 +24,7 @@ pub async fn connect(example: &str) -> dq::Client {
     match std::env::var("REDIS_URL") {
         Ok(url) => {
             println!("store: Redis (REDIS_URL), namespace {namespace}");
-            dq::Client::builder()
+            configure(dq::Client::builder())
                 .namespace(namespace)
                 .connect(&url)
                 .await
@@ -23,7 +32,9 @@ pub async fn connect(example: &str) -> dq::Client {
         }
         Err(_) => {
             println!("store: embedded (in memory) — set REDIS_URL=redis://… to run on Redis");
-            dq::Client::in_memory()
+            configure(dq::Client::builder())
+                .build_with_store(std::sync::Arc::new(dq::store::MemoryStore::new()))
+                .expect("the example's settings are valid")
         }
     }
 }

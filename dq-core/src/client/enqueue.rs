@@ -231,6 +231,7 @@ impl Enqueue {
             expires,
             priority,
         })?;
+        topic.ask_hooks(&job).await?;
         let key = job.key.clone();
         let outcome = topic.enqueue_one(job).await?;
         Ok(Enqueued { key, outcome })
@@ -301,6 +302,12 @@ impl TopicClient {
                 self.new_job(job)
                     .map_err(|e| e.in_bulk_item(i, key.as_deref()))?,
             );
+            // The client's enqueue hooks, job by job: a refusal writes nothing either.
+            if let Some(job) = valid.last() {
+                self.ask_hooks(job)
+                    .await
+                    .map_err(|e| e.in_bulk_item(i, key.as_deref()))?;
+            }
         }
         // Routed with the topic's recorded count, known once the topic is checked.
         let count = self.ensure().await?;
@@ -387,6 +394,7 @@ impl TopicClient {
         call_id: u64,
     ) -> Result<Enqueued> {
         let job = self.new_job(job)?;
+        self.ask_hooks(&job).await?;
         let key = job.key.clone();
         let queue = self.queue_of(&job.key, self.ensure().await?);
         let call = EnqueueCall {

@@ -38,6 +38,8 @@ pub struct Client {
     /// This process's registration in the namespace's format registry (a client connected
     /// to Redis; see `client/registration.rs`); its beat task stops when the last clone goes.
     pub(super) registration: Option<Arc<Registration>>,
+    /// Asked about every job this client enqueues, before it is written (`client/hook.rs`).
+    pub(super) hooks: super::EnqueueHooks,
 }
 
 impl std::fmt::Debug for Client {
@@ -58,7 +60,14 @@ impl Client {
             schedules_changed: Arc::new(tokio::sync::watch::Sender::new(0)),
             lanes: Arc::default(),
             registration: None,
+            hooks: Default::default(),
         }
+    }
+
+    /// The same client, with these enqueue hooks (the builder's).
+    pub(crate) fn with_hooks(mut self, hooks: super::EnqueueHooks) -> Client {
+        self.hooks = hooks;
+        self
     }
 
     /// The same client, registered in the namespace's format registry (the connect path).

@@ -34,6 +34,7 @@ pub mod dead_queue;
 pub mod dead_sweep;
 pub mod due;
 pub mod enqueue;
+pub mod enqueue_hook;
 pub mod events;
 pub mod expiry;
 pub mod fetch;
@@ -146,6 +147,8 @@ macro_rules! conformance_suite {
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,
+            enqueue_hook::a_refused_enqueue_writes_nothing,
+            enqueue_hook::bulk_enqueue_asks_the_hook_per_job,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,
