@@ -50,6 +50,8 @@ pub use dq_core::{
 
 // Writing handlers.
 pub use dq_core::{BoxError, ErrorKind, Jitter, Job, JobContext, JobError, RetryPolicy};
+// Custom retry functions (`#[delayed_job(retry_fn = …)]`).
+pub use dq_core::{FailureKind, RetryDecision, RetryError, RetryFn};
 
 // Results and finished jobs a topic keeps; progress and log lines of a running job.
 pub use dq_core::{
@@ -146,7 +148,7 @@ pub mod __private {
     pub use dq_core::payload::decode;
     pub use dq_core::{
         DataNeed, Error, HandlerFuture, HandlerReturn, Job, JobContext, JobDescriptor, JobError,
-        JobOutput, KeepDecl, Returned, ScheduleDecl,
+        JobOutput, KeepDecl, Returned, RetryFn, ScheduleDecl,
     };
     pub use serde;
     pub use tokio;
