@@ -148,7 +148,7 @@ pub mod __private {
     pub use dq_core::payload::decode;
     pub use dq_core::{
         DataNeed, Error, HandlerFuture, HandlerReturn, Job, JobContext, JobDescriptor, JobError,
-        JobOutput, KeepDecl, Returned, RetryFn, ScheduleDecl,
+        JobOutput, KeepDecl, RetryFn, Returned, ScheduleDecl,
     };
     pub use serde;
     pub use tokio;

@@ -75,7 +75,12 @@ async fn the_retry_function_decides_what_follows_a_failure() {
         .await
         .expect("connect");
     let log = Log::default();
-    for (key, n) in [("declined", 1), ("gone", 2), ("panics", 3), ("permanent", 4)] {
+    for (key, n) in [
+        ("declined", 1),
+        ("gone", 2),
+        ("panics", 3),
+        ("permanent", 4),
+    ] {
         client.enqueue::<charge>(n).key(key).await.unwrap();
     }
     let handle = Worker::builder(client.clone())
@@ -123,5 +128,8 @@ async fn the_retry_function_decides_what_follows_a_failure() {
     assert_eq!(log.of("panics").len(), 2);
     // permanent: dead without asking the function (which would have discarded a 410)
     let permanent = t.job("permanent").await.unwrap().unwrap();
-    assert_eq!((permanent.state, permanent.attempts), (dq::JobState::Dead, 1));
+    assert_eq!(
+        (permanent.state, permanent.attempts),
+        (dq::JobState::Dead, 1)
+    );
 }

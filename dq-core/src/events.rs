@@ -447,6 +447,7 @@ mod tests {
             EventKind::Dead,
             EventKind::Cancelled,
             EventKind::Expired,
+            EventKind::Discarded,
         ] {
             assert_eq!(EventKind::from_code(kind.code()), kind);
         }

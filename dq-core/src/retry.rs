@@ -19,6 +19,11 @@
 //!   the job as a failed attempt ("lease expired") and asks **the same policy**, sent along
 //!   with the fetch, for the same answer: retry after `delay_after(attempt)`, or dead.
 //!
+//! A handler may declare a retry function instead ([`RetryFn`], `retry_fn = …`): it decides
+//! both kinds of failure — a handler's error when it happens, an expired lease from the
+//! answers it gave per attempt when the worker started ([`RetryFn::lease_expiry_policy`]) —
+//! and may also discard the job ([`RetryDecision::Discard`]).
+//!
 //! A job in `retry` is leased again when due, like a scheduled one, for its next attempt; a
 //! dead job stays in the dead queue until it is requeued (attempts reset), purged or trimmed.
 //!
@@ -346,10 +351,7 @@ impl RetryPolicy {
     pub fn decision_with(&self, attempt: u32, unit: f64) -> RetryDecision {
         if let Some(table) = &self.1 {
             let last = table.len() as u32;
-            return match attempt
-                .checked_sub(1)
-                .and_then(|i| table.get(i as usize))
-            {
+            return match attempt.checked_sub(1).and_then(|i| table.get(i as usize)) {
                 Some(RetryDecision::After(d)) if attempt < last => RetryDecision::After(*d),
                 Some(RetryDecision::Discard) => RetryDecision::Discard,
                 _ => RetryDecision::Dead,

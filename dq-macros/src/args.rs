@@ -125,7 +125,12 @@ impl Parse for Args {
                         format!("max_attempts must be from 1 to {MAX_FN_ATTEMPTS}"),
                     ));
                 }
-                set(&mut args.max_attempts, key.span, "max_attempts", (value.span(), n))?;
+                set(
+                    &mut args.max_attempts,
+                    key.span,
+                    "max_attempts",
+                    (value.span(), n),
+                )?;
             } else if lookahead.peek(kw::timeout) {
                 let key = input.parse::<kw::timeout>()?;
                 let value = value::<LitStr>(input, "a duration such as \"30s\"")?;

@@ -7,9 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{
-    ClientConfig, DeadLimits, JobDescriptor, RetryFn, RetryPolicy, SharedData, Topic,
-};
+use dq_core::{ClientConfig, DeadLimits, JobDescriptor, RetryFn, RetryPolicy, SharedData, Topic};
 use tokio::sync::Semaphore;
 
 use crate::error::WorkerError;

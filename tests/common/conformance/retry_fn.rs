@@ -80,7 +80,11 @@ pub async fn a_retry_function_retries_then_buries<H: Harness>(h: &H) {
     assert_eq!((st.retried, st.buried, st.discarded), (2, 1, 0), "{st:?}");
     assert_eq!(t.requeue_dead(&["w"]).await.unwrap(), 1);
     let d = fetch_one(h, &q, &req()).await;
-    assert_eq!((d.key.as_str(), d.attempt), ("w", 1), "requeued: attempts reset");
+    assert_eq!(
+        (d.key.as_str(), d.attempt),
+        ("w", 1),
+        "requeued: attempts reset"
+    );
 }
 
 /// A discarded job is deleted with its history (never kept, whatever the retention), counted
@@ -109,10 +113,7 @@ pub async fn a_discarded_job_is_deleted_and_counted<H: Harness>(h: &H) {
         (&jobs[1], &jobs[0])
     };
     // b's cancel is requested while it runs: the cancel wins over the discard.
-    assert_eq!(
-        t.cancel("b").await.unwrap(),
-        CancelOutcome::CancelRequested
-    );
+    assert_eq!(t.cancel("b").await.unwrap(), CancelOutcome::CancelRequested);
     let failures: Vec<_> = [a, b]
         .iter()
         .map(|d| dq::store::FailedAttempt {
@@ -137,7 +138,14 @@ pub async fn a_discarded_job_is_deleted_and_counted<H: Harness>(h: &H) {
     assert_eq!(again, FailOutcome::Gone);
     let st = t.stats().await.unwrap();
     assert_eq!(
-        (st.discarded, st.cancelled, st.dead, st.retry, st.active, st.kept),
+        (
+            st.discarded,
+            st.cancelled,
+            st.dead,
+            st.retry,
+            st.active,
+            st.kept
+        ),
         (1, 1, 0, 0, 0, 1),
         "{st:?}"
     );
@@ -152,7 +160,11 @@ pub async fn a_discarded_job_is_deleted_and_counted<H: Harness>(h: &H) {
         .collect();
     assert_eq!(gone.len(), 1, "{events:?}");
     assert_eq!(
-        (gone[0].key.as_str(), gone[0].attempt, gone[0].error.as_deref()),
+        (
+            gone[0].key.as_str(),
+            gone[0].attempt,
+            gone[0].error.as_deref()
+        ),
         ("a", Some(1), Some("the order is gone"))
     );
 }
@@ -173,12 +185,7 @@ fn an_hour(_: u32, _: &RetryError<'_>) -> RetryDecision {
 
 /// Fetches under `lease` until one call leases `n` jobs, and waits until their leases have
 /// run out by the store's clock.
-async fn expire<H: Harness>(
-    h: &H,
-    q: &Queue,
-    lease: &FetchRequest,
-    n: usize,
-) -> Vec<Delivery> {
+async fn expire<H: Harness>(h: &H, q: &Queue, lease: &FetchRequest, n: usize) -> Vec<Delivery> {
     let jobs = dq_testkit::eventually_some("the jobs are leased", WAIT, || async {
         let reply = fetch(h, q, lease).await;
         (reply.jobs.len() == n).then_some(reply.jobs)
@@ -217,7 +224,10 @@ pub async fn a_lease_expiry_follows_the_retry_function<H: Harness>(h: &H) {
     assert_eq!(again[0].attempt, 2);
     dq_testkit::eventually("the second expiry discards the job", WAIT, || async {
         let reply = fetch(h, &q, &lease).await;
-        assert!(reply.jobs.is_empty() && reply.buried.is_empty(), "{reply:?}");
+        assert!(
+            reply.jobs.is_empty() && reply.buried.is_empty(),
+            "{reply:?}"
+        );
         t.job("a").await.unwrap().is_none()
     })
     .await;
