@@ -131,6 +131,8 @@ pub mod store {
 /// Handler plumbing: what `#[delayed_job]` generates, for registering a handler by hand with
 /// [`WorkerBuilder::job`].
 pub mod handler {
+    /// A retry function's signature and bounds (`JobDescriptor::retry_fn`).
+    pub use dq_core::retry::{DEFAULT_FN_ATTEMPTS, MAX_FN_ATTEMPTS, RetryFnPtr};
     pub use dq_core::{
         CancellationToken, DataNeed, HandlerFn, HandlerFuture, JobDescriptor, LeaseDeadline,
         ScheduleDecl, SharedData, registered_jobs,
