@@ -50,6 +50,8 @@ pub use dq_core::{
 
 // Writing handlers.
 pub use dq_core::{BoxError, ErrorKind, Jitter, Job, JobContext, JobError, RetryPolicy};
+// Custom retry functions (`#[delayed_job(retry_fn = …)]`).
+pub use dq_core::{FailureKind, RetryDecision, RetryError, RetryFn};
 
 // Results and finished jobs a topic keeps; progress and log lines of a running job.
 pub use dq_core::{
@@ -138,6 +140,8 @@ pub mod store {
 /// Handler plumbing: what `#[delayed_job]` generates, for registering a handler by hand with
 /// [`WorkerBuilder::job`].
 pub mod handler {
+    /// A retry function's signature and bounds (`JobDescriptor::retry_fn`).
+    pub use dq_core::retry::{DEFAULT_FN_ATTEMPTS, MAX_FN_ATTEMPTS, RetryFnPtr};
     pub use dq_core::{
         CancellationToken, DataNeed, HandlerFn, HandlerFuture, JobDescriptor, LeaseDeadline,
         ScheduleDecl, SharedData, registered_jobs,
@@ -155,7 +159,7 @@ pub mod __private {
     pub use dq_core::payload::decode;
     pub use dq_core::{
         DataNeed, Error, HandlerFuture, HandlerReturn, Job, JobContext, JobDescriptor, JobError,
-        JobOutput, KeepDecl, Returned, ScheduleDecl,
+        JobOutput, KeepDecl, RetryFn, Returned, ScheduleDecl,
     };
     pub use serde;
     pub use tokio;

@@ -165,10 +165,66 @@ fn every_accepted_shape_registers_its_topic() {
             "no_context",
             "orders.close",
             "orders.remind",
+            "retry_fn.default",
+            "retry_fn.most",
             "spread_tiers",
             "str_error",
             "string_error",
             "via.reexport",
         ]
+    );
+}
+
+/// A retry function, named by its path.
+fn give_up(_attempt: u32, _error: &dq::RetryError<'_>) -> dq::RetryDecision {
+    dq::RetryDecision::Dead
+}
+
+mod policies {
+    /// A retry function in another module, named by its path.
+    pub fn discard(_attempt: u32, _error: &dq::RetryError<'_>) -> dq::RetryDecision {
+        dq::RetryDecision::Discard
+    }
+}
+
+#[dq::delayed_job(topic = "retry_fn.default", retry_fn = give_up)]
+async fn with_retry_fn(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
+#[dq::delayed_job(topic = "retry_fn.most", retry_fn = policies::discard, max_attempts = 101)]
+async fn with_most_attempts(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
+/// `retry_fn` registers the function with its bound: the default is dq-core's
+/// `DEFAULT_FN_ATTEMPTS`, the largest accepted `max_attempts` its `MAX_FN_ATTEMPTS` (the
+/// macro's own constants, tied here).
+#[test]
+fn a_retry_function_is_registered_with_its_bound() {
+    let find = |topic: &str| {
+        dq::handler::registered_jobs()
+            .find(|d| d.topic == topic)
+            .and_then(|d| d.retry_fn)
+            .unwrap()
+    };
+    let f = find("retry_fn.default");
+    assert_eq!(
+        (f.name(), f.max_attempts()),
+        ("give_up", dq::handler::DEFAULT_FN_ATTEMPTS)
+    );
+    let f = find("retry_fn.most");
+    assert_eq!(
+        (f.name(), f.max_attempts()),
+        ("policies::discard", dq::handler::MAX_FN_ATTEMPTS)
+    );
+    let e = dq::RetryError::new(1, 101, dq::FailureKind::Error, "x", None);
+    assert_eq!(f.decide(&e), dq::RetryDecision::Discard);
+    assert!(
+        dq::handler::registered_jobs()
+            .find(|d| d.topic == "orders.close")
+            .unwrap()
+            .retry_fn
+            .is_none()
     );
 }

@@ -118,6 +118,8 @@ pub struct Counters {
     pub throttles: u64,
     /// Kept finished jobs dropped before their time because the topic kept its cap.
     pub kept_trimmed: u64,
+    /// Jobs a handler's retry function discarded (deleted after a failure).
+    pub discarded: u64,
 }
 
 impl StatsView {
@@ -146,6 +148,7 @@ impl StatsView {
                 trimmed: s.trimmed,
                 throttles: s.throttles,
                 kept_trimmed: s.kept_trimmed,
+                discarded: s.discarded,
             },
             workers: None,
             paused: s.paused,
@@ -204,7 +207,7 @@ pub fn stats_detail(r: &StatsView) -> String {
          leasing         {}\n\
          counters        enqueued {}, succeeded {}, retried {}, buried {}, expired {}, \
          cancelled {}, trimmed {}, throttles {}\n\
-         {}{}{}",
+         {}{}{}{}",
         r.topic,
         r.partitions,
         if r.partitions == 1 { "" } else { "s" },
@@ -239,6 +242,10 @@ pub fn stats_detail(r: &StatsView) -> String {
         match c.expired_before_start {
             0 => String::new(),
             n => format!("                {n} dropped: their expiry came before they started\n"),
+        },
+        match c.discarded {
+            0 => String::new(),
+            n => format!("                {n} discarded by their handler's retry function\n"),
         },
         match (r.kept, c.kept_trimmed) {
             (0, 0) => String::new(),

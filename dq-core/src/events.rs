@@ -120,6 +120,9 @@ pub enum EventKind {
     Cancelled,
     /// Its expiry came before it started: dropped, never run.
     Expired,
+    /// Its handler's retry function discarded it after a failed attempt ([`Event::error`]; an
+    /// expired lease says `lease expired`): deleted, never run again.
+    Discarded,
     /// A kind this dq does not know (written by a newer one), by its code; `?` for the events
     /// of an entry it cannot read at all (a newer event format: [`Event::error`] says why),
     /// handed out so that a reader moves past them.
@@ -139,6 +142,7 @@ impl EventKind {
             EventKind::Dead => "d",
             EventKind::Cancelled => "c",
             EventKind::Expired => "x",
+            EventKind::Discarded => "g",
             EventKind::Other(code) => code,
         }
     }
@@ -155,6 +159,7 @@ impl EventKind {
             "d" => EventKind::Dead,
             "c" => EventKind::Cancelled,
             "x" => EventKind::Expired,
+            "g" => EventKind::Discarded,
             other => EventKind::Other(other.to_owned()),
         }
     }
@@ -171,6 +176,7 @@ impl EventKind {
             EventKind::Dead => "dead",
             EventKind::Cancelled => "cancelled",
             EventKind::Expired => "expired",
+            EventKind::Discarded => "discarded",
             EventKind::Other(code) => code,
         }
     }
@@ -441,6 +447,7 @@ mod tests {
             EventKind::Dead,
             EventKind::Cancelled,
             EventKind::Expired,
+            EventKind::Discarded,
         ] {
             assert_eq!(EventKind::from_code(kind.code()), kind);
         }

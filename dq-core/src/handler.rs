@@ -472,8 +472,12 @@ pub type HandlerFn =
 pub struct JobDescriptor {
     /// The topic it handles.
     pub topic: &'static str,
-    /// Retry policy in text form (checked at compile time by the macro).
+    /// Retry policy in text form (checked at compile time by the macro); not used when
+    /// `retry_fn` is set.
     pub retry: &'static str,
+    /// The handler's retry function (`#[delayed_job(retry_fn = …)]`), which then decides
+    /// instead of `retry` (see [`crate::retry::RetryFn`]).
+    pub retry_fn: Option<crate::retry::RetryFn>,
     /// Handler timeout in ms, if any.
     pub timeout_ms: Option<u64>,
     /// The handler's `expires_after` in ms, if any: the default expiry of its jobs (the
@@ -575,9 +579,14 @@ impl ScheduleDecl {
 }
 
 impl JobDescriptor {
-    /// The parsed retry policy.
+    /// The parsed retry policy; with a retry function, its decisions for expired leases
+    /// ([`RetryFn::lease_expiry_policy`](crate::retry::RetryFn::lease_expiry_policy), asking
+    /// the function once per attempt now).
     pub fn retry_policy(&self) -> Result<RetryPolicy> {
-        RetryPolicy::parse(self.retry)
+        match &self.retry_fn {
+            Some(f) => Ok(f.lease_expiry_policy()),
+            None => RetryPolicy::parse(self.retry),
+        }
     }
 
     /// Where the handler is declared, as `file:line`.

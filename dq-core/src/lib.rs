@@ -57,7 +57,7 @@ pub use job::{
 };
 pub use names::{JobKey, Topic};
 pub use progress::{JobProgress, LogLine, MAX_LOG_LINES, MAX_PROGRESS_LEN, Report, Reporter};
-pub use retry::{Jitter, RetryPolicy};
+pub use retry::{FailureKind, Jitter, RetryDecision, RetryError, RetryFn, RetryPolicy};
 pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleOutcome, ScheduleRecord};
 pub use store::lease::{
     AckOutcome, DeadLimits, Delivery, Extended, FETCH_RECEIPT_LIFE, FailAction, FailOutcome,

@@ -76,8 +76,9 @@ pub const NEWER_RECORDS: &str = "dq_newer_records_total";
 /// `deferred` (the handler asked for it) or `retry`; `cancelled` for a run stopped because a
 /// client cancelled its job while it ran (it is not retried), `throttled` for a run whose
 /// handler reported a partner's rate limit (`JobError::rate_limited`: the job runs again
-/// later, its attempt given back, and the topic slows down).
-pub const FAILED_OUTCOMES: [&str; 7] = [
+/// later, its attempt given back, and the topic slows down); `discarded` for a job its
+/// handler's retry function discarded (deleted, whatever the cause).
+pub const FAILED_OUTCOMES: [&str; 8] = [
     "retry",
     "dead",
     "deferred",
@@ -85,6 +86,7 @@ pub const FAILED_OUTCOMES: [&str; 7] = [
     "panic",
     "cancelled",
     "throttled",
+    "discarded",
 ];
 
 /// The `state` label values of [`QUEUE_JOBS`].

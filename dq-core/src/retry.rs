@@ -19,6 +19,11 @@
 //!   the job as a failed attempt ("lease expired") and asks **the same policy**, sent along
 //!   with the fetch, for the same answer: retry after `delay_after(attempt)`, or dead.
 //!
+//! A handler may declare a retry function instead ([`RetryFn`], `retry_fn = …`): it decides
+//! both kinds of failure — a handler's error when it happens, an expired lease from the
+//! answers it gave per attempt when the worker started ([`RetryFn::lease_expiry_policy`]) —
+//! and may also discard the job ([`RetryDecision::Discard`]).
+//!
 //! A job in `retry` is leased again when due, like a scheduled one, for its next attempt; a
 //! dead job stays in the dead queue until it is requeued (attempts reset), purged or trimmed.
 //!
@@ -38,10 +43,17 @@
 //! delays are then capped at `max`. Jitter is dq's own formula, not a library's; `backon`
 //! only paces the client's own retries of store calls.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use dq_syntax::{self as retry_syntax, RetrySpec};
+
+mod custom;
+pub use custom::{
+    DEFAULT_FN_ATTEMPTS, FailureKind, MAX_FN_ATTEMPTS, RetryDecision, RetryError, RetryFn,
+    RetryFnPtr,
+};
 
 /// The default tiered schedule, in seconds.
 pub const DEFAULT_TIERS_SECS: [u64; 9] = [15, 180, 600, 1800, 1800, 3600, 7200, 21600, 54000];
@@ -69,16 +81,23 @@ impl Default for Jitter {
 }
 
 /// How a job is retried after a failed attempt.
+///
+/// The second field, when set, is a retry function's decisions for an expired lease, one per
+/// attempt from 1 ([`RetryFn::lease_expiry_policy`]): it then stands for the whole policy
+/// (the first is `RetrySpec::None`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RetryPolicy(RetrySpec);
+pub struct RetryPolicy(RetrySpec, Option<Arc<[RetryDecision]>>);
 
 impl Default for RetryPolicy {
     /// The tiered schedule 15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h.
     fn default() -> Self {
-        RetryPolicy(RetrySpec::Tiered {
-            delays_ms: DEFAULT_TIERS_SECS.iter().map(|s| s * 1000).collect(),
-            jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
-        })
+        RetryPolicy(
+            RetrySpec::Tiered {
+                delays_ms: DEFAULT_TIERS_SECS.iter().map(|s| s * 1000).collect(),
+                jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
+            },
+            None,
+        )
     }
 }
 
@@ -125,19 +144,25 @@ impl RetryPolicy {
     pub fn tiered(delays: impl IntoIterator<Item = Duration>) -> Result<Self> {
         let delays = delays.into_iter().map(ms).collect::<Result<Vec<_>>>()?;
         count(u32::try_from(delays.len()).unwrap_or(u32::MAX))?;
-        Ok(RetryPolicy(RetrySpec::Tiered {
-            delays_ms: delays,
-            jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
-        }))
+        Ok(RetryPolicy(
+            RetrySpec::Tiered {
+                delays_ms: delays,
+                jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
+            },
+            None,
+        ))
     }
 
     /// `retries` retries, each `delay` after the failure.
     pub fn fixed(delay: Duration, retries: u32) -> Result<Self> {
-        Ok(RetryPolicy(RetrySpec::Fixed {
-            delay_ms: ms(delay)?,
-            retries: count(retries)?,
-            jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
-        }))
+        Ok(RetryPolicy(
+            RetrySpec::Fixed {
+                delay_ms: ms(delay)?,
+                retries: count(retries)?,
+                jitter_pct: retry_syntax::DEFAULT_EXACT_JITTER_PCT,
+            },
+            None,
+        ))
     }
 
     /// `retries` retries, the delay doubling from `initial` up to `max`, each plus a random
@@ -150,12 +175,15 @@ impl RetryPolicy {
                 "exponential retry needs 0 < initial <= max".into(),
             ));
         }
-        Ok(RetryPolicy(RetrySpec::Exponential {
-            initial_ms,
-            max_ms,
-            retries: count(retries)?,
-            jitter_pct: retry_syntax::DEFAULT_JITTER_PCT,
-        }))
+        Ok(RetryPolicy(
+            RetrySpec::Exponential {
+                initial_ms,
+                max_ms,
+                retries: count(retries)?,
+                jitter_pct: retry_syntax::DEFAULT_JITTER_PCT,
+            },
+            None,
+        ))
     }
 
     /// The same policy with another jitter: [`Jitter::None`] for exact delays,
@@ -181,6 +209,11 @@ impl RetryPolicy {
                 retry_syntax::check_jitter_pct(pct).map_err(Error::InvalidConfig)?
             }
         };
+        if self.1.is_some() {
+            return Err(Error::InvalidConfig(
+                "a retry function's decisions take no jitter".into(),
+            ));
+        }
         let mut spec = self.0;
         match &mut spec {
             RetrySpec::None => {
@@ -192,11 +225,15 @@ impl RetryPolicy {
             | RetrySpec::Fixed { jitter_pct, .. }
             | RetrySpec::Exponential { jitter_pct, .. } => *jitter_pct = pct,
         }
-        Ok(RetryPolicy(spec))
+        Ok(RetryPolicy(spec, None))
     }
 
-    /// The policy's jitter; `None` for [`RetryPolicy::none`], which has no delays.
+    /// The policy's jitter; `None` for [`RetryPolicy::none`], which has no delays, and for a
+    /// retry function's decisions.
     pub fn jitter(&self) -> Option<Jitter> {
+        if self.1.is_some() {
+            return None;
+        }
         match self.0 {
             RetrySpec::None => None,
             RetrySpec::Tiered { jitter_pct, .. }
@@ -211,19 +248,29 @@ impl RetryPolicy {
 
     /// No retries: the first failure is final.
     pub fn none() -> Self {
-        RetryPolicy(RetrySpec::None)
+        RetryPolicy(RetrySpec::None, None)
+    }
+
+    /// A retry function's decisions, one per attempt from 1 (at least one, at most
+    /// [`MAX_FN_ATTEMPTS`], delays within 365 days: [`RetryFn::decide`] makes them so).
+    pub(crate) fn table(decisions: Vec<RetryDecision>) -> Self {
+        debug_assert!(!decisions.is_empty() && decisions.len() <= MAX_FN_ATTEMPTS as usize);
+        RetryPolicy(RetrySpec::None, Some(decisions.into()))
     }
 
     /// Parses the text form used by `#[delayed_job(retry = "…")]`: `"15s, 3m, 10m"`, `"none"`,
     /// `"fixed(1s, 5)"` or `"exponential(1s, 1h, 10)"`.
     pub fn parse(text: &str) -> Result<Self> {
         retry_syntax::parse_retry(text)
-            .map(RetryPolicy)
+            .map(|spec| RetryPolicy(spec, None))
             .map_err(Error::InvalidConfig)
     }
 
     /// How many retries follow the first attempt.
     pub fn retries(&self) -> u32 {
+        if let Some(table) = &self.1 {
+            return table.len() as u32 - 1;
+        }
         match &self.0 {
             RetrySpec::None => 0,
             RetrySpec::Tiered { delays_ms, .. } => delays_ms.len() as u32,
@@ -262,6 +309,12 @@ impl RetryPolicy {
         if attempt == 0 || attempt > self.retries() {
             return None;
         }
+        if self.1.is_some() {
+            return match self.decision_with(attempt, unit) {
+                RetryDecision::After(d) => Some(d),
+                RetryDecision::Dead | RetryDecision::Discard => None,
+            };
+        }
         let unit = unit.clamp(0.0, 1.0);
         let i = (attempt - 1) as usize;
         let ms = match &self.0 {
@@ -291,11 +344,48 @@ impl RetryPolicy {
         Some(Duration::from_millis(ms))
     }
 
+    /// What follows a failed attempt `attempt` for the draw `unit` (see
+    /// [`delay_with`](Self::delay_with)): `After` the delay, or `Dead` when the job is out of
+    /// attempts — or, for a retry function's decisions ([`RetryFn::lease_expiry_policy`]),
+    /// that attempt's decision (`Dead` beyond them). `lib.lua`'s `retry_delay` mirrors it.
+    pub fn decision_with(&self, attempt: u32, unit: f64) -> RetryDecision {
+        if let Some(table) = &self.1 {
+            let last = table.len() as u32;
+            return match attempt.checked_sub(1).and_then(|i| table.get(i as usize)) {
+                Some(RetryDecision::After(d)) if attempt < last => RetryDecision::After(*d),
+                Some(RetryDecision::Discard) => RetryDecision::Discard,
+                _ => RetryDecision::Dead,
+            };
+        }
+        self.delay_with(attempt, unit)
+            .map_or(RetryDecision::Dead, RetryDecision::After)
+    }
+
+    /// [`decision_with`](Self::decision_with) with a fresh random draw: what the embedded
+    /// store does with a job whose lease expired after attempt `attempt`.
+    pub fn decision_after(&self, attempt: u32) -> RetryDecision {
+        self.decision_with(attempt, rand::random::<f64>())
+    }
+
     /// The policy as the store's scripts take it (`lib.lua`'s `read_retry_policy`): a kind,
     /// the jitter percentage, then the kind's numbers: none `[0, 0]`; tiered
     /// `[1, pct, delay ms…]`; fixed `[2, pct, delay ms, retries]`; exponential
-    /// `[3, pct, initial ms, max ms, retries]`.
+    /// `[3, pct, initial ms, max ms, retries]`; a retry function's decisions
+    /// `[4, 0, (verdict, ms) per attempt…]` with verdict 0 retry after ms, 1 dead, 2 discard.
     pub fn script_args(&self) -> Vec<u64> {
+        if let Some(table) = &self.1 {
+            let mut args = vec![4, 0];
+            for d in table.iter() {
+                let (verdict, ms) = match d {
+                    RetryDecision::After(d) => (0, d.as_millis() as u64),
+                    RetryDecision::Dead => (1, 0),
+                    RetryDecision::Discard => (2, 0),
+                };
+                args.push(verdict);
+                args.push(ms);
+            }
+            return args;
+        }
         match &self.0 {
             RetrySpec::None => vec![0, 0],
             RetrySpec::Tiered {

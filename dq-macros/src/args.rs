@@ -15,6 +15,8 @@ use dq_syntax::schedule as schedule_syntax;
 mod kw {
     syn::custom_keyword!(topic);
     syn::custom_keyword!(retry);
+    syn::custom_keyword!(retry_fn);
+    syn::custom_keyword!(max_attempts);
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(expires_after);
     syn::custom_keyword!(keep_succeeded);
@@ -33,7 +35,8 @@ mod kw {
 /// The default retry policy, as `RetryPolicy::default()` in dq-core (docs/ARCHITECTURE.md §8).
 pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 
-const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `timeout = \"…\"`, \
+const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `retry_fn = path`, \
+                             `max_attempts = N`, `timeout = \"…\"`, \
                              `expires_after = \"…\"`, `keep_succeeded = \"…\"`, \
                              `keep_cancelled = \"…\"`, `keep_expired = \"…\"`, `keep_max = N`, \
                              `events`, `events = N`, `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
@@ -44,8 +47,13 @@ const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `tim
 pub(crate) struct Args {
     /// `topic = "…"`, already validated.
     topic: Option<LitStr>,
-    /// `retry = "…"`, normalized.
+    /// `retry = "…"`, normalized, and where it was written.
     retry: Option<String>,
+    retry_span: Option<Span>,
+    /// `retry_fn = path`: the handler's retry function.
+    retry_fn: Option<Path>,
+    /// `max_attempts = N` (with `retry_fn`), and where it was written.
+    max_attempts: Option<(Span, u32)>,
     /// `timeout = "…"`, in ms.
     timeout_ms: Option<u64>,
     /// `expires_after = "…"`, in ms.
@@ -102,6 +110,27 @@ impl Parse for Args {
                 let spec = retry_syntax::parse_retry(&value.value())
                     .map_err(|e| syn::Error::new(value.span(), format!("invalid retry: {e}")))?;
                 set(&mut args.retry, key.span, "retry", normalize(&spec))?;
+                args.retry_span = Some(value.span());
+            } else if lookahead.peek(kw::retry_fn) {
+                let key = input.parse::<kw::retry_fn>()?;
+                let path = value::<Path>(input, "the path of a retry function such as `my_retry`")?;
+                set(&mut args.retry_fn, key.span, "retry_fn", path)?;
+            } else if lookahead.peek(kw::max_attempts) {
+                let key = input.parse::<kw::max_attempts>()?;
+                let value = value::<LitInt>(input, "an integer such as 10")?;
+                let n = value.base10_parse::<u32>()?;
+                if n == 0 || n > MAX_FN_ATTEMPTS {
+                    return Err(syn::Error::new(
+                        value.span(),
+                        format!("max_attempts must be from 1 to {MAX_FN_ATTEMPTS}"),
+                    ));
+                }
+                set(
+                    &mut args.max_attempts,
+                    key.span,
+                    "max_attempts",
+                    (value.span(), n),
+                )?;
             } else if lookahead.peek(kw::timeout) {
                 let key = input.parse::<kw::timeout>()?;
                 let value = value::<LitStr>(input, "a duration such as \"30s\"")?;
@@ -241,6 +270,34 @@ impl Parse for Args {
 }
 
 impl Args {
+    /// The retry function and its attempts, if declared: exclusive with `retry = "…"`;
+    /// `max_attempts` only with it.
+    fn retry_fn(&mut self) -> syn::Result<Option<RetryFnArgs>> {
+        match (self.retry_fn.take(), self.retry_span) {
+            (Some(path), Some(retry)) => {
+                let mut e = syn::Error::new_spanned(
+                    &path,
+                    "give `retry = \"…\"` or `retry_fn = …`, not both: the function decides \
+                     every retry",
+                );
+                e.combine(syn::Error::new(retry, "`retry` given here"));
+                Err(e)
+            }
+            (Some(path), None) => Ok(Some(RetryFnArgs {
+                max_attempts: self.max_attempts.map_or(DEFAULT_FN_ATTEMPTS, |(_, n)| n),
+                path,
+            })),
+            (None, _) => match self.max_attempts {
+                Some((span, _)) => Err(syn::Error::new(
+                    span,
+                    "`max_attempts` bounds a retry function: add `retry_fn = …` (a `retry = \
+                     \"…\"` policy allows its retries plus one)",
+                )),
+                None => Ok(None),
+            },
+        }
+    }
+
     /// The retention the arguments declare: `[succeeded, cancelled, expired]` ms and the cap
     /// (`keep_max` alone is refused).
     fn keep(&self) -> syn::Result<Option<KeepArgs>> {
@@ -299,6 +356,20 @@ impl Args {
 }
 
 /// Parses `= <value>` after an argument's name.
+/// `retry_fn = path` and `max_attempts = N` as declared.
+pub(crate) struct RetryFnArgs {
+    /// The function's path.
+    pub(crate) path: Path,
+    /// The most attempts (default [`DEFAULT_FN_ATTEMPTS`]).
+    pub(crate) max_attempts: u32,
+}
+
+/// The most attempts a retry function may allow (dq-core `retry::MAX_FN_ATTEMPTS`, tied by a
+/// test): one plus the most retries.
+pub(crate) const MAX_FN_ATTEMPTS: u32 = retry_syntax::MAX_RETRIES + 1;
+/// The attempts a retry function allows unless told (dq-core `retry::DEFAULT_FN_ATTEMPTS`).
+pub(crate) const DEFAULT_FN_ATTEMPTS: u32 = 10;
+
 /// `keep_*` and `keep_max` as declared: `[succeeded, cancelled, expired]` ms and the cap.
 pub(crate) type KeepArgs = ([Option<u64>; 3], Option<u64>);
 
@@ -473,6 +544,8 @@ pub(crate) struct Handler {
     pub(crate) topic_span: Span,
     /// The normalized retry policy text.
     pub(crate) retry: String,
+    /// The retry function, which then decides instead of `retry`.
+    pub(crate) retry_fn: Option<RetryFnArgs>,
     pub(crate) timeout_ms: Option<u64>,
     /// `expires_after`, in ms: the default expiry of the jobs the typed client enqueues.
     pub(crate) expires_after_ms: Option<u64>,
@@ -501,7 +574,7 @@ fn bad_signature(tokens: impl ToTokens, what: &str) -> syn::Error {
 
 impl Handler {
     /// Checks the fn's signature against what a handler may be.
-    pub(crate) fn new(args: Args, item: ItemFn) -> syn::Result<Self> {
+    pub(crate) fn new(mut args: Args, item: ItemFn) -> syn::Result<Self> {
         let sig = &item.sig;
         if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
             return Err(bad_signature(
@@ -592,7 +665,9 @@ impl Handler {
         };
         let schedule = args.schedule()?;
         let keep = args.keep()?;
+        let retry_fn = args.retry_fn()?;
         Ok(Handler {
+            retry_fn,
             schedule,
             keep,
             events: args.events,

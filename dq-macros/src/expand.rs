@@ -19,6 +19,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         topic,
         topic_span,
         retry,
+        retry_fn,
         timeout_ms,
         expires_after_ms,
         keep,
@@ -72,6 +73,13 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         }
     });
     let concurrency = option(concurrency.map(|n| quote!(#n)));
+    // Spanned on the user's path: a fn of another signature is reported there.
+    let retry_fn = option(retry_fn.as_ref().map(|f| {
+        let path = &f.path;
+        let max = f.max_attempts;
+        let text = quote!(#path).to_string().replace(' ', "");
+        quote_spanned!(path.span()=> #private::RetryFn::declared(#path, #max, #text))
+    }));
     let events = option(events.map(|n| quote!(#n)));
     let keep = option(keep.map(|(ms, max)| {
         let [s, c, e] = ms.map(|ms| option(ms.map(|ms| quote!(#ms))));
@@ -145,6 +153,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                 #private::JobDescriptor {
                     topic: <#name as #private::Job>::TOPIC,
                     retry: #retry,
+                    retry_fn: #retry_fn,
                     timeout_ms: #timeout_ms,
                     expires_after_ms: #expires_after_ms_opt,
                     keep: #keep,

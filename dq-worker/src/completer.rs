@@ -335,6 +335,9 @@ async fn report(
         }
         Ok(FailOutcome::Gone) => tracing::debug!("job already gone; failure not recorded"),
         Ok(FailOutcome::Cancelled) => tracing::info!("cancelled while running; not retried"),
+        Ok(FailOutcome::Discarded) => {
+            tracing::warn!(error = %error, "failed; discarded by the handler's retry function");
+        }
         Err(Error::StaleToken { .. }) => {
             tracing::warn!(error = %error, "failed, but the lease was lost first: not recorded");
         }

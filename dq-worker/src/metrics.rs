@@ -22,6 +22,7 @@ pub(crate) enum Failure {
     Panic = 4,
     Cancelled = 5,
     Throttled = 6,
+    Discarded = 7,
 }
 
 /// One topic's metric handles, registered on first use.
@@ -35,7 +36,7 @@ pub(crate) struct TopicMetrics {
 struct Handles {
     started: Counter,
     succeeded: Counter,
-    failed: [Counter; 7],
+    failed: [Counter; 8],
     lateness: Histogram,
     run: Histogram,
     running: Gauge,
@@ -124,6 +125,7 @@ mod tests {
             (Failure::Panic, "panic"),
             (Failure::Cancelled, "cancelled"),
             (Failure::Throttled, "throttled"),
+            (Failure::Discarded, "discarded"),
         ] {
             assert_eq!(FAILED_OUTCOMES[f as usize], name);
         }

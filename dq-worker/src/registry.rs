@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{ClientConfig, DeadLimits, JobDescriptor, RetryPolicy, SharedData, Topic};
+use dq_core::{ClientConfig, DeadLimits, JobDescriptor, RetryFn, RetryPolicy, SharedData, Topic};
 use tokio::sync::Semaphore;
 
 use crate::error::WorkerError;
@@ -18,8 +18,11 @@ pub(crate) struct TopicRuntime {
     pub descriptor: &'static JobDescriptor,
     pub topic: Topic,
     /// The topic's retry policy: asked after a handler's error, and sent with every fetch so
-    /// that the store asks it for jobs whose lease expired.
+    /// that the store asks it for jobs whose lease expired. With a retry function, its
+    /// decisions for expired leases, asked once at start (`RetryFn::lease_expiry_policy`).
     pub policy: RetryPolicy,
+    /// The handler's retry function, asked after a handler's error instead of `policy`.
+    pub retry_fn: Option<RetryFn>,
     pub timeout: Option<Duration>,
     pub concurrency: usize,
     /// The topic's partition count: the client's until [`crate::Worker::start`] reads the
@@ -116,9 +119,19 @@ pub(crate) fn resolve(
                 retry = d.retry,
                 "registered job"
             );
+            if let Some(f) = &d.retry_fn {
+                tracing::info!(
+                    topic = d.topic,
+                    retry_fn = f.name(),
+                    max_attempts = f.max_attempts(),
+                    "retries decided by a retry function (expired leases: decided now, once per \
+                     attempt)"
+                );
+            }
             Ok(Arc::new(TopicRuntime {
                 descriptor: d,
                 policy,
+                retry_fn: d.retry_fn,
                 timeout: d.timeout_ms.map(Duration::from_millis),
                 concurrency,
                 partitions,

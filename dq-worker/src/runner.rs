@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::{
-    Delivery, ErrorKind, FailAction, JobContext, JobError, LeaseDeadline, RetryPolicy, SharedData,
+    Delivery, ErrorKind, FailAction, FailureKind, JobContext, JobError, LeaseDeadline,
+    RetryDecision, RetryError, RetryFn, RetryPolicy, SharedData,
 };
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -262,24 +263,34 @@ pub(crate) async fn run(
                 if let ErrorKind::MissingData(type_name) = kind {
                     missing_data(&shared, &topic, type_name);
                 }
+                let error = describe(&e);
+                let failed = Failed {
+                    kind,
+                    error: &e,
+                    message: &error,
+                    failure: match cause {
+                        Some(Failure::Panic) => FailureKind::Panic,
+                        Some(Failure::Timeout) => FailureKind::Timeout,
+                        _ => FailureKind::Error,
+                    },
+                };
                 let action = decide(
                     &topic.policy,
+                    topic.retry_fn.as_ref(),
                     delivery.attempt,
-                    kind,
+                    &failed,
                     shared.missing_data_delay,
                 );
                 topic.metrics.failed(match (&action, cause) {
                     (FailAction::Bury, _) => Failure::Dead,
+                    (FailAction::Discard, _) => Failure::Discarded,
                     (FailAction::Throttle(_), _) => Failure::Throttled,
                     (FailAction::Cancel, _) => Failure::Cancelled,
                     (_, Some(cause)) => cause,
                     (FailAction::Defer(_), None) => Failure::Deferred,
                     _ => Failure::Retry,
                 });
-                Outcome::Failed {
-                    action,
-                    error: describe(&e),
-                }
+                Outcome::Failed { action, error }
             }
         })
     }
@@ -348,23 +359,48 @@ fn missing_data(shared: &RunnerShared, topic: &TopicRuntime, type_name: &'static
     }
 }
 
-/// The store action for a failed attempt.
+/// A failed run as [`decide`] sees it: what the handler asked for, its error and the error's
+/// text, and how the run failed.
+pub(crate) struct Failed<'a> {
+    pub kind: ErrorKind,
+    pub error: &'a JobError,
+    pub message: &'a str,
+    pub failure: FailureKind,
+}
+
+/// The store action for a failed attempt. A retry function, when the handler has one, decides
+/// an ordinary error (a panic, a timeout); `permanent`, `retry_after`, a deferral, a rate limit
+/// and missing data keep their meaning without asking it.
 pub(crate) fn decide(
     policy: &RetryPolicy,
+    retry_fn: Option<&RetryFn>,
     attempt: u32,
-    kind: ErrorKind,
+    failed: &Failed<'_>,
     missing_data_delay: Duration,
 ) -> FailAction {
-    match kind {
+    match failed.kind {
         ErrorKind::Permanent => FailAction::Bury,
         ErrorKind::Defer(d) => FailAction::Defer(d),
         // The partner's rate limit: never spends the attempt; slows the whole topic.
         ErrorKind::RateLimited(d) => FailAction::Throttle(d),
         // A deployment error: never spends the attempt, never buries.
         ErrorKind::MissingData(_) => FailAction::Defer(missing_data_delay),
-        ErrorKind::Retry => policy
-            .delay_after(attempt)
-            .map_or(FailAction::Bury, FailAction::Retry),
+        ErrorKind::Retry => match retry_fn {
+            Some(f) => match f.decide(&RetryError::new(
+                attempt,
+                f.max_attempts(),
+                failed.failure,
+                failed.message,
+                Some(failed.error.source_error()),
+            )) {
+                RetryDecision::After(d) => FailAction::Retry(d),
+                RetryDecision::Dead => FailAction::Bury,
+                RetryDecision::Discard => FailAction::Discard,
+            },
+            None => policy
+                .delay_after(attempt)
+                .map_or(FailAction::Bury, FailAction::Retry),
+        },
         ErrorKind::RetryAfter(d) if attempt < policy.max_attempts() => FailAction::Retry(d),
         ErrorKind::RetryAfter(_) => FailAction::Bury,
     }
@@ -389,7 +425,16 @@ mod tests {
         let p = RetryPolicy::fixed(Duration::from_secs(1), 2).unwrap();
         let s = Duration::from_secs(1);
         let m = Duration::from_secs(30);
-        let decide = |p: &RetryPolicy, attempt, kind| decide(p, attempt, kind, m);
+        let boom = JobError::retry("boom");
+        let decide = |p: &RetryPolicy, attempt, kind| {
+            let failed = Failed {
+                kind,
+                error: &boom,
+                message: "boom",
+                failure: FailureKind::Error,
+            };
+            decide(p, None, attempt, &failed, m)
+        };
         assert_eq!(decide(&p, 1, ErrorKind::Retry), FailAction::Retry(s));
         assert_eq!(decide(&p, 2, ErrorKind::Retry), FailAction::Retry(s));
         assert_eq!(decide(&p, 3, ErrorKind::Retry), FailAction::Bury);
@@ -410,6 +455,86 @@ mod tests {
         assert_eq!(
             decide(&none, 1, ErrorKind::MissingData("Db")),
             FailAction::Defer(m)
+        );
+    }
+
+    #[derive(Debug)]
+    struct Gone;
+    impl std::fmt::Display for Gone {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("the order is gone")
+        }
+    }
+    impl std::error::Error for Gone {}
+
+    /// The handler's own error discards, a timeout retries after a delay of the function's
+    /// own, anything else is dead; `permanent` never asks, `retry_after` wins over it (dead
+    /// on the last attempt), a deferral never spends an attempt.
+    fn by_error(attempt: u32, e: &RetryError<'_>) -> RetryDecision {
+        if e.downcast_ref::<Gone>().is_some() {
+            return RetryDecision::Discard;
+        }
+        match e.failure() {
+            FailureKind::Timeout => RetryDecision::After(Duration::from_millis(u64::from(attempt))),
+            _ => RetryDecision::Dead,
+        }
+    }
+
+    #[test]
+    fn a_retry_function_decides_ordinary_errors() {
+        let f = RetryFn::new(by_error).with_max_attempts(3).unwrap();
+        let policy = f.lease_expiry_policy();
+        let m = Duration::from_secs(30);
+        let run = |attempt, kind, error: &JobError, failure| {
+            let message = error.to_string();
+            let failed = Failed {
+                kind,
+                error,
+                message: &message,
+                failure,
+            };
+            decide(&policy, Some(&f), attempt, &failed, m)
+        };
+        let gone = JobError::retry(Gone);
+        let other = JobError::retry("boom");
+        let ms = Duration::from_millis;
+        assert_eq!(
+            run(1, ErrorKind::Retry, &gone, FailureKind::Error),
+            FailAction::Discard
+        );
+        assert_eq!(
+            run(1, ErrorKind::Retry, &other, FailureKind::Error),
+            FailAction::Bury
+        );
+        assert_eq!(
+            run(2, ErrorKind::Retry, &other, FailureKind::Timeout),
+            FailAction::Retry(ms(2))
+        );
+        assert_eq!(
+            run(3, ErrorKind::Retry, &other, FailureKind::Timeout),
+            FailAction::Bury,
+            "the last attempt"
+        );
+        let permanent = JobError::permanent(Gone);
+        assert_eq!(
+            run(1, ErrorKind::Permanent, &permanent, FailureKind::Error),
+            FailAction::Bury,
+            "permanent never asks the function"
+        );
+        let after = JobError::retry_after(ms(9), Gone);
+        assert_eq!(
+            run(1, after.kind(), &after, FailureKind::Error),
+            FailAction::Retry(ms(9)),
+            "retry_after wins over the function"
+        );
+        assert_eq!(
+            run(3, after.kind(), &after, FailureKind::Error),
+            FailAction::Bury
+        );
+        let defer = JobError::defer(ms(5));
+        assert_eq!(
+            run(3, defer.kind(), &defer, FailureKind::Error),
+            FailAction::Defer(ms(5))
         );
     }
 }

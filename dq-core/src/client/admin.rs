@@ -45,6 +45,7 @@ impl AddAssign for TopicStats {
         self.cancelled += s.cancelled;
         self.succeeded_after_cancel_request += s.succeeded_after_cancel_request;
         self.trimmed += s.trimmed;
+        self.discarded += s.discarded;
         self.oldest_overdue_ms = self.oldest_overdue_ms.max(s.oldest_overdue_ms);
         self.overdue += s.overdue;
         self.paused |= s.paused;

@@ -87,7 +87,7 @@ pub struct FailedAttempt {
     pub key: JobKey,
     /// The delivery token of the lease that failed.
     pub token: u64,
-    /// Retry, defer, bury, cancel or throttle.
+    /// Retry, defer, bury, cancel, throttle or discard.
     pub action: FailAction,
     /// The error, kept in the job's history.
     pub error: String,
@@ -356,6 +356,10 @@ pub enum FailAction {
     /// ([`JobError::rate_limited`](crate::JobError::rate_limited)): the job runs again after
     /// this delay without spending its attempt, and its partition leases nothing before then.
     Throttle(Duration),
+    /// The handler's retry function said [`RetryDecision::Discard`](crate::retry::RetryDecision):
+    /// deleted with its history, counted in
+    /// [`TopicStats::discarded`](crate::TopicStats::discarded), never kept.
+    Discard,
 }
 
 /// What `fail` did.
@@ -376,6 +380,8 @@ pub enum FailOutcome {
     /// The job was cancelled: deleted and counted as cancelled, not retried (the action was
     /// [`FailAction::Cancel`], or a cancel had been requested while it ran).
     Cancelled,
+    /// The job was discarded ([`FailAction::Discard`]): deleted with its history and counted.
+    Discarded,
 }
 
 /// What `extend` found for one lease.

@@ -269,6 +269,10 @@ pub struct TopicStats {
     /// counted in `succeeded` (and here), never in `cancelled`. Stores written by versions
     /// before this counter read 0.
     pub succeeded_after_cancel_request: u64,
+    /// Jobs a handler's retry function discarded ([`RetryDecision::Discard`](crate::retry::RetryDecision)):
+    /// deleted after a failed attempt (or an expired lease) instead of retried or buried.
+    /// Stores written by versions before retry functions read 0.
+    pub discarded: u64,
     /// Dead jobs removed by the dead queue's cap or retention.
     pub trimmed: u64,
     /// How long the most overdue job (due but not started) has waited, in ms.

@@ -47,6 +47,7 @@ pub mod limits;
 pub mod progress;
 pub mod receipts;
 pub mod retry;
+pub mod retry_fn;
 pub mod schedules;
 pub mod shapes;
 pub mod stats;
@@ -89,6 +90,9 @@ macro_rules! conformance_suite {
             retry::defer_spends_no_attempt,
             retry::fail_many_gives_each_job_its_own_outcome,
             retry::long_errors_are_cut_with_a_marker,
+            retry_fn::a_retry_function_retries_then_buries,
+            retry_fn::a_discarded_job_is_deleted_and_counted,
+            retry_fn::a_lease_expiry_follows_the_retry_function,
             dead_queue::dead_queue_list_requeue_purge,
             dead_queue::dead_queue_cap_trims_oldest,
             dead_queue::dead_queue_retention_trims_old,

@@ -63,6 +63,7 @@ pub async fn stats_count_states_and_counters<H: Harness>(h: &H) {
         expired_before_start: 0,
         cancelled: 1,
         succeeded_after_cancel_request: 0,
+        discarded: 0,
         trimmed: 0,
         oldest_overdue_ms: st.oldest_overdue_ms,
         overdue: 0,

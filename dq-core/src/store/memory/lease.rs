@@ -21,6 +21,7 @@ use crate::finished::FinishedAs;
 use crate::job::{AttemptOutcome, Queue};
 use crate::names::JobKey;
 use crate::progress::{LogLine, MAX_LOG_LINES, Report};
+use crate::retry::RetryDecision;
 use crate::store::lease::{
     AckOutcome, DeadLimits, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
     FetchReply, FetchRequest, Lease, NEWER_RECORD_WAIT, NewerRecord, Success, WakeListener,
@@ -41,6 +42,22 @@ impl Partition {
             self.counters.expired_before_start += 1;
         }
         expired
+    }
+
+    /// Deletes the job under `key` (already out of its place) with its history, counts it
+    /// and records the event: a retry function's `Discard` (fail.lua's 'x', fetch.lua's
+    /// recovery). Never kept.
+    fn discard(&mut self, key: &JobKey, attempts: u32, error: &str, now: u64) {
+        self.jobs.remove(key);
+        self.progress.remove(key);
+        self.counters.discarded += 1;
+        let detail = Detail {
+            attempt: Some(attempts),
+            error: Some(error.to_owned()),
+            ..Detail::default()
+        };
+        self.events
+            .emit(self.control.events, now, EventKind::Discarded, key, detail);
     }
 
     /// Leases the job under `key` (a record this dq reads) with `token` until `deadline`.
@@ -169,8 +186,12 @@ impl Partition {
             };
             self.counters.expired += 1;
             rec.add_history(now, AttemptOutcome::LeaseExpired, "lease expired");
-            match request.retry_policy.delay_after(rec.attempts) {
-                Some(delay) => {
+            match request.retry_policy.decision_after(rec.attempts) {
+                RetryDecision::Discard => {
+                    let attempts = rec.attempts;
+                    self.discard(&key, attempts, "lease expired", now);
+                }
+                RetryDecision::After(delay) => {
                     let at = bound_due(i128::from(now) + i128::from(ms(delay)), now);
                     rec.due_ms = at;
                     rec.place = self.sets.insert_later(Later::Retry, &key, at);
@@ -184,7 +205,7 @@ impl Partition {
                     self.events
                         .emit(self.control.events, now, EventKind::Failed, &key, detail);
                 }
-                None => {
+                RetryDecision::Dead => {
                     bury(&mut self.sets, &mut self.counters, rec, &key, now);
                     let detail = Detail {
                         attempt: Some(rec.attempts),
@@ -493,6 +514,11 @@ impl Partition {
         }
         let (delay, outcome, later) = match action {
             FailAction::Cancel => unreachable!("handled above"),
+            FailAction::Discard => {
+                let attempts = rec.attempts;
+                self.discard(key, attempts, error, now);
+                return Ok(FailOutcome::Discarded);
+            }
             FailAction::Throttle(d) => {
                 let at = bound_due(i128::from(now) + i128::from(ms(*d)), now);
                 if self.control.until.is_none_or(|u| at > u) {

@@ -114,6 +114,7 @@ impl Partition {
             cancelled: c.cancelled,
             succeeded_after_cancel_request: c.succeeded_after_cancel_request,
             trimmed: c.trimmed,
+            discarded: c.discarded,
             oldest_overdue_ms: oldest,
             overdue,
             paused: self.control.paused,

@@ -281,6 +281,7 @@ pub(super) struct Counters {
     pub(super) trimmed: u64,
     pub(super) throttles: u64,
     pub(super) kept_trimmed: u64,
+    pub(super) discarded: u64,
     /// The last delivery token handed out.
     pub(super) token: u64,
 }

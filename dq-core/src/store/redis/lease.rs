@@ -181,6 +181,7 @@ impl Lease for RedisStore {
                         FailAction::Bury => ("b", 0),
                         FailAction::Cancel => ("c", 0),
                         FailAction::Throttle(d) => ("t", ms(*d)),
+                        FailAction::Discard => ("x", 0),
                     };
                     inv.arg(f.key.as_str())
                         .arg(f.token)
@@ -212,6 +213,7 @@ impl Lease for RedisStore {
                     })
                 }
                 3 => Ok(FailOutcome::Cancelled),
+                4 => Ok(FailOutcome::Discarded),
                 0 => Ok(FailOutcome::Gone),
                 -1 => Err(Error::StaleToken {
                     key: f.key.to_string(),

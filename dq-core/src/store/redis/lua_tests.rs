@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 
 use crate::job::{AttemptOutcome, JobState};
-use crate::retry::{Jitter, RetryPolicy};
+use crate::retry::{Jitter, RetryDecision, RetryPolicy};
 
 const LIB: &str = include_str!("lua/lib.lua");
 const LUA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/redis/lua");
@@ -162,14 +162,15 @@ fn string_literals_skip_comments_and_escapes() {
 }
 
 /// The script that runs `lib.lua`'s `retry_delay`: ARGV = n, then n (attempt, draw) pairs,
-/// then the policy's `script_args`; returns the n delays (-1 for none).
+/// then the policy's `script_args`; returns the n delays (-1 for dead, -2 for discard).
 const RETRY_DELAY_PROBE: &str = "
 local n = tonumber(ARGV[1])
 local policy, err = read_retry_policy(ARGV, 2 + 2 * n)
 if not policy then return redis.error_reply('bad policy: ' .. err) end
 local out = {}
 for i = 1, n do
-  out[i] = retry_delay(policy, tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])) or -1
+  local delay, verdict = retry_delay(policy, tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1]))
+  out[i] = delay or (verdict == 'discard' and -2) or -1
 end
 return out
 ";
@@ -188,7 +189,17 @@ fn some_delay(rng: &mut impl Rng) -> Duration {
 fn some_policies(rng: &mut impl Rng) -> Vec<RetryPolicy> {
     let mut policies = vec![RetryPolicy::none(), RetryPolicy::default()];
     for _ in 0..300 {
-        let policy = match rng.random_range(0..3) {
+        let policy = match rng.random_range(0..4) {
+            3 => {
+                // a retry function's decisions for expired leases (kind 4)
+                let n = rng.random_range(1..=crate::retry::MAX_FN_ATTEMPTS);
+                let decisions = (0..n).map(|_| match rng.random_range(0..4) {
+                    0 => RetryDecision::Dead,
+                    1 => RetryDecision::Discard,
+                    _ => RetryDecision::After(some_delay(rng)),
+                });
+                RetryPolicy::table(decisions.collect())
+            }
             0 => {
                 let n = rng.random_range(1..=12);
                 RetryPolicy::tiered((0..n).map(|_| some_delay(rng))).unwrap()
@@ -215,9 +226,10 @@ fn some_policies(rng: &mut impl Rng) -> Vec<RetryPolicy> {
     policies
 }
 
-/// `retry_delay` in Lua on a real Redis gives exactly what `RetryPolicy::delay_with` gives,
-/// over many (policy, attempt, draw) triples: the lease-expiry retries of `fetch.lua` and
-/// the worker's retries are one function.
+/// `retry_delay` in Lua on a real Redis gives exactly what `RetryPolicy::delay_with` gives
+/// (`decision_with`: with a retry function's tabulated decisions, discard included), over
+/// many (policy, attempt, draw) triples: the lease-expiry retries of `fetch.lua` and the
+/// worker's retries are one function.
 #[test]
 fn lua_retry_delay_is_rust_delay_with() {
     let server = dq_testkit::shared();
@@ -246,9 +258,11 @@ fn lua_retry_delay_is_rust_delay_with() {
         let lua: Vec<i64> = server.cmd(&argv);
         assert_eq!(lua.len(), pairs.len());
         for ((attempt, unit), got) in pairs.iter().zip(lua) {
-            let rust = policy
-                .delay_with(*attempt, *unit)
-                .map_or(-1, |d| d.as_millis() as i64);
+            let rust = match policy.decision_with(*attempt, *unit) {
+                RetryDecision::After(d) => d.as_millis() as i64,
+                RetryDecision::Dead => -1,
+                RetryDecision::Discard => -2,
+            };
             assert_eq!(got, rust, "{policy:?}, attempt {attempt}, draw {unit:?}");
             triples += 1;
         }

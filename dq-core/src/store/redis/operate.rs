@@ -371,6 +371,7 @@ impl Operate for RedisStore {
                 "cancelled" => st.cancelled = value,
                 "succeeded_after_cancel_request" => st.succeeded_after_cancel_request = value,
                 "trimmed" => st.trimmed = value,
+                "discarded" => st.discarded = value,
                 "throttles" => st.throttles = value,
                 "kept_trimmed" => st.kept_trimmed = value,
                 "events_lost" => st.events_lost = value,

@@ -46,7 +46,7 @@ pub const CONTROL_FIELDS: [&str; 7] = [
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 17] = [
+pub const STATS_FIELDS: [&str; 18] = [
     "kept_trimmed",
     "events_lost",
     "event_seq",
@@ -60,6 +60,7 @@ pub const STATS_FIELDS: [&str; 17] = [
     "succeeded_after_cancel_request",
     "trimmed",
     "throttles",
+    "discarded",
     "token",
     "repaired",
     "audit_cursor",

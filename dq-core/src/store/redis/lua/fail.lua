@@ -1,4 +1,4 @@
--- fail: attempts failed; retry each job later, defer it, or bury it. Many at once (the worker
+-- fail: attempts failed; retry each job later, defer it, bury it, or discard it. Many at once (the worker
 -- batches the failures of a partition as it batches acks: one call for all that ended while
 -- the previous call was being written).
 --
@@ -18,7 +18,7 @@
 -- KEYS[14] progress  dq:{topic#p}:progress  HASH key -> the run's progress: deleted (kept with
 --                                           a cancelled job the topic keeps)
 -- KEYS[15] events    dq:{topic#p}:events    STREAM: one event per failure (failed, deferred,
---                                           dead or cancelled), when the control hash has
+--                                           dead, cancelled or discarded), when the control hash has
 --                                           `events`
 -- KEYS[16] pready    dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
 --                                           normal: a deferral due at once of such a job
@@ -33,6 +33,8 @@
 --           'c' cancel: the job was cancelled while it ran; deleted, not retried
 --           't' throttle: defer by `delay` ms, and lease nothing of this partition
 --               before then (control 'until'); counted in stats 'throttles'
+--           'x' discard (a retry function's decision): deleted with its history, counted
+--               in stats 'discarded', never kept
 --           Whatever the action, a job whose cancel was requested is cancelled.
 --   delay, ms (ignored for 'b' and 'c')
 --   error text (kept in the job's history)
@@ -41,6 +43,7 @@
 --   code  1 waiting for the next attempt at at_ms (retry, or scheduled when deferred)
 --         2 buried (trimmed: dead jobs removed by cap or retention, on the batch's last burial)
 --         3 cancelled: deleted, counted as cancelled
+--         4 discarded: deleted, counted as discarded
 --         0 gone: no such job (e.g. already acked); nothing done
 --        -1 stale token: the job exists but this delivery no longer owns it (or its record is
 --           damaged: fetch buries it); nothing done
@@ -70,7 +73,8 @@ for i = 1, n do
   local b = 2 + (i - 1) * 5
   local token, action, delay = tonumber(ARGV[b + 2]), ARGV[b + 3], tonumber(ARGV[b + 4])
   if not token or not delay or delay < 0
-      or (action ~= 'r' and action ~= 'd' and action ~= 'b' and action ~= 'c' and action ~= 't') then
+      or (action ~= 'r' and action ~= 'd' and action ~= 'b' and action ~= 'c' and action ~= 't'
+        and action ~= 'x') then
     return redis.error_reply('ERR dq bad arguments: fail')
   end
   keys[i] = ARGV[b + 1]
@@ -132,7 +136,7 @@ if redis.call('EXISTS', progress) == 1 then progs = hmget(progress, live_keys) e
 
 -- (reads) each job's outcome, its new record and history, and its place; slot_score reads
 -- scheduled or retry (checking its type) before any write.
-local cancelled, buried = {}, {}
+local cancelled, buried, discarded = {}, {}, {}
 local kept_entries = {} -- the cancelled jobs, when the topic keeps them
 local job_writes, hist_writes = {}, {}
 local to_ready, to_ready_recs = {}, {}
@@ -167,6 +171,10 @@ for j, i in ipairs(live) do
     end
     reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 3, now, 0
     if ev then evs[#evs + 1] = {EVENT.cancelled, key, attempts} end
+  elseif action == 'x' then
+    discarded[#discarded + 1] = key
+    reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = 4, now, 0
+    if ev then evs[#evs + 1] = {EVENT.discarded, key, attempts, err} end
   elseif action == 'b' then
     history(j, attempts, HISTORY.buried, err)
     job_writes[#job_writes + 1] = key
@@ -241,6 +249,11 @@ if #cancelled > 0 then
   call_many('HDEL', hist, cancelled)
   count(stats, 'cancelled', #cancelled)
 end
+if #discarded > 0 then
+  call_many('HDEL', jobs, discarded)
+  call_many('HDEL', hist, discarded)
+  count(stats, 'discarded', #discarded)
+end
 if #kept_entries > 0 then
   keep_jobs(kept, kept_at, policy, KEPT.cancelled, now, kept_entries)
   trim_kept(kept, kept_at, stats, policy, now, #kept_entries + 16)
@@ -277,7 +290,8 @@ end
 if wake_up then wake(wake_key) end
 for _, e in ipairs(evs) do emit(ev, e[1], e[2], e[3], e[4], e[5]) end
 for i, first in pairs(dups) do
-  if reply[3 * first - 2] == 3 then reply[3 * i - 2] = 0 end -- the first deleted it: gone
+  local code = reply[3 * first - 2]
+  if code == 3 or code == 4 then reply[3 * i - 2] = 0 end -- the first deleted it: gone
 end
 if #buried > 0 then
   -- (the trim's count goes with the batch's last burial)

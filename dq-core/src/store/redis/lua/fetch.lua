@@ -3,7 +3,8 @@
 --   1. recover at most ARGV[4] expired leases: each counts as a failed attempt
 --      ("lease expired") and goes to retry after the delay the topic's retry policy gives
 --      that attempt (`retry_delay`, the mirror of RetryPolicy::delay_with, with a fresh
---      draw of math.random per job), or to dead when the policy has no more;
+--      draw of math.random per job), or to dead when the policy has no more (a retry
+--      function's decisions, policy kind 4: retry, dead, or discarded: deleted, counted);
 --   2. lease due jobs by priority (lib.lua `push_ready`): first `pready`'s members above
 --      normal priority, then up to ARGV[1] keys of `ready`, skipping stale hints, with fresh
 --      tokens;
@@ -260,8 +261,14 @@ for _, key in ipairs(expired) do
       count(stats, 'expired', 1)
       redis.call('HDEL', progress, key)
       add_history(hist, key, read_history(hist, key), attempts, now, HISTORY.lease_expired, 'lease expired')
-      local delay = retry_delay(policy, attempts, math.random())
-      if delay then
+      local delay, verdict = retry_delay(policy, attempts, math.random())
+      if verdict == 'discard' then
+        -- a retry function's decision for this attempt: deleted with its history, counted
+        redis.call('HDEL', jobs, key)
+        redis.call('HDEL', hist, key)
+        count(stats, 'discarded', 1)
+        emit(ev, EVENT.discarded, key, attempts, 'lease expired')
+      elseif delay then
         local at = bound_due(now + delay, now)
         redis.call('HSET', jobs, key, with_header(rec, STATE.retry, attempts, at, token))
         redis.call('ZADD', retry, slot_score(retry, at), key)

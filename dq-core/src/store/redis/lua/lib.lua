@@ -320,7 +320,7 @@ end
 -- <most kept> events: XADD MINID ~ trims whole nodes of entries whose events are all older
 -- than that, never the entry just written.
 local EVENT = {enqueued = 'q', started = 's', succeeded = 'k', failed = 'f', deferred = 'l',
-  released = 'r', dead = 'd', cancelled = 'c', expired = 'x'}
+  released = 'r', dead = 'd', cancelled = 'c', expired = 'x', discarded = 'g'}
 
 -- The events setting read from a control hash's `events` field: the most events kept, or
 -- nil (off; a malformed value too: a damaged setting never stops a job's change).
@@ -829,7 +829,9 @@ end
 
 -- Reads a retry policy from `args` (ARGV) at `from`, as RetryPolicy::script_args writes it:
 -- kind, jitter %, then none (0): nothing; tiered (1): delay ms of each retry; fixed (2):
--- delay ms, retries; exponential (3): initial ms, max ms, retries.
+-- delay ms, retries; exponential (3): initial ms, max ms, retries; a retry function's
+-- decisions (4, jitter 0): a (verdict, ms) pair per attempt from 1, verdict 0 retry after ms,
+-- 1 dead, 2 discard (RetryFn::lease_expiry_policy).
 -- Returns the policy, or nil and the reason it is malformed.
 local function read_retry_policy(args, from)
   local kind, pct = tonumber(args[from]), tonumber(args[from + 1])
@@ -840,7 +842,14 @@ local function read_retry_policy(args, from)
     if not n or n < 0 then return nil, 'retry policy numbers' end
     nums[#nums + 1] = n
   end
-  if kind == 0 and #nums == 0 then
+  if kind == 4 and pct == 0 and #nums >= 2 and #nums <= 202 and #nums % 2 == 0 then
+    local rows = {}
+    for i = 1, #nums, 2 do
+      if nums[i] > 2 or nums[i] ~= math.floor(nums[i]) then return nil, 'retry policy verdict' end
+      rows[#rows + 1] = {nums[i], nums[i + 1]}
+    end
+    return {retries = #rows - 1, pct = 0, table = rows}
+  elseif kind == 0 and #nums == 0 then
     return {retries = 0, pct = 0}
   elseif kind == 1 and #nums <= 100 then
     return {retries = #nums, pct = pct, delays = nums}
@@ -861,8 +870,16 @@ local function jittered(base, pct, unit)
 end
 
 -- The delay in ms before the next attempt after attempt `attempt` failed, for the draw
--- `unit`; nil when the job is out of attempts (it is dead).
+-- `unit`; nil when the job is out of attempts (it is dead), and nil, 'discard' when a retry
+-- function's decision for that attempt discards it (RetryPolicy::decision_with).
 local function retry_delay(policy, attempt, unit)
+  if policy.table then
+    local entry = policy.table[attempt]
+    if not entry then return nil end
+    if entry[1] == 0 and attempt <= policy.retries then return entry[2] end
+    if entry[1] == 2 then return nil, 'discard' end
+    return nil
+  end
   if attempt < 1 or attempt > policy.retries then return nil end
   if policy.delays then return jittered(policy.delays[attempt], policy.pct, unit) end
   if policy.fixed then return jittered(policy.fixed, policy.pct, unit) end
