@@ -44,6 +44,7 @@ pub mod kept;
 pub mod lease;
 pub mod lease_retry;
 pub mod limits;
+pub mod priority;
 pub mod progress;
 pub mod receipts;
 pub mod retry;
@@ -148,6 +149,10 @@ macro_rules! conformance_suite {
             progress::every_other_end_of_a_run_clears_its_progress,
             update::a_waiting_job_gets_its_new_payload_and_keeps_the_rest,
             update::running_dead_and_missing_jobs_are_not_updated,
+            priority::due_jobs_are_leased_highest_priority_first,
+            priority::jobs_due_together_are_leased_by_priority,
+            priority::a_job_keeps_its_priority_through_every_move,
+            priority::a_priority_is_checked_and_needs_format_5,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

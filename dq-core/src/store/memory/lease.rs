@@ -261,15 +261,17 @@ impl Partition {
             }
         }
 
-        // 2. lease ready jobs of normal priority and above, highest first, FIFO within a
-        //    priority; 3. then take the due jobs of both sets merged by due ms (scheduled first
-        //    on a tie), at most room + promote_batch of them, into the due queue, and lease
-        //    those of normal priority and above, highest first (the rest wait in it); when
-        //    none was due, lease the ready jobs below normal — as fetch.lua does
+        // 2. lease ready jobs above normal priority, highest first, FIFO within a priority;
+        // 3. then take the due jobs of both sets merged by due ms (scheduled first on a tie),
+        //    at most room + promote_batch of them, into the due queue, and lease its jobs of
+        //    normal priority and above, highest first (new ones of a priority behind those
+        //    queued before; the rest wait in it); when none was due, lease the ready jobs
+        //    below normal too — the order fetch.lua leases in
         let mut promote_more = false;
         let mut promoted = 0;
-        // the lowest priority's band leased so far: normal, then (nothing due) all
-        let mut last_band = NORMAL_BAND;
+        // the lowest priority's band leased so far: above normal, then normal, then (nothing
+        // due) all
+        let mut last_band = NORMAL_BAND - 1;
         let deadline = now + lease_ms;
         for pass in 0..2 {
             if pass == 1 {
@@ -287,9 +289,7 @@ impl Partition {
                 due.truncate(limit);
                 promote_more = limit > 0 && due.len() == limit;
                 // nothing due: the ready jobs below normal priority may go too (fetch.lua 3b)
-                if due.is_empty() {
-                    last_band = u8::MAX;
-                }
+                last_band = if due.is_empty() { u8::MAX } else { NORMAL_BAND };
                 for (_, rank, slot) in due {
                     let r = usize::from(rank);
                     if stopped_sets[r] {

@@ -44,9 +44,12 @@ pub const CONTROL_FIELDS: [&str; 7] = [
     "paused", "until", "conc", "rate_n", "rate_ms", "tat", "events",
 ];
 
-/// Fields the `stats` hash may hold: the counters, the token counter, the idle audit's cursor,
+/// Fields the `stats` hash may hold: the counters, the token counter, the due queue's place
+/// counters (`pready_back`, `pready_front`), the idle audit's cursor,
 /// and the ordering counter older versions kept.
-pub const STATS_FIELDS: [&str; 18] = [
+pub const STATS_FIELDS: [&str; 20] = [
+    "pready_back",
+    "pready_front",
     "kept_trimmed",
     "events_lost",
     "event_seq",

@@ -385,65 +385,68 @@ if max_jobs == 0 then
   ready_more = redis.call('LLEN', ready) > 0
 end
 local rounds = 0
-while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
-  rounds = rounds + 1
-  local want = max_jobs - #lease_keys
-  local got = redis.call('LRANGE', ready, consumed, consumed + want)
-  ready_more = #got > want
-  if ready_more then got[#got] = nil end
-  if #got == 0 then break end
-  consumed = consumed + #got
-  local recs = hmget(jobs, got)
-  -- this round's ready records, in list order; the lean ones are leasable only if `leases`
-  -- does not hold them (a second hint of a job leased since: its record still says ready)
-  local cand_keys, cand_recs, lean_keys = {}, {}, {}
-  local function candidate(key, rec)
-    seen[key] = true
-    cand_keys[#cand_keys + 1] = key
-    cand_recs[#cand_recs + 1] = rec
-    if is_lean(rec) then lean_keys[#lean_keys + 1] = key end
-  end
-  for i, key in ipairs(got) do
-    local rec = recs[i]
-    -- the common case first, by bytes: a well-formed ready record of a format this dq reads
-    -- (what is_record and state_of would say, without their calls)
-    local b1, b2 = nil, nil
-    if rec then b1, b2 = byte(rec, 1, 2) end
-    if b1 == READY_BYTE and #rec >= HEADER_LEN and not seen[key] then
-      candidate(key, rec)
-    elseif b1 and b1 >= FIRST_VERSIONED and b1 <= NEWEST_FORMAT and b2 == READY_BYTE
-        and #rec >= header_len(rec) then
-      if not seen[key] then candidate(key, rec) end
-    elseif rec and not is_record(rec) and is_newer(rec) then
-      -- left in the list with every entry behind it; not work this fetch can do
-      met_newer(ready, key, rec)
-      consumed = consumed - #got + i - 1
-      ready_more = false
-      break
-    elseif rec and not is_record(rec) then
-      if not seen[key] then corrupt(key, rec) end
+local function take_ready()
+  while #lease_keys < max_jobs and rounds < 4 and not stopped[ready] do
+    rounds = rounds + 1
+    local want = max_jobs - #lease_keys
+    local got = redis.call('LRANGE', ready, consumed, consumed + want)
+    ready_more = #got > want
+    if ready_more then got[#got] = nil end
+    if #got == 0 then break end
+    consumed = consumed + #got
+    local recs = hmget(jobs, got)
+    -- this round's ready records, in list order; the lean ones are leasable only if `leases`
+    -- does not hold them (a second hint of a job leased since: its record still says ready)
+    local cand_keys, cand_recs, lean_keys = {}, {}, {}
+    local function candidate(key, rec)
+      seen[key] = true
+      cand_keys[#cand_keys + 1] = key
+      cand_recs[#cand_recs + 1] = rec
+      if is_lean(rec) then lean_keys[#lean_keys + 1] = key end
     end
-  end
-  local held = held_leases(leases, lean_keys)
-  for j, key in ipairs(cand_keys) do
-    -- (a held one is running: a stale hint, whatever its expiry says)
-    if held[key] then
-      -- left alone
-    elseif is_expired(cand_recs[j], now) then
-      expired_keys[#expired_keys + 1] = key
-      expired_recs[#expired_keys] = cand_recs[j]
-    else
-      lease_keys[#lease_keys + 1] = key
-      lease_recs[#lease_recs + 1] = cand_recs[j]
+    for i, key in ipairs(got) do
+      local rec = recs[i]
+      -- the common case first, by bytes: a well-formed ready record of a format this dq reads
+      -- (what is_record and state_of would say, without their calls)
+      local b1, b2 = nil, nil
+      if rec then b1, b2 = byte(rec, 1, 2) end
+      if b1 == READY_BYTE and #rec >= HEADER_LEN and not seen[key] then
+        candidate(key, rec)
+      elseif b1 and b1 >= FIRST_VERSIONED and b1 <= NEWEST_FORMAT and b2 == READY_BYTE
+          and #rec >= header_len(rec) then
+        if not seen[key] then candidate(key, rec) end
+      elseif rec and not is_record(rec) and is_newer(rec) then
+        -- left in the list with every entry behind it; not work this fetch can do
+        met_newer(ready, key, rec)
+        consumed = consumed - #got + i - 1
+        ready_more = false
+        break
+      elseif rec and not is_record(rec) then
+        if not seen[key] then corrupt(key, rec) end
+      end
     end
+    local held = held_leases(leases, lean_keys)
+    for j, key in ipairs(cand_keys) do
+      -- (a held one is running: a stale hint, whatever its expiry says)
+      if held[key] then
+        -- left alone
+      elseif is_expired(cand_recs[j], now) then
+        expired_keys[#expired_keys + 1] = key
+        expired_recs[#expired_keys] = cand_recs[j]
+      else
+        lease_keys[#lease_keys + 1] = key
+        lease_recs[#lease_recs + 1] = cand_recs[j]
+      end
+    end
+    if not ready_more or stopped[ready] then break end
   end
-  if not ready_more or stopped[ready] then break end
 end
 
 -- 3. (reads) due jobs (score < now + 1) of scheduled and retry, merged by due ms (scheduled
---    first on a tie): while this call still has room they are leased directly (ready is
---    empty by then, so they are next in line anyway); up to ARGV[3] more move to ready for
---    other fetchers.
+--    first on a tie), then by priority: those above normal are leased while room is left
+--    before the ready list (2b: `take_ready`) is read, the others after it (ready's jobs were
+--    due before them); below normal they join pready (3b leases those); up to ARGV[3] more
+--    move to the due queue for other fetchers.
 local room = max_jobs - #lease_keys
 local limit = room + promote_batch
 local s_list = redis.call('ZRANGEBYSCORE', scheduled, '-inf', string.format('(%d', now + 1),
@@ -466,11 +469,12 @@ while #taken < limit and (si <= #s_list or ri <= #r_list) do
 end
 local promote_more = #taken == limit and limit > 0
 local records, hints, hint_recs = {}, {}, {}
+-- taken's records, its order of priority then due time (taken's own unless a record of
+-- another priority than normal is among them), priorities, and leased lean jobs (stale)
+local recs_of, order, prio, held = {}, {}, {}, {}
 if #taken > 0 then
   local recs = hmget(jobs, taken)
-  -- Leased in order of priority, then of due time: the order of `taken`, re-sorted only
-  -- when a record of another priority than normal is among them.
-  local order, prio, mixed = {}, {}, false
+  local mixed = false
   for i = 1, #taken do
     order[i] = i
     prio[i] = is_record(recs[i]) and priority_of(recs[i]) or NORMAL_PRIORITY
@@ -488,10 +492,18 @@ if #taken > 0 then
     local rec = recs[i]
     if rec and is_record(rec) and is_lean(rec) then lean_keys[#lean_keys + 1] = key end
   end
-  local held = held_leases(leases, lean_keys)
-  for _, i in ipairs(order) do
+  held = held_leases(leases, lean_keys)
+  recs_of = recs
+end
+-- Leases or queues taken[order[n]] for n from `start` on while its priority is at least
+-- `least`; returns where it stopped.
+local function take_due(start, least)
+  local n = start
+  while n <= #order and prio[order[n]] >= least do
+    local i = order[n]
+    n = n + 1
     local key = taken[i]
-    local rec = recs[i]
+    local rec = recs_of[i]
     local from = taken_from[i]
     local ok = is_record(rec)
     if stopped[indexes[from]] then
@@ -524,7 +536,12 @@ if #taken > 0 then
       end
     end
   end
+  return n
 end
+-- 2b (between 3's two halves): above normal, the ready list, the rest
+local rest = take_due(1, NORMAL_PRIORITY + 1)
+take_ready()
+take_due(rest, 0)
 if stopped[scheduled] or stopped[retry] then promote_more = false end
 -- 3b. the due jobs below normal priority, when nothing else was found due (those found due
 --     by this call join them at the back: leased from the next call on)
