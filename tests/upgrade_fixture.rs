@@ -555,6 +555,7 @@ impl Drain {
                 due: Due::At(from_unix_ms(c.due_ms)),
                 replace: false,
                 expires: None,
+                window: None,
             };
             let call = EnqueueCall {
                 id: c.call_id,

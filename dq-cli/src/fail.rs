@@ -59,6 +59,8 @@ impl From<dq_core::Error> for Failure {
             | E::Encode(_)
             | E::InvalidConfig(_)
             | E::InvalidExpiry(_)
+            | E::InvalidWindow(_)
+            | E::DelayTooLong { .. }
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
             | E::TopicMismatch { .. }

@@ -782,6 +782,15 @@ impl Ctx {
             EnqueueOutcome::Created => println!("enqueued {key}"),
             EnqueueOutcome::Replaced => println!("replaced {key}"),
             EnqueueOutcome::Ended => println!("enqueued {key} (it has run already)"),
+            EnqueueOutcome::Refused { until_ms } => {
+                return Err(Failure::new(
+                    Exit::Failed,
+                    format!(
+                        "key {key:?} is inside a unique_for or throttle window until \
+                         {until_ms} ms; nothing written"
+                    ),
+                ));
+            }
             EnqueueOutcome::Exists(state) => {
                 return Err(Failure::new(
                     Exit::Failed,

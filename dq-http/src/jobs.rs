@@ -111,6 +111,7 @@ fn spec(
 /// answers `created` (or `replaced`) again, even once the job has run (`Ended`).
 fn answer(done: Enqueued) -> (StatusCode, EnqueueResponse) {
     let key = done.key.to_string();
+    let mut until_ms = None;
     let (status, outcome, state) = match done.outcome {
         EnqueueOutcome::Created | EnqueueOutcome::Ended => {
             (StatusCode::CREATED, EnqueueOutcomeOut::Created, None)
@@ -121,6 +122,10 @@ fn answer(done: Enqueued) -> (StatusCode, EnqueueResponse) {
             EnqueueOutcomeOut::Exists,
             Some(state.to_string()),
         ),
+        EnqueueOutcome::Refused { until_ms: until } => {
+            until_ms = Some(until);
+            (StatusCode::OK, EnqueueOutcomeOut::Refused, None)
+        }
     };
     (
         status,
@@ -128,6 +133,7 @@ fn answer(done: Enqueued) -> (StatusCode, EnqueueResponse) {
             key,
             outcome,
             state,
+            until_ms,
         },
     )
 }

@@ -42,6 +42,9 @@ pub enum EnqueueOutcomeOut {
     Replaced,
     /// A job with the key exists (see `state`); nothing was written.
     Exists,
+    /// The key is inside a `unique_for` or `throttle` window until `until_ms`; nothing was
+    /// written.
+    Refused,
 }
 
 /// The answer to an enqueue.
@@ -54,6 +57,9 @@ pub struct EnqueueResponse {
     /// For `exists`: the state of the job that holds the key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// For `refused`: when the key's window ends (Unix ms, the store's clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
 }
 
 /// Many jobs to enqueue at once: all are checked before any is written.

@@ -20,6 +20,7 @@ use crate::job::{Due, Expiry, MAX_DUE_MS, Queue, unix_ms};
 use crate::names::JobKey;
 use crate::payload;
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, Enqueued, NewJob};
+use crate::unique::KeyWindow;
 
 /// A job to enqueue: its payload, and optionally its key, due time and `replace`. Built like
 /// a single enqueue (`JobSpec::new(p).key(k).delay(d)`), and passed in a list to
@@ -47,6 +48,8 @@ pub struct JobSpec<P> {
     /// When it is dropped if it has not started (default: never; the typed client gives
     /// the handler's `expires_after`).
     pub expires: Option<Expiry>,
+    /// The window it opens on its key (default: none): [`KeyWindow`].
+    pub window: Option<KeyWindow>,
 }
 
 impl<P> JobSpec<P> {
@@ -58,6 +61,7 @@ impl<P> JobSpec<P> {
             due: Due::Now,
             replace: false,
             expires: None,
+            window: None,
         }
     }
 
@@ -94,6 +98,27 @@ impl<P> JobSpec<P> {
     /// Drops the job if it has not started by `time` ([`Expiry::At`]).
     pub fn expires_at(mut self, time: SystemTime) -> Self {
         self.expires = Some(Expiry::At(time));
+        self
+    }
+
+    /// The key cannot be enqueued again while the job exists and for `d` after it finished
+    /// ([`KeyWindow::UniqueFor`]).
+    pub fn unique_for(mut self, d: Duration) -> Self {
+        self.window = Some(KeyWindow::UniqueFor(d));
+        self
+    }
+
+    /// Last wins: the job runs `d` after the last enqueue of its key
+    /// ([`KeyWindow::Debounce`]).
+    pub fn debounce(mut self, d: Duration) -> Self {
+        self.window = Some(KeyWindow::Debounce(d));
+        self
+    }
+
+    /// First wins: later enqueues of the key within `d` are refused
+    /// ([`KeyWindow::Throttle`]).
+    pub fn throttle(mut self, d: Duration) -> Self {
+        self.window = Some(KeyWindow::Throttle(d));
         self
     }
 }
@@ -170,6 +195,46 @@ impl Enqueue {
         self
     }
 
+    /// The key cannot be enqueued again while this job exists, nor for `d` after it
+    /// finished (succeeded, dead, cancelled or expired): such an enqueue writes nothing and
+    /// reports [`EnqueueOutcome::Refused`] with the time the window ends (while the job
+    /// exists: `Exists`, as always). By the store's clock; `d` more than zero. See
+    /// [`KeyWindow`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # struct invoice;
+    /// # impl dq_core::Job for invoice { type Payload = u64; const TOPIC: &'static str = "invoice"; }
+    /// use std::time::Duration;
+    /// client
+    ///     .enqueue::<invoice>(7)
+    ///     .key("invoice-7")
+    ///     .unique_for(Duration::from_secs(24 * 3600))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn unique_for(mut self, d: Duration) -> Self {
+        self.spec = self.spec.unique_for(d);
+        self
+    }
+
+    /// Last wins: the job runs `d` after the last enqueue of its key. An enqueue while the
+    /// job waits replaces its payload and makes it due `d` from now (`Replaced`); while it
+    /// runs, nothing is written (`Exists(Active)`). Not with `delay` or `at`
+    /// ([`Error::InvalidWindow`]). See [`KeyWindow::Debounce`].
+    pub fn debounce(mut self, d: Duration) -> Self {
+        self.spec = self.spec.debounce(d);
+        self
+    }
+
+    /// First wins: for `d` after this enqueue is accepted, every later enqueue of the key is
+    /// refused ([`EnqueueOutcome::Refused`]), even once this job has run. See
+    /// [`KeyWindow::Throttle`].
+    pub fn throttle(mut self, d: Duration) -> Self {
+        self.spec = self.spec.throttle(d);
+        self
+    }
+
     /// The handler's default expiry, unless the job has one of its own.
     pub(super) fn default_expiry(mut self, after: Option<Duration>) -> Self {
         if self.spec.expires.is_none() {
@@ -186,6 +251,7 @@ impl Enqueue {
             due,
             replace,
             expires,
+            window,
         } = self.spec;
         let job = topic.new_job(JobSpec {
             payload: payload?,
@@ -193,6 +259,7 @@ impl Enqueue {
             due,
             replace,
             expires,
+            window,
         })?;
         let key = job.key.clone();
         let outcome = topic.enqueue_one(job).await?;
@@ -322,6 +389,9 @@ impl TopicClient {
         };
         job.due.check()?;
         check_expiry(job.due, job.expires)?;
+        if let Some(window) = job.window {
+            window.check(job.due)?;
+        }
         let key = match job.key {
             Some(k) => JobKey::new(k)?,
             None => JobKey::generate(),
@@ -332,6 +402,7 @@ impl TopicClient {
             due: job.due,
             replace: job.replace,
             expires: job.expires,
+            window: job.window,
         })
     }
 

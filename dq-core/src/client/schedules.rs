@@ -249,6 +249,7 @@ impl Client {
             due: Due::At(from_unix_ms(tick)),
             replace: false,
             expires,
+            window: None,
         };
         match topic.enqueue_as(job, call).await {
             Ok(outcome) => Ok(outcome == EnqueueOutcome::Created),

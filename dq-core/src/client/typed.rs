@@ -59,6 +59,7 @@ impl Client {
                     due: j.due,
                     replace: j.replace,
                     expires: j.expires.or(J::EXPIRES_AFTER.map(Expiry::AfterDue)),
+                    window: j.window,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -246,6 +246,7 @@ pub async fn an_expiry_needs_format_4<H: Harness>(h: &H) {
         due: Due::Now,
         replace: false,
         expires: Some(Expiry::AfterDue(ms(10))),
+        window: None,
     };
     let r = h
         .store()

@@ -247,6 +247,7 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
             due: Due::Now,
             replace,
             expires: None,
+            window: None,
         };
         let other = NewJob {
             key: jk("fresh"),

@@ -16,6 +16,7 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
         due: Due::Now,
         replace,
         expires: None,
+        window: None,
     };
     let pair = [job("r-1", false), job("r-2", false)];
 

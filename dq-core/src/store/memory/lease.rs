@@ -186,6 +186,7 @@ impl Partition {
                 }
                 None => {
                     bury(&mut self.sets, &mut self.counters, rec, &key, now);
+                    self.windows.ended(&key, now);
                     let detail = Detail {
                         attempt: Some(rec.attempts),
                         error: Some("lease expired".into()),
@@ -498,6 +499,7 @@ impl Partition {
             FailAction::Bury => {
                 rec.add_history(now, AttemptOutcome::Buried, error);
                 bury(&mut self.sets, &mut self.counters, rec, key, now);
+                self.windows.ended(key, now);
                 let detail = Detail {
                     attempt: Some(rec.attempts),
                     error: Some(error.to_owned()),

@@ -81,6 +81,7 @@ fn new_job(k: &str, due: Due) -> NewJob {
         due,
         replace: false,
         expires: None,
+        window: None,
     }
 }
 

@@ -80,6 +80,16 @@ pub enum KeyName {
     /// (ms), `w` (worker id, acks), `b` (cmsgpack, per event: kind, key, attempt, error, due);
     /// trimmed with `XADD MINID ~`. Absent for a topic that records no events.
     Events,
+    /// HASH job key → the `unique_for` window (ms, decimal) of a live job enqueued with one
+    /// (`KeyWindow::UniqueFor`); the script that ends the job (ack, fail to dead, cancel,
+    /// fetch's expiry and lease recovery) moves it to [`KeyName::UniqAt`]. Absent for a
+    /// topic without unique jobs.
+    Uniq,
+    /// ZSET job key → when the key's window ends (ms): a finished `unique_for` job's (its end
+    /// + the window) or a `throttle` enqueue's (its acceptance + the window); an enqueue of
+    /// the key before then is refused. Trimmed as times pass (bounded per call). Absent for a
+    /// topic without windows.
+    UniqAt,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
@@ -107,7 +117,7 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 16] = [
+    pub const PARTITION: [KeyName; 18] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -124,6 +134,8 @@ impl KeyName {
         KeyName::KeptAt,
         KeyName::Progress,
         KeyName::Events,
+        KeyName::Uniq,
+        KeyName::UniqAt,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -148,6 +160,8 @@ impl KeyName {
             KeyName::Progress => "progress",
             KeyName::KeptAt => "kept_at",
             KeyName::Events => "events",
+            KeyName::Uniq => "uniq",
+            KeyName::UniqAt => "uniq_at",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
@@ -165,6 +179,7 @@ impl KeyName {
             | KeyName::Active
             | KeyName::Dead
             | KeyName::KeptAt
+            | KeyName::UniqAt
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
             KeyName::Events => "stream",
@@ -175,6 +190,7 @@ impl KeyName {
             | KeyName::Control
             | KeyName::Kept
             | KeyName::Progress
+            | KeyName::Uniq
             | KeyName::Topics
             | KeyName::Workers
             | KeyName::Schedules
@@ -277,6 +293,10 @@ pub struct PartitionKeys {
     pub kept_at: String,
     /// See [`KeyName::Events`].
     pub events: String,
+    /// See [`KeyName::Uniq`].
+    pub uniq: String,
+    /// See [`KeyName::UniqAt`].
+    pub uniq_at: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
     /// `<prefix>receipts:`, the start of every enqueue receipt key (see
@@ -306,6 +326,8 @@ impl PartitionKeys {
             progress: key(KeyName::Progress),
             kept_at: key(KeyName::KeptAt),
             events: key(KeyName::Events),
+            uniq: key(KeyName::Uniq),
+            uniq_at: key(KeyName::UniqAt),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
             receipts_prefix: format!("{prefix}{RECEIPTS}"),
         }
@@ -332,6 +354,8 @@ impl PartitionKeys {
             KeyName::Progress => &self.progress,
             KeyName::KeptAt => &self.kept_at,
             KeyName::Events => &self.events,
+            KeyName::Uniq => &self.uniq,
+            KeyName::UniqAt => &self.uniq_at,
             KeyName::FetchReceipt
             | KeyName::Receipts
             | KeyName::OldReceipts

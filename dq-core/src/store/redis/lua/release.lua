@@ -19,6 +19,8 @@
 -- ARGV: pairs key, token
 -- KEYS[12] events dq:{topic#p}:events    STREAM: one event per job (released, or cancelled),
 --                                         when the control hash has `events`
+-- KEYS[13] uniq   dq:{topic#p}:uniq      HASH key -> unique_for ms: a cancelled job's moves
+-- KEYS[14] uniq_at dq:{topic#p}:uniq_at  ZSET to uniq_at (lib.lua `end_unique`)
 --
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
 -- Errors: 'ERR dq bad arguments: ...'
@@ -29,6 +31,7 @@
 local active, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hist, stats, control, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local kept, kept_at, progress, events = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local uniq, uniq_at, cancelled = KEYS[13], KEYS[14], {}
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -67,6 +70,7 @@ for i = #keys, 1, -1 do
   if owner[i] and owner[i] == tokens[i] and not done[key] then
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
+      cancelled[#cancelled + 1] = key
     else
       if released == 0 then
         local bad = check_types({ready, 'list'})
@@ -88,5 +92,6 @@ for i = #keys, 1, -1 do
   codes[i] = ok
 end
 if released > 0 then wake(wake_key) end
+if #cancelled > 0 then end_unique(uniq, uniq_at, nil, cancelled) end
 flush_events(ev)
 return table.concat(codes)

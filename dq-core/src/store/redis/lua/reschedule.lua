@@ -8,6 +8,7 @@
 -- KEYS[4] jobs       dq:{topic#p}:jobs
 -- KEYS[5] wake       dq:{topic#p}:wake
 -- KEYS[6] leases     dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
+-- KEYS[7] control    dq:{topic#p}:control   HASH: only its `max_delay` field is read
 --
 -- ARGV[1] key
 -- ARGV[2] mode: 'a' at ARGV[3] Unix ms | 'd' ARGV[3] ms after now | 's' shift the current
@@ -18,7 +19,8 @@
 --   code 'K' rescheduled; due_ms is the new due time (never before now)
 --        'A' running, 'D' dead: not touched;  'N' no such job
 --        (a value that is not a record counts as dead: fetch buries it)
--- Errors: 'ERR dq bad arguments: ...'; 'ERR dq newer format <f>' when the job's record is of a
+-- Errors: 'ERR dq bad arguments: ...'; 'ERR dq delay too long: job 1 <ms> <max ms>' when the
+-- new due time is more than control's `max_delay` from now; 'ERR dq newer format <f>' when the job's record is of a
 -- newer format than this dq reads (lib.lua `is_newer`): nothing written.
 --
 -- Never fails after a write: jobs, and scheduled for a later time, are read first; the first
@@ -26,7 +28,7 @@
 -- becomes due at once (its first touch is a write after those).
 
 local scheduled, retry, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local leases = KEYS[6]
+local leases, control = KEYS[6], KEYS[7]
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
   return redis.error_reply('ERR dq bad arguments: reschedule')
@@ -43,6 +45,16 @@ if state == STATE.active or state == STATE.dead then return {state, 0} end
 local now = now_ms()
 local at
 if mode == 'a' then at = value elseif mode == 'd' then at = now + value else at = due + value end
+local max_delay = redis.pcall('HGET', control, 'max_delay')
+if type(max_delay) == 'table' and max_delay.err then
+  return redis.error_reply('WRONGTYPE dq: ' .. control .. ' holds a '
+    .. redis.call('TYPE', control).ok .. ', not a hash; nothing written')
+end
+max_delay = tonumber(max_delay)
+if max_delay and at - now > max_delay then
+  return redis.error_reply(string.format('ERR dq delay too long: job 1 %d %d', at - now,
+    max_delay))
+end
 at = bound_due(at, now)
 
 local new_state = waiting_state(at, now, STATE.scheduled)
