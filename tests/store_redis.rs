@@ -305,7 +305,7 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     // Every key of a partition but the wake-up list (consumed), the receipts (no retried call),
     // the control hash (only a topic paused, limited, throttled or keeping finished jobs has
     // one), the kept jobs (none kept here), the progress hash (no job reported) and the
-    // event stream (the topic records no events).
+    // event stream (the topic records no events), the key windows (no job has one).
     for name in KeyName::PARTITION {
         if !matches!(
             name,
@@ -316,6 +316,8 @@ async fn key_layout_is_one_hash_tag_per_partition() {
                 | KeyName::KeptAt
                 | KeyName::Progress
                 | KeyName::Events
+                | KeyName::Uniq
+                | KeyName::UniqAt
         ) {
             assert!(
                 seen_names.contains(&name),

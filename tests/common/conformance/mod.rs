@@ -52,6 +52,7 @@ pub mod stats;
 mod support;
 pub mod topics;
 pub mod update;
+pub mod windows;
 
 pub use support::*;
 
@@ -146,6 +147,10 @@ macro_rules! conformance_suite {
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,
+            windows::unique_for_refuses_the_key_after_its_job_finished,
+            windows::debounce_runs_the_last_payload_after_the_last_enqueue,
+            windows::throttle_drops_enqueues_inside_its_window,
+            windows::max_delay_refuses_far_due_times,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,
