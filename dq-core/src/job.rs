@@ -25,6 +25,10 @@ pub trait Job: Send + Sync + 'static {
     /// (`#[delayed_job(expires_after = "10m")]`): a job enqueued through the typed client
     /// without an expiry of its own gets [`Expiry::AfterDue`] of this. `None`: no expiry.
     const EXPIRES_AFTER: Option<Duration> = None;
+    /// The window a job of this kind opens on its key when enqueued through the typed client
+    /// without one of its own (`#[delayed_job(unique_for = "1h")]`, `debounce`, `throttle`).
+    /// `None`: none.
+    const WINDOW: Option<crate::unique::KeyWindow> = None;
 }
 
 /// What a job's handler returns on success, for reading it back typed

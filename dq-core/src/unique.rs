@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::job::{Due, MAX_DUE_MS};
 
 /// A window an enqueue opens on its key, set with `.unique_for(d)`, `.debounce(d)` or
 /// `.throttle(d)` on the enqueue builder or a [`JobSpec`](crate::JobSpec). An enqueue
@@ -28,6 +27,9 @@ pub enum KeyWindow {
 }
 
 impl KeyWindow {
+    /// The longest window (ms): what a due time can hold, [`MAX_DUE_MS`](crate::MAX_DUE_MS).
+    pub const MAX_MS: u64 = (1 << 48) - 1;
+
     /// The window's length.
     pub fn length(&self) -> Duration {
         match *self {
@@ -52,8 +54,9 @@ impl KeyWindow {
     }
 
     /// Refuses, before anything is written, a window of zero or past what dq can store, and
-    /// a debounce with a due time of its own ([`Error::InvalidWindow`]).
-    pub fn check(&self, due: Due) -> Result<()> {
+    /// a debounce with a due time of its own (`due_given`: the job has a `delay` or an `at`;
+    /// [`Error::InvalidWindow`]).
+    pub fn check(&self, due_given: bool) -> Result<()> {
         let d = self.length();
         if d.is_zero() {
             return Err(Error::InvalidWindow(format!(
@@ -61,13 +64,13 @@ impl KeyWindow {
                 self.name()
             )));
         }
-        if d.as_millis() > u128::from(MAX_DUE_MS) {
+        if d.as_millis() > u128::from(Self::MAX_MS) {
             return Err(Error::InvalidWindow(format!(
                 "{} of {d:?} is past what dq can store",
                 self.name()
             )));
         }
-        if matches!(self, KeyWindow::Debounce(_)) && due != Due::Now {
+        if matches!(self, KeyWindow::Debounce(_)) && due_given {
             return Err(Error::InvalidWindow(
                 "debounce sets the due time (d after the last enqueue): leave out delay and at"
                     .into(),
@@ -94,20 +97,21 @@ mod tests {
 
     #[test]
     fn windows_are_checked() {
+        assert_eq!(KeyWindow::MAX_MS, crate::job::MAX_DUE_MS);
         let s = Duration::from_secs(1);
-        assert!(KeyWindow::UniqueFor(s).check(Due::After(s)).is_ok());
-        assert!(KeyWindow::Throttle(s).check(Due::Now).is_ok());
-        assert!(KeyWindow::Debounce(s).check(Due::Now).is_ok());
+        assert!(KeyWindow::UniqueFor(s).check(true).is_ok());
+        assert!(KeyWindow::Throttle(s).check(false).is_ok());
+        assert!(KeyWindow::Debounce(s).check(false).is_ok());
         assert!(matches!(
-            KeyWindow::Debounce(s).check(Due::After(s)),
+            KeyWindow::Debounce(s).check(true),
             Err(Error::InvalidWindow(_))
         ));
         assert!(matches!(
-            KeyWindow::Throttle(Duration::ZERO).check(Due::Now),
+            KeyWindow::Throttle(Duration::ZERO).check(false),
             Err(Error::InvalidWindow(_))
         ));
         assert!(matches!(
-            KeyWindow::UniqueFor(Duration::from_secs(u64::MAX / 1000)).check(Due::Now),
+            KeyWindow::UniqueFor(Duration::from_secs(u64::MAX / 1000)).check(false),
             Err(Error::InvalidWindow(_))
         ));
         assert_eq!(KeyWindow::Debounce(s).wire(), "b1000");

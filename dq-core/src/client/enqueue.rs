@@ -235,6 +235,14 @@ impl Enqueue {
         self
     }
 
+    /// The handler's default key window, unless the job has one of its own.
+    pub(super) fn default_window(mut self, window: Option<KeyWindow>) -> Self {
+        if self.spec.window.is_none() {
+            self.spec.window = window;
+        }
+        self
+    }
+
     /// The handler's default expiry, unless the job has one of its own.
     pub(super) fn default_expiry(mut self, after: Option<Duration>) -> Self {
         if self.spec.expires.is_none() {
@@ -390,7 +398,7 @@ impl TopicClient {
         job.due.check()?;
         check_expiry(job.due, job.expires)?;
         if let Some(window) = job.window {
-            window.check(job.due)?;
+            window.check(job.due != Due::Now)?;
         }
         let key = match job.key {
             Some(k) => JobKey::new(k)?,

@@ -36,7 +36,9 @@ impl Client {
     /// ```
     pub fn enqueue<J: Job>(&self, payload: J::Payload) -> Enqueue {
         let encoded = payload::encode(&payload, self.config.max_payload);
-        Enqueue::new(self.typed::<J>(), encoded).default_expiry(J::EXPIRES_AFTER)
+        Enqueue::new(self.typed::<J>(), encoded)
+            .default_expiry(J::EXPIRES_AFTER)
+            .default_window(J::WINDOW)
     }
 
     /// Enqueues many jobs of type `J` with one script call per partition and chunk of
@@ -59,7 +61,7 @@ impl Client {
                     due: j.due,
                     replace: j.replace,
                     expires: j.expires.or(J::EXPIRES_AFTER.map(Expiry::AfterDue)),
-                    window: j.window,
+                    window: j.window.or(J::WINDOW),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
