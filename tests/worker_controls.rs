@@ -84,7 +84,12 @@ async fn cancellable(_n: u64, ctx: JobContext) -> Result<(), JobError> {
 
 /// Declares a max_delay (written by the worker at start) and a unique_for window (the typed
 /// client's default).
-#[dq::delayed_job(topic = "ctl.unique", retry = "none", max_delay = "1h", unique_for = "10m")]
+#[dq::delayed_job(
+    topic = "ctl.unique",
+    retry = "none",
+    max_delay = "1h",
+    unique_for = "10m"
+)]
 async fn unique_job(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "ran").await
 }

@@ -305,6 +305,10 @@ pub struct LimitsArgs {
     /// recording (what was recorded stays readable with `dq events`).
     #[arg(long, value_name = "N|on|off")]
     pub events: Option<String>,
+    /// Refuse enqueues and reschedules due further than this from now (e.g. 90d), or `off`
+    /// to remove the limit.
+    #[arg(long, value_name = "DURATION|off")]
+    pub max_delay: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

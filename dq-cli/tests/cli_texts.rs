@@ -348,3 +348,48 @@ async fn events_are_turned_on_and_followed() {
         text(&out.stdout)
     );
 }
+
+/// `dq limits --max-delay DURATION|off` sets and removes a topic's max_delay (a bad value is
+/// refused, exit code 2, before anything is written); an enqueue due beyond it is refused.
+#[tokio::test]
+async fn max_delay_is_set_and_removed() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-maxdelay");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&url)
+        .await
+        .unwrap();
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        dq(&args, &[]).0
+    };
+    let t = client.topic("bills").unwrap();
+    t.stats().await.unwrap(); // records the topic
+    for bad in ["0s", "soon", "-1d"] {
+        let out = run(&["limits", "bills", "--rate", "10/s", "--max-delay", bad]);
+        assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+    }
+    assert_eq!(t.control().await.unwrap().rate, None, "nothing written");
+    let out = run(&["limits", "bills", "--max-delay", "90d"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("max delay    90d"),
+        "{}",
+        text(&out.stdout)
+    );
+    let far = t
+        .enqueue(rmp_serde::to_vec(&1u64).unwrap())
+        .delay(Duration::from_secs(91 * 86_400))
+        .await;
+    assert!(
+        matches!(far, Err(dq_core::Error::DelayTooLong { .. })),
+        "{far:?}"
+    );
+    let out = run(&["limits", "bills", "--max-delay", "off", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(v["max_delay_ms"], serde_json::Value::Null, "{v}");
+}

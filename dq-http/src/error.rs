@@ -94,6 +94,7 @@ impl Code {
             Code::BodyTooLarge => "body_too_large",
             Code::PayloadTooLarge => "payload_too_large",
             Code::PayloadMismatch => "payload_mismatch",
+            Code::DelayTooLong => "delay_too_long",
             Code::UnknownTopic => "unknown_topic",
             Code::NotFound => "not_found",
             Code::Conflict => "conflict",

@@ -711,7 +711,10 @@ mod tests {
             group(DEFAULT_EVENTS_KEPT)
         )));
         assert_eq!(MAX_DUE_MS, (1 << 48) - 1);
-        assert!(include_str!("../../dq-core/src/job.rs").contains("pub const MAX_DUE_MS: u64 = (1 << 48) - 1;"));
+        assert!(
+            include_str!("../../dq-core/src/job.rs")
+                .contains("pub const MAX_DUE_MS: u64 = (1 << 48) - 1;")
+        );
     }
 
     /// `n` as Rust writes it with `_` every three digits.

@@ -187,7 +187,10 @@ impl TopicClient {
     /// before anything is written (jobs already stored are not touched). A `max_delay` declared
     /// on the handler (`#[delayed_job(max_delay = "90d")]`) is written again at every worker
     /// start. More than zero.
-    pub async fn set_max_delay(&self, max_delay: Option<std::time::Duration>) -> Result<TopicControl> {
+    pub async fn set_max_delay(
+        &self,
+        max_delay: Option<std::time::Duration>,
+    ) -> Result<TopicControl> {
         if let Some(d) = max_delay {
             crate::control::check_max_delay(d)?;
         }

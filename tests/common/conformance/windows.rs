@@ -56,7 +56,10 @@ pub async fn unique_for_refuses_the_key_after_its_job_finished<H: Harness>(h: &H
         (before + 600_000..=after + 600_000).contains(&until),
         "{before} {until} {after}"
     );
-    assert_eq!(refused(put(&t, "u", 4, |e| e.replace()).await.unwrap()), until);
+    assert_eq!(
+        refused(put(&t, "u", 4, |e| e.replace()).await.unwrap()),
+        until
+    );
     assert!(t.job("u").await.unwrap().is_none(), "nothing written");
     let bulk = t
         .enqueue_bulk(vec![

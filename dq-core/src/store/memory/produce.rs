@@ -131,8 +131,7 @@ impl Partition {
                     }
                 }
                 if let Some(w @ KeyWindow::Throttle(_)) = job.window {
-                    self.windows
-                        .open(&job.key, now.saturating_add(w.ms()), now);
+                    self.windows.open(&job.key, now.saturating_add(w.ms()), now);
                 }
                 let due = match debounce {
                     Some(d) => bound_due(i128::from(now) + i128::from(d), now),

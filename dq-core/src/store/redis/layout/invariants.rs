@@ -770,7 +770,9 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
             say(format!("`uniq` holds {job:?}, which has no record"));
         }
         if value.parse::<u64>().map_or(true, |ms| ms == 0) {
-            say(format!("`uniq` field {job:?} = {value:?} is not a window in ms"));
+            say(format!(
+                "`uniq` field {job:?} = {value:?} is not a window in ms"
+            ));
         }
     }
     for (field, value) in &part.stats {
