@@ -583,3 +583,22 @@ async fn the_openapi_document_is_served_without_a_token() {
     assert_eq!(r.text().await.unwrap(), dq_http::openapi_json());
     s.stop().await;
 }
+
+/// A due time beyond the topic's `max_delay` is 422 `delay_too_long`, single and bulk, and
+/// nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_time_beyond_max_delay_is_422() {
+    let s = serve("http-maxdelay", HttpConfig::default()).await;
+    let jobs = format!("{}/v1/topics/{TOPIC}/jobs", s.url);
+    let t = s.client.admin().topic_with(TOPIC, 1).unwrap();
+    t.set_max_delay(Some(std::time::Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let far = json!({"key": "far", "payload": {"order_id": 1, "note": ""}, "delay": "2h"});
+    let (status, v) = post_rw(&jobs, far.clone(), &[]).await;
+    assert_eq!((status, code(&v)), (422, "delay_too_long"), "{v}");
+    let (status, v) = post_rw(&format!("{jobs}/bulk"), json!({"jobs": [far]}), &[]).await;
+    assert_eq!((status, code(&v)), (422, "delay_too_long"), "{v}");
+    assert_eq!(t.stats().await.unwrap().enqueued, 0);
+    s.stop().await;
+}
