@@ -900,7 +900,7 @@ fn short_duration(d: Duration) -> String {
         ("m", 60_000),
         ("s", 1000),
     ] {
-        if ms >= size && ms % size == 0 {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

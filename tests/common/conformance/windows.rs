@@ -57,7 +57,7 @@ pub async fn unique_for_refuses_the_key_after_its_job_finished<H: Harness>(h: &H
         "{before} {until} {after}"
     );
     assert_eq!(
-        refused(put(&t, "u", 4, |e| e.replace()).await.unwrap()),
+        refused(put(&t, "u", 4, dq::Enqueue::replace).await.unwrap()),
         until
     );
     assert!(t.job("u").await.unwrap().is_none(), "nothing written");

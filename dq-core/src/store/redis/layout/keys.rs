@@ -86,9 +86,9 @@ pub enum KeyName {
     /// topic without unique jobs.
     Uniq,
     /// ZSET job key → when the key's window ends (ms): a finished `unique_for` job's (its end
-    /// + the window) or a `throttle` enqueue's (its acceptance + the window); an enqueue of
-    /// the key before then is refused. Trimmed as times pass (bounded per call). Absent for a
-    /// topic without windows.
+    /// plus the window) or a `throttle` enqueue's (its acceptance plus the window); an enqueue
+    /// of the key before then is refused. Trimmed as times pass (bounded per call). Absent
+    /// for a topic without windows.
     UniqAt,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
