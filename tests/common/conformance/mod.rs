@@ -148,6 +148,7 @@ macro_rules! conformance_suite {
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,
             windows::unique_for_refuses_the_key_after_its_job_finished,
+            windows::unique_for_starts_when_fetch_ends_the_job,
             windows::debounce_runs_the_last_payload_after_the_last_enqueue,
             windows::throttle_drops_enqueues_inside_its_window,
             windows::max_delay_refuses_far_due_times,

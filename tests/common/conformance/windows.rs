@@ -277,3 +277,40 @@ pub async fn max_delay_refuses_far_due_times<H: Harness>(h: &H) {
     assert_eq!(t.cancel("far").await.unwrap(), CancelOutcome::Cancelled);
     assert_eq!(t.cancel("near").await.unwrap(), CancelOutcome::Cancelled);
 }
+
+/// `unique_for` also starts its window when fetch ends the job: a lease that expires with no
+/// attempt left (dead), and an expiry that comes before the job started.
+pub async fn unique_for_starts_when_fetch_ends_the_job<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("uniq.fetch").unwrap();
+    let q = queue("uniq.fetch");
+    let window = Duration::from_secs(600);
+    let r = FetchRequest {
+        lease: ms(100),
+        retry_policy: RetryPolicy::none(),
+        ..req()
+    };
+    put(&t, "lost", 1, |e| e.unique_for(window)).await.unwrap();
+    let d = fetch_one(h, &q, &r).await;
+    until_store_time(h, d.lease_deadline_ms).await;
+    // the next fetch recovers the lease: no retry left, dead
+    dq_testkit::eventually("the lease is recovered", WAIT, || async {
+        fetch(h, &q, &r).await;
+        info(&t, "lost").await.state == JobState::Dead
+    })
+    .await;
+    let until = refused(put(&t, "lost", 2, |e| e).await.unwrap());
+    assert!(until >= d.lease_deadline_ms + 600_000, "{d:?} {until}");
+
+    put(&t, "late", 3, |e| {
+        e.expires_after(ms(50)).unique_for(window)
+    })
+    .await
+    .unwrap();
+    let expires = info(&t, "late").await.expires_ms.unwrap();
+    until_store_time(h, expires).await;
+    assert!(drain_due(h, &q).await.is_empty());
+    assert!(t.job("late").await.unwrap().is_none(), "expired");
+    let until = refused(put(&t, "late", 4, |e| e).await.unwrap());
+    assert!(until > expires + 600_000 - 1, "{expires} {until}");
+}
