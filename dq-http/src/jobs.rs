@@ -104,6 +104,17 @@ fn spec(
         (None, Some(default)) => spec = spec.expires_after(default),
         (None, None) => {}
     }
+    match (r.unique_for, r.debounce, r.throttle) {
+        (None, None, None) => spec.window = typed.and_then(|t| t.window),
+        (Some(d), None, None) => spec = spec.unique_for(duration("unique_for", &d)?),
+        (None, Some(d), None) => spec = spec.debounce(duration("debounce", &d)?),
+        (None, None, Some(d)) => spec = spec.throttle(duration("throttle", &d)?),
+        _ => {
+            return Err(ApiError::invalid(
+                "give at most one of unique_for, debounce, throttle",
+            ));
+        }
+    }
     Ok(spec)
 }
 

@@ -30,6 +30,17 @@ pub struct EnqueueRequest {
     /// Drop the job, never starting it, if it has not started this long after its due time.
     #[serde(default)]
     pub expires_after: Option<String>,
+    /// Refuse the key while its job exists and for this long after it finished (answered
+    /// `refused` with `until_ms`). At most one of `unique_for`, `debounce`, `throttle`.
+    #[serde(default)]
+    pub unique_for: Option<String>,
+    /// Run the job this long after the last enqueue of its key, with the last payload (a
+    /// waiting job is replaced). Not with `delay` or `at`.
+    #[serde(default)]
+    pub debounce: Option<String>,
+    /// Refuse every enqueue of the key for this long after this one is accepted.
+    #[serde(default)]
+    pub throttle: Option<String>,
 }
 
 /// What an enqueue did.
