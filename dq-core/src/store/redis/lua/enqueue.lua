@@ -23,7 +23,8 @@
 -- KEYS[15] uniq      dq:{topic#p}:uniq       HASH key -> unique_for ms of a live job (written
 --                                            for a job enqueued with one)
 -- KEYS[16] uniq_at   dq:{topic#p}:uniq_at    ZSET key -> when its window ends (ms): read for
---                                            every call (one ZMSCORE), written by a throttle
+--                                            every call (a TYPE, then ZMSCORE if it exists),
+--                                            written by a throttle
 --
 -- ARGV[1]            n, the number of jobs
 -- ARGV[2]            call id: 8 bytes, big-endian; the same for every try of one client call
@@ -212,11 +213,17 @@ end
 local events_setting, max_delay = settings[1], tonumber(settings[2])
 local keys = {}
 for i = 0, n - 1 do keys[i + 1] = ARGV[FIRST + 5 * i] end
--- The keys' windows (one ZMSCORE; nothing for a topic without any).
-local window_ends = redis.pcall('ZMSCORE', uniq_at, unpack(keys))
-if window_ends.err then
-  return redis.error_reply('WRONGTYPE dq: ' .. uniq_at .. ' holds a '
-    .. redis.call('TYPE', uniq_at).ok .. ', not a zset; nothing written')
+-- The keys' windows: one TYPE for a topic without any, else ZMSCORE in slices.
+local window_ends = {}
+local uniq_at_type = redis.call('TYPE', uniq_at).ok
+if uniq_at_type == 'zset' then
+  for i = 1, n, SLICE do
+    local part = redis.call('ZMSCORE', uniq_at, unpack(keys, i, math.min(i + SLICE - 1, n)))
+    for j = 1, #part do window_ends[i + j - 1] = part[j] end
+  end
+elseif uniq_at_type ~= 'none' then
+  return redis.error_reply('WRONGTYPE dq: ' .. uniq_at .. ' holds a ' .. uniq_at_type
+    .. ', not a zset; nothing written')
 end
 local olds = hmget(jobs, keys)
 -- A key that holds a newer dq's record: this dq can neither read nor replace it.
@@ -428,7 +435,7 @@ if replaced then
 end
 if partial then checks[#checks + 1] = calls; checks[#checks + 1] = 'zset' end
 if rotate then checks[#checks + 1] = old_receipts; checks[#checks + 1] = 'string' end
-if #uniq_set > 0 then checks[#checks + 1] = uniq; checks[#checks + 1] = 'hash' end
+if #uniq_set > 0 or #uniq_del > 0 then checks[#checks + 1] = uniq; checks[#checks + 1] = 'hash' end
 local bad_type = check_types(checks)
 if bad_type then return bad_type end
 
@@ -467,9 +474,9 @@ end
 if #zadd > 0 then call_many('ZADD', scheduled, zadd) end
 call_many('HSET', jobs, records)
 if #uniq_set > 0 then call_many('HSET', uniq, uniq_set) end
-if #uniq_del > 0 then redis.pcall('HDEL', uniq, unpack(uniq_del)) end
+if #uniq_del > 0 then call_many('HDEL', uniq, uniq_del) end
 if #throttles > 0 then
-  redis.pcall('ZADD', uniq_at, unpack(throttles))
+  call_many('ZADD', uniq_at, throttles)
   trim_windows(uniq_at, now, #throttles / 2 + 16)
 end
 if #hints > 0 then call_many('RPUSH', ready, hints) end

@@ -807,17 +807,18 @@ end
 -- expiry and lease recovery), after its writes, with the keys it ended: `keys`, and `more`
 -- read at every `step`th place from `step` (fail's {ms, key, ...} burials: step 2). Each
 -- ended unique_for job's key moves from `uniq` to `uniq_at`, its window ending `now` (nil:
--- read here) + its ms. One EXISTS when the partition has no live unique job; never fails.
+-- read here) + its ms. One EXISTS when the partition has no live unique job; never fails (a
+-- key of another type is left alone).
 local function end_unique(uniq, uniq_at, now, keys, more, step)
   if redis.call('EXISTS', uniq) == 0 then return end
+  if redis.call('TYPE', uniq).ok ~= 'hash' then return end
   local ended = {}
   for _, k in ipairs(keys or {}) do ended[#ended + 1] = k end
   if more then
     for i = step or 1, #more, step or 1 do ended[#ended + 1] = more[i] end
   end
   if #ended == 0 then return end
-  local ds = redis.pcall('HMGET', uniq, unpack(ended))
-  if type(ds) ~= 'table' or ds.err then return end
+  local ds = hmget(uniq, ended)
   now = now or now_ms()
   local found, windows = {}, {}
   for i, k in ipairs(ended) do
@@ -829,8 +830,10 @@ local function end_unique(uniq, uniq_at, now, keys, more, step)
     end
   end
   if #found == 0 then return end
-  redis.pcall('HDEL', uniq, unpack(found))
-  redis.pcall('ZADD', uniq_at, unpack(windows))
+  local at_type = redis.call('TYPE', uniq_at).ok
+  if at_type ~= 'none' and at_type ~= 'zset' then return end
+  call_many('HDEL', uniq, found)
+  call_many('ZADD', uniq_at, windows)
   trim_windows(uniq_at, now, #found + 16)
 end
 
