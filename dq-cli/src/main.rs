@@ -794,6 +794,15 @@ impl Ctx {
         if let Some(after) = a.expires_after {
             call = call.expires_after(after);
         }
+        if let Some(d) = a.unique_for {
+            call = call.unique_for(d);
+        }
+        if let Some(d) = a.debounce {
+            call = call.debounce(d);
+        }
+        if let Some(d) = a.throttle {
+            call = call.throttle(d);
+        }
         let done = call.await?;
         let key = done.key.to_string();
         match done.outcome {

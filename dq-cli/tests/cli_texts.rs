@@ -393,3 +393,53 @@ async fn max_delay_is_set_and_removed() {
     let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
     assert_eq!(v["max_delay_ms"], serde_json::Value::Null, "{v}");
 }
+
+/// `dq enqueue --throttle` opens a window on the key: the next enqueue of it fails (exit 1)
+/// saying until when; `--debounce` with `--in` is refused by the parser (exit 2).
+#[tokio::test]
+async fn enqueue_with_a_window_refuses_the_key() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-window");
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        dq(&args, &[]).0
+    };
+    let first = [
+        "enqueue",
+        "calls",
+        "--key",
+        "c1",
+        "--json",
+        "1",
+        "--in",
+        "1h",
+        "--throttle",
+        "1h",
+        "--partitions",
+        "1",
+    ];
+    let out = run(&first);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["enqueue", "calls", "--key", "c1", "--json", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("inside a unique_for or throttle window"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&[
+        "enqueue",
+        "calls",
+        "--key",
+        "c2",
+        "--json",
+        "3",
+        "--in",
+        "1m",
+        "--debounce",
+        "5s",
+    ]);
+    assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+}
