@@ -23,6 +23,8 @@ pub use dq_core::{
     RescheduleOutcome, UpdateOutcome,
 };
 pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
+// Key windows (unique_for, debounce, throttle).
+pub use dq_core::KeyWindow;
 
 // Pause, rate and concurrency limits of a topic.
 pub use dq_core::{Rate, TopicControl};
@@ -159,7 +161,7 @@ pub mod __private {
     pub use dq_core::payload::decode;
     pub use dq_core::{
         DataNeed, Error, HandlerFuture, HandlerReturn, Job, JobContext, JobDescriptor, JobError,
-        JobOutput, KeepDecl, RetryFn, Returned, ScheduleDecl,
+        JobOutput, KeepDecl, KeyWindow, RetryFn, Returned, ScheduleDecl,
     };
     pub use serde;
     pub use tokio;

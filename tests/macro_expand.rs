@@ -64,6 +64,17 @@ async fn io_errors(path: String) -> Result<(), std::io::Error> {
     ))
 }
 
+/// A key window and a max_delay (issue 25).
+#[delayed_job(topic = "invoices.send", unique_for = "1h", max_delay = "90d")]
+async fn send_invoice(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
+#[delayed_job(topic = "search.reindex", debounce = "5s")]
+async fn reindex(_n: u64) -> Result<(), JobError> {
+    Ok(())
+}
+
 #[delayed_job(retry = "exponential(1000ms, 1h, 10)", timeout = "1500ms")]
 pub(crate) async fn exponential(_payload: Vec<String>, _ctx: JobContext) -> Result<(), JobError> {
     Ok(())
@@ -148,6 +159,25 @@ fn descriptors_carry_the_arguments() {
     assert_eq!(d.retry, "exponential(1s, 1h, 10)");
     assert_eq!(d.timeout_ms, Some(1500));
     assert_eq!(d.retry_policy().unwrap().retries(), 10);
+    assert_eq!(d.max_delay_ms, None);
+
+    assert_eq!(
+        descriptor("invoices.send").max_delay_ms,
+        Some(90 * 86_400_000)
+    );
+}
+
+#[test]
+fn key_windows_are_the_typed_clients_defaults() {
+    assert_eq!(
+        <send_invoice as Job>::WINDOW,
+        Some(dq::KeyWindow::UniqueFor(Duration::from_secs(3600)))
+    );
+    assert_eq!(
+        <reindex as Job>::WINDOW,
+        Some(dq::KeyWindow::Debounce(Duration::from_secs(5)))
+    );
+    assert_eq!(<without_ctx as Job>::WINDOW, None);
 }
 
 #[test]

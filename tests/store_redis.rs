@@ -305,7 +305,7 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     // Every key of a partition but the wake-up list (consumed), the receipts (no retried call),
     // the control hash (only a topic paused, limited, throttled or keeping finished jobs has
     // one), the kept jobs (none kept here), the progress hash (no job reported) and the
-    // event stream (the topic records no events).
+    // event stream (the topic records no events), the key windows (no job has one).
     for name in KeyName::PARTITION {
         if !matches!(
             name,
@@ -316,6 +316,8 @@ async fn key_layout_is_one_hash_tag_per_partition() {
                 | KeyName::KeptAt
                 | KeyName::Progress
                 | KeyName::Events
+                | KeyName::Uniq
+                | KeyName::UniqAt
         ) {
             assert!(
                 seen_names.contains(&name),
@@ -420,6 +422,7 @@ async fn enqueue_receipts_are_14_byte_entries_found_by_retries() {
         replace: false,
         expires: None,
         priority: Default::default(),
+        window: None,
     };
     // Two calls of one bucket (0x2a), one of another.
     let one = EnqueueCall {
@@ -523,6 +526,7 @@ async fn receipt_generations_rotate_only_when_a_receipt_life_old() {
         replace: false,
         expires: None,
         priority: Default::default(),
+        window: None,
     };
     let call = |id: u64| EnqueueCall { id, retry: false };
     let now = store.now_ms().await.unwrap();
@@ -612,6 +616,7 @@ async fn a_damaged_receipt_key_fails_enqueue_before_it_writes() {
         replace: false,
         expires: None,
         priority: Default::default(),
+        window: None,
     };
     let id = 0x5555_0000_0000_0009;
     let [current, old] = keys.enqueue_receipts(id);
@@ -715,6 +720,7 @@ async fn dense_due_times_keep_enqueue_order_within_each_millisecond() {
         replace: false,
         expires: None,
         priority: Default::default(),
+        window: None,
     };
     let mut want: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     let mut i = 0;
@@ -1540,6 +1546,7 @@ async fn an_older_dq_runs_its_jobs_and_leaves_format_2_ones_to_a_newer_one() {
         replace: false,
         expires: None,
         priority: Default::default(),
+        window: None,
     };
     old.enqueue(&q, &[job("old-1", 1)], EnqueueCall::new())
         .await

@@ -711,6 +711,7 @@ impl Drain {
                 replace: false,
                 expires: None,
                 priority: Default::default(),
+                window: None,
             };
             let call = EnqueueCall {
                 id: c.call_id,

@@ -82,6 +82,18 @@ async fn cancellable(_n: u64, ctx: JobContext) -> Result<(), JobError> {
     }
 }
 
+/// Declares a max_delay (written by the worker at start) and a unique_for window (the typed
+/// client's default).
+#[dq::delayed_job(
+    topic = "ctl.unique",
+    retry = "none",
+    max_delay = "1h",
+    unique_for = "10m"
+)]
+async fn unique_job(_n: u64, ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "ran").await
+}
+
 async fn client() -> Client {
     Client::builder()
         .namespace(dq_testkit::namespace("ctl"))
@@ -345,6 +357,44 @@ async fn a_handler_throttle_holds_every_partition_of_its_topic() {
         run.started_ms >= until,
         "{key} started at {} before the throttle ended at {until}",
         run.started_ms
+    );
+    handle.shutdown().await;
+}
+
+/// A handler's `max_delay` is written to its topic when its worker starts (a due time beyond
+/// it is then refused), and its `unique_for` is the typed client's default: a key whose job
+/// ran is refused for the window.
+#[tokio::test]
+async fn declared_max_delay_and_unique_for_hold() {
+    let client = client().await;
+    let log = Log::default();
+    let t = client.topic("ctl.unique").unwrap();
+    let handle = worker(&client, &log, "ctl.unique")
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .expect("the worker starts");
+    eventually("the worker wrote max_delay", WAIT, || async {
+        t.control().await.unwrap().max_delay == Some(Duration::from_secs(3600))
+    })
+    .await;
+    let r = client
+        .enqueue::<unique_job>(1)
+        .key("far")
+        .delay(Duration::from_secs(7200))
+        .await;
+    assert!(matches!(r, Err(dq::Error::DelayTooLong { .. })), "{r:?}");
+    let done = client.enqueue::<unique_job>(2).key("u").await.unwrap();
+    assert_eq!(done.outcome, dq::EnqueueOutcome::Created);
+    eventually("u ran", WAIT, || async {
+        t.stats().await.unwrap().succeeded == 1
+    })
+    .await;
+    let again = client.enqueue::<unique_job>(3).key("u").await.unwrap();
+    assert!(
+        matches!(again.outcome, dq::EnqueueOutcome::Refused { .. }),
+        "{again:?}"
     );
     handle.shutdown().await;
 }

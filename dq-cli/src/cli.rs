@@ -305,6 +305,10 @@ pub struct LimitsArgs {
     /// recording (what was recorded stays readable with `dq events`).
     #[arg(long, value_name = "N|on|off")]
     pub events: Option<String>,
+    /// Refuse enqueues and reschedules due further than this from now (e.g. 90d), or `off`
+    /// to remove the limit.
+    #[arg(long, value_name = "DURATION|off")]
+    pub max_delay: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -497,6 +501,16 @@ pub struct EnqueueArgs {
     /// (e.g. 10m; see dq::Expiry).
     #[arg(long, value_parser = parse_duration)]
     pub expires_after: Option<Duration>,
+    /// Refuse the key while its job exists and for this long after it finished (see
+    /// dq::KeyWindow).
+    #[arg(long, value_parser = parse_duration, conflicts_with_all = ["debounce", "throttle"])]
+    pub unique_for: Option<Duration>,
+    /// Run the job this long after the last enqueue of its key, with the last payload.
+    #[arg(long, value_parser = parse_duration, conflicts_with_all = ["after", "at", "throttle"])]
+    pub debounce: Option<Duration>,
+    /// Refuse every enqueue of the key for this long after this one.
+    #[arg(long, value_parser = parse_duration)]
+    pub throttle: Option<Duration>,
     /// Partition count to record for a topic the namespace has no record of yet (refused
     /// for such a topic without it, so that a typo does not create a topic).
     #[arg(long)]

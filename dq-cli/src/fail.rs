@@ -60,6 +60,8 @@ impl From<dq_core::Error> for Failure {
             | E::InvalidConfig(_)
             | E::InvalidExpiry(_)
             | E::InvalidPriority(_)
+            | E::InvalidWindow(_)
+            | E::DelayTooLong { .. }
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
             | E::TopicMismatch { .. }

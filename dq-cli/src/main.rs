@@ -424,6 +424,19 @@ impl Ctx {
                     .and_then(|n| dq_core::EventsPolicy::keep(n).map_err(|e| bad(e.to_string())))?,
             )),
         };
+        let max_delay = match a.max_delay.as_deref() {
+            None => None,
+            Some("off") => Some(None),
+            Some(text) => {
+                let d = humantime::parse_duration(text).map_err(|e| {
+                    bad(format!(
+                        "--max-delay {text:?}: {e} (write e.g. 90d, 12h, or `off`)"
+                    ))
+                })?;
+                dq_core::control::check_max_delay(d).map_err(|e| bad(e.to_string()))?;
+                Some(Some(d))
+            }
+        };
         let rate = match a.rate.as_deref() {
             None => None,
             Some("none") => Some(None),
@@ -451,6 +464,9 @@ impl Ctx {
         if let Some(change) = events {
             t.set_events(change).await?;
         }
+        if let Some(change) = max_delay {
+            t.set_max_delay(change).await?;
+        }
         let ctl = t.control().await?;
         self.print_control(&a.topic, &ctl, a.json)
     }
@@ -471,10 +487,11 @@ impl Ctx {
                     "max": r.max_kept,
                 })),
                 "events": ctl.events.map(|e| e.max_kept),
+                "max_delay_ms": ctl.max_delay.map(|d| d.as_millis() as u64),
             }));
         }
         println!(
-            "topic        {topic}\npaused       {}\nrate         {}\nconcurrency  {}\nkeep         {}\nevents       {}",
+            "topic        {topic}\npaused       {}\nrate         {}\nconcurrency  {}\nkeep         {}\nevents       {}\nmax delay    {}",
             if ctl.paused { "yes" } else { "no" },
             rate.as_deref().unwrap_or("none"),
             ctl.concurrency.map_or("none".to_owned(), |c| c.to_string()),
@@ -483,6 +500,7 @@ impl Ctx {
                 "on, the last {} kept",
                 e.max_kept
             )),
+            ctl.max_delay.map_or("none".to_owned(), short_duration),
         );
         Ok(())
     }
@@ -776,12 +794,30 @@ impl Ctx {
         if let Some(after) = a.expires_after {
             call = call.expires_after(after);
         }
+        if let Some(d) = a.unique_for {
+            call = call.unique_for(d);
+        }
+        if let Some(d) = a.debounce {
+            call = call.debounce(d);
+        }
+        if let Some(d) = a.throttle {
+            call = call.throttle(d);
+        }
         let done = call.await?;
         let key = done.key.to_string();
         match done.outcome {
             EnqueueOutcome::Created => println!("enqueued {key}"),
             EnqueueOutcome::Replaced => println!("replaced {key}"),
             EnqueueOutcome::Ended => println!("enqueued {key} (it has run already)"),
+            EnqueueOutcome::Refused { until_ms } => {
+                return Err(Failure::new(
+                    Exit::Failed,
+                    format!(
+                        "key {key:?} is inside a unique_for or throttle window until \
+                         {until_ms} ms; nothing written"
+                    ),
+                ));
+            }
             EnqueueOutcome::Exists(state) => {
                 return Err(Failure::new(
                     Exit::Failed,
@@ -862,4 +898,20 @@ fn confirm(question: &str) -> Outcome {
     } else {
         Err(Failure::new(Exit::Aborted, "aborted; nothing done"))
     }
+}
+
+/// A duration in its largest whole unit (`90d`, `12h`, `5m`, `30s`, `250ms`).
+fn short_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
 }

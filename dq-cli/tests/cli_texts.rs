@@ -348,3 +348,98 @@ async fn events_are_turned_on_and_followed() {
         text(&out.stdout)
     );
 }
+
+/// `dq limits --max-delay DURATION|off` sets and removes a topic's max_delay (a bad value is
+/// refused, exit code 2, before anything is written); an enqueue due beyond it is refused.
+#[tokio::test]
+async fn max_delay_is_set_and_removed() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-maxdelay");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&url)
+        .await
+        .unwrap();
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        dq(&args, &[]).0
+    };
+    let t = client.topic("bills").unwrap();
+    t.stats().await.unwrap(); // records the topic
+    for bad in ["0s", "soon", "-1d"] {
+        let out = run(&["limits", "bills", "--rate", "10/s", "--max-delay", bad]);
+        assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+    }
+    assert_eq!(t.control().await.unwrap().rate, None, "nothing written");
+    let out = run(&["limits", "bills", "--max-delay", "90d"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("max delay    90d"),
+        "{}",
+        text(&out.stdout)
+    );
+    let far = t
+        .enqueue(rmp_serde::to_vec(&1u64).unwrap())
+        .delay(Duration::from_secs(91 * 86_400))
+        .await;
+    assert!(
+        matches!(far, Err(dq_core::Error::DelayTooLong { .. })),
+        "{far:?}"
+    );
+    let out = run(&["limits", "bills", "--max-delay", "off", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(v["max_delay_ms"], serde_json::Value::Null, "{v}");
+}
+
+/// `dq enqueue --throttle` opens a window on the key: the next enqueue of it fails (exit 1)
+/// saying until when; `--debounce` with `--in` is refused by the parser (exit 2).
+#[tokio::test]
+async fn enqueue_with_a_window_refuses_the_key() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-window");
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        dq(&args, &[]).0
+    };
+    let first = [
+        "enqueue",
+        "calls",
+        "--key",
+        "c1",
+        "--json",
+        "1",
+        "--in",
+        "1h",
+        "--throttle",
+        "1h",
+        "--partitions",
+        "1",
+    ];
+    let out = run(&first);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["enqueue", "calls", "--key", "c1", "--json", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("inside a unique_for or throttle window"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&[
+        "enqueue",
+        "calls",
+        "--key",
+        "c2",
+        "--json",
+        "3",
+        "--in",
+        "1m",
+        "--debounce",
+        "5s",
+    ]);
+    assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
+}

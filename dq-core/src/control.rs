@@ -124,6 +124,16 @@ pub fn check_concurrency(cap: u32, partitions: u16) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a `max_delay` of zero or past what dq can store ([`MAX_DUE_MS`](crate::MAX_DUE_MS)).
+pub fn check_max_delay(d: Duration) -> Result<()> {
+    if d.is_zero() || d.as_millis() > u128::from(crate::job::MAX_DUE_MS) {
+        return Err(Error::InvalidConfig(format!(
+            "max_delay {d:?} must be more than zero and within what dq can store"
+        )));
+    }
+    Ok(())
+}
+
 /// A change to one partition's control settings; `None` leaves a setting as it is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ControlChange {
@@ -143,6 +153,9 @@ pub struct ControlChange {
     /// Record events (`Some(Some(policy))`, with this partition's share of the bound) or
     /// stop (`Some(None)`).
     pub events: Option<Option<EventsPolicy>>,
+    /// Set (`Some(Some(d))`) or remove (`Some(None)`) the furthest from now a due time may be
+    /// ([`check_max_delay`]).
+    pub max_delay: Option<Option<Duration>>,
 }
 
 /// One partition's control settings as stored, read by [`Operate::control`](crate::store::Operate::control).
@@ -161,6 +174,9 @@ pub struct ControlState {
     /// A handler asked to slow the topic down ([`JobError::rate_limited`](crate::JobError::rate_limited)):
     /// nothing is leased before this store time (ms).
     pub throttled_until_ms: Option<u64>,
+    /// The furthest from now a due time may be (enqueue and reschedule refuse one beyond
+    /// it with [`Error::DelayTooLong`]).
+    pub max_delay: Option<Duration>,
 }
 
 /// A topic's control settings, as the client reports them ([`TopicClient::control`](crate::TopicClient::control)).
@@ -181,6 +197,9 @@ pub struct TopicControl {
     /// Whether the topic records events ([`crate::events`]), with the bounds of all
     /// partitions summed.
     pub events: Option<EventsPolicy>,
+    /// The furthest from now a due time may be (partition 0's setting;
+    /// [`TopicClient::set_max_delay`](crate::TopicClient::set_max_delay)).
+    pub max_delay: Option<Duration>,
 }
 
 #[cfg(test)]

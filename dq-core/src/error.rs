@@ -63,6 +63,25 @@ pub enum Error {
     /// A priority above [`Priority::MAX`](crate::Priority::MAX) (9). Nothing was written.
     #[error("invalid priority {0}: a priority is 0 (lowest) to 9 (highest)")]
     InvalidPriority(u8),
+    /// A key window (`unique_for`, `debounce`, `throttle`: [`KeyWindow`](crate::KeyWindow))
+    /// that cannot be kept: zero, past what dq can store, or a debounce with a due time of
+    /// its own. Nothing was written.
+    #[error("invalid key window: {0}")]
+    InvalidWindow(String),
+    /// A due time further from now than the topic's `max_delay` allows (by the store's clock;
+    /// [`TopicClient::set_max_delay`](crate::TopicClient::set_max_delay)). Nothing was
+    /// written.
+    #[error(
+        "a due time {delay_ms} ms from now is beyond the topic's max_delay of {max_delay_ms} ms          (job {job} of the call)"
+    )]
+    DelayTooLong {
+        /// How far from the store's now the refused due time was (ms).
+        delay_ms: u64,
+        /// The topic's limit (ms).
+        max_delay_ms: u64,
+        /// Which job of the call (1-based) was refused.
+        job: usize,
+    },
     /// The job needs a record format the namespace does not write yet: some live process
     /// reads only older formats (`dq formats` lists them). Nothing was written; once every
     /// process runs a dq that reads `needs`, the level rises and the call succeeds.

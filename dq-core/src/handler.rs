@@ -489,6 +489,10 @@ pub struct JobDescriptor {
     /// The most events its topic keeps when the handler declares `events` (or `events =
     /// N`): every worker that runs the topic turns its events on when it starts.
     pub events_kept: Option<u64>,
+    /// The furthest from now a due time of its topic may be, in ms (`max_delay = "90d"`):
+    /// every worker that runs the topic writes it when it starts
+    /// ([`TopicClient::set_max_delay`](crate::TopicClient::set_max_delay)).
+    pub max_delay_ms: Option<u64>,
     /// Most jobs of this topic running at once in one worker.
     pub concurrency: Option<u32>,
     /// The handler's Rust path, for logs.

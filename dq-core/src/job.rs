@@ -28,6 +28,10 @@ pub trait Job: Send + Sync + 'static {
     /// The priority of a job of this kind enqueued through the typed client without one of
     /// its own (`#[delayed_job(priority = 7)]`); [`Priority::NORMAL`] when not declared.
     const PRIORITY: Priority = Priority::NORMAL;
+    /// The window a job of this kind opens on its key when enqueued through the typed client
+    /// without one of its own (`#[delayed_job(unique_for = "1h")]`, `debounce`, `throttle`).
+    /// `None`: none.
+    const WINDOW: Option<crate::unique::KeyWindow> = None;
 }
 
 /// What a job's handler returns on success, for reading it back typed

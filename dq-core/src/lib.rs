@@ -25,6 +25,7 @@ pub use dq_syntax as retry_syntax;
 pub mod store;
 pub mod topic;
 pub mod trace;
+pub mod unique;
 pub mod workers;
 
 /// The attribute that implements [`EnqueueHook`] with an `async fn` (re-exported from the
@@ -69,6 +70,7 @@ pub use store::produce::{ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, NewJ
 pub use store::redis::{RedisOptions, RedisStore, ServerReport, TlsConfig};
 pub use store::{FailedAttempt, Store, WakeListener};
 pub use topic::TopicMeta;
+pub use unique::KeyWindow; // key windows (issue 25)
 pub use workers::WorkerInfo;
 
 #[doc(hidden)]

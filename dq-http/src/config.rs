@@ -76,6 +76,8 @@ pub(crate) struct Typed {
     pub(crate) convert: Convert,
     /// The handler's default expiry, as the typed client gives it.
     pub(crate) expires_after: Option<std::time::Duration>,
+    /// The handler's default key window, as the typed client gives it.
+    pub(crate) window: Option<dq_core::KeyWindow>,
 }
 
 /// How an API behaves. Build it from [`HttpConfig::default`] (no tokens: anyone who can
@@ -174,6 +176,7 @@ impl HttpConfig {
             type_name,
             convert,
             expires_after: J::EXPIRES_AFTER,
+            window: J::WINDOW,
         };
         self.jobs.insert(J::TOPIC.to_owned(), typed);
         self

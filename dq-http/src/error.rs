@@ -27,6 +27,8 @@ pub enum Code {
     PayloadTooLarge,
     /// 422: the payload does not fit the topic's payload type (the message names the field).
     PayloadMismatch,
+    /// 422: the job's due time is further from now than the topic's `max_delay` allows.
+    DelayTooLong,
     /// 404: no such topic in the namespace (no producer or worker has used it), or, with a
     /// typed-only server, not a topic it knows the type of.
     UnknownTopic,
@@ -54,7 +56,7 @@ impl Code {
             Code::Forbidden => StatusCode::FORBIDDEN,
             Code::InvalidJson | Code::InvalidRequest => StatusCode::BAD_REQUEST,
             Code::BodyTooLarge | Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Code::PayloadMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            Code::PayloadMismatch | Code::DelayTooLong => StatusCode::UNPROCESSABLE_ENTITY,
             Code::UnknownTopic | Code::NotFound => StatusCode::NOT_FOUND,
             Code::Conflict | Code::TopicMismatch => StatusCode::CONFLICT,
             Code::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -64,7 +66,7 @@ impl Code {
     }
 
     /// Every code, in the order of the documented table.
-    pub const ALL: [Code; 14] = [
+    pub const ALL: [Code; 15] = [
         Code::Unauthorized,
         Code::Forbidden,
         Code::InvalidJson,
@@ -72,6 +74,7 @@ impl Code {
         Code::BodyTooLarge,
         Code::PayloadTooLarge,
         Code::PayloadMismatch,
+        Code::DelayTooLong,
         Code::UnknownTopic,
         Code::NotFound,
         Code::Conflict,
@@ -91,6 +94,7 @@ impl Code {
             Code::BodyTooLarge => "body_too_large",
             Code::PayloadTooLarge => "payload_too_large",
             Code::PayloadMismatch => "payload_mismatch",
+            Code::DelayTooLong => "delay_too_long",
             Code::UnknownTopic => "unknown_topic",
             Code::NotFound => "not_found",
             Code::Conflict => "conflict",
@@ -161,6 +165,7 @@ impl From<dq_core::Error> for ApiError {
             | E::InvalidKey { .. }
             | E::InvalidExpiry(_)
             | E::InvalidPriority(_)
+            | E::InvalidWindow(_)
             | E::InvalidSchedule(_)
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
@@ -169,6 +174,7 @@ impl From<dq_core::Error> for ApiError {
             | E::Encode(_) => Code::InvalidRequest,
             E::BulkItem { source, .. } => ApiError::from_ref(source),
             E::PayloadTooLarge { .. } => Code::PayloadTooLarge,
+            E::DelayTooLong { .. } => Code::DelayTooLong,
             E::TopicMismatch { .. } | E::TopicNotEmpty { .. } | E::NeedsFormat { .. } => {
                 Code::TopicMismatch
             }
@@ -187,6 +193,7 @@ impl ApiError {
         use dq_core::Error as E;
         match e {
             E::PayloadTooLarge { .. } => Code::PayloadTooLarge,
+            E::DelayTooLong { .. } => Code::DelayTooLong,
             _ => Code::InvalidRequest,
         }
     }

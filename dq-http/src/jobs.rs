@@ -104,6 +104,17 @@ fn spec(
         (None, Some(default)) => spec = spec.expires_after(default),
         (None, None) => {}
     }
+    match (r.unique_for, r.debounce, r.throttle) {
+        (None, None, None) => spec.window = typed.and_then(|t| t.window),
+        (Some(d), None, None) => spec = spec.unique_for(duration("unique_for", &d)?),
+        (None, Some(d), None) => spec = spec.debounce(duration("debounce", &d)?),
+        (None, None, Some(d)) => spec = spec.throttle(duration("throttle", &d)?),
+        _ => {
+            return Err(ApiError::invalid(
+                "give at most one of unique_for, debounce, throttle",
+            ));
+        }
+    }
     Ok(spec)
 }
 
@@ -111,6 +122,7 @@ fn spec(
 /// answers `created` (or `replaced`) again, even once the job has run (`Ended`).
 fn answer(done: Enqueued) -> (StatusCode, EnqueueResponse) {
     let key = done.key.to_string();
+    let mut until_ms = None;
     let (status, outcome, state) = match done.outcome {
         EnqueueOutcome::Created | EnqueueOutcome::Ended => {
             (StatusCode::CREATED, EnqueueOutcomeOut::Created, None)
@@ -121,6 +133,10 @@ fn answer(done: Enqueued) -> (StatusCode, EnqueueResponse) {
             EnqueueOutcomeOut::Exists,
             Some(state.to_string()),
         ),
+        EnqueueOutcome::Refused { until_ms: until } => {
+            until_ms = Some(until);
+            (StatusCode::OK, EnqueueOutcomeOut::Refused, None)
+        }
     };
     (
         status,
@@ -128,6 +144,7 @@ fn answer(done: Enqueued) -> (StatusCode, EnqueueResponse) {
             key,
             outcome,
             state,
+            until_ms,
         },
     )
 }

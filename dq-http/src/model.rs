@@ -30,6 +30,17 @@ pub struct EnqueueRequest {
     /// Drop the job, never starting it, if it has not started this long after its due time.
     #[serde(default)]
     pub expires_after: Option<String>,
+    /// Refuse the key while its job exists and for this long after it finished (answered
+    /// `refused` with `until_ms`). At most one of `unique_for`, `debounce`, `throttle`.
+    #[serde(default)]
+    pub unique_for: Option<String>,
+    /// Run the job this long after the last enqueue of its key, with the last payload (a
+    /// waiting job is replaced). Not with `delay` or `at`.
+    #[serde(default)]
+    pub debounce: Option<String>,
+    /// Refuse every enqueue of the key for this long after this one is accepted.
+    #[serde(default)]
+    pub throttle: Option<String>,
 }
 
 /// What an enqueue did.
@@ -42,6 +53,9 @@ pub enum EnqueueOutcomeOut {
     Replaced,
     /// A job with the key exists (see `state`); nothing was written.
     Exists,
+    /// The key is inside a `unique_for` or `throttle` window until `until_ms`; nothing was
+    /// written.
+    Refused,
 }
 
 /// The answer to an enqueue.
@@ -54,6 +68,9 @@ pub struct EnqueueResponse {
     /// For `exists`: the state of the job that holds the key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// For `refused`: when the key's window ends (Unix ms, the store's clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
 }
 
 /// Many jobs to enqueue at once: all are checked before any is written.

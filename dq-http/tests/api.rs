@@ -583,3 +583,44 @@ async fn the_openapi_document_is_served_without_a_token() {
     assert_eq!(r.text().await.unwrap(), dq_http::openapi_json());
     s.stop().await;
 }
+
+/// A due time beyond the topic's `max_delay` is 422 `delay_too_long`, single and bulk, and
+/// nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_time_beyond_max_delay_is_422() {
+    let s = serve("http-maxdelay", HttpConfig::default()).await;
+    let jobs = format!("{}/v1/topics/{TOPIC}/jobs", s.url);
+    let t = s.client.admin().topic_with(TOPIC, 1).unwrap();
+    t.set_max_delay(Some(std::time::Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let far = json!({"key": "far", "payload": {"order_id": 1, "note": ""}, "delay": "2h"});
+    let (status, v) = post_rw(&jobs, far.clone(), &[]).await;
+    assert_eq!((status, code(&v)), (422, "delay_too_long"), "{v}");
+    let (status, v) = post_rw(&format!("{jobs}/bulk"), json!({"jobs": [far]}), &[]).await;
+    assert_eq!((status, code(&v)), (422, "delay_too_long"), "{v}");
+    assert_eq!(t.stats().await.unwrap().enqueued, 0);
+    s.stop().await;
+}
+
+/// `unique_for`, `debounce` and `throttle` in a request open a window on the key: a refused
+/// enqueue answers 200 `refused` with `until_ms`; two windows at once are 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_on_the_key_refuses_and_says_until_when() {
+    let s = serve("http-windows", HttpConfig::default()).await;
+    let jobs = format!("{}/v1/topics/{TOPIC}/jobs", s.url);
+    let first = json!({"key": "w1", "payload": {"order_id": 1, "note": ""}, "delay": "1h", "throttle": "1h"});
+    let (status, v) = post_rw(&jobs, first, &[]).await;
+    assert_eq!((status, &v["outcome"]), (201, &json!("created")), "{v}");
+    let again = json!({"key": "w1", "payload": {"order_id": 2, "note": ""}});
+    let (status, v) = post_rw(&jobs, again, &[]).await;
+    assert_eq!((status, &v["outcome"]), (200, &json!("refused")), "{v}");
+    assert!(v["until_ms"].as_u64().is_some(), "{v}");
+    let both = json!({"key": "w2", "payload": {"order_id": 3, "note": ""}, "unique_for": "1h", "throttle": "1m"});
+    let (status, v) = post_rw(&jobs, both, &[]).await;
+    assert_eq!((status, code(&v)), (400, "invalid_request"), "{v}");
+    let zero = json!({"key": "w2", "payload": {"order_id": 3, "note": ""}, "debounce": "0s"});
+    let (status, v) = post_rw(&jobs, zero, &[]).await;
+    assert_eq!((status, code(&v)), (400, "invalid_request"), "{v}");
+    s.stop().await;
+}

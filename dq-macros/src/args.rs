@@ -24,6 +24,10 @@ mod kw {
     syn::custom_keyword!(keep_expired);
     syn::custom_keyword!(keep_max);
     syn::custom_keyword!(events);
+    syn::custom_keyword!(max_delay);
+    syn::custom_keyword!(unique_for);
+    syn::custom_keyword!(debounce);
+    syn::custom_keyword!(throttle);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(data);
     syn::custom_keyword!(cron);
@@ -39,7 +43,9 @@ const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `ret
                              `max_attempts = N`, `timeout = \"…\"`, \
                              `expires_after = \"…\"`, `keep_succeeded = \"…\"`, \
                              `keep_cancelled = \"…\"`, `keep_expired = \"…\"`, `keep_max = N`, \
-                             `events`, `events = N`, `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
+                             `events`, `events = N`, `max_delay = \"…\"`, `unique_for = \"…\"`, \
+                             `debounce = \"…\"`, `throttle = \"…\"`, \
+                             `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
                              `every = \"…\"`, `missed = \"…\"` or `crate = \"…\"`";
 
 /// The arguments of `#[delayed_job(…)]`, parsed and checked.
@@ -64,6 +70,10 @@ pub(crate) struct Args {
     keep_max: Option<(Span, u64)>,
     /// `events` (the default bound) or `events = N`: the most events the topic keeps.
     events: Option<u64>,
+    /// `max_delay = "…"`, in ms.
+    max_delay_ms: Option<u64>,
+    /// `unique_for`, `debounce` or `throttle = "…"`: the kind (its keyword) and ms.
+    window: Option<(&'static str, u64)>,
     /// `concurrency = N`.
     concurrency: Option<u32>,
     /// `crate = "…"`: where the generated code finds `__private`.
@@ -157,6 +167,32 @@ impl Parse for Args {
                     ));
                 }
                 set(&mut args.expires_after_ms, key.span, "expires_after", ms)?;
+            } else if lookahead.peek(kw::max_delay) {
+                let key = input.parse::<kw::max_delay>()?;
+                let ms = positive_duration(input, "max_delay", "a duration such as \"90d\"")?;
+                set(&mut args.max_delay_ms, key.span, "max_delay", ms)?;
+            } else if lookahead.peek(kw::unique_for)
+                || lookahead.peek(kw::debounce)
+                || lookahead.peek(kw::throttle)
+            {
+                let (name, span) = if lookahead.peek(kw::unique_for) {
+                    ("unique_for", input.parse::<kw::unique_for>()?.span)
+                } else if lookahead.peek(kw::debounce) {
+                    ("debounce", input.parse::<kw::debounce>()?.span)
+                } else {
+                    ("throttle", input.parse::<kw::throttle>()?.span)
+                };
+                let ms = positive_duration(input, name, "a duration such as \"10m\"")?;
+                if let Some((other, _)) = args.window {
+                    return Err(syn::Error::new(
+                        span,
+                        format!(
+                            "`{name}` and `{other}`: a job opens one window on its key (give one \
+                             of `unique_for`, `debounce`, `throttle`)"
+                        ),
+                    ));
+                }
+                args.window = Some((name, ms));
             } else if lookahead.peek(kw::keep_succeeded) {
                 let key = input.parse::<kw::keep_succeeded>()?;
                 let ms = keep_for(input, "keep_succeeded")?;
@@ -378,6 +414,26 @@ const MAX_KEEP_MS: u64 = 90 * 24 * 3600 * 1000;
 
 /// The largest `keep_max` (dq-core `finished::MAX_KEPT`, tied by a test).
 const MAX_KEPT: u64 = 10_000_000;
+/// `= "<duration>"` after `name`: more than zero and at most what a due time can hold.
+fn positive_duration(input: ParseStream<'_>, name: &str, example: &str) -> syn::Result<u64> {
+    let value = value::<LitStr>(input, example)?;
+    let ms = retry_syntax::parse_duration_ms(&value.value())
+        .map_err(|e| syn::Error::new(value.span(), format!("invalid {name}: {e}")))?;
+    if ms == 0 || ms > MAX_DUE_MS {
+        return Err(syn::Error::new(
+            value.span(),
+            format!(
+                "invalid {name}: must be longer than zero and at most {MAX_DUE_MS} ms (leave it \
+                 out for none)"
+            ),
+        ));
+    }
+    Ok(ms)
+}
+
+/// The longest duration dq stores (dq-core `MAX_DUE_MS`, tied by a test).
+const MAX_DUE_MS: u64 = (1 << 48) - 1;
+
 /// The largest `events = N` (dq-core `events::MAX_EVENTS_KEPT`, tied by a test).
 pub(crate) const MAX_EVENTS_KEPT: u64 = 10_000_000;
 /// What a bare `events` keeps (dq-core `events::DEFAULT_EVENTS_KEPT`, tied by a test).
@@ -553,6 +609,10 @@ pub(crate) struct Handler {
     pub(crate) keep: Option<KeepArgs>,
     /// `events` / `events = N`: the most events the topic keeps.
     pub(crate) events: Option<u64>,
+    /// `max_delay`, in ms: written to the topic by every worker at start.
+    pub(crate) max_delay_ms: Option<u64>,
+    /// `unique_for`, `debounce` or `throttle`: the typed client's default key window.
+    pub(crate) window: Option<(&'static str, u64)>,
     pub(crate) concurrency: Option<u32>,
     /// The path generated code reaches `__private` through (`::dq` unless overridden).
     pub(crate) krate: Path,
@@ -671,6 +731,8 @@ impl Handler {
             schedule,
             keep,
             events: args.events,
+            max_delay_ms: args.max_delay_ms,
+            window: args.window,
             topic,
             topic_span,
             retry: args.retry.unwrap_or_else(|| DEFAULT_RETRY.to_owned()),
@@ -723,6 +785,11 @@ mod tests {
             "pub const DEFAULT_EVENTS_KEPT: u64 = {};",
             group(DEFAULT_EVENTS_KEPT)
         )));
+        assert_eq!(MAX_DUE_MS, (1 << 48) - 1);
+        assert!(
+            include_str!("../../dq-core/src/job.rs")
+                .contains("pub const MAX_DUE_MS: u64 = (1 << 48) - 1;")
+        );
     }
 
     /// `n` as Rust writes it with `_` every three digits.

@@ -24,6 +24,8 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         expires_after_ms,
         keep,
         events,
+        max_delay_ms,
+        window,
         concurrency,
         krate,
         payload,
@@ -70,6 +72,20 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         quote! {
             const EXPIRES_AFTER: ::core::option::Option<::core::time::Duration> =
                 ::core::option::Option::Some(::core::time::Duration::from_millis(#ms));
+        }
+    });
+    let max_delay_ms = option(max_delay_ms.map(|ms| quote!(#ms)));
+    let window = window.map(|(kind, ms)| {
+        let variant = match kind {
+            "unique_for" => format_ident!("UniqueFor"),
+            "debounce" => format_ident!("Debounce"),
+            _ => format_ident!("Throttle"),
+        };
+        quote! {
+            const WINDOW: ::core::option::Option<#private::KeyWindow> =
+                ::core::option::Option::Some(#private::KeyWindow::#variant(
+                    ::core::time::Duration::from_millis(#ms),
+                ));
         }
     });
     let concurrency = option(concurrency.map(|n| quote!(#n)));
@@ -133,6 +149,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
             type Payload = #payload;
             const TOPIC: &'static str = #topic_lit;
             #expires_after
+            #window
         }
 
         impl #private::JobOutput for #name {
@@ -158,6 +175,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     expires_after_ms: #expires_after_ms_opt,
                     keep: #keep,
                     events_kept: #events,
+                    max_delay_ms: #max_delay_ms,
                     concurrency: #concurrency,
                     name: ::core::concat!(::core::module_path!(), "::", #name_text),
                     file: #file,

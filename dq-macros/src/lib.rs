@@ -60,6 +60,8 @@ use dq_syntax as retry_syntax;
 /// | `retry = "15s, 3m, 10m"` | `"15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h"` | also `"none"`, `"fixed(1s, 5)"`, `"exponential(1s, 1h, 10)"` (initial, max, retries) |
 /// | `timeout = "30s"` | none | units `ms`, `s`, `m`, `h`, `d` |
 /// | `expires_after = "10m"` | none | a job enqueued through the typed client without an expiry of its own is dropped, never started, if it has not started this long after its due time (`dq::Expiry`) |
+/// | `unique_for = "1h"`, `debounce = "5s"` or `throttle = "1m"` (one) | none | the key window a job enqueued through the typed client opens when it has none of its own (`dq::KeyWindow`: refused while its job exists and for this long after it finished; last wins, run this long after the last enqueue; first wins, later enqueues refused for this long) |
+/// | `max_delay = "90d"` | none | an enqueue or reschedule of the topic due further than this from now is refused (`dq::Error::DelayTooLong`); written by every worker at start |
 /// | `keep_succeeded = "1h"` | not kept | keep succeeded jobs (and their results) this long, 1 ms to 90 days (`dq::Retention`); written by every worker at start |
 /// | `keep_cancelled = "1d"`, `keep_expired = "1d"` | not kept | the same for cancelled jobs and jobs that expired before they started |
 /// | `keep_max = 10000` | 10,000 | most finished jobs the topic keeps, all outcomes together; beyond it the soonest to go are trimmed and counted |

@@ -363,20 +363,25 @@ async fn publish_shape(store: &dyn Store, topic: &TopicRuntime) -> dq_core::Resu
     store.put_payload_shape(&topic.topic, shape.as_ref()).await
 }
 
-/// What a handler declares of its topic's control settings: which finished jobs it keeps and
-/// how many events it records.
+/// What a handler declares of its topic's control settings: which finished jobs it keeps,
+/// how many events it records and its `max_delay`.
 #[derive(Clone, Copy, Debug)]
 struct Declared {
     keep: Option<dq_core::KeepDecl>,
     events_kept: Option<u64>,
+    max_delay_ms: Option<u64>,
 }
 
 impl Declared {
     /// What `descriptor` declares, or `None` when it declares nothing to write.
     fn of(descriptor: &dq_core::JobDescriptor) -> Option<Declared> {
-        (descriptor.keep.is_some() || descriptor.events_kept.is_some()).then_some(Declared {
+        (descriptor.keep.is_some()
+            || descriptor.events_kept.is_some()
+            || descriptor.max_delay_ms.is_some())
+        .then_some(Declared {
             keep: descriptor.keep,
             events_kept: descriptor.events_kept,
+            max_delay_ms: descriptor.max_delay_ms,
         })
     }
 }
@@ -394,6 +399,11 @@ async fn write_declared(
     if let Some(max_kept) = declared.events_kept {
         topic
             .set_events(Some(dq_core::EventsPolicy { max_kept }))
+            .await?;
+    }
+    if let Some(ms) = declared.max_delay_ms {
+        topic
+            .set_max_delay(Some(std::time::Duration::from_millis(ms)))
             .await?;
     }
     Ok(())

@@ -20,6 +20,7 @@ use crate::job::{Due, Expiry, MAX_DUE_MS, Priority, Queue, unix_ms};
 use crate::names::JobKey;
 use crate::payload;
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, Enqueued, NewJob};
+use crate::unique::KeyWindow;
 
 /// A job to enqueue: its payload, and optionally its key, due time and `replace`. Built like
 /// a single enqueue (`JobSpec::new(p).key(k).delay(d)`), and passed in a list to
@@ -50,6 +51,8 @@ pub struct JobSpec<P> {
     /// Its priority among the due jobs of its partition (default: the handler's `priority`
     /// with the typed client, else [`Priority::NORMAL`]).
     pub priority: Option<Priority>,
+    /// The window it opens on its key (default: none): [`KeyWindow`].
+    pub window: Option<KeyWindow>,
 }
 
 impl<P> JobSpec<P> {
@@ -62,6 +65,7 @@ impl<P> JobSpec<P> {
             replace: false,
             expires: None,
             priority: None,
+            window: None,
         }
     }
 
@@ -104,6 +108,27 @@ impl<P> JobSpec<P> {
     /// Sets the job's priority ([`Priority`]).
     pub fn priority(mut self, priority: Priority) -> Self {
         self.priority = Some(priority);
+        self
+    }
+
+    /// The key cannot be enqueued again while the job exists and for `d` after it finished
+    /// ([`KeyWindow::UniqueFor`]).
+    pub fn unique_for(mut self, d: Duration) -> Self {
+        self.window = Some(KeyWindow::UniqueFor(d));
+        self
+    }
+
+    /// Last wins: the job runs `d` after the last enqueue of its key
+    /// ([`KeyWindow::Debounce`]).
+    pub fn debounce(mut self, d: Duration) -> Self {
+        self.window = Some(KeyWindow::Debounce(d));
+        self
+    }
+
+    /// First wins: later enqueues of the key within `d` are refused
+    /// ([`KeyWindow::Throttle`]).
+    pub fn throttle(mut self, d: Duration) -> Self {
+        self.window = Some(KeyWindow::Throttle(d));
         self
     }
 }
@@ -205,6 +230,54 @@ impl Enqueue {
         self
     }
 
+    /// The key cannot be enqueued again while this job exists, nor for `d` after it
+    /// finished (succeeded, dead, cancelled or expired): such an enqueue writes nothing and
+    /// reports [`EnqueueOutcome::Refused`] with the time the window ends (while the job
+    /// exists: `Exists`, as always). By the store's clock; `d` more than zero. See
+    /// [`KeyWindow`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # struct invoice;
+    /// # impl dq_core::Job for invoice { type Payload = u64; const TOPIC: &'static str = "invoice"; }
+    /// use std::time::Duration;
+    /// client
+    ///     .enqueue::<invoice>(7)
+    ///     .key("invoice-7")
+    ///     .unique_for(Duration::from_secs(24 * 3600))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn unique_for(mut self, d: Duration) -> Self {
+        self.spec = self.spec.unique_for(d);
+        self
+    }
+
+    /// Last wins: the job runs `d` after the last enqueue of its key. An enqueue while the
+    /// job waits replaces its payload and makes it due `d` from now (`Replaced`); while it
+    /// runs, nothing is written (`Exists(Active)`). Not with `delay` or `at`
+    /// ([`Error::InvalidWindow`]). See [`KeyWindow::Debounce`].
+    pub fn debounce(mut self, d: Duration) -> Self {
+        self.spec = self.spec.debounce(d);
+        self
+    }
+
+    /// First wins: for `d` after this enqueue is accepted, every later enqueue of the key is
+    /// refused ([`EnqueueOutcome::Refused`]), even once this job has run. See
+    /// [`KeyWindow::Throttle`].
+    pub fn throttle(mut self, d: Duration) -> Self {
+        self.spec = self.spec.throttle(d);
+        self
+    }
+
+    /// The handler's default key window, unless the job has one of its own.
+    pub(super) fn default_window(mut self, window: Option<KeyWindow>) -> Self {
+        if self.spec.window.is_none() {
+            self.spec.window = window;
+        }
+        self
+    }
+
     /// The handler's default expiry, unless the job has one of its own.
     pub(super) fn default_expiry(mut self, after: Option<Duration>) -> Self {
         if self.spec.expires.is_none() {
@@ -222,6 +295,7 @@ impl Enqueue {
             replace,
             expires,
             priority,
+            window,
         } = self.spec;
         let job = topic.new_job(JobSpec {
             payload: payload?,
@@ -230,6 +304,7 @@ impl Enqueue {
             replace,
             expires,
             priority,
+            window,
         })?;
         topic.ask_hooks(&job).await?;
         let key = job.key.clone();
@@ -366,6 +441,9 @@ impl TopicClient {
         };
         job.due.check()?;
         check_expiry(job.due, job.expires)?;
+        if let Some(window) = job.window {
+            window.check(job.due != Due::Now)?;
+        }
         let key = match job.key {
             Some(k) => JobKey::new(k)?,
             None => JobKey::generate(),
@@ -377,6 +455,7 @@ impl TopicClient {
             replace: job.replace,
             expires: job.expires,
             priority: job.priority.unwrap_or_default(),
+            window: job.window,
         })
     }
 

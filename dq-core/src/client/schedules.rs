@@ -250,6 +250,7 @@ impl Client {
             replace: false,
             expires,
             priority: None,
+            window: None,
         };
         match topic.enqueue_as(job, call).await {
             Ok(outcome) => Ok(outcome == EnqueueOutcome::Created),

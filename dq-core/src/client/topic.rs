@@ -181,6 +181,26 @@ impl TopicClient {
         .await
     }
 
+    /// Sets (or with `None` removes) the furthest from now a job's due time may be: from the
+    /// next call, an enqueue (single or bulk) or a reschedule whose due time is beyond the
+    /// store's now + `max_delay` is refused with [`Error::DelayTooLong`](crate::Error::DelayTooLong)
+    /// before anything is written (jobs already stored are not touched). A `max_delay` declared
+    /// on the handler (`#[delayed_job(max_delay = "90d")]`) is written again at every worker
+    /// start. More than zero.
+    pub async fn set_max_delay(
+        &self,
+        max_delay: Option<std::time::Duration>,
+    ) -> Result<TopicControl> {
+        if let Some(d) = max_delay {
+            crate::control::check_max_delay(d)?;
+        }
+        self.change(ControlChange {
+            max_delay: Some(max_delay),
+            ..ControlChange::default()
+        })
+        .await
+    }
+
     /// The topic's pause, limits and throttle, as stored.
     pub async fn control(&self) -> Result<TopicControl> {
         self.change(ControlChange::default()).await
@@ -206,10 +226,12 @@ impl TopicClient {
                 events: change
                     .events
                     .map(|e| e.map(|e| e.share(partitions, queue.partition))),
+                max_delay: change.max_delay,
             };
             let (state, _) = retry_harmless(|| store.control(&queue, &share), true).await?;
             out.paused |= state.paused;
             if queue.partition == 0 {
+                out.max_delay = state.max_delay;
                 out.rate = state.rate.map(|r| Rate {
                     count: r.count,
                     per: r.per / u32::from(partitions.max(1)),

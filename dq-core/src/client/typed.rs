@@ -39,6 +39,7 @@ impl Client {
         Enqueue::new(self.typed::<J>(), encoded)
             .default_expiry(J::EXPIRES_AFTER)
             .default_priority(Some(J::PRIORITY))
+            .default_window(J::WINDOW)
     }
 
     /// Enqueues many jobs of type `J` with one script call per partition and chunk of
@@ -62,6 +63,7 @@ impl Client {
                     replace: j.replace,
                     expires: j.expires.or(J::EXPIRES_AFTER.map(Expiry::AfterDue)),
                     priority: j.priority.or(Some(J::PRIORITY)),
+                    window: j.window.or(J::WINDOW),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -144,6 +144,9 @@ pub(crate) fn check_control(change: &ControlChange) -> Result<()> {
     if let Some(Some(rate)) = change.rate {
         rate.check()?;
     }
+    if let Some(Some(d)) = change.max_delay {
+        crate::control::check_max_delay(d)?;
+    }
     if change.concurrency == Some(Some(0)) {
         return Err(Error::InvalidConfig(
             "a concurrency share must be at least 1".into(),

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::job::{Due, Expiry, JobState, Priority, Queue};
 use crate::names::JobKey;
+use crate::unique::KeyWindow;
 
 /// Storing new jobs: what a producer needs of a store.
 #[async_trait]
@@ -41,6 +42,9 @@ pub struct NewJob {
     pub expires: Option<Expiry>,
     /// Its priority among the partition's due jobs (normal: written as format 4 would).
     pub priority: Priority,
+    /// The window it opens on its key (`unique_for`, `debounce`, `throttle`; checked by the
+    /// client: [`KeyWindow::check`]).
+    pub window: Option<KeyWindow>,
 }
 
 /// What an enqueue did.
@@ -66,6 +70,13 @@ pub enum EnqueueOutcome {
     /// this is also the answer for a job the earlier try found already there). Nothing was
     /// written: the job is not created a second time.
     Ended,
+    /// The key is inside a window that refuses it until `until_ms` (store time, Unix ms): a
+    /// `unique_for` window after its job finished, or a `throttle` window after an accepted
+    /// enqueue ([`KeyWindow`]). Nothing was written.
+    Refused {
+        /// When the window ends (Unix ms, by the store's clock).
+        until_ms: u64,
+    },
 }
 
 /// How long the store keeps the receipt of an applied [`EnqueueCall`], at least. A retry must

@@ -247,6 +247,7 @@ pub async fn an_expiry_needs_format_4<H: Harness>(h: &H) {
         replace: false,
         expires: Some(Expiry::AfterDue(ms(10))),
         priority: Default::default(),
+        window: None,
     };
     let r = h
         .store()

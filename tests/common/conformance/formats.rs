@@ -248,6 +248,7 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
             replace,
             expires: None,
             priority: Default::default(),
+            window: None,
         };
         let other = NewJob {
             key: jk("fresh"),

@@ -55,6 +55,7 @@ pub mod stats;
 mod support;
 pub mod topics;
 pub mod update;
+pub mod windows;
 
 pub use support::*;
 
@@ -158,6 +159,11 @@ macro_rules! conformance_suite {
             formats::older_records_stay_readable_as_newer_ones_are_written,
             enqueue_hook::a_refused_enqueue_writes_nothing,
             enqueue_hook::bulk_enqueue_asks_the_hook_per_job,
+            windows::unique_for_refuses_the_key_after_its_job_finished,
+            windows::unique_for_starts_when_fetch_ends_the_job,
+            windows::debounce_runs_the_last_payload_after_the_last_enqueue,
+            windows::throttle_drops_enqueues_inside_its_window,
+            windows::max_delay_refuses_far_due_times,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,

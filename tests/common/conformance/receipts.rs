@@ -17,6 +17,7 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
         replace,
         expires: None,
         priority: Default::default(),
+        window: None,
     };
     let pair = [job("r-1", false), job("r-2", false)];
 

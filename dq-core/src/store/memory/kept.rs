@@ -56,6 +56,7 @@ impl Partition {
     ) {
         // the run's reports end with it, kept or not
         let progress = self.progress.remove(key);
+        self.windows.ended(key, now);
         let (kind, attempt) = match outcome {
             FinishedAs::Succeeded => (EventKind::Succeeded, Some(rec.attempts)),
             FinishedAs::Cancelled => (EventKind::Cancelled, Some(rec.attempts)),

@@ -207,6 +207,7 @@ impl Partition {
                 }
                 RetryDecision::Dead => {
                     bury(&mut self.sets, &mut self.counters, rec, &key, now);
+                    self.windows.ended(&key, now);
                     let detail = Detail {
                         attempt: Some(rec.attempts),
                         error: Some("lease expired".into()),
@@ -530,6 +531,7 @@ impl Partition {
             FailAction::Bury => {
                 rec.add_history(now, AttemptOutcome::Buried, error);
                 bury(&mut self.sets, &mut self.counters, rec, key, now);
+                self.windows.ended(key, now);
                 let detail = Detail {
                     attempt: Some(rec.attempts),
                     error: Some(error.to_owned()),

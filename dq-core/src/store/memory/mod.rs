@@ -41,3 +41,4 @@ pub use store::MemoryStore;
 
 #[cfg(test)]
 mod tests;
+mod uniq;

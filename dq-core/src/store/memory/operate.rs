@@ -43,13 +43,14 @@ impl Partition {
     }
 
     /// Mirrors `reschedule.lua`: attempts and history are kept.
-    fn reschedule(&mut self, key: &JobKey, due: NewDue, now: u64) -> RescheduleOutcome {
+    fn reschedule(&mut self, key: &JobKey, due: NewDue, now: u64) -> Result<RescheduleOutcome> {
+        let max_delay = self.control.max_delay;
         let Some(rec) = self.jobs.get_mut(key) else {
-            return RescheduleOutcome::NotFound;
+            return Ok(RescheduleOutcome::NotFound);
         };
         match rec.state() {
-            JobState::Active => return RescheduleOutcome::Running,
-            JobState::Dead => return RescheduleOutcome::Dead,
+            JobState::Active => return Ok(RescheduleOutcome::Running),
+            JobState::Dead => return Ok(RescheduleOutcome::Dead),
             _ => {}
         }
         let at = match due {
@@ -57,11 +58,21 @@ impl Partition {
             NewDue::After(d) => i128::from(now) + i128::from(ms(d)),
             NewDue::Shift(delta) => i128::from(rec.due_ms) + i128::from(delta),
         };
+        // (reschedule.lua: a due time beyond the topic's max_delay is refused, nothing written)
+        if let Some(max) = max_delay
+            && at - i128::from(now) > i128::from(max)
+        {
+            return Err(crate::error::Error::DelayTooLong {
+                delay_ms: u64::try_from(at - i128::from(now)).unwrap_or(u64::MAX),
+                max_delay_ms: max,
+                job: 1,
+            });
+        }
         let at = bound_due(at, now);
         if at <= now && rec.state() == JobState::Ready {
             // already in ready: keep its place in line
             rec.due_ms = at;
-            return RescheduleOutcome::Rescheduled { due_ms: at };
+            return Ok(RescheduleOutcome::Rescheduled { due_ms: at });
         }
         self.sets.unlink(key, rec.place, rec.due_ms);
         let (place, wake) = self
@@ -72,7 +83,7 @@ impl Partition {
         if wake {
             self.wake();
         }
-        RescheduleOutcome::Rescheduled { due_ms: at }
+        Ok(RescheduleOutcome::Rescheduled { due_ms: at })
     }
 
     /// Mirrors `stats.lua`.
@@ -164,6 +175,9 @@ impl Partition {
         if let Some(events) = change.events {
             c.events = events;
         }
+        if let Some(max_delay) = change.max_delay {
+            c.max_delay = max_delay.map(|d| ms(d).max(1));
+        }
         if let Some(d) = change.throttle {
             let at = now.saturating_add(ms(d));
             if c.until.is_none_or(|u| at > u) {
@@ -180,6 +194,7 @@ impl Partition {
             rate: c.rate,
             concurrency: c.conc,
             throttled_until_ms: c.until,
+            max_delay: c.max_delay.map(std::time::Duration::from_millis),
         };
         if changed {
             self.wake();
@@ -390,7 +405,7 @@ impl Operate for MemoryStore {
     ) -> Result<RescheduleOutcome> {
         self.write(queue, |p, now| {
             p.check_not_newer([key])?;
-            Ok(p.reschedule(key, due, now))
+            p.reschedule(key, due, now)
         })
     }
 

@@ -315,6 +315,8 @@ pub(super) struct Partition {
     pub(super) progress: HashMap<JobKey, JobProgress>,
     /// The partition's events (the `events` stream), when it records them.
     pub(super) events: super::events::EventLog,
+    /// The key windows (`uniq`, `uniq_at`).
+    pub(super) windows: super::uniq::Windows,
 }
 
 impl Partition {
@@ -352,6 +354,8 @@ pub(super) struct Control {
     pub(super) retention: Option<Retention>,
     /// Whether the partition records events (`max_kept`: its share).
     pub(super) events: Option<crate::events::EventsPolicy>,
+    /// The furthest from now a due time may be (ms; `max_delay`).
+    pub(super) max_delay: Option<u64>,
 }
 
 impl Control {
@@ -362,6 +366,7 @@ impl Control {
             || self.until.is_some()
             || self.retention.is_some()
             || self.events.is_some()
+            || self.max_delay.is_some()
     }
 
     /// The rate's emission interval and burst tolerance (ms), as `fetch.lua` computes them.

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::format::{EXPIRING_FORMAT, PRIORITY_FORMAT};
 use crate::job::{Due, Expiry, JobState, MAX_DUE_MS, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
+use crate::unique::KeyWindow;
 
 impl Partition {
     /// Mirrors `enqueue.lua`.
@@ -31,6 +32,11 @@ impl Partition {
                 .enumerate()
                 .map(|(i, job)| {
                     let then = then.map_or(EnqueueOutcome::Created, |o| o[i]);
+                    if let (EnqueueOutcome::Refused { .. }, Some(until_ms)) =
+                        (then, self.windows.until.get(&job.key).copied())
+                    {
+                        return EnqueueOutcome::Refused { until_ms };
+                    }
                     match self.jobs.get(&job.key) {
                         None => EnqueueOutcome::Ended,
                         Some(r)
@@ -55,9 +61,22 @@ impl Partition {
                 level: format,
             });
         }
-        // every job's expiry, checked before any write (enqueue.lua's decide step)
+        // every job's expiry and due time, checked before any write (enqueue.lua's decide step)
         let mut expiries = Vec::with_capacity(jobs.len());
         for (i, job) in jobs.iter().enumerate() {
+            let asked = match job.window {
+                Some(w @ KeyWindow::Debounce(_)) => i128::from(now) + i128::from(w.ms()),
+                _ => asked_due(job.due, now),
+            };
+            if let Some(max) = self.control.max_delay
+                && asked - i128::from(now) > i128::from(max)
+            {
+                return Err(Error::DelayTooLong {
+                    delay_ms: u64::try_from(asked - i128::from(now)).unwrap_or(u64::MAX),
+                    max_delay_ms: max,
+                    job: i + 1,
+                });
+            }
             let Some(expiry) = job.expires else {
                 expiries.push(0);
                 continue;
@@ -69,7 +88,6 @@ impl Partition {
                     level: format,
                 });
             }
-            let asked = asked_due(job.due, now);
             let due = bound_due(asked, now);
             // an expiry after due counts from the due time asked for (enqueue.lua)
             let expires = match expiry {
@@ -90,16 +108,43 @@ impl Partition {
         let mut created = 0;
         let mut out = Vec::with_capacity(jobs.len());
         for (job, &expires_ms) in jobs.iter().zip(&expiries) {
-            let outcome = match self.jobs.get(&job.key) {
-                None => EnqueueOutcome::Created,
-                Some(old) if job.replace && old.state() != JobState::Active => {
+            let debounce = match job.window {
+                Some(w @ KeyWindow::Debounce(_)) => Some(w.ms()),
+                _ => None,
+            };
+            let outcome = match (self.windows.ends(&job.key, now), self.jobs.get(&job.key)) {
+                // a key inside a window is refused first, whether a job holds it or not
+                (Some(until_ms), _) => EnqueueOutcome::Refused { until_ms },
+                (None, None) => EnqueueOutcome::Created,
+                (None, Some(old))
+                    if (job.replace && old.state() != JobState::Active)
+                        || (debounce.is_some()
+                            && matches!(
+                                old.state(),
+                                JobState::Scheduled | JobState::Ready | JobState::Retry
+                            )) =>
+                {
                     self.sets.unlink(&job.key, old.place, old.due_ms);
                     EnqueueOutcome::Replaced
                 }
-                Some(old) => EnqueueOutcome::Exists(old.state()),
+                (None, Some(old)) => EnqueueOutcome::Exists(old.state()),
             };
             if matches!(outcome, EnqueueOutcome::Created | EnqueueOutcome::Replaced) {
-                let due = due_of(job.due, now);
+                match job.window {
+                    Some(w @ KeyWindow::UniqueFor(_)) => {
+                        self.windows.live.insert(job.key.clone(), w.ms());
+                    }
+                    _ => {
+                        self.windows.live.remove(&job.key);
+                    }
+                }
+                if let Some(w @ KeyWindow::Throttle(_)) = job.window {
+                    self.windows.open(&job.key, now.saturating_add(w.ms()), now);
+                }
+                let due = match debounce {
+                    Some(d) => bound_due(i128::from(now) + i128::from(d), now),
+                    None => due_of(job.due, now),
+                };
                 let priority = job.priority.level();
                 let (place, wake) = self
                     .sets

@@ -82,6 +82,7 @@ fn new_job(k: &str, due: Due) -> NewJob {
         replace: false,
         expires: None,
         priority: Default::default(),
+        window: None,
     }
 }
 

@@ -125,5 +125,11 @@ impl Partition {
                 self.jobs.len()
             ));
         }
+        // (the Redis checker's rule: a `uniq` entry is a live job's window)
+        for key in self.windows.live.keys() {
+            if !self.jobs.contains_key(key) {
+                report(format!("`uniq` holds {key}, which has no record"));
+            }
+        }
     }
 }

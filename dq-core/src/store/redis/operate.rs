@@ -139,6 +139,11 @@ impl Operate for RedisStore {
             Some(None) => "-".into(),
             Some(Some(p)) => p.max_kept.to_string(),
         };
+        let max_delay = match change.max_delay {
+            None => String::new(),
+            Some(None) => "-".into(),
+            Some(Some(d)) => ms(d).max(1).to_string(),
+        };
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(paused)
@@ -146,7 +151,8 @@ impl Operate for RedisStore {
                     .arg(&conc)
                     .arg(&throttle)
                     .arg(&keep)
-                    .arg(&events);
+                    .arg(&events)
+                    .arg(&max_delay);
             })
             .await?;
         let mut r = Reply::new(s.name, reply)?;
@@ -165,6 +171,7 @@ impl Operate for RedisStore {
         let until = num(r.string("until")?, "until")?;
         let retention = Retention::decode(&r.string("keep")?);
         let events = num(r.string("events")?, "events")?.map(|max_kept| EventsPolicy { max_kept });
+        let max_delay = num(r.string("max_delay")?, "max_delay")?.map(Duration::from_millis);
         Ok(ControlState {
             retention,
             events,
@@ -178,6 +185,7 @@ impl Operate for RedisStore {
             },
             concurrency: conc.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
             throttled_until_ms: until,
+            max_delay,
         })
     }
 

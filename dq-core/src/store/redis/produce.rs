@@ -70,6 +70,10 @@ impl Produce for RedisStore {
                             mode.push('!');
                             mode.push(char::from(b'0' + job.priority.level()));
                         }
+                        // the key's window follows a '|': 'u', 'b' or 't' and its ms
+                        if let Some(window) = job.window {
+                            mode = format!("{mode}|{}", window.wire());
+                        }
                         inv.arg(job.key.as_str())
                             .arg(mode)
                             .arg(value)
@@ -104,6 +108,11 @@ impl Produce for RedisStore {
                 Value::BulkString(b) if b.as_slice() == b"+" => Ok(EnqueueOutcome::Created),
                 Value::BulkString(b) if b.as_slice() == b"~" => Ok(EnqueueOutcome::Replaced),
                 Value::BulkString(b) if b.as_slice() == b"E" => Ok(EnqueueOutcome::Ended),
+                Value::BulkString(b) if b.len() > 1 && b[0] == b'U' => std::str::from_utf8(&b[1..])
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .map(|until_ms| EnqueueOutcome::Refused { until_ms })
+                    .ok_or_else(|| unexpected(s.name, "outcome", &v)),
                 Value::BulkString(b) if b.len() == 1 => Ok(EnqueueOutcome::Exists(state_of(b[0])?)),
                 _ => Err(unexpected(s.name, "outcome", &v)),
             })

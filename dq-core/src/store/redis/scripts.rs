@@ -271,6 +271,13 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
             "the expiry is not after the due time by the store's clock ({text})"
         ));
     }
+    if let Some((job, delay_ms, max_delay_ms)) = delay_too_long(&text) {
+        return Error::DelayTooLong {
+            delay_ms,
+            max_delay_ms,
+            job,
+        };
+    }
     if text.contains("dq bad arguments") {
         return Error::Protocol(format!(
             "script {} refused its arguments: {text}",
@@ -284,6 +291,17 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
         ));
     }
     Error::Redis(e)
+}
+
+/// The numbers of `ERR dq delay too long: job <i> <ms> <max ms>` (enqueue.lua,
+/// reschedule.lua: a due time beyond the topic's `max_delay`, refused before any write).
+fn delay_too_long(text: &str) -> Option<(usize, u64, u64)> {
+    let (_, rest) = text.split_once("dq delay too long: job ")?;
+    let mut words = rest.split_whitespace();
+    let job = words.next()?.parse().ok()?;
+    let delay = words.next()?.parse().ok()?;
+    let max = words.next()?.parse().ok()?;
+    Some((job, delay, max))
 }
 
 /// The format of `ERR dq newer format <f>`, the reply of a script that met a newer record

@@ -40,8 +40,15 @@ use crate::store::produce::ENQUEUE_RECEIPT_LIFE;
 use crate::store::redis::RedisStore;
 
 /// The fields the `control` hash may hold besides cancel requests (`x:<job key>`).
-pub const CONTROL_FIELDS: [&str; 7] = [
-    "paused", "until", "conc", "rate_n", "rate_ms", "tat", "events",
+pub const CONTROL_FIELDS: [&str; 8] = [
+    "paused",
+    "until",
+    "conc",
+    "rate_n",
+    "rate_ms",
+    "tat",
+    "events",
+    "max_delay",
 ];
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the due queue's place
@@ -131,6 +138,10 @@ pub struct PartitionSnapshot {
     pub kept: BTreeMap<String, Vec<u8>>,
     /// `kept_at` members with the times their keeping ends.
     pub kept_at: BTreeMap<String, f64>,
+    /// `uniq`: live job key → its `unique_for` window (ms), as stored.
+    pub uniq: BTreeMap<String, String>,
+    /// `uniq_at` members with the times their windows end.
+    pub uniq_at: BTreeMap<String, f64>,
     /// `progress` fields (running jobs that reported).
     pub progress: BTreeSet<String>,
 }
@@ -319,6 +330,7 @@ impl Snapshot {
                     (KeyName::Dead, &k.dead, &mut part.dead),
                     (KeyName::KeptAt, &k.kept_at, &mut part.kept_at),
                     (KeyName::Pready, &k.pready, &mut part.pready),
+                    (KeyName::UniqAt, &k.uniq_at, &mut part.uniq_at),
                 ] {
                     if has(key, name) {
                         let v: Vec<(String, f64)> = redis::cmd("ZRANGE")
@@ -364,6 +376,7 @@ impl Snapshot {
                     (KeyName::Stats, &k.stats, &mut part.stats),
                     (KeyName::Control, &k.control, &mut part.control),
                     (KeyName::Leases, &k.leases, &mut part.leases),
+                    (KeyName::Uniq, &k.uniq, &mut part.uniq),
                 ] {
                     if has(key, name) {
                         *into = redis::cmd("HGETALL")
@@ -765,6 +778,18 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
     for job in part.kept_at.keys() {
         if !part.kept.contains_key(job) {
             say(format!("`kept_at` member {job:?} has no kept job"));
+        }
+    }
+    // Key windows: a `uniq` field is a live job's window (every end of a job moves it to
+    // `uniq_at`), a positive whole ms.
+    for (job, value) in &part.uniq {
+        if !part.jobs.contains_key(job) {
+            say(format!("`uniq` holds {job:?}, which has no record"));
+        }
+        if value.parse::<u64>().map_or(true, |ms| ms == 0) {
+            say(format!(
+                "`uniq` field {job:?} = {value:?} is not a window in ms"
+            ));
         }
     }
     for (field, value) in &part.stats {

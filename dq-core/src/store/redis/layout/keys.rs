@@ -85,6 +85,16 @@ pub enum KeyName {
     /// first; hints, like [`KeyName::Ready`]'s (record format 5). Absent while no such job
     /// is due.
     Pready,
+    /// HASH job key → the `unique_for` window (ms, decimal) of a live job enqueued with one
+    /// (`KeyWindow::UniqueFor`); the script that ends the job (ack, fail to dead, cancel,
+    /// fetch's expiry and lease recovery) moves it to [`KeyName::UniqAt`]. Absent for a
+    /// topic without unique jobs.
+    Uniq,
+    /// ZSET job key → when the key's window ends (ms): a finished `unique_for` job's (its end
+    /// plus the window) or a `throttle` enqueue's (its acceptance plus the window); an enqueue
+    /// of the key before then is refused. Trimmed as times pass (bounded per call). Absent
+    /// for a topic without windows.
+    UniqAt,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
@@ -112,7 +122,7 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 17] = [
+    pub const PARTITION: [KeyName; 19] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -130,6 +140,8 @@ impl KeyName {
         KeyName::Progress,
         KeyName::Events,
         KeyName::Pready,
+        KeyName::Uniq,
+        KeyName::UniqAt,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -155,6 +167,8 @@ impl KeyName {
             KeyName::KeptAt => "kept_at",
             KeyName::Events => "events",
             KeyName::Pready => "pready",
+            KeyName::Uniq => "uniq",
+            KeyName::UniqAt => "uniq_at",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
@@ -173,6 +187,7 @@ impl KeyName {
             | KeyName::Dead
             | KeyName::KeptAt
             | KeyName::Pready
+            | KeyName::UniqAt
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
             KeyName::Events => "stream",
@@ -183,6 +198,7 @@ impl KeyName {
             | KeyName::Control
             | KeyName::Kept
             | KeyName::Progress
+            | KeyName::Uniq
             | KeyName::Topics
             | KeyName::Workers
             | KeyName::Schedules
@@ -287,6 +303,10 @@ pub struct PartitionKeys {
     pub events: String,
     /// See [`KeyName::Pready`].
     pub pready: String,
+    /// See [`KeyName::Uniq`].
+    pub uniq: String,
+    /// See [`KeyName::UniqAt`].
+    pub uniq_at: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
     /// `<prefix>receipts:`, the start of every enqueue receipt key (see
@@ -317,6 +337,8 @@ impl PartitionKeys {
             kept_at: key(KeyName::KeptAt),
             events: key(KeyName::Events),
             pready: key(KeyName::Pready),
+            uniq: key(KeyName::Uniq),
+            uniq_at: key(KeyName::UniqAt),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
             receipts_prefix: format!("{prefix}{RECEIPTS}"),
         }
@@ -344,6 +366,8 @@ impl PartitionKeys {
             KeyName::KeptAt => &self.kept_at,
             KeyName::Events => &self.events,
             KeyName::Pready => &self.pready,
+            KeyName::Uniq => &self.uniq,
+            KeyName::UniqAt => &self.uniq_at,
             KeyName::FetchReceipt
             | KeyName::Receipts
             | KeyName::OldReceipts

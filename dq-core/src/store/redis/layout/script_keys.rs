@@ -20,37 +20,40 @@ macro_rules! script_table {
             /// (with a typed `OutOfMemory`, before it writes): it adds jobs.
             enqueue (Writes): [
                 Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls, Receipts,
-                OldReceipts, Leases, Control, Events, Pready,
+                OldReceipts, Leases, Control, Events, Uniq, UniqAt, Pready,
             ];
             /// Recovers expired leases, promotes due jobs, leases ready ones. May take further
             /// fetch receipts (to delete) after its own keys.
             fetch (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
-                Leases, Kept, KeptAt, Progress, Events, Pready, FetchReceipt,
+                Leases, Kept, KeptAt, Progress, Events, Uniq, UniqAt, Pready, FetchReceipt,
             ];
             /// Deletes succeeded jobs whose token still owns them.
             ack (AllowOom): [
                 Active, Jobs, Hist, Stats, Control, Wake, Leases, Kept, KeptAt, Progress,
-                Events,
+                Events, Uniq, UniqAt,
             ];
             /// Records failed attempts: retry, defer, bury, cancel or throttle each.
             fail (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control, Leases,
-                Kept, KeptAt, Progress, Events, Pready,
+                Kept, KeptAt, Progress, Events, Uniq, UniqAt, Pready,
             ];
             /// Renews leases; reports which are still owned.
             extend (AllowOom): [Active, Jobs, Control, Leases];
             /// Hands running jobs back to the front of `ready`.
             release (AllowOom): [
                 Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases, Kept, KeptAt, Progress,
-                Events, Pready,
+                Events, Uniq, UniqAt, Pready,
             ];
             /// Cancels a waiting job, or asks a running one to stop.
             cancel (AllowOom): [
                 Scheduled, Retry, Jobs, Hist, Stats, Control, Leases, Kept, KeptAt, Events,
+                Uniq, UniqAt,
             ];
             /// Gives a waiting job a new due time.
-            reschedule (AllowOom): [Scheduled, Retry, Ready, Jobs, Wake, Leases, Stats, Pready];
+            reschedule (AllowOom): [
+                Scheduled, Retry, Ready, Jobs, Wake, Leases, Control, Stats, Pready,
+            ];
             /// Gives a waiting job a new payload, keeping its due time, attempts and history.
             /// Refused at `maxmemory` like an enqueue: a payload may grow.
             update (Writes): [Jobs, Leases];

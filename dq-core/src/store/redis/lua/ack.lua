@@ -16,6 +16,8 @@
 --                                         (kept with the job when the topic keeps it)
 -- KEYS[11] events dq:{topic#p}:events    STREAM: one `succeeded` event per acked job (attempt,
 --                                         worker id), when the control hash has `events`
+-- KEYS[12] uniq   dq:{topic#p}:uniq      HASH key -> unique_for ms: an acked job's moves to
+-- KEYS[13] uniq_at dq:{topic#p}:uniq_at  ZSET key -> window end ms (lib.lua `end_unique`)
 --
 -- ARGV[1] the worker's id (kept with each job when the topic keeps succeeded jobs)
 -- ARGV[2..]: quads key, token, started, result — token: the delivery token from fetch
@@ -43,6 +45,7 @@
 local active, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local control, wake_key, leases = KEYS[5], KEYS[6], KEYS[7]
 local kept, kept_at, progress, events = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local uniq, uniq_at = KEYS[12], KEYS[13]
 if #ARGV < 5 or (#ARGV - 1) % 4 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected a worker id, then key, token, started, result quads')
 end
@@ -128,10 +131,10 @@ if #done > 0 then
   local may_cancel = false
   if has_control then
     local ctl = redis.call('HMGET', control, 'conc', 'keep', 'events', 'paused', 'until',
-      'rate_n', 'rate_ms', 'tat')
+      'rate_n', 'rate_ms', 'tat', 'max_delay')
     capped, policy, events_setting = ctl[1], keep_policy(ctl[2]), ctl[3]
     local settings = 0
-    for i = 1, 8 do
+    for i = 1, 9 do
       if ctl[i] then settings = settings + 1 end
     end
     may_cancel = redis.call('HLEN', control) > settings
@@ -188,6 +191,7 @@ if #done > 0 then
   if has_hist then call_many('HDEL', hist, done) end
   if has_progress then call_many('HDEL', progress, done) end
   count(stats, 'succeeded', #done)
+  end_unique(uniq, uniq_at, now, done)
   if ev then
     for j, key in ipairs(done) do
       local rec = recs[j]

@@ -12,6 +12,8 @@
 -- KEYS[10] events    dq:{topic#p}:events    STREAM: a `cancelled` event for a waiting job
 --                                           cancelled, when the control hash has `events`
 --                                           (a running one's comes when it stops)
+-- KEYS[11] uniq      dq:{topic#p}:uniq      HASH key -> unique_for ms: a cancelled job's
+-- KEYS[12] uniq_at   dq:{topic#p}:uniq_at   ZSET moves to uniq_at (lib.lua `end_unique`)
 --
 -- ARGV[1] key
 --
@@ -32,6 +34,7 @@
 
 local scheduled, retry, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local control, leases, kept, kept_at, events = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local uniq, uniq_at = KEYS[11], KEYS[12]
 local key = ARGV[1]
 if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
 
@@ -65,6 +68,7 @@ end
 redis.call('HDEL', jobs, key)
 if h then redis.call('HDEL', hist, key) end
 count(stats, 'cancelled', 1)
+end_unique(uniq, uniq_at, now or nil, {key})
 if now then
   local ev = events_of(events, ctl[2], stats, now)
   emit(ev, EVENT.cancelled, key, attempts)

@@ -2,7 +2,8 @@
 -- the retention of finished jobs).
 --
 -- KEYS[1] control  dq:{topic#p}:control   HASH paused, rate_n, rate_ms, tat, conc, until, keep, events,
---                                          x:<key> (ack.lua counts the eight settings: keep the lists together)
+--                                          max_delay, x:<key> (ack.lua counts the nine settings:
+--                                          keep the lists together)
 -- KEYS[2] wake     dq:{topic#p}:wake
 --
 -- ARGV[1] paused:      '' unchanged, '1' pause, '0' resume
@@ -14,9 +15,11 @@
 --                      at most how many (lib.lua `keep_policy`; a cap > 0, some ms > 0)
 -- ARGV[6] events:      '' unchanged, '-' off, '<n>' record events, keeping the last n (> 0) of
 --                      this partition (lib.lua `events_cap`)
+-- ARGV[7] max_delay:   '' unchanged, '-' remove, '<ms>' (> 0) the furthest from now a due time
+--                      may be (read by enqueue.lua and reschedule.lua)
 --
 -- Returns {paused 0|1, rate_n or '', rate_ms or '', conc or '', until ms or '', keep or '',
---          events or ''}
+--          events or '', max_delay or ''}
 -- A change wakes the partition's fetchers (a resume must not wait for their idle timer). A
 -- new rate starts with a fresh budget.
 -- Errors: 'ERR dq bad arguments: ...'; WRONGTYPE for a control key of another type (checked
@@ -25,6 +28,13 @@
 local control, wake_key = KEYS[1], KEYS[2]
 local paused, rate, conc, throttle, keep = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] or ''
 local events = ARGV[6] or ''
+local max_delay = ARGV[7] or ''
+if max_delay ~= '' and max_delay ~= '-' then
+  local d = tonumber(max_delay)
+  if not d or d <= 0 or d ~= math.floor(d) then
+    return redis.error_reply('ERR dq bad arguments: max_delay')
+  end
+end
 if keep ~= '' and keep ~= '-' and not keep_policy(keep) then
   return redis.error_reply('ERR dq bad arguments: keep')
 end
@@ -92,6 +102,11 @@ if events == '-' then
 elseif events ~= '' then
   redis.call('HSET', control, 'events', events_cap(events))
 end
+if max_delay == '-' then
+  redis.call('HDEL', control, 'max_delay')
+elseif max_delay ~= '' then
+  redis.call('HSET', control, 'max_delay', max_delay)
+end
 local now = now_ms()
 if throttle_ms then
   local until_ms = tonumber(redis.call('HGET', control, 'until')) or 0
@@ -102,7 +117,7 @@ end
 if changed then wake(wake_key) end
 
 local v = redis.call('HMGET', control, 'paused', 'rate_n', 'rate_ms', 'conc', 'until', 'keep',
-  'events')
+  'events', 'max_delay')
 local until_ms = tonumber(v[5])
 if until_ms and until_ms <= now then
   -- a throttle time that has passed is of no use any more
@@ -110,4 +125,4 @@ if until_ms and until_ms <= now then
   until_ms = nil
 end
 return {v[1] == '1' and 1 or 0, v[2] or '', v[3] or '', v[4] or '',
-  until_ms and string.format('%d', until_ms) or '', v[6] or '', v[7] or ''}
+  until_ms and string.format('%d', until_ms) or '', v[6] or '', v[7] or '', v[8] or ''}

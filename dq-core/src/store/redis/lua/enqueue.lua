@@ -16,10 +16,16 @@
 --   call names the same one)
 -- KEYS[12] leases    dq:{topic#p}:leases     HASH key -> token: the leases of lean records
 --                                            (read only for a key whose lean record exists)
--- KEYS[13] control   dq:{topic#p}:control    HASH: only its `events` field is read
+-- KEYS[13] control   dq:{topic#p}:control    HASH: only its `events` and `max_delay` fields
+--                                            are read (one HMGET)
 -- KEYS[14] events    dq:{topic#p}:events     STREAM: one `enqueued` event per job created or
 --                                            replaced, when the partition records events
--- KEYS[15] pready    dq:{topic#p}:pready     ZSET the due queue of jobs whose priority is not
+-- KEYS[15] uniq      dq:{topic#p}:uniq       HASH key -> unique_for ms of a live job (written
+--                                            for a job enqueued with one)
+-- KEYS[16] uniq_at   dq:{topic#p}:uniq_at    ZSET key -> when its window ends (ms): read for
+--                                            every call (a TYPE, then ZMSCORE if it exists),
+--                                            written by a throttle
+-- KEYS[17] pready    dq:{topic#p}:pready     ZSET the due queue of jobs whose priority is not
 --                                            normal (lib.lua `push_ready`)
 --
 -- ARGV[1]            n, the number of jobs
@@ -36,7 +42,10 @@
 --                    now), or '@<Unix ms>' at that time (after its due time); only with
 --                    a record format of 4 or more (ARGV[4]); then optionally the job's
 --                    priority: '!<0..9>' (absent: normal, 5), other than 5 only with a
---                    record format of 5 or more
+--                    record format of 5 or more; then optionally '|' and the
+--                    key's window: 'u<ms>' unique_for, 'b<ms>' debounce (mode 'n' only: due
+--                    ms from now, and a waiting job of the key is replaced), 't<ms>' throttle
+--                    (ms > 0)
 --   value            integer ms (ignored for 'n')
 --   replace          '1' replace an existing non-running job, '0' keep it
 --   payload          bytes
@@ -85,9 +94,14 @@
 --   ('A' is also the answer with replace: a running job is never replaced)
 --   'E'  (retries only) an earlier try of this call was applied, and the job is gone since
 --        (it ran, or was cancelled or purged); nothing written
+--   'U<ms>' the key is inside a window (`uniq_at`: a finished unique_for job's, or a throttle's)
+--        ending at <ms>; nothing written for it. Checked first: it refuses the key whether
+--        a job holds it or not. Debounce: a waiting job is replaced ('~', due now + ms); a
+--        running one is reported 'A'
 -- Errors: 'ERR dq bad arguments: ...' when the arguments are malformed (an expiry with a
 -- record format below 4 too); 'ERR dq expiry not after due: job <i>' when a job's expiry
--- is not after its due time by Redis's clock; 'WRONGTYPE dq: ...'
+-- is not after its due time by Redis's clock; 'ERR dq delay too long: job <i> <ms> <max ms>'
+-- when a job's due time is more than control's `max_delay` from now; 'WRONGTYPE dq: ...'
 -- when a key holds another type; 'ERR dq newer format <f>' when a key names a record of a
 -- newer format than this dq reads (lib.lua `is_newer`): nothing written in each case.
 --
@@ -102,7 +116,9 @@
 local scheduled, retry, ready, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local calls, receipts, old_receipts, leases = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local control, events, pready = KEYS[13], KEYS[14], KEYS[15]
+local control, events = KEYS[13], KEYS[14]
+local uniq, uniq_at = KEYS[15], KEYS[16]
+local pready = KEYS[17]
 local RECEIPT_MS = 30000
 local ENTRY = 14
 local TRIM = 64
@@ -120,6 +136,18 @@ end
 if not format or format ~= math.floor(format) or format < FORMAT.legacy
     or format > NEWEST_FORMAT then
   return redis.error_reply('ERR dq bad arguments: record format')
+end
+-- A job's mode argument split: the mode (letter and expiry), then its window's kind ('u',
+-- 'b' or 't') and ms, nil for none, false for a malformed one.
+local function split_mode(arg)
+  local bar = string.find(arg, '|', 1, true)
+  if not bar then return arg, nil end
+  local kind, ms = string.sub(arg, bar + 1, bar + 1), tonumber(string.sub(arg, bar + 2))
+  if (kind ~= 'u' and kind ~= 'b' and kind ~= 't') or not ms or ms <= 0
+      or ms ~= math.floor(ms) or ms > MAX_DUE then
+    return string.sub(arg, 1, bar - 1), false
+  end
+  return string.sub(arg, 1, bar - 1), kind, ms
 end
 -- A job's mode argument taken apart: its expiry ('+' and the ms after due, or '@' and Unix
 -- ms; nil for none) and its priority (NORMAL_PRIORITY when not given); false for a malformed
@@ -145,11 +173,13 @@ local function mode_spec(mode)
 end
 for i = 0, n - 1 do
   local base = FIRST + 5 * i
-  local mode, value, replace = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  local mode, window = split_mode(ARGV[base + 1])
+  local value, replace = ARGV[base + 2], ARGV[base + 3]
   local letter = string.sub(mode, 1, 1)
   if ARGV[base] == '' or (letter ~= 'n' and letter ~= 'd' and letter ~= 'a')
       or not tonumber(value) or (replace ~= '0' and replace ~= '1')
-      or mode_spec(mode) == false then
+      or mode_spec(mode) == false or window == false
+      or (window == 'b' and letter ~= 'n') then
     return redis.error_reply('ERR dq bad arguments: job ' .. (i + 1))
   end
   local kind, _, priority = mode_spec(mode)
@@ -196,13 +226,26 @@ end
 
 local now = now_ms()
 -- (read before any write: a control key of another type is refused here)
-local events_setting = redis.pcall('HGET', control, 'events')
-if type(events_setting) == 'table' and events_setting.err then
+local settings = redis.pcall('HMGET', control, 'events', 'max_delay')
+if settings.err then
   return redis.error_reply('WRONGTYPE dq: ' .. control .. ' holds a '
     .. redis.call('TYPE', control).ok .. ', not a hash; nothing written')
 end
+local events_setting, max_delay = settings[1], tonumber(settings[2])
 local keys = {}
 for i = 0, n - 1 do keys[i + 1] = ARGV[FIRST + 5 * i] end
+-- The keys' windows: one TYPE for a topic without any, else ZMSCORE in slices.
+local window_ends = {}
+local uniq_at_type = redis.call('TYPE', uniq_at).ok
+if uniq_at_type == 'zset' then
+  for i = 1, n, SLICE do
+    local part = redis.call('ZMSCORE', uniq_at, unpack(keys, i, math.min(i + SLICE - 1, n)))
+    for j = 1, #part do window_ends[i + j - 1] = part[j] end
+  end
+elseif uniq_at_type ~= 'none' then
+  return redis.error_reply('WRONGTYPE dq: ' .. uniq_at .. ' holds a ' .. uniq_at_type
+    .. ', not a zset; nothing written')
+end
 local olds = hmget(jobs, keys)
 -- A key that holds a newer dq's record: this dq can neither read nor replace it.
 for i = 1, n do
@@ -248,7 +291,10 @@ if applied then
   for i = 0, n - 1 do
     local old = olds[i + 1]
     local then_ = outcomes and string.sub(outcomes, i + 1, i + 1) or '+'
-    if not old then
+    local ends = tonumber(window_ends[i + 1])
+    if then_ == 'U' and ends then
+      results[i + 1] = 'U' .. string.format('%d', ends)
+    elseif not old then
       results[i + 1] = 'E'
     elseif not is_record(old) then
       results[i + 1] = STATE.dead -- a damaged value is no job of this call's; nothing written
@@ -275,6 +321,9 @@ end
 local results, records, hints = {}, {}, {}
 -- priority, key of each job due at once whose priority is not normal (for pready)
 local phints = {}
+-- One character per job for `calls` ('U' for a window's refusal), and the window writes.
+local letters, uniq_set, uniq_del, throttles = {}, {}, {}, {}
+local window_until = {}
 -- The moves (jobs created or replaced), in call order, as parallel arrays (no table per job):
 -- key, the state to unlink (or false), due ms (nil when due at once), then score.
 local move_key, move_unlink, move_at = {}, {}, {}
@@ -292,6 +341,8 @@ for i = 0, n - 1 do
   local base = FIRST + 5 * i
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
+  local window, window_ms
+  mode, window, window_ms = split_mode(mode)
   local kind, expiry_ms, priority = mode_spec(mode)
   mode = string.sub(mode, 1, 1)
   local outcome = '+'
@@ -299,8 +350,19 @@ for i = 0, n - 1 do
   -- (a damaged value answers its first byte, as before records carried a format)
   local state = now_state[key]
     or (old and (is_record(old) and existing_state(key, old) or string.sub(old, 1, 1)))
-  if state then
-    if replace == '1' and state ~= STATE.active then
+  local asked_due = now
+  if mode == 'd' then asked_due = now + value elseif mode == 'a' then asked_due = value end
+  if window == 'b' then asked_due = now + window_ms end
+  if max_delay and asked_due - now > max_delay then
+    return redis.error_reply(string.format('ERR dq delay too long: job %d %d %d', i + 1,
+      asked_due - now, max_delay))
+  end
+  local ends = window_until[key] or tonumber(window_ends[i + 1])
+  if ends and ends > now then
+    outcome = 'U'
+  elseif state then
+    local waiting = state == STATE.scheduled or state == STATE.ready or state == STATE.retry
+    if (replace == '1' and state ~= STATE.active) or (window == 'b' and waiting) then
       outcome = '~'
       replaced = true
     else
@@ -308,8 +370,18 @@ for i = 0, n - 1 do
     end
   end
   if outcome == '+' or outcome == '~' then
-    local due = now
-    if mode == 'd' then due = now + value elseif mode == 'a' then due = value end
+    local due = asked_due
+    if window == 'u' then
+      uniq_set[#uniq_set + 1] = key
+      uniq_set[#uniq_set + 1] = window_ms
+    elseif outcome == '~' then
+      uniq_del[#uniq_del + 1] = key
+    end
+    if window == 't' then
+      window_until[key] = now + window_ms
+      throttles[#throttles + 1] = now + window_ms
+      throttles[#throttles + 1] = key
+    end
     -- (an expiry after due counts from the due time asked for, even one already past)
     local asked = due
     due = bound_due(due, now)
@@ -354,7 +426,8 @@ for i = 0, n - 1 do
     last_move[key] = m
     now_state[key] = new_state
   end
-  results[i + 1] = outcome
+  letters[i + 1] = outcome
+  results[i + 1] = outcome == 'U' and 'U' .. string.format('%d', ends) or outcome
 end
 local moves = #move_key
 if moves == 0 then return results end
@@ -395,6 +468,7 @@ if replaced then
 end
 if partial then checks[#checks + 1] = calls; checks[#checks + 1] = 'zset' end
 if rotate then checks[#checks + 1] = old_receipts; checks[#checks + 1] = 'string' end
+if #uniq_set > 0 or #uniq_del > 0 then checks[#checks + 1] = uniq; checks[#checks + 1] = 'hash' end
 local bad_type = check_types(checks)
 if bad_type then return bad_type end
 
@@ -409,7 +483,7 @@ if len % ENTRY ~= 0 then
 end
 if len == ENTRY then redis.call('PEXPIRE', receipts, 2 * RECEIPT_MS) end
 if partial then
-  redis.call('ZADD', calls, now, 'o' .. hex(call) .. ':' .. table.concat(results))
+  redis.call('ZADD', calls, now, 'o' .. hex(call) .. ':' .. table.concat(letters))
   redis.call('PEXPIRE', calls, 2 * RECEIPT_MS)
   local expired = redis.call('ZCOUNT', calls, '-inf', '(' .. (now - 2 * RECEIPT_MS))
   if expired > 0 then
@@ -432,6 +506,12 @@ for i = 1, moves do
 end
 if #zadd > 0 then call_many('ZADD', scheduled, zadd) end
 call_many('HSET', jobs, records)
+if #uniq_set > 0 then call_many('HSET', uniq, uniq_set) end
+if #uniq_del > 0 then call_many('HDEL', uniq, uniq_del) end
+if #throttles > 0 then
+  call_many('ZADD', uniq_at, throttles)
+  trim_windows(uniq_at, now, #throttles / 2 + 16)
+end
 if #hints > 0 then call_many('RPUSH', ready, hints) end
 if #phints > 0 then
   local place = ready_places(stats, #phints / 2, false)

@@ -20,8 +20,11 @@
 -- KEYS[15] events    dq:{topic#p}:events    STREAM: one event per failure (failed, deferred,
 --                                           dead, cancelled or discarded), when the control hash has
 --                                           `events`
--- KEYS[16] pready    dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
+-- KEYS[16] uniq      dq:{topic#p}:uniq      HASH key -> unique_for ms: a buried or cancelled
+-- KEYS[17] uniq_at   dq:{topic#p}:uniq_at   ZSET job's moves to uniq_at (lib.lua `end_unique`)
+-- KEYS[18] pready    dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
 --                                           normal: a deferral due at once of such a job
+--
 -- ARGV[1] dead-queue cap for this partition
 -- ARGV[2] dead-queue retention, ms
 -- then five per failure:
@@ -61,7 +64,9 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local progress, events, pready = KEYS[14], KEYS[15], KEYS[16]
+local progress, events = KEYS[14], KEYS[15]
+local uniq, uniq_at = KEYS[16], KEYS[17]
+local pready = KEYS[18]
 
 local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
@@ -299,5 +304,6 @@ if #buried > 0 then
   for i = 1, n do if reply[3 * i - 2] == 2 then last = i end end
   reply[3 * last] = trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
 end
+end_unique(uniq, uniq_at, now, cancelled, buried, 2)
 flush_events(ev)
 return reply

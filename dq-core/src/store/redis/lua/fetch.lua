@@ -47,7 +47,7 @@
 -- fresh deadline and WITHOUT counting an attempt (the lost lease never reached a worker),
 -- then fills the rest of its room as any fetch does. A try older than the receipt's (held up
 -- on an old connection while a later try ran) does nothing: nobody waits for its reply. The
--- fetcher names in KEYS[17..] the receipts of its earlier calls whose replies arrived; they
+-- fetcher names in KEYS[19..] the receipts of its earlier calls whose replies arrived; they
 -- are deleted, so receipts do not pile up while they wait to expire.
 --
 -- Leases (ARCHITECTURE.md §6.3): a job of format 1 or 2 is leased by rewriting its record
@@ -74,9 +74,11 @@
 -- KEYS[15] events    dq:{topic#p}:events     STREAM: started, expired, and the ends of recovered
 --                                            leases (failed, dead, cancelled), when the
 --                                            control hash has `events`
--- KEYS[16] pready    dq:{topic#p}:pready     ZSET the due queue of jobs whose priority is not
+-- KEYS[16] uniq      dq:{topic#p}:uniq       HASH key -> unique_for ms: an expired or buried
+-- KEYS[17] uniq_at   dq:{topic#p}:uniq_at    ZSET job's moves to uniq_at (lib.lua `end_unique`)
+-- KEYS[18] pready    dq:{topic#p}:pready     ZSET the due queue of jobs whose priority is not
 --                                            normal (lib.lua `push_ready`)
--- KEYS[17] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[19] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -114,7 +116,8 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local progress, events, pready, receipt_key = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+local progress, events, pready, receipt_key = KEYS[14], KEYS[15], KEYS[18], KEYS[19]
+local uniq, uniq_at = KEYS[16], KEYS[17]
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -146,6 +149,7 @@ local NEWER_WAIT_MS = 1000
 local now = now_ms()
 local trimmed = 0
 local buried = {}
+local cancelled_keys = {} -- (recovered leases of cancelled jobs: lib.lua `end_unique`)
 -- (read first: HMGET refuses a control key of another type before anything is written)
 local ctl = redis.call('HMGET', control, 'paused', 'until', 'conc', 'rate_n', 'rate_ms', 'tat',
   'keep', 'events')
@@ -255,6 +259,7 @@ for _, key in ipairs(expired) do
       -- its cancel was requested while it ran: it ends as cancelled, never retried
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key,
         keeps(keep_by, KEPT.cancelled) and {kept, kept_at, keep_by, now} or nil, ev)
+      cancelled_keys[#cancelled_keys + 1] = key
     elseif running then
       local _, _, due, _, token = unpack_record(rec)
       local attempts = started(rec)
@@ -758,7 +763,9 @@ end
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(receipt_out), 'PX', receipt_ms)
 end
-for i = 18, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 20, #KEYS do redis.call('DEL', KEYS[i]) end
+end_unique(uniq, uniq_at, now, expired_keys, buried)
+if #cancelled_keys > 0 then end_unique(uniq, uniq_at, now, cancelled_keys) end
 
 out[1], out[2], out[3], out[4], out[5], out[6] = now, next_ms, trimmed, n_jobs, #buried,
   #newer / 2

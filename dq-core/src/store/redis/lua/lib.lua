@@ -896,4 +896,50 @@ local function retry_delay(policy, attempt, unit)
   return nil
 end
 
+-- ---- key windows (unique_for, throttle: ARCHITECTURE.md §2, dq-core/src/unique.rs) ----
+-- `uniq` HASH key -> the unique_for window (ms) of a live job; `uniq_at` ZSET key -> when the
+-- key's window ends (ms): an enqueue of the key before then is refused.
+
+-- Drops at most `limit` windows of `uniq_at` that have ended by `now`; never fails.
+local function trim_windows(uniq_at, now, limit)
+  local gone = redis.pcall('ZCOUNT', uniq_at, '-inf', now)
+  if type(gone) == 'number' and gone > 0 then
+    redis.pcall('ZREMRANGEBYRANK', uniq_at, 0, math.min(gone, limit) - 1)
+  end
+end
+
+-- Called by every script that ends jobs (ack, fail to dead or cancelled, cancel, fetch's
+-- expiry and lease recovery), after its writes, with the keys it ended: `keys`, and `more`
+-- read at every `step`th place from `step` (fail's {ms, key, ...} burials: step 2). Each
+-- ended unique_for job's key moves from `uniq` to `uniq_at`, its window ending `now` (nil:
+-- read here) + its ms. One EXISTS when the partition has no live unique job; never fails (a
+-- key of another type is left alone).
+local function end_unique(uniq, uniq_at, now, keys, more, step)
+  if redis.call('EXISTS', uniq) == 0 then return end
+  if redis.call('TYPE', uniq).ok ~= 'hash' then return end
+  local ended = {}
+  for _, k in ipairs(keys or {}) do ended[#ended + 1] = k end
+  if more then
+    for i = step or 1, #more, step or 1 do ended[#ended + 1] = more[i] end
+  end
+  if #ended == 0 then return end
+  local ds = hmget(uniq, ended)
+  now = now or now_ms()
+  local found, windows = {}, {}
+  for i, k in ipairs(ended) do
+    local d = tonumber(ds[i])
+    if d then
+      found[#found + 1] = k
+      windows[#windows + 1] = now + d
+      windows[#windows + 1] = k
+    end
+  end
+  if #found == 0 then return end
+  local at_type = redis.call('TYPE', uniq_at).ok
+  if at_type ~= 'none' and at_type ~= 'zset' then return end
+  call_many('HDEL', uniq, found)
+  call_many('ZADD', uniq_at, windows)
+  trim_windows(uniq_at, now, #found + 16)
+end
+
 -- ---- end of lib.lua ----

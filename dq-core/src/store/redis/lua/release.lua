@@ -19,7 +19,9 @@
 -- ARGV: pairs key, token
 -- KEYS[12] events dq:{topic#p}:events    STREAM: one event per job (released, or cancelled),
 --                                         when the control hash has `events`
--- KEYS[13] pready dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
+-- KEYS[13] uniq   dq:{topic#p}:uniq      HASH key -> unique_for ms: a cancelled job's moves
+-- KEYS[14] uniq_at dq:{topic#p}:uniq_at  ZSET to uniq_at (lib.lua `end_unique`)
+-- KEYS[15] pready dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
 --                                         normal: such a job goes to the front of its priority
 --
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
@@ -31,7 +33,8 @@
 local active, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hist, stats, control, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local kept, kept_at, progress, events = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local pready = KEYS[13]
+local uniq, uniq_at, cancelled = KEYS[13], KEYS[14], {}
+local pready = KEYS[15]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -70,6 +73,7 @@ for i = #keys, 1, -1 do
   if owner[i] and owner[i] == tokens[i] and not done[key] then
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
+      cancelled[#cancelled + 1] = key
     else
       if released == 0 then
         local bad = check_types({ready, 'list', pready, 'zset'})
@@ -92,5 +96,6 @@ for i = #keys, 1, -1 do
   codes[i] = ok
 end
 if released > 0 then wake(wake_key) end
+if #cancelled > 0 then end_unique(uniq, uniq_at, nil, cancelled) end
 flush_events(ev)
 return table.concat(codes)

@@ -8,8 +8,9 @@
 -- KEYS[4] jobs       dq:{topic#p}:jobs
 -- KEYS[5] wake       dq:{topic#p}:wake
 -- KEYS[6] leases     dq:{topic#p}:leases    HASH key -> token: the leases of lean (format 3) records
--- KEYS[7] stats      dq:{topic#p}:stats     HASH its pready_back counter (lib.lua `push_ready`)
--- KEYS[8] pready     dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not normal
+-- KEYS[7] control    dq:{topic#p}:control   HASH: only its `max_delay` field is read
+-- KEYS[8] stats      dq:{topic#p}:stats     HASH its pready_back counter (lib.lua `push_ready`)
+-- KEYS[9] pready     dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not normal
 --
 -- ARGV[1] key
 -- ARGV[2] mode: 'a' at ARGV[3] Unix ms | 'd' ARGV[3] ms after now | 's' shift the current
@@ -20,7 +21,8 @@
 --   code 'K' rescheduled; due_ms is the new due time (never before now)
 --        'A' running, 'D' dead: not touched;  'N' no such job
 --        (a value that is not a record counts as dead: fetch buries it)
--- Errors: 'ERR dq bad arguments: ...'; 'ERR dq newer format <f>' when the job's record is of a
+-- Errors: 'ERR dq bad arguments: ...'; 'ERR dq delay too long: job 1 <ms> <max ms>' when the
+-- new due time is more than control's `max_delay` from now; 'ERR dq newer format <f>' when the job's record is of a
 -- newer format than this dq reads (lib.lua `is_newer`): nothing written.
 --
 -- Never fails after a write: jobs, and scheduled for a later time, are read first; the first
@@ -28,7 +30,8 @@
 -- becomes due at once (its first touch is a write after those).
 
 local scheduled, retry, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local leases, stats, pready = KEYS[6], KEYS[7], KEYS[8]
+local leases, control = KEYS[6], KEYS[7]
+local stats, pready = KEYS[8], KEYS[9]
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
   return redis.error_reply('ERR dq bad arguments: reschedule')
@@ -45,6 +48,16 @@ if state == STATE.active or state == STATE.dead then return {state, 0} end
 local now = now_ms()
 local at
 if mode == 'a' then at = value elseif mode == 'd' then at = now + value else at = due + value end
+local max_delay = redis.pcall('HGET', control, 'max_delay')
+if type(max_delay) == 'table' and max_delay.err then
+  return redis.error_reply('WRONGTYPE dq: ' .. control .. ' holds a '
+    .. redis.call('TYPE', control).ok .. ', not a hash; nothing written')
+end
+max_delay = tonumber(max_delay)
+if max_delay and at - now > max_delay then
+  return redis.error_reply(string.format('ERR dq delay too long: job 1 %d %d', at - now,
+    max_delay))
+end
 at = bound_due(at, now)
 
 local new_state = waiting_state(at, now, STATE.scheduled)
