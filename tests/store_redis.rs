@@ -305,7 +305,8 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     // Every key of a partition but the wake-up list (consumed), the receipts (no retried call),
     // the control hash (only a topic paused, limited, throttled or keeping finished jobs has
     // one), the kept jobs (none kept here), the progress hash (no job reported) and the
-    // event stream (the topic records no events), the key windows (no job has one).
+    // event stream (the topic records no events), the key windows (no job has one), the due
+    // queue of other priorities (every job is of normal priority).
     for name in KeyName::PARTITION {
         if !matches!(
             name,
@@ -318,6 +319,7 @@ async fn key_layout_is_one_hash_tag_per_partition() {
                 | KeyName::Events
                 | KeyName::Uniq
                 | KeyName::UniqAt
+                | KeyName::Pready
         ) {
             assert!(
                 seen_names.contains(&name),

@@ -18,12 +18,12 @@ use super::store::MemoryStore;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::finished::FinishedAs;
-use crate::job::{AttemptOutcome, Queue};
+use crate::job::{AttemptOutcome, Priority, Queue};
 use crate::names::JobKey;
 use crate::progress::{LogLine, MAX_LOG_LINES, Report};
 use crate::retry::RetryDecision;
 use crate::store::lease::{
-    AckOutcome, DeadLimits, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
+    AckOutcome, DeadLimits, Delivery, Extended, FailAction, FailOutcome, FailedAttempt, FetchCall,
     FetchReply, FetchRequest, Lease, NEWER_RECORD_WAIT, NewerRecord, Success, WakeListener,
 };
 
@@ -91,6 +91,45 @@ impl Partition {
             },
         );
         Some(delivery)
+    }
+
+    /// Leases the due queue's jobs from its front while room is left and their band is at most
+    /// `last_band` (fetch.lua's ready list and pready passes); stops at a newer record.
+    #[allow(clippy::too_many_arguments)]
+    fn lease_ready(
+        &mut self,
+        queue: &Queue,
+        jobs: &mut Vec<Delivery>,
+        newer: &mut Vec<NewerRecord>,
+        stopped: &mut bool,
+        next_token: &mut dyn FnMut(&mut Counters) -> u64,
+        max_jobs: usize,
+        now: u64,
+        deadline: u64,
+        last_band: u8,
+    ) {
+        while !*stopped && jobs.len() < max_jobs {
+            let Some(key) = self.sets.ready_front_within(last_band) else {
+                break;
+            };
+            if let Some(rec) = self.jobs.get(key).filter(|r| r.is_newer()) {
+                // left at the front with every job behind it; not work this dq can do
+                newer.push(NewerRecord {
+                    key: key.clone(),
+                    format: rec.format,
+                });
+                *stopped = true;
+                break;
+            }
+            let Some((_, key)) = self.sets.ready.pop_first() else {
+                break;
+            };
+            if !self.jobs.contains_key(&key) {
+                continue;
+            }
+            let next = next_token(&mut self.counters);
+            jobs.extend(self.lease_now(queue, key, next, now, deadline));
+        }
     }
 
     /// Mirrors `fetch.lua`: recover expired leases, promote due jobs, lease ready ones. A
@@ -268,91 +307,129 @@ impl Partition {
         //    normal priority and above, highest first (new ones of a priority behind those
         //    queued before; the rest wait in it); when none was due, lease the ready jobs
         //    below normal too — the order fetch.lua leases in
-        let mut promote_more = false;
         let mut promoted = 0;
-        // the lowest priority's band leased so far: above normal, then normal, then (nothing
-        // due) all
-        let mut last_band = NORMAL_BAND - 1;
         let deadline = now + lease_ms;
-        for pass in 0..2 {
-            if pass == 1 {
-                let limit = max_jobs - jobs.len() + request.promote_batch;
-                let mut due: Vec<(u64, u8, (u64, u64))> = Vec::new();
-                for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
-                    due.extend(
-                        set.keys()
-                            .take_while(|(due, _)| *due <= now)
-                            .take(limit)
-                            .map(|slot| (slot.0, rank, *slot)),
-                    );
-                }
-                due.sort();
-                due.truncate(limit);
-                promote_more = limit > 0 && due.len() == limit;
-                // nothing due: the ready jobs below normal priority may go too (fetch.lua 3b)
-                last_band = if due.is_empty() { u8::MAX } else { NORMAL_BAND };
-                for (_, rank, slot) in due {
-                    let r = usize::from(rank);
-                    if stopped_sets[r] {
-                        continue; // behind a newer record of this set: left where it is
-                    }
-                    let set = if rank == 0 {
-                        &mut self.sets.scheduled
-                    } else {
-                        &mut self.sets.retry
-                    };
-                    let Some(key) = set.get(&slot).cloned() else {
-                        continue;
-                    };
-                    if let Some(rec) = self.jobs.get(&key).filter(|r| r.is_newer()) {
-                        newer.push(NewerRecord {
-                            key,
-                            format: rec.format,
-                        });
-                        stopped_sets[r] = true;
-                        continue;
-                    }
-                    set.remove(&slot);
-                    if stopped_ready && jobs.len() < max_jobs && self.jobs.contains_key(&key) {
-                        // ready is held by a newer record: leased directly, as the script does
-                        let next = next_token(&mut self.counters);
-                        jobs.extend(self.lease_now(queue, key, next, now, deadline));
-                        continue;
-                    }
-                    if self.drop_if_expired(&key, now) {
-                        continue; // not promoted (as fetch.lua)
-                    }
-                    if let Some(rec) = self.jobs.get_mut(&key) {
-                        rec.place = self.sets.push_ready_back(&key, rec.priority);
-                        promoted += 1;
-                    }
-                }
-                if stopped_sets.contains(&true) {
-                    promote_more = false;
-                }
+        // 2. the due queue's jobs above normal priority
+        self.lease_ready(
+            queue,
+            &mut jobs,
+            &mut newer,
+            &mut stopped_ready,
+            &mut next_token,
+            max_jobs,
+            now,
+            deadline,
+            NORMAL_BAND - 1,
+        );
+        // 3. the due jobs of both sets, merged by due ms (scheduled first on a tie), at most
+        //    room + promote_batch of them, taken in order of priority: above normal, then
+        //    (after the due queue's jobs of normal priority, due before them) the rest; each
+        //    leased while room is left (below normal: never), else queued, at most
+        //    promote_batch of them (the others wait in their set)
+        let limit = max_jobs - jobs.len() + request.promote_batch;
+        let mut due: Vec<(u64, u8, (u64, u64))> = Vec::new();
+        for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
+            due.extend(
+                set.keys()
+                    .take_while(|(due, _)| *due <= now)
+                    .take(limit)
+                    .map(|slot| (slot.0, rank, *slot)),
+            );
+        }
+        due.sort();
+        due.truncate(limit);
+        let mut promote_more = limit > 0 && due.len() == limit;
+        let nothing_due = due.is_empty();
+        // (stable: due order within a priority)
+        let priority_of = |slot: &(u64, u8, (u64, u64))| {
+            let set = if slot.1 == 0 {
+                &self.sets.scheduled
+            } else {
+                &self.sets.retry
+            };
+            set.get(&slot.2)
+                .and_then(|key| self.jobs.get(key))
+                .map_or(Priority::NORMAL.level(), |r| r.priority)
+        };
+        let mut due: Vec<(u8, (u64, u8, (u64, u64)))> =
+            due.into_iter().map(|d| (priority_of(&d), d)).collect();
+        due.sort_by_key(|(priority, _)| std::cmp::Reverse(*priority));
+        let mut rest = due.into_iter().peekable();
+        let mut queued = 0;
+        for above in [true, false] {
+            if !above {
+                self.lease_ready(
+                    queue,
+                    &mut jobs,
+                    &mut newer,
+                    &mut stopped_ready,
+                    &mut next_token,
+                    max_jobs,
+                    now,
+                    deadline,
+                    NORMAL_BAND,
+                );
             }
-            while !stopped_ready && jobs.len() < max_jobs {
-                let Some(key) = self.sets.ready_front_within(last_band) else {
+            while let Some((priority, (_, rank, slot))) =
+                rest.next_if(|(p, _)| !above || *p > Priority::NORMAL.level())
+            {
+                if jobs.len() >= max_jobs && queued >= request.promote_batch {
+                    promote_more = true; // left in its set
                     break;
+                }
+                let r = usize::from(rank);
+                if stopped_sets[r] {
+                    continue; // behind a newer record of this set: left where it is
+                }
+                let set = if rank == 0 {
+                    &mut self.sets.scheduled
+                } else {
+                    &mut self.sets.retry
                 };
-                if let Some(rec) = self.jobs.get(key).filter(|r| r.is_newer()) {
-                    // left at the front with every job behind it; not work this dq can do
+                let Some(key) = set.get(&slot).cloned() else {
+                    continue;
+                };
+                if let Some(rec) = self.jobs.get(&key).filter(|r| r.is_newer()) {
                     newer.push(NewerRecord {
-                        key: key.clone(),
+                        key,
                         format: rec.format,
                     });
-                    stopped_ready = true;
-                    break;
-                }
-                let Some((_, key)) = self.sets.ready.pop_first() else {
-                    break;
-                };
-                if !self.jobs.contains_key(&key) {
+                    stopped_sets[r] = true;
                     continue;
                 }
-                let next = next_token(&mut self.counters);
-                jobs.extend(self.lease_now(queue, key, next, now, deadline));
+                set.remove(&slot);
+                if self.drop_if_expired(&key, now) {
+                    continue; // not leased nor promoted (as fetch.lua)
+                }
+                if jobs.len() < max_jobs
+                    && priority >= Priority::NORMAL.level()
+                    && self.jobs.contains_key(&key)
+                {
+                    let next = next_token(&mut self.counters);
+                    jobs.extend(self.lease_now(queue, key, next, now, deadline));
+                } else if let Some(rec) = self.jobs.get_mut(&key) {
+                    rec.place = self.sets.push_ready_back(&key, rec.priority);
+                    promoted += 1;
+                    queued += 1;
+                }
             }
+        }
+        if stopped_sets.contains(&true) {
+            promote_more = false;
+        }
+        // 3b. nothing was due: the due queue's jobs below normal priority
+        if nothing_due {
+            self.lease_ready(
+                queue,
+                &mut jobs,
+                &mut newer,
+                &mut stopped_ready,
+                &mut next_token,
+                max_jobs,
+                now,
+                deadline,
+                u8::MAX,
+            );
         }
         // work left in ready for this dq (one stopped at a newer record has only what this
         // call put behind it)

@@ -448,10 +448,11 @@ local function take_ready()
 end
 
 -- 3. (reads) due jobs (score < now + 1) of scheduled and retry, merged by due ms (scheduled
---    first on a tie), then by priority: those above normal are leased while room is left
---    before the ready list (2b: `take_ready`) is read, the others after it (ready's jobs were
---    due before them); below normal they join pready (3b leases those); up to ARGV[3] more
---    move to the due queue for other fetchers.
+--    first on a tie), at most room + ARGV[3], then by priority: those above normal are leased
+--    while room is left before the ready list (2b: `take_ready`) is read, the others after
+--    it (ready's jobs were due before them; below normal they join pready: 3b leases those);
+--    at most ARGV[3] more move to the due queue for other fetchers, the rest stay in their
+--    sets.
 local room = max_jobs - #lease_keys
 local limit = room + promote_batch
 local s_list = redis.call('ZRANGEBYSCORE', scheduled, '-inf', string.format('(%d', now + 1),
@@ -505,6 +506,10 @@ end
 local function take_due(start, least)
   local n = start
   while n <= #order and prio[order[n]] >= least do
+    if #lease_keys >= max_jobs and #hints >= promote_batch then
+      promote_more = true -- the rest stay in their sets
+      break
+    end
     local i = order[n]
     n = n + 1
     local key = taken[i]
