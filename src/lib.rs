@@ -161,7 +161,7 @@ pub mod __private {
     pub use dq_core::payload::decode;
     pub use dq_core::{
         DataNeed, Error, HandlerFuture, HandlerReturn, Job, JobContext, JobDescriptor, JobError,
-        JobOutput, KeepDecl, KeyWindow, RetryFn, Returned, ScheduleDecl,
+        JobOutput, KeepDecl, KeyWindow, Priority, RetryFn, Returned, ScheduleDecl,
     };
     pub use serde;
     pub use tokio;

@@ -24,6 +24,7 @@ static BLOCKING: AtomicU64 = AtomicU64::new(0);
     retry = "15s,3m , 10m",
     timeout = "30s",
     expires_after = "10m",
+    priority = 8,
     concurrency = 16
 )]
 async fn close_order(order: CloseOrder, ctx: JobContext) -> Result<(), JobError> {
@@ -191,6 +192,14 @@ fn companion_types_name_the_jobs() {
         Some(Duration::from_secs(600))
     );
     assert_eq!(<without_ctx as Job>::EXPIRES_AFTER, None);
+    // the handler's priority is the typed client's default (and its descriptor's)
+    assert_eq!(
+        <close_order as Job>::PRIORITY,
+        dq::Priority::new(8).unwrap()
+    );
+    assert_eq!(<without_ctx as Job>::PRIORITY, dq::Priority::NORMAL);
+    assert_eq!(descriptor("orders.close").priority, Some(8));
+    assert_eq!(dq::Priority::MAX, 9, "dq-macros' MAX_PRIORITY");
     assert_eq!(<without_ctx as Job>::TOPIC, "without_ctx");
     assert_eq!(<io_errors as Job>::TOPIC, "files.sync");
     assert_eq!(

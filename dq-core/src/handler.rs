@@ -493,6 +493,9 @@ pub struct JobDescriptor {
     /// every worker that runs the topic writes it when it starts
     /// ([`TopicClient::set_max_delay`](crate::TopicClient::set_max_delay)).
     pub max_delay_ms: Option<u64>,
+    /// The priority of its jobs when none is given (`priority = 7`, 0..=9): the typed client's
+    /// default and its periodic ticks'.
+    pub priority: Option<u8>,
     /// Most jobs of this topic running at once in one worker.
     pub concurrency: Option<u32>,
     /// The handler's Rust path, for logs.

@@ -229,6 +229,14 @@ impl Priority {
         self.0
     }
 
+    /// A priority `#[delayed_job(priority = N)]` declared (checked at compile time; for the
+    /// generated code).
+    #[doc(hidden)]
+    pub const fn declared(level: u8) -> Priority {
+        assert!(level <= Priority::MAX, "a priority is 0 to 9");
+        Priority(level)
+    }
+
     /// Whether this is the default, [`Priority::NORMAL`].
     pub fn is_normal(self) -> bool {
         self == Priority::NORMAL

@@ -25,6 +25,7 @@ mod kw {
     syn::custom_keyword!(keep_max);
     syn::custom_keyword!(events);
     syn::custom_keyword!(max_delay);
+    syn::custom_keyword!(priority);
     syn::custom_keyword!(unique_for);
     syn::custom_keyword!(debounce);
     syn::custom_keyword!(throttle);
@@ -36,6 +37,9 @@ mod kw {
     syn::custom_keyword!(missed);
 }
 
+/// The highest priority (`dq_core::Priority::MAX`, tied by a test in dq-core's macro tests).
+pub(crate) const MAX_PRIORITY: u8 = 9;
+
 /// The default retry policy, as `RetryPolicy::default()` in dq-core (docs/ARCHITECTURE.md §8).
 pub(crate) use crate::retry_syntax::DEFAULT_RETRY;
 
@@ -43,7 +47,8 @@ const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `ret
                              `max_attempts = N`, `timeout = \"…\"`, \
                              `expires_after = \"…\"`, `keep_succeeded = \"…\"`, \
                              `keep_cancelled = \"…\"`, `keep_expired = \"…\"`, `keep_max = N`, \
-                             `events`, `events = N`, `max_delay = \"…\"`, `unique_for = \"…\"`, \
+                             `events`, `events = N`, `max_delay = \"…\"`, `priority = N`, \
+                             `unique_for = \"…\"`, \
                              `debounce = \"…\"`, `throttle = \"…\"`, \
                              `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
                              `every = \"…\"`, `missed = \"…\"` or `crate = \"…\"`";
@@ -72,6 +77,8 @@ pub(crate) struct Args {
     events: Option<u64>,
     /// `max_delay = "…"`, in ms.
     max_delay_ms: Option<u64>,
+    /// `priority = N` (0..=9).
+    priority: Option<u8>,
     /// `unique_for`, `debounce` or `throttle = "…"`: the kind (its keyword) and ms.
     window: Option<(&'static str, u64)>,
     /// `concurrency = N`.
@@ -167,6 +174,23 @@ impl Parse for Args {
                     ));
                 }
                 set(&mut args.expires_after_ms, key.span, "expires_after", ms)?;
+            } else if lookahead.peek(kw::priority) {
+                let key = input.parse::<kw::priority>()?;
+                let value = value::<LitInt>(input, "a priority from 0 (lowest) to 9 (highest)")?;
+                let n = value
+                    .base10_parse::<u8>()
+                    .ok()
+                    .filter(|n| *n <= MAX_PRIORITY)
+                    .ok_or_else(|| {
+                        syn::Error::new(
+                            value.span(),
+                            format!(
+                                "priority must be from 0 (lowest) to {MAX_PRIORITY} (highest); \
+                                 5 is normal"
+                            ),
+                        )
+                    })?;
+                set(&mut args.priority, key.span, "priority", n)?;
             } else if lookahead.peek(kw::max_delay) {
                 let key = input.parse::<kw::max_delay>()?;
                 let ms = positive_duration(input, "max_delay", "a duration such as \"90d\"")?;
@@ -613,6 +637,8 @@ pub(crate) struct Handler {
     pub(crate) max_delay_ms: Option<u64>,
     /// `unique_for`, `debounce` or `throttle`: the typed client's default key window.
     pub(crate) window: Option<(&'static str, u64)>,
+    /// `priority`: the typed client's default priority.
+    pub(crate) priority: Option<u8>,
     pub(crate) concurrency: Option<u32>,
     /// The path generated code reaches `__private` through (`::dq` unless overridden).
     pub(crate) krate: Path,
@@ -733,6 +759,7 @@ impl Handler {
             events: args.events,
             max_delay_ms: args.max_delay_ms,
             window: args.window,
+            priority: args.priority,
             topic,
             topic_span,
             retry: args.retry.unwrap_or_else(|| DEFAULT_RETRY.to_owned()),

@@ -26,6 +26,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         events,
         max_delay_ms,
         window,
+        priority,
         concurrency,
         krate,
         payload,
@@ -89,6 +90,12 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         }
     });
     let concurrency = option(concurrency.map(|n| quote!(#n)));
+    let priority_opt = option(priority.map(|n| quote!(#n)));
+    let priority = priority.map(|n| {
+        quote! {
+            const PRIORITY: #private::Priority = #private::Priority::declared(#n);
+        }
+    });
     // Spanned on the user's path: a fn of another signature is reported there.
     let retry_fn = option(retry_fn.as_ref().map(|f| {
         let path = &f.path;
@@ -150,6 +157,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
             const TOPIC: &'static str = #topic_lit;
             #expires_after
             #window
+            #priority
         }
 
         impl #private::JobOutput for #name {
@@ -176,6 +184,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     keep: #keep,
                     events_kept: #events,
                     max_delay_ms: #max_delay_ms,
+                    priority: #priority_opt,
                     concurrency: #concurrency,
                     name: ::core::concat!(::core::module_path!(), "::", #name_text),
                     file: #file,

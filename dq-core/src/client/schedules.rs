@@ -238,18 +238,22 @@ impl Client {
             retry: true,
         };
         let topic = self.topic(&info.topic)?;
-        // the topic's handler, where this process has it, gives each tick its expiry
-        let expires = crate::handler::registered_jobs()
-            .find(|d| d.topic == info.topic)
+        // the topic's handler, where this process has it, gives each tick its expiry and
+        // priority
+        let handler = crate::handler::registered_jobs().find(|d| d.topic == info.topic);
+        let expires = handler
             .and_then(|d| d.expires_after_ms)
             .map(|ms| Expiry::AfterDue(Duration::from_millis(ms)));
+        let priority = handler
+            .and_then(|d| d.priority)
+            .and_then(|n| crate::job::Priority::new(n).ok());
         let job = JobSpec {
             payload: info.payload.clone(),
             key: Some(key),
             due: Due::At(from_unix_ms(tick)),
             replace: false,
             expires,
-            priority: None,
+            priority,
             window: None,
         };
         match topic.enqueue_as(job, call).await {
