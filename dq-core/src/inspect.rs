@@ -43,6 +43,8 @@ pub struct JobView<P> {
     pub died: Option<SystemTime>,
     /// When it is dropped unless it has started ([`Expiry`](crate::Expiry)); `None`: never.
     pub expires: Option<SystemTime>,
+    /// Its priority among the due jobs of its partition.
+    pub priority: crate::job::Priority,
     /// Its failed (or deferred) attempts, oldest first (at most
     /// [`MAX_HISTORY`](crate::job::MAX_HISTORY)).
     pub history: Vec<AttemptView>,
@@ -92,6 +94,7 @@ impl JobInfo {
             lease_deadline: self.lease_deadline_ms.map(from_unix_ms),
             died: self.died_ms.map(from_unix_ms),
             expires: self.expires_ms.map(from_unix_ms),
+            priority: self.priority,
             history: self.history.into_iter().map(AttemptView::from).collect(),
             progress: self.progress,
             raw_payload: self.payload,

@@ -27,6 +27,9 @@ use crate::store::lease::{
     FetchReply, FetchRequest, Lease, NEWER_RECORD_WAIT, NewerRecord, Success, WakeListener,
 };
 
+/// A due job found by a fetch: its due ms, its set (0 scheduled, 1 retry) and its place there.
+type DueSlot = (u64, u8, (u64, u64));
+
 impl Partition {
     /// Deletes and counts the waiting job under `key` if its expiry has come (fetch.lua's
     /// expired jobs): it is never started. A running job is left alone.
@@ -327,7 +330,7 @@ impl Partition {
         //    leased while room is left (below normal: never), else queued, at most
         //    promote_batch of them (the others wait in their set)
         let limit = max_jobs - jobs.len() + request.promote_batch;
-        let mut due: Vec<(u64, u8, (u64, u64))> = Vec::new();
+        let mut due: Vec<DueSlot> = Vec::new();
         for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
             due.extend(
                 set.keys()
@@ -341,7 +344,7 @@ impl Partition {
         let mut promote_more = limit > 0 && due.len() == limit;
         let nothing_due = due.is_empty();
         // (stable: due order within a priority)
-        let priority_of = |slot: &(u64, u8, (u64, u64))| {
+        let priority_of = |slot: &DueSlot| {
             let set = if slot.1 == 0 {
                 &self.sets.scheduled
             } else {
@@ -351,8 +354,7 @@ impl Partition {
                 .and_then(|key| self.jobs.get(key))
                 .map_or(Priority::NORMAL.level(), |r| r.priority)
         };
-        let mut due: Vec<(u8, (u64, u8, (u64, u64)))> =
-            due.into_iter().map(|d| (priority_of(&d), d)).collect();
+        let mut due: Vec<(u8, DueSlot)> = due.into_iter().map(|d| (priority_of(&d), d)).collect();
         due.sort_by_key(|(priority, _)| std::cmp::Reverse(*priority));
         let mut rest = due.into_iter().peekable();
         let mut queued = 0;
