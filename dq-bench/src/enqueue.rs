@@ -26,7 +26,8 @@ use dq::{Client, Due, EnqueueOutcome, Job, JobSpec};
 use serde_json::json;
 
 use crate::jobs::{
-    Order, bench_mass, bench_s1, bench_s3, bench_s3r, bench_s4, bench_s5, bench_scale, now_ms,
+    Order, bench_mass, bench_s1, bench_s3, bench_s3r, bench_s4, bench_s5, bench_scale,
+    mixed_priority, now_ms,
 };
 use crate::{Result, Scenario};
 
@@ -90,6 +91,11 @@ pub struct EnqueueArgs {
     /// the fields costs beside dq's own encoding.
     #[arg(long)]
     pub positional: bool,
+    /// Extra: priorities mixed in (`jobs::mixed_priority`: one job in ten HIGH, one in ten
+    /// LOW, the rest NORMAL, interleaved), to measure what priorities cost a drain
+    /// (`all --only s3r-priority` compares).
+    #[arg(long)]
+    pub priorities: bool,
 }
 
 /// The payload of order `order_id` as `dq-bench enqueue` stores it: fields by name (dq's
@@ -205,10 +211,14 @@ async fn add_one<J: Job<Payload = Order>>(
     n: u64,
     rule: DueRule,
     rng: &mut SplitMix64,
+    priorities: bool,
 ) -> Result<(u64, bool)> {
     let (due, due_ms) = rule.due(i, n, rng);
     let order = Order::new(first_id + i, due_ms);
-    let pending = client.enqueue::<J>(order);
+    let mut pending = client.enqueue::<J>(order);
+    if priorities {
+        pending = pending.priority(mixed_priority(first_id + i));
+    }
     let pending = match due {
         Due::Now => pending,
         Due::After(d) => pending.delay(d),
@@ -233,7 +243,8 @@ async fn send<J: Job<Payload = Order> + 'static>(
         Mode::Single => {
             for i in 0..n {
                 let (due_ms, created) =
-                    add_one::<J>(client, args.first_id, i, n, rule, &mut rng).await?;
+                    add_one::<J>(client, args.first_id, i, n, rule, &mut rng, args.priorities)
+                        .await?;
                 last_due_ms = last_due_ms.max(due_ms);
                 not_created += u64::from(!created);
             }
@@ -244,6 +255,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
             let mut tasks = tokio::task::JoinSet::new();
             for t in 0..args.tasks.max(1) as u64 {
                 let (client, next, first_id) = (client.clone(), next.clone(), args.first_id);
+                let priorities = args.priorities;
                 tasks.spawn(async move {
                     let mut rng = SplitMix64(0x5eed_0000 ^ first_id ^ n ^ ((t + 1) << 40));
                     let (mut last_due, mut not_created) = (0u64, 0u64);
@@ -253,7 +265,8 @@ async fn send<J: Job<Payload = Order> + 'static>(
                             return Ok::<_, crate::BoxError>((last_due, not_created));
                         }
                         let (due_ms, created) =
-                            add_one::<J>(&client, first_id, i, n, rule, &mut rng).await?;
+                            add_one::<J>(&client, first_id, i, n, rule, &mut rng, priorities)
+                                .await?;
                         last_due = last_due.max(due_ms);
                         not_created += u64::from(!created);
                     }
@@ -276,6 +289,9 @@ async fn send<J: Job<Payload = Order> + 'static>(
                         last_due_ms = last_due_ms.max(due_ms);
                         let mut job = JobSpec::new(Order::new(args.first_id + i, due_ms));
                         job.due = due;
+                        if args.priorities {
+                            job.priority = Some(mixed_priority(args.first_id + i));
+                        }
                         job
                     })
                     .collect();
@@ -285,6 +301,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
                         .map(|job| {
                             let mut raw = JobSpec::new(encoded(&job.payload, true)?);
                             raw.due = job.due;
+                            raw.priority = job.priority;
                             Ok(raw)
                         })
                         .collect::<Result<Vec<_>>>()?;
@@ -314,6 +331,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
         "chunk": args.chunk,
         "not_created": not_created,
         "encoding": if args.positional { "positional" } else { "named" },
+        "priorities": if args.priorities { "mixed" } else { "normal" },
         "payload_bytes": encoded(&Order::new(args.first_id, first_add_ms), args.positional)?.len(),
     }))
 }
@@ -371,6 +389,11 @@ mod tests {
             parse("x --scenario S3R --mode bulk --n 10 --positional")
                 .unwrap()
                 .positional
+        );
+        assert!(
+            parse("x --scenario S3R --mode bulk --n 10 --priorities")
+                .unwrap()
+                .priorities
         );
     }
 

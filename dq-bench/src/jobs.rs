@@ -44,6 +44,17 @@ impl Order {
     }
 }
 
+/// The priority of order `order_id` in the mixed runs (`dq-bench enqueue --priorities`, the
+/// `s3r-priority` section): one in ten [`dq::Priority::HIGH`], one in ten
+/// [`dq::Priority::LOW`], the rest [`dq::Priority::NORMAL`], interleaved.
+pub fn mixed_priority(order_id: u64) -> dq::Priority {
+    match order_id % 10 {
+        0 => dq::Priority::HIGH,
+        5 => dq::Priority::LOW,
+        _ => dq::Priority::NORMAL,
+    }
+}
+
 /// Now, in Unix ms (wall clock).
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -73,12 +84,16 @@ pub struct Recorder {
     last_done_ms: AtomicU64,
     /// Signalled once the target is reached.
     done: Notify,
+    /// With `--priorities`: the completion rank (1-based) of each order's successful run
+    /// (0: none yet), to show in what order the priority classes ran.
+    ranks: Option<Vec<AtomicU64>>,
 }
 
 impl Recorder {
     /// A recorder waiting for `target` successful completions; with `fail_first`, every
-    /// order's first run fails.
-    pub fn new(target: u64, fail_first: bool) -> Arc<Recorder> {
+    /// order's first run fails; with `ranks`, each order's completion rank is kept too
+    /// ([`Recorder::mean_rank_by_priority`]).
+    pub fn new(target: u64, fail_first: bool, ranks: bool) -> Arc<Recorder> {
         let n = target as usize;
         Arc::new(Recorder {
             target,
@@ -91,6 +106,7 @@ impl Recorder {
             done_after_us: AtomicU64::new(0),
             last_done_ms: AtomicU64::new(0),
             done: Notify::new(),
+            ranks: ranks.then(|| (0..n).map(|_| AtomicU64::new(0)).collect()),
         })
     }
 
@@ -109,6 +125,9 @@ impl Recorder {
             .store(now as i64 - order.due_ms as i64, Ordering::Relaxed);
         self.last_done_ms.fetch_max(now, Ordering::Relaxed);
         let done = self.completed.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(ranks) = &self.ranks {
+            ranks[order.order_id as usize].store(done, Ordering::Relaxed);
+        }
         if done == self.target {
             let us = self.started.elapsed().as_micros() as u64;
             self.done_after_us.store(us.max(1), Ordering::Release);
@@ -157,6 +176,34 @@ impl Recorder {
             *hist.entry(r.load(Ordering::Relaxed)).or_insert(0) += 1;
         }
         hist
+    }
+
+    /// With ranks kept: the mean completion rank of each class of [`mixed_priority`], as a
+    /// fraction of the target (0 = first, 1 = last): `{"high", "normal", "low"}`. `None`
+    /// without ranks.
+    pub fn mean_rank_by_priority(&self) -> Option<serde_json::Value> {
+        let ranks = self.ranks.as_ref()?;
+        let mut sum = [0.0f64; 3];
+        let mut count = [0u64; 3];
+        for (id, r) in ranks.iter().enumerate() {
+            let r = r.load(Ordering::Relaxed);
+            if r == 0 {
+                continue;
+            }
+            let p = mixed_priority(id as u64);
+            let class = if p == dq::Priority::HIGH {
+                0
+            } else if p == dq::Priority::LOW {
+                2
+            } else {
+                1
+            };
+            sum[class] += r as f64;
+            count[class] += 1;
+        }
+        let n = self.target.max(1) as f64;
+        let mean = |c: usize| (count[c] > 0).then(|| sum[c] / count[c] as f64 / n);
+        Some(serde_json::json!({"high": mean(0), "normal": mean(1), "low": mean(2)}))
     }
 
     /// The lateness of every successful run, ms, sorted.
@@ -223,4 +270,39 @@ pub(crate) async fn bench_scale(order: Order, ctx: JobContext) -> Result<(), Job
 #[dq::delayed_job(topic = "bench.idle", retry = "none")]
 pub(crate) async fn bench_idle(order: Order, ctx: JobContext) -> Result<(), JobError> {
     recorder(&ctx)?.record(&order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_priority_mix_is_one_in_ten_high_and_low() {
+        let mix: Vec<dq::Priority> = (0..1000).map(mixed_priority).collect();
+        let count = |p: dq::Priority| mix.iter().filter(|m| **m == p).count();
+        assert_eq!(count(dq::Priority::HIGH), 100);
+        assert_eq!(count(dq::Priority::LOW), 100);
+        assert_eq!(count(dq::Priority::NORMAL), 800);
+    }
+
+    #[test]
+    fn mean_ranks_follow_the_completion_order() {
+        let n = 100;
+        // HIGH first, then NORMAL, then LOW.
+        let mut order: Vec<u64> = (0..n).collect();
+        order.sort_by_key(|id| std::cmp::Reverse(mixed_priority(*id)));
+        let recorder = Recorder::new(n, false, true);
+        for id in order {
+            recorder.record(&Order::new(id, 0)).unwrap();
+        }
+        let ranks = recorder.mean_rank_by_priority().unwrap();
+        let rank = |c: &str| ranks[c].as_f64().unwrap();
+        assert!(rank("high") < rank("normal") && rank("normal") < rank("low"));
+        assert!((rank("high") - 0.055).abs() < 1e-9, "{ranks}");
+        assert!(
+            Recorder::new(n, false, false)
+                .mean_rank_by_priority()
+                .is_none()
+        );
+    }
 }

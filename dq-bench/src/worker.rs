@@ -56,6 +56,11 @@ pub struct WorkerArgs {
     /// process follows them as a dashboard would (`all --only s3r-events` compares).
     #[arg(long)]
     pub events: bool,
+    /// Extra: the jobs carry `enqueue --priorities`' mix; the line reports each priority
+    /// class's mean completion rank (`priority_mean_rank`: 0 = first, 1 = last), so a run
+    /// shows the priorities took effect (`all --only s3r-priority` compares).
+    #[arg(long)]
+    pub priorities: bool,
     /// Extra: the tokio runtime (`multi`, the default, or `current`: one thread).
     #[arg(long, value_enum, default_value = "multi")]
     pub runtime: crate::Flavor,
@@ -108,7 +113,7 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     };
     crate::emit(&json!({"ready": true}));
     // The clock starts here, just before the worker is created.
-    let recorder = Recorder::new(args.n, args.scenario.fail_first());
+    let recorder = Recorder::new(args.n, args.scenario.fail_first(), args.priorities);
     let client_for_stats = client.clone();
     let mut builder = dq::Worker::builder(client)
         .topics([topic])
@@ -167,6 +172,11 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     }
     if let (Some(n), serde_json::Value::Object(m)) = (kept, &mut line) {
         m.insert("kept".into(), json!(n));
+    }
+    if let (Some(ranks), serde_json::Value::Object(m)) =
+        (recorder.mean_rank_by_priority(), &mut line)
+    {
+        m.insert("priority_mean_rank".into(), ranks);
     }
     if let (Some((read, lost)), serde_json::Value::Object(m)) = (events, &mut line) {
         m.insert("events_read".into(), json!(read));

@@ -49,6 +49,7 @@ mod http;
 mod lease_floor;
 mod limiter;
 mod payloads;
+mod priority;
 mod process;
 mod report;
 mod scaleout;
@@ -75,7 +76,8 @@ pub struct AllArgs {
     #[arg(long)]
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
-    /// s3c1, s3r, s3r-metrics, s3r-keep, s3r-events, profile, s4, s5, idle, scale, scale-dense, mass, scaleout,
+    /// s3c1, s3r, s3r-metrics, s3r-keep, s3r-events, s3r-priority, profile, s4, s5, idle, scale, scale-dense,
+    /// mass, scaleout,
     /// limiter, payloads, ceilings, lease-floor, client-floor, http, bullmq (default: all; with --quick
     /// all but bullmq).
     #[arg(long, value_delimiter = ',')]
@@ -285,7 +287,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         }
     };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 22] = [
+    let sections: [(&str, Section); 23] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
@@ -293,6 +295,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("s3r-metrics", Orchestrator::s3r_metrics),
         ("s3r-keep", Orchestrator::s3r_keep),
         ("s3r-events", Orchestrator::s3r_events),
+        ("s3r-priority", Orchestrator::s3r_priority),
         ("profile", Orchestrator::profile),
         ("s4", Orchestrator::s4),
         ("s5", Orchestrator::s5),
@@ -639,6 +642,25 @@ fn summary(section: &str, v: &Value) -> String {
             f("/plain_server_us_per_job"),
             f("/events_server_us_per_job")
         ),
+        "s3r-priority" => {
+            let pair = |name: &str| {
+                let g = |p: &str| f(&format!("/{name}{p}"));
+                format!(
+                    "{} normal {} / mixed {} jobs/s (ratio {}); Redis {} / {} µs/job; \
+                     mean completion rank HIGH {} NORMAL {} LOW {}",
+                    name.to_uppercase(),
+                    g("/plain_rate"),
+                    g("/priority_rate"),
+                    g("/ratio"),
+                    g("/plain_server_us_per_job"),
+                    g("/priority_server_us_per_job"),
+                    g("/mean_rank/high"),
+                    g("/mean_rank/normal"),
+                    g("/mean_rank/low")
+                )
+            };
+            format!("{}; {}", pair("s3r"), pair("s3"))
+        }
         "payloads" => format!(
             "S2 named {} / positional {} B/job (payload {} / {} B); \
              S3R named {} / positional {} jobs/s (ratio {})",
