@@ -344,7 +344,8 @@ local function take_pready(lo, hi)
   while #lease_keys < max_jobs and rounds < 4 and not stopped[pready] do
     rounds = rounds + 1
     local want = max_jobs - #lease_keys
-    local got = redis.call('ZRANGEBYSCORE', pready, lo, '(' .. hi, 'LIMIT', offset, want)
+    local got = redis.call('ZRANGEBYSCORE', pready, string.format('%d', lo),
+      string.format('(%d', hi), 'LIMIT', offset, want)
     if #got == 0 then return end
     offset = offset + #got
     local recs = hmget(jobs, got)

@@ -127,7 +127,7 @@ else
   -- ready list (positions high..high+len-1), pready below normal (the ranks after high)
   local pready = KEYS[11]
   local to = from + 4 * limit + 64 - 1
-  local high = redis.call('ZCOUNT', pready, '-inf', '(' .. NORMAL_READY_SCORE)
+  local high = redis.call('ZCOUNT', pready, '-inf', string.format('(%d', NORMAL_READY_SCORE))
   local len = redis.call('LLEN', index)
   local total = len + redis.call('ZCARD', pready)
   local hints = {}
