@@ -28,6 +28,7 @@ Examples:
   dq dead requeue orders.close --all --error-contains 'partner API'
   dq dead purge orders.close --older-than 7d --yes
   dq enqueue orders.close --key order-7 --json '{\"order\":7}' --in 5m
+  dq enqueue orders.close --key order-8 --json '{\"order\":8}' --priority 8
   dq dashboard --listen 127.0.0.1:8080 --read-only
   DQ_API_TOKENS=… dq serve --listen 0.0.0.0:8081";
 
@@ -134,7 +135,8 @@ pub enum Command {
     Job(JobArgs),
 
     /// List one page of a topic's jobs in a state: scheduled, ready, active, retry, dead, or
-    /// the finished jobs the topic keeps (succeeded, cancelled, expired).
+    /// the finished jobs the topic keeps (succeeded, cancelled, expired). Ready jobs are
+    /// listed in the order workers take them (higher priority first).
     List(ListArgs),
 
     /// Cancel a job: one that has not started is removed; a running one is asked to stop
@@ -511,6 +513,10 @@ pub struct EnqueueArgs {
     /// Refuse every enqueue of the key for this long after this one.
     #[arg(long, value_parser = parse_duration)]
     pub throttle: Option<Duration>,
+    /// Its priority among the due jobs of its partition: 0 (lowest) to 9 (highest), default
+    /// 5 (see dq::Priority). A priority other than 5 needs record format 5.
+    #[arg(long, value_name = "0-9", value_parser = parse_priority, allow_negative_numbers = true)]
+    pub priority: Option<dq_core::Priority>,
     /// Partition count to record for a topic the namespace has no record of yet (refused
     /// for such a topic without it, so that a typo does not create a topic).
     #[arg(long)]
@@ -520,6 +526,13 @@ pub struct EnqueueArgs {
 /// A duration as people write it: 90s, 10m, 2h30m, 7d.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 90s, 10m, 2h, 7d)"))
+}
+
+/// A priority, 0 (lowest) to 9 (highest).
+fn parse_priority(s: &str) -> Result<dq_core::Priority, String> {
+    let bad = || format!("{s:?} is not a priority: write 0 (lowest) to 9 (highest); 5 is normal");
+    let level: u8 = s.trim().parse().map_err(|_| bad())?;
+    dq_core::Priority::new(level).map_err(|_| bad())
 }
 
 /// An RFC 3339 time with an offset or Z.

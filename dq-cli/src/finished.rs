@@ -182,9 +182,10 @@ pub async fn list(t: &TopicClient, topic: &str, a: &ListArgs, now_ms: u64) -> Ou
                 .map(|(o, j)| {
                     let last = o.history.last().map_or("", |a| a.error.as_str());
                     format!(
-                        "{}\tdue {}\t{} attempts\t{}",
+                        "{}\tdue {}\tpriority {}\t{} attempts\t{}",
                         o.key,
                         relative(j.due_ms, now_ms),
+                        o.priority,
                         o.attempts,
                         last.lines().next().unwrap_or("")
                     )

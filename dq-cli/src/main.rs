@@ -803,6 +803,9 @@ impl Ctx {
         if let Some(d) = a.throttle {
             call = call.throttle(d);
         }
+        if let Some(p) = a.priority {
+            call = call.priority(p);
+        }
         let done = call.await?;
         let key = done.key.to_string();
         match done.outcome {

@@ -271,6 +271,9 @@ pub struct JobOut {
     pub created: String,
     /// Attempts started.
     pub attempts: u32,
+    /// Its priority among the due jobs of its partition, 0 (lowest) to 9 (highest); 5 is
+    /// normal.
+    pub priority: u8,
     /// For a running job, when its lease runs out.
     pub lease_deadline: Option<String>,
     /// For a dead job, when it died.
@@ -391,6 +394,7 @@ impl JobOut {
             due: rfc3339(info.due_ms),
             created: rfc3339(info.created_ms),
             attempts: info.attempts,
+            priority: info.priority.level(),
             lease_deadline: info.lease_deadline_ms.map(rfc3339),
             died: info.died_ms.map(rfc3339),
             expires: info.expires_ms.map(rfc3339),
@@ -415,6 +419,7 @@ pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
         j.created,
         j.attempts
     );
+    let _ = writeln!(out, "priority  {}", priority_text(j.priority));
     if let (Some(d), Some(ms)) = (&j.lease_deadline, info.lease_deadline_ms) {
         let _ = writeln!(out, "lease     until {d} ({})", relative(ms, now_ms));
     }
@@ -454,6 +459,16 @@ pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
         }
     }
     out
+}
+
+/// A priority in words: `5 (normal)`, `8 (above normal)`, `0 (below normal)`.
+pub fn priority_text(level: u8) -> String {
+    let word = match level.cmp(&dq_core::Priority::NORMAL.level()) {
+        std::cmp::Ordering::Less => "below normal",
+        std::cmp::Ordering::Equal => "normal",
+        std::cmp::Ordering::Greater => "above normal",
+    };
+    format!("{level} ({word})")
 }
 
 /// One line per dead job: key, when it died, attempts, last error.

@@ -443,3 +443,115 @@ async fn enqueue_with_a_window_refuses_the_key() {
     ]);
     assert_eq!(out.status.code(), Some(BAD_INPUT), "{}", text(&out.stderr));
 }
+
+/// `dq enqueue --priority N` stores the priority: `dq job` shows it (in words, and as a
+/// number in JSON), `dq list --state ready` lists the ready jobs in the order workers take
+/// them with a priority column; a priority outside 0..=9 (or not a number) is bad input
+/// (exit 2) saying what to write, and nothing is written.
+#[tokio::test]
+async fn enqueue_with_a_priority_is_shown_and_listed_in_order() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-priority");
+    // A registered process alone in the namespace raises its format level to the newest,
+    // which a priority needs (the level never lowers after it is gone).
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&url)
+        .await
+        .expect("connect");
+    dq_testkit::eventually("the namespace writes the newest format", GENEROUS, || {
+        let client = client.clone();
+        async move { client.store().formats().write() == dq_core::format::NEWEST_FORMAT }
+    })
+    .await;
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        dq(&args, &[]).0
+    };
+    for (key, priority) in [("low", Some("2")), ("plain", None), ("urgent", Some("8"))] {
+        let mut args = vec![
+            "enqueue",
+            "calls",
+            "--key",
+            key,
+            "--json",
+            "1",
+            "--partitions",
+            "1",
+        ];
+        if let Some(p) = priority {
+            args.extend(["--priority", p]);
+        }
+        let out = run(&args);
+        assert!(out.status.success(), "{key}: {}", text(&out.stderr));
+    }
+    for bad in ["10", "-1", "high", ""] {
+        let out = run(&[
+            "enqueue",
+            "calls",
+            "--key",
+            "bad",
+            "--json",
+            "1",
+            "--priority",
+            bad,
+        ]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(BAD_INPUT), "{bad:?}: {stderr}");
+        assert!(
+            stderr.contains("is not a priority") && stderr.contains("0 (lowest) to 9 (highest)"),
+            "{bad:?}: {stderr}"
+        );
+    }
+    let out = run(&["job", "calls", "bad"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+
+    let out = run(&["job", "calls", "urgent"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("priority  8 (above normal)\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&["job", "calls", "plain"]);
+    assert!(
+        text(&out.stdout).contains("priority  5 (normal)\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&["job", "calls", "low", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(v["priority"], 2, "{v}");
+
+    let out = run(&["list", "calls", "--state", "ready"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Vec<(String, String)> = text(&out.stdout)
+        .lines()
+        .map(|line| {
+            let cols: Vec<&str> = line.split('\t').collect();
+            (cols[0].to_owned(), cols[2].to_owned())
+        })
+        .collect();
+    let expected = [
+        ("urgent", "priority 8"),
+        ("plain", "priority 5"),
+        ("low", "priority 2"),
+    ];
+    assert_eq!(
+        listed,
+        expected.map(|(k, p)| (k.to_owned(), p.to_owned())),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&["list", "calls", "--state", "ready", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    let priorities: Vec<u64> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["priority"].as_u64().unwrap())
+        .collect();
+    assert_eq!(priorities, [8, 5, 2], "{v}");
+}

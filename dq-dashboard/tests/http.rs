@@ -844,3 +844,88 @@ async fn events_are_shown_on_the_topic_and_job_pages() {
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains("records no events"), "{page}");
 }
+
+/// A job's page shows its priority in words; the ready tab lists the ready jobs in the order
+/// workers take them (higher priority first, normal ones in the order they became due) with
+/// a priority column that marks jobs above and below normal; a finished tab has no such
+/// column.
+#[tokio::test]
+async fn the_ready_tab_lists_jobs_by_priority_and_a_job_page_shows_it() {
+    let client = common::client("dash-priority").await;
+    // The client alone in its namespace raises the format to the newest (a priority needs 5).
+    let c = client.clone();
+    dq_testkit::eventually(
+        "the namespace writes the newest format",
+        Duration::from_secs(30),
+        || {
+            let c = c.clone();
+            async move { c.store().formats().write() == dq_core::format::NEWEST_FORMAT }
+        },
+    )
+    .await;
+    let tc = client.admin().topic_with("urgent", 1).unwrap();
+    for (key, level) in [
+        ("a-low", 0),
+        ("b-plain", 5),
+        ("c-high", 9),
+        ("d-plain", 5),
+        ("e-high", 7),
+    ] {
+        tc.enqueue(common::payload(serde_json::json!(key)))
+            .key(key)
+            .priority(dq_core::Priority::new(level).unwrap())
+            .await
+            .unwrap();
+    }
+    let served = serve(client, opts()).await;
+    let (status, page) = get(&format!("{}/topics/urgent?state=ready", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    let listing = &page[page.find("id=\"listing\"").unwrap()..];
+    let listing = &listing[..listing.find("</table>").unwrap()];
+    assert!(listing.contains(">Priority</th>"), "{listing}");
+    let listed: Vec<(String, String)> = listing
+        .split("<code>")
+        .skip(1)
+        .map(|s| {
+            let key = s[..s.find('<').unwrap()].to_owned();
+            let at = s.find("data-priority=\"").unwrap() + "data-priority=\"".len();
+            (key, s[at..at + s[at..].find('"').unwrap()].to_owned())
+        })
+        .collect();
+    let want = [
+        ("c-high", "9"),
+        ("e-high", "7"),
+        ("b-plain", "5"),
+        ("d-plain", "5"),
+        ("a-low", "0"),
+    ];
+    assert_eq!(
+        listed,
+        want.map(|(k, p)| (k.to_owned(), p.to_owned())),
+        "{listing}"
+    );
+    assert!(
+        row_of(listing, "c-high").contains("class=\"n priority high\""),
+        "{listing}"
+    );
+    assert!(
+        row_of(listing, "a-low").contains("class=\"n priority low\""),
+        "{listing}"
+    );
+
+    let (status, page) = get(&format!("{}/topics/urgent/jobs/e-high", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        row_of(&page, "data-field=\"priority\"").contains("7 (above normal)"),
+        "{page}"
+    );
+    let (_, page) = get(&format!("{}/topics/urgent/jobs/b-plain", served.url)).await;
+    assert!(
+        row_of(&page, "data-field=\"priority\"").contains("5 (normal)"),
+        "{page}"
+    );
+
+    let (status, page) = get(&format!("{}/topics/urgent?state=succeeded", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!page.contains(">Priority</th>"), "{page}");
+}

@@ -78,6 +78,8 @@ pub(crate) struct Typed {
     pub(crate) expires_after: Option<std::time::Duration>,
     /// The handler's default key window, as the typed client gives it.
     pub(crate) window: Option<dq_core::KeyWindow>,
+    /// The handler's default priority, as the typed client gives it.
+    pub(crate) priority: dq_core::Priority,
 }
 
 /// How an API behaves. Build it from [`HttpConfig::default`] (no tokens: anyone who can
@@ -177,6 +179,7 @@ impl HttpConfig {
             convert,
             expires_after: J::EXPIRES_AFTER,
             window: J::WINDOW,
+            priority: J::PRIORITY,
         };
         self.jobs.insert(J::TOPIC.to_owned(), typed);
         self

@@ -5,7 +5,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use dq_core::shape::PayloadShape;
 use dq_core::{
-    CancelOutcome, Cursor, EnqueueOutcome, Enqueued, JobSpec, JobState, NewDue, Page,
+    CancelOutcome, Cursor, EnqueueOutcome, Enqueued, JobSpec, JobState, NewDue, Page, Priority,
     RescheduleOutcome, TopicClient,
 };
 
@@ -115,7 +115,24 @@ fn spec(
             ));
         }
     }
+    match (r.priority, typed.map(|t| t.priority)) {
+        (Some(level), _) => spec = spec.priority(priority(level)?),
+        (None, Some(default)) => spec = spec.priority(default),
+        (None, None) => {}
+    }
     Ok(spec)
+}
+
+/// A request's priority: 0 (lowest) to 9 (highest).
+fn priority(level: i64) -> Result<Priority, ApiError> {
+    u8::try_from(level)
+        .ok()
+        .and_then(|l| Priority::new(l).ok())
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "priority must be 0 (lowest) to 9 (highest), 5 being normal; not {level}"
+            ))
+        })
 }
 
 /// The answer for what an enqueue did. A repeated request whose first try stored the job
@@ -180,6 +197,7 @@ fn topic_error(shared: &Shared, topic: &str, e: dq_core::Error) -> ApiError {
         (status = 401, description = "unauthorized", body = ErrorBody),
         (status = 403, description = "forbidden", body = ErrorBody),
         (status = 404, description = "unknown_topic", body = ErrorBody),
+        (status = 409, description = "topic_mismatch: e.g. an expiry or priority the namespace's record format cannot hold yet", body = ErrorBody),
         (status = 413, description = "body_too_large, payload_too_large", body = ErrorBody),
         (status = 422, description = "payload_mismatch", body = ErrorBody),
         (status = 503, description = "unavailable", body = ErrorBody),
@@ -232,6 +250,9 @@ async fn send_plain(t: &TopicClient, spec: JobSpec<Vec<u8>>) -> dq_core::Result<
         Some(dq_core::Expiry::At(at)) => call = call.expires_at(at),
         None => {}
     }
+    if let Some(p) = spec.priority {
+        call = call.priority(p);
+    }
     call.await
 }
 
@@ -255,6 +276,7 @@ async fn send_plain(t: &TopicClient, spec: JobSpec<Vec<u8>>) -> dq_core::Result<
         (status = 401, description = "unauthorized", body = ErrorBody),
         (status = 403, description = "forbidden", body = ErrorBody),
         (status = 404, description = "unknown_topic", body = ErrorBody),
+        (status = 409, description = "topic_mismatch: e.g. an expiry or priority the namespace's record format cannot hold yet", body = ErrorBody),
         (status = 413, description = "body_too_large, payload_too_large", body = ErrorBody),
         (status = 422, description = "payload_mismatch", body = ErrorBody),
         (status = 503, description = "unavailable", body = ErrorBody),

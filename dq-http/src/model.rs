@@ -41,6 +41,11 @@ pub struct EnqueueRequest {
     /// Refuse every enqueue of the key for this long after this one is accepted.
     #[serde(default)]
     pub throttle: Option<String>,
+    /// Its priority among the due jobs of its partition: 0 (lowest) to 9 (highest); default
+    /// the typed topic's handler's, else 5 (normal). Anything else is 400 `invalid_request`.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 9)]
+    pub priority: Option<i64>,
 }
 
 /// What an enqueue did.
@@ -136,6 +141,9 @@ pub struct JobOut {
     pub created: String,
     /// Attempts started.
     pub attempts: u32,
+    /// Its priority among the due jobs of its partition, 0 (lowest) to 9 (highest); 5 is
+    /// normal.
+    pub priority: u8,
     /// For a running job, when its lease runs out.
     pub lease_deadline: Option<String>,
     /// For a dead job, when it died.
@@ -181,6 +189,7 @@ impl JobOut {
             due: rfc3339(info.due_ms),
             created: rfc3339(info.created_ms),
             attempts: info.attempts,
+            priority: info.priority.level(),
             lease_deadline: info.lease_deadline_ms.map(rfc3339),
             died: info.died_ms.map(rfc3339),
             expires: info.expires_ms.map(rfc3339),

@@ -624,3 +624,60 @@ async fn a_window_on_the_key_refuses_and_says_until_when() {
     assert_eq!((status, code(&v)), (400, "invalid_request"), "{v}");
     s.stop().await;
 }
+
+/// `priority` in a request is stored (the job view says it, single and bulk); one outside
+/// 0..=9 is 400 `invalid_request` naming the range, single and bulk, and nothing is written;
+/// a priority that is not a whole number is 400 `invalid_json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priority_is_stored_and_one_out_of_range_is_refused_before_any_write() {
+    let s = serve("http-priority", HttpConfig::default()).await;
+    // the client and the worker alone in the namespace raise its format to the newest
+    let client = s.client.clone();
+    eventually("the namespace writes the newest format", WAIT, || {
+        let client = client.clone();
+        async move { client.store().formats().write() == dq_core::format::NEWEST_FORMAT }
+    })
+    .await;
+    let jobs = format!("{}/v1/topics/{TOPIC}/jobs", s.url);
+    let t = s.client.admin().topic_with(TOPIC, 1).unwrap();
+    let payload = json!({"order_id": 1, "note": ""});
+    for bad in [json!(10), json!(-1), json!(300)] {
+        let one = json!({"key": "bad", "payload": payload, "delay": "1h", "priority": bad});
+        let (status, v) = post_rw(&jobs, one.clone(), &[]).await;
+        assert_eq!((status, code(&v)), (400, "invalid_request"), "{bad}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("0 (lowest) to 9 (highest)"), "{v}");
+        let (status, v) = post_rw(&format!("{jobs}/bulk"), json!({"jobs": [one]}), &[]).await;
+        assert_eq!((status, code(&v)), (400, "invalid_request"), "{bad}: {v}");
+    }
+    let fraction = json!({"key": "bad", "payload": payload, "priority": 2.5});
+    let (status, v) = post_rw(&jobs, fraction, &[]).await;
+    assert_eq!((status, code(&v)), (400, "invalid_json"), "{v}");
+    assert_eq!(t.stats().await.unwrap().enqueued, 0);
+
+    let urgent = json!({"key": "urgent", "payload": payload, "delay": "1h", "priority": 8});
+    let (status, v) = post_rw(&jobs, urgent, &[]).await;
+    assert_eq!(status, 201, "{v}");
+    let bulk = json!({"jobs": [
+        {"key": "low", "payload": payload, "delay": "1h", "priority": 0},
+        {"key": "plain", "payload": payload, "delay": "1h"},
+    ]});
+    let (status, v) = post_rw(&format!("{jobs}/bulk"), bulk, &[]).await;
+    assert_eq!(status, 200, "{v}");
+    // no key and no Idempotency-Key: the plain path (group commit when on)
+    let keyless = json!({"payload": payload, "delay": "1h", "priority": 9});
+    let (status, v) = post_rw(&jobs, keyless, &[]).await;
+    assert_eq!(status, 201, "{v}");
+    let generated = v["key"].as_str().unwrap().to_owned();
+    for (key, level) in [
+        ("urgent", 8),
+        ("low", 0),
+        ("plain", 5),
+        (generated.as_str(), 9),
+    ] {
+        let (status, v) = get_rw(&format!("{jobs}/{key}")).await;
+        assert_eq!((status, &v["priority"]), (200, &json!(level)), "{key}: {v}");
+        assert_eq!(t.job(key).await.unwrap().unwrap().priority.level(), level);
+    }
+    s.stop().await;
+}

@@ -157,6 +157,7 @@ pub(super) async fn job_page(
             tr { th { (if job.state == JobState::Retry { "Next attempt" } else { "Due" }) } td { (when(job.due_ms, now_ms)) } }
             tr { th { "Enqueued" } td { (when(job.created_ms, now_ms)) } }
             tr { th { "Attempts" } td data-field="attempts" { (job.attempts) } }
+            tr { th { "Priority" } td data-field="priority" data-priority=(job.priority.level()) { (priority_text(job.priority)) } }
             @if let Some(d) = job.lease_deadline_ms { tr { th { "Lease until" } td { (when(d, now_ms)) } } }
             @if let Some(d) = job.died_ms { tr { th { "Died" } td { (when(d, now_ms)) } } }
             @if let Some(e) = job.expires_ms { tr { th { "Expires" } td { (when(e, now_ms)) " unless started" } } }
@@ -185,4 +186,14 @@ pub(super) async fn job_page(
         crumbs,
         body,
     ))
+}
+
+/// A priority in words: `5 (normal)`, `8 (above normal: leased first)`, `2 (below normal)`.
+pub(super) fn priority_text(p: dq_core::Priority) -> String {
+    let word = match p.cmp(&dq_core::Priority::NORMAL) {
+        std::cmp::Ordering::Less => "below normal",
+        std::cmp::Ordering::Equal => "normal",
+        std::cmp::Ordering::Greater => "above normal",
+    };
+    format!("{} ({word})", p.level())
 }

@@ -44,6 +44,7 @@ form.job-actions{display:flex;gap:6px;margin:12px 0}
 .flag{display:inline-block;margin-right:4px;padding:0 8px;border-radius:9px;font-size:12px;font-weight:600;background:#e4e8ee;color:#1d2733}
 .flag.paused{background:#f6d5d1;color:#a23325}.flag.throttled{background:#fbe7c2;color:#7a4d00}.flag.limit{background:#d6e6fb;color:#1f4f8f}
 .pager a{margin-right:12px}
+td.priority.high{font-weight:700;color:#1f4f8f}td.priority.low{color:#6b7785}
 .kv th{width:140px;background:#f8f9fb}
 .state{padding:1px 8px;border-radius:9px;background:#d5dbe3;font-weight:600;font-size:12px}
 .state.dead{background:#f6d5d1;color:#a23325}.state.ready{background:#d6e6fb}.state.retry{background:#fbe7c2}

@@ -60,6 +60,8 @@ struct Row {
     /// Due, lease deadline or finish time.
     at_ms: u64,
     attempts: u32,
+    /// A live job's priority (a finished one's is not kept).
+    priority: Option<dq_core::Priority>,
     created_ms: u64,
     /// The last error (retry), or the run time and worker (succeeded).
     note: String,
@@ -105,6 +107,7 @@ pub(super) async fn topic_page(
                     key: j.key.to_string(),
                     at_ms: j.lease_deadline_ms.unwrap_or(j.due_ms),
                     attempts: j.attempts,
+                    priority: Some(j.priority),
                     created_ms: j.created_ms,
                     note: if *state == JobState::Retry {
                         dead::last_error(j).to_string()
@@ -124,6 +127,7 @@ pub(super) async fn topic_page(
                     key: j.key.to_string(),
                     at_ms: j.finished_ms,
                     attempts: j.attempts,
+                    priority: None,
                     created_ms: j.created_ms,
                     note: match (j.run_time(), &j.worker) {
                         (Some(d), Some(w)) => format!("ran {} ms on {w}", d.as_millis()),
@@ -191,6 +195,7 @@ pub(super) async fn topic_page(
                 th { "Key" }
                 th { (match tab { Tab::Live(JobState::Retry) => "Next attempt", Tab::Live(JobState::Active) => "Lease until", Tab::Live(_) => "Due", Tab::Kept(_) => "Finished" }) }
                 th.n { "Attempts" }
+                @if matches!(tab, Tab::Live(_)) { th.n title="0 (lowest) to 9 (highest); 5 is normal" { "Priority" } }
                 th { "Enqueued" }
                 @if matches!(tab, Tab::Live(JobState::Retry)) { th { "Last error" } }
                 @if matches!(tab, Tab::Kept(FinishedAs::Succeeded)) { th { "Run" } }
@@ -201,12 +206,15 @@ pub(super) async fn topic_page(
                         td { a href=(job_link(&shared, &name, &j.key)) { code { (j.key) } } }
                         td { (when(j.at_ms, now_ms)) }
                         td.n { (j.attempts) }
+                        @if let Some(p) = j.priority {
+                            td.n.priority.high[p > dq_core::Priority::NORMAL].low[p < dq_core::Priority::NORMAL] data-priority=(p.level()) { (p.level()) }
+                        }
                         td { (when(j.created_ms, now_ms)) }
                         @if matches!(tab, Tab::Live(JobState::Retry)) { td.err { (j.note) } }
                         @if matches!(tab, Tab::Kept(FinishedAs::Succeeded)) { td { (j.note) } }
                     }
                 }
-                @if rows.is_empty() { tr { td.muted colspan="5" { "No " (tab.name()) " jobs." } } }
+                @if rows.is_empty() { tr { td.muted colspan="6" { "No " (tab.name()) " jobs." } } }
             }
         }
         p.pager {
