@@ -154,6 +154,7 @@ macro_rules! conformance_suite {
             priority::jobs_due_together_are_leased_by_priority,
             priority::a_job_keeps_its_priority_through_every_move,
             priority::a_priority_is_checked_and_needs_format_5,
+            priority::a_low_job_is_leased_whenever_room_is_left,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

@@ -213,3 +213,25 @@ pub async fn a_priority_is_checked_and_needs_format_5<H: Harness>(h: &H) {
     assert_eq!(keys_of(&jobs), ["hi", "plain"]);
     ack_all(h, &q, &jobs).await;
 }
+
+/// A job below normal priority is leased by any fetch with room left once the jobs of normal
+/// priority are taken, also by one that finds other jobs due (a steady trickle of due jobs
+/// never starves it), and a low job found due is leased at once when room is left.
+pub async fn a_low_job_is_leased_whenever_room_is_left<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("prio.low").unwrap();
+    let q = queue("prio.low");
+    put(&t, "low-ready", Priority::LOWEST).await;
+    let at = dq::store::from_unix_ms(now(h).await + 50);
+    t.enqueue(raw(0)).key("normal-due").at(at).await.unwrap();
+    t.enqueue(raw(0))
+        .key("low-due")
+        .at(at)
+        .priority(Priority::LOW)
+        .await
+        .unwrap();
+    until_store_time(h, now(h).await + 50).await;
+    let jobs = fetch(h, &q, &req_max(5)).await.jobs;
+    assert_eq!(keys_of(&jobs), ["normal-due", "low-ready", "low-due"]);
+    ack_all(h, &q, &jobs).await;
+}

@@ -304,12 +304,9 @@ impl Partition {
             }
         }
 
-        // 2. lease ready jobs above normal priority, highest first, FIFO within a priority;
-        // 3. then take the due jobs of both sets merged by due ms (scheduled first on a tie),
-        //    at most room + promote_batch of them, into the due queue, and lease its jobs of
-        //    normal priority and above, highest first (new ones of a priority behind those
-        //    queued before; the rest wait in it); when none was due, lease the ready jobs
-        //    below normal too — the order fetch.lua leases in
+        // 2. lease the due queue's jobs above normal priority, highest first, FIFO within a
+        //    priority; 3. then the due jobs found in both sets, band by band with the due
+        //    queue's — the order fetch.lua leases in
         let mut promoted = 0;
         let deadline = now + lease_ms;
         // 2. the due queue's jobs above normal priority
@@ -325,10 +322,9 @@ impl Partition {
             NORMAL_BAND - 1,
         );
         // 3. the due jobs of both sets, merged by due ms (scheduled first on a tie), at most
-        //    room + promote_batch of them, taken in order of priority: above normal, then
-        //    (after the due queue's jobs of normal priority, due before them) the rest; each
-        //    leased while room is left (below normal: never), else queued, at most
-        //    promote_batch of them (the others wait in their set)
+        //    room + promote_batch of them, taken band by band (below) and each leased while
+        //    room is left, else queued, at most promote_batch of them (the others wait in
+        //    their set)
         let limit = max_jobs - jobs.len() + request.promote_batch;
         let mut due: Vec<DueSlot> = Vec::new();
         for (rank, set) in [(0u8, &self.sets.scheduled), (1u8, &self.sets.retry)] {
@@ -342,7 +338,6 @@ impl Partition {
         due.sort();
         due.truncate(limit);
         let mut promote_more = limit > 0 && due.len() == limit;
-        let nothing_due = due.is_empty();
         // (stable: due order within a priority)
         let priority_of = |slot: &DueSlot| {
             let set = if slot.1 == 0 {
@@ -358,8 +353,16 @@ impl Partition {
         due.sort_by_key(|(priority, _)| std::cmp::Reverse(*priority));
         let mut rest = due.into_iter().peekable();
         let mut queued = 0;
-        for above in [true, false] {
-            if !above {
+        // band by band: the found jobs above normal; the due queue's normal ones (due before
+        // the found ones), the found normal ones; the due queue's below normal, the found ones
+        // below normal
+        let normal = Priority::NORMAL.level();
+        for (queued_band, least) in [
+            (None, normal + 1),
+            (Some(NORMAL_BAND), normal),
+            (Some(u8::MAX), 0),
+        ] {
+            if let Some(band) = queued_band {
                 self.lease_ready(
                     queue,
                     &mut jobs,
@@ -369,12 +372,10 @@ impl Partition {
                     max_jobs,
                     now,
                     deadline,
-                    NORMAL_BAND,
+                    band,
                 );
             }
-            while let Some((priority, (_, rank, slot))) =
-                rest.next_if(|(p, _)| !above || *p > Priority::NORMAL.level())
-            {
+            while let Some((_, (_, rank, slot))) = rest.next_if(|(p, _)| *p >= least) {
                 if jobs.len() >= max_jobs && queued >= request.promote_batch {
                     promote_more = true; // left in its set
                     break;
@@ -403,10 +404,7 @@ impl Partition {
                 if self.drop_if_expired(&key, now) {
                     continue; // not leased nor promoted (as fetch.lua)
                 }
-                if jobs.len() < max_jobs
-                    && priority >= Priority::NORMAL.level()
-                    && self.jobs.contains_key(&key)
-                {
+                if jobs.len() < max_jobs && self.jobs.contains_key(&key) {
                     let next = next_token(&mut self.counters);
                     jobs.extend(self.lease_now(queue, key, next, now, deadline));
                 } else if let Some(rec) = self.jobs.get_mut(&key) {
@@ -418,20 +416,6 @@ impl Partition {
         }
         if stopped_sets.contains(&true) {
             promote_more = false;
-        }
-        // 3b. nothing was due: the due queue's jobs below normal priority
-        if nothing_due {
-            self.lease_ready(
-                queue,
-                &mut jobs,
-                &mut newer,
-                &mut stopped_ready,
-                &mut next_token,
-                max_jobs,
-                now,
-                deadline,
-                u8::MAX,
-            );
         }
         // work left in ready for this dq (one stopped at a newer record has only what this
         // call put behind it)

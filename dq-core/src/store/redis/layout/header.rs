@@ -147,8 +147,9 @@ impl RecordHeader {
             } else {
                 0
             },
+            // (a damaged byte above the highest counts as the highest, as lib.lua's priority_of)
             priority: if format >= PRIORITY_FORMAT {
-                h[20]
+                h[20].min(crate::job::Priority::MAX)
             } else {
                 crate::job::Priority::NORMAL.level()
             },

@@ -8,10 +8,10 @@
 --   2. lease due jobs by priority (lib.lua `push_ready`): first `pready`'s members above
 --      normal priority, then up to ARGV[1] keys of `ready`, skipping stale hints, with fresh
 --      tokens;
---   3. take the due jobs of scheduled and retry, merged by due time, those above normal
---      priority first: lease them directly while room is left (those below normal excepted:
---      they join `pready`), then move at most ARGV[3] more to the due queue; then lease
---      `pready`'s members below normal priority while room is left;
+--   3. take the due jobs of scheduled and retry, merged by due time, and lease band by band
+--      while room is left: those found above normal priority (before the ready list of 2),
+--      then the found normal ones, then `pready`'s members below normal, then the found ones
+--      below normal; move at most ARGV[3] more to the due queue;
 --   4. pass a wake-up token on if ready work is left behind (chained wake-ups);
 --   5. on a fetch that leased nothing, audit up to 32 records (HSCAN, cursor in stats) and
 --      re-link any whose sorted-set entry is missing;
@@ -338,11 +338,13 @@ local expired_keys, expired_recs = {}, {}
 -- pready's members read by this call (leased, expired, damaged or stale hints): removed with
 -- the writes. A newer record among them stops the pass there (left with what is behind it).
 local pready_read = {}
+local pready_read_once = false -- pready was read (so it is a zset or absent)
 -- Leases `pready`'s ready jobs scored in [lo, hi) (its priorities' band) while room is left.
 local function take_pready(lo, hi)
   local offset, rounds = 0, 0
   while #lease_keys < max_jobs and rounds < 4 and not stopped[pready] do
     rounds = rounds + 1
+    pready_read_once = true
     local want = max_jobs - #lease_keys
     local got = redis.call('ZRANGEBYSCORE', pready, string.format('%d', lo),
       string.format('(%d', hi), 'LIMIT', offset, want)
@@ -532,11 +534,10 @@ local function take_due(start, least)
         if is_expired(rec, now) then
           expired_keys[#expired_keys + 1] = key
           expired_recs[#expired_keys] = rec
-        elseif #lease_keys < max_jobs and prio[i] >= NORMAL_PRIORITY then
+        elseif #lease_keys < max_jobs then
           lease_keys[#lease_keys + 1] = key
           lease_recs[#lease_recs + 1] = rec
         else
-          -- (below normal priority: behind the jobs already waiting at its priority)
           local _, attempts, due, _, old_token = unpack_record(rec)
           local ready_rec = with_header(rec, STATE.ready, attempts, due, old_token)
           records[#records + 1] = key
@@ -549,14 +550,15 @@ local function take_due(start, least)
   end
   return n
 end
--- 2b (between 3's two halves): above normal, the ready list, the rest
+-- Each priority band in turn: the found jobs above normal, the ready list (due before the
+-- found ones), the found normal ones, pready's below normal (queued before the found ones),
+-- the found ones below normal.
 local rest = take_due(1, NORMAL_PRIORITY + 1)
 take_ready()
+rest = take_due(rest, NORMAL_PRIORITY)
+take_pready(NORMAL_READY_SCORE, (MAX_PRIORITY + 1) * PRIO_SPAN)
 take_due(rest, 0)
 if stopped[scheduled] or stopped[retry] then promote_more = false end
--- 3b. the due jobs below normal priority, when nothing else was found due (those found due
---     by this call join them at the back: leased from the next call on)
-if #taken == 0 then take_pready(NORMAL_READY_SCORE, (MAX_PRIORITY + 1) * PRIO_SPAN) end
 local n_jobs = #lease_keys
 
 -- 5a. (reads) a fetch that leases nothing audits a few records (see 5 below).
@@ -575,8 +577,8 @@ if #corrupt_keys > 0 or n_jobs == 0 then
 elseif #expired_keys > 0 then
   checks = {hist, 'hash', kept, 'hash', kept_at, 'zset'}
 end
--- (pready is read by every fetch that may lease; not by one that only promotes)
-if max_jobs == 0 then checks[#checks + 1] = pready; checks[#checks + 1] = 'zset' end
+-- (pready is read by a fetch with room left; not by one that only promotes or was filled first)
+if not pready_read_once then checks[#checks + 1] = pready; checks[#checks + 1] = 'zset' end
 local bad = check_types(checks)
 if bad then return bad end
 

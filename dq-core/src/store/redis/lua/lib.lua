@@ -135,7 +135,12 @@ end
 -- The priority of a record (format 5 on), 0..9; NORMAL_PRIORITY for every older format.
 local function priority_of(rec)
   local b = byte(rec, 1)
-  if b >= PRIORITY_FORMAT and b <= MAX_FORMAT then return byte(rec, PRIORITY_HEADER_LEN) end
+  if b >= PRIORITY_FORMAT and b <= MAX_FORMAT then
+    -- (a damaged byte above the highest counts as the highest: RecordHeader::decode too)
+    local p = byte(rec, PRIORITY_HEADER_LEN)
+    if p > MAX_PRIORITY then return MAX_PRIORITY end
+    return p
+  end
   return NORMAL_PRIORITY
 end
 
