@@ -335,6 +335,23 @@ local function corrupt(key, rec)
 end
 -- Jobs whose expiry came before they started: deleted with the writes (never leased).
 local expired_keys, expired_recs = {}, {}
+-- Leases the ready jobs a due queue's hints named (`keys`, their records `recs`, in queue
+-- order): a job `held` names is running (a stale hint, whatever its expiry says), one whose
+-- expiry has come is dropped with the writes, the others are leased.
+local function lease_hinted(keys, recs, held)
+  for j, key in ipairs(keys) do
+    if held[key] then
+      -- left alone
+    elseif is_expired(recs[j], now) then
+      expired_keys[#expired_keys + 1] = key
+      expired_recs[#expired_keys] = recs[j]
+    else
+      lease_keys[#lease_keys + 1] = key
+      lease_recs[#lease_recs + 1] = recs[j]
+    end
+  end
+end
+
 -- pready's members read by this call (leased, expired, damaged or stale hints): removed with
 -- the writes. A newer record among them stops the pass there (left with what is behind it).
 local pready_read = {}
@@ -369,18 +386,7 @@ local function take_pready(lo, hi)
       end
     end
     -- (every record in pready is lean: format 5 on)
-    local held = held_leases(leases, cand_keys)
-    for j, key in ipairs(cand_keys) do
-      if held[key] then
-        -- running: a stale hint
-      elseif is_expired(cand_recs[j], now) then
-        expired_keys[#expired_keys + 1] = key
-        expired_recs[#expired_keys] = cand_recs[j]
-      else
-        lease_keys[#lease_keys + 1] = key
-        lease_recs[#lease_recs + 1] = cand_recs[j]
-      end
-    end
+    lease_hinted(cand_keys, cand_recs, held_leases(leases, cand_keys))
     if #got < want then return end
   end
 end
@@ -433,19 +439,7 @@ local function take_ready()
         if not seen[key] then corrupt(key, rec) end
       end
     end
-    local held = held_leases(leases, lean_keys)
-    for j, key in ipairs(cand_keys) do
-      -- (a held one is running: a stale hint, whatever its expiry says)
-      if held[key] then
-        -- left alone
-      elseif is_expired(cand_recs[j], now) then
-        expired_keys[#expired_keys + 1] = key
-        expired_recs[#expired_keys] = cand_recs[j]
-      else
-        lease_keys[#lease_keys + 1] = key
-        lease_recs[#lease_recs + 1] = cand_recs[j]
-      end
-    end
+    lease_hinted(cand_keys, cand_recs, held_leases(leases, lean_keys))
     if not ready_more or stopped[ready] then break end
   end
 end
