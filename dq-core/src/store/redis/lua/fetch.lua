@@ -355,13 +355,14 @@ end
 -- pready's members read by this call (leased, expired, damaged or stale hints): removed with
 -- the writes. A newer record among them stops the pass there (left with what is behind it).
 local pready_read = {}
-local pready_read_once = false -- pready was read (so it is a zset or absent)
+-- How many members pready holds: one read per fetch (it refuses a key of another type before
+-- any write of the passes below); a topic without priorities reads pready no further.
+local pready_n = redis.call('ZCARD', pready)
 -- Leases `pready`'s ready jobs scored in [lo, hi) (its priorities' band) while room is left.
 local function take_pready(lo, hi)
   local offset, rounds = 0, 0
-  while #lease_keys < max_jobs and rounds < 4 and not stopped[pready] do
+  while pready_n > 0 and #lease_keys < max_jobs and rounds < 4 and not stopped[pready] do
     rounds = rounds + 1
-    pready_read_once = true
     local want = max_jobs - #lease_keys
     local got = redis.call('ZRANGEBYSCORE', pready, string.format('%d', lo),
       string.format('(%d', hi), 'LIMIT', offset, want)
@@ -571,8 +572,6 @@ if #corrupt_keys > 0 or n_jobs == 0 then
 elseif #expired_keys > 0 then
   checks = {hist, 'hash', kept, 'hash', kept_at, 'zset'}
 end
--- (pready is read by a fetch with room left; not by one that only promotes or was filled first)
-if not pready_read_once then checks[#checks + 1] = pready; checks[#checks + 1] = 'zset' end
 local bad = check_types(checks)
 if bad then return bad end
 
@@ -663,7 +662,7 @@ call_many('ZREM', scheduled, from_set[1])
 call_many('ZREM', retry, from_set[2])
 local ready_left = ready_more or #hints > 0
 -- (pready's members this call did not read: due jobs left, unless behind a newer record)
-if not ready_left and not stopped[pready] and redis.call('ZCARD', pready) > 0 then
+if not ready_left and not stopped[pready] and pready_n > #pready_read then
   ready_left = true
 end
 
