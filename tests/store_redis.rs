@@ -425,6 +425,7 @@ async fn enqueue_receipts_are_14_byte_entries_found_by_retries() {
         expires: None,
         priority: Default::default(),
         window: None,
+        group: None,
     };
     // Two calls of one bucket (0x2a), one of another.
     let one = EnqueueCall {
@@ -529,6 +530,7 @@ async fn receipt_generations_rotate_only_when_a_receipt_life_old() {
         expires: None,
         priority: Default::default(),
         window: None,
+        group: None,
     };
     let call = |id: u64| EnqueueCall { id, retry: false };
     let now = store.now_ms().await.unwrap();
@@ -619,6 +621,7 @@ async fn a_damaged_receipt_key_fails_enqueue_before_it_writes() {
         expires: None,
         priority: Default::default(),
         window: None,
+        group: None,
     };
     let id = 0x5555_0000_0000_0009;
     let [current, old] = keys.enqueue_receipts(id);
@@ -723,6 +726,7 @@ async fn dense_due_times_keep_enqueue_order_within_each_millisecond() {
         expires: None,
         priority: Default::default(),
         window: None,
+        group: None,
     };
     let mut want: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     let mut i = 0;
@@ -1549,6 +1553,7 @@ async fn an_older_dq_runs_its_jobs_and_leaves_format_2_ones_to_a_newer_one() {
         expires: None,
         priority: Default::default(),
         window: None,
+        group: None,
     };
     old.enqueue(&q, &[job("old-1", 1)], EnqueueCall::new())
         .await

@@ -712,6 +712,7 @@ impl Drain {
                 expires: None,
                 priority: Default::default(),
                 window: None,
+                group: None,
             };
             let call = EnqueueCall {
                 id: c.call_id,

@@ -63,6 +63,15 @@ pub enum Error {
     /// A priority above [`Priority::MAX`](crate::Priority::MAX) (9). Nothing was written.
     #[error("invalid priority {0}: a priority is 0 (lowest) to 9 (highest)")]
     InvalidPriority(u8),
+    /// A group name is empty, longer than 64 bytes, or holds whitespace, a control or an
+    /// invisible format character ([`GroupName`](crate::GroupName)). Nothing was written.
+    #[error("invalid group name {name:?}: {reason}")]
+    InvalidGroup {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: String,
+    },
     /// A key window (`unique_for`, `debounce`, `throttle`: [`KeyWindow`](crate::KeyWindow))
     /// that cannot be kept: zero, past what dq can store, or a debounce with a due time of
     /// its own. Nothing was written.

@@ -35,8 +35,13 @@ pub const EXPIRING_FORMAT: u8 = 4;
 /// priority.
 pub const PRIORITY_FORMAT: u8 = 5;
 
+/// The first format that can hold a job's group (format 6): format 5's header, then the
+/// group's length (one byte, 0: none), then the group's bytes
+/// ([`GroupName`](crate::GroupName)); older records are in no group.
+pub const GROUP_FORMAT: u8 = 6;
+
 /// The newest record format this dq reads and writes.
-pub const NEWEST_FORMAT: u8 = 5;
+pub const NEWEST_FORMAT: u8 = 6;
 
 /// The highest format number a record's first byte can name (bytes 2..=31 are versions;
 /// a state letter is format 1).

@@ -45,6 +45,8 @@ pub struct JobView<P> {
     pub expires: Option<SystemTime>,
     /// Its priority among the due jobs of its partition.
     pub priority: crate::job::Priority,
+    /// Its group, if it has one ([`crate::group`]).
+    pub group: Option<crate::group::GroupName>,
     /// Its failed (or deferred) attempts, oldest first (at most
     /// [`MAX_HISTORY`](crate::job::MAX_HISTORY)).
     pub history: Vec<AttemptView>,
@@ -95,6 +97,7 @@ impl JobInfo {
             died: self.died_ms.map(from_unix_ms),
             expires: self.expires_ms.map(from_unix_ms),
             priority: self.priority,
+            group: self.group.clone(),
             history: self.history.into_iter().map(AttemptView::from).collect(),
             progress: self.progress,
             raw_payload: self.payload,

@@ -362,6 +362,8 @@ pub struct JobInfo {
     pub expires_ms: Option<u64>,
     /// Its priority among the due jobs of its partition ([`Priority`]).
     pub priority: Priority,
+    /// Its group, if it has one ([`crate::group`]).
+    pub group: Option<crate::group::GroupName>,
     /// Its failed attempts, oldest first (at most [`MAX_HISTORY`]).
     pub history: Vec<AttemptRecord>,
     /// For a running job: the progress and log lines its handler reported in this run

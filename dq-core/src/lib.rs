@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod finished;
 pub mod format;
+pub mod group;
 pub mod handler;
 pub mod inspect;
 pub mod job;
@@ -70,6 +71,7 @@ pub use store::produce::{ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, NewJ
 pub use store::redis::{RedisOptions, RedisStore, ServerReport, TlsConfig};
 pub use store::{FailedAttempt, Store, WakeListener};
 pub use topic::TopicMeta;
+pub use group::{GroupChange, GroupLimits, GroupName, GroupState}; // groups (issue 25)
 pub use unique::KeyWindow; // key windows (issue 25)
 pub use workers::WorkerInfo;
 

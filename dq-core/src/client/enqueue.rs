@@ -53,6 +53,9 @@ pub struct JobSpec<P> {
     pub priority: Option<Priority>,
     /// The window it opens on its key (default: none): [`KeyWindow`].
     pub window: Option<KeyWindow>,
+    /// Its group (default: none): once due it waits for its group's turn, under the group's
+    /// limits ([`crate::group`]). Checked by [`GroupName::new`](crate::GroupName::new).
+    pub group: Option<String>,
 }
 
 impl<P> JobSpec<P> {
@@ -66,6 +69,7 @@ impl<P> JobSpec<P> {
             expires: None,
             priority: None,
             window: None,
+            group: None,
         }
     }
 
@@ -129,6 +133,13 @@ impl<P> JobSpec<P> {
     /// ([`KeyWindow::Throttle`]).
     pub fn throttle(mut self, d: Duration) -> Self {
         self.window = Some(KeyWindow::Throttle(d));
+        self
+    }
+
+    /// Puts the job in `group`: once due it waits for its group's turn and runs within the
+    /// group's limits ([`crate::group`]; README "Groups").
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
         self
     }
 }
@@ -270,6 +281,16 @@ impl Enqueue {
         self
     }
 
+    /// Puts the job in `group`: once due it waits for its group's turn and runs within the
+    /// group's limits (README "Groups", [`crate::group`]). A bad name is
+    /// [`Error::InvalidGroup`](crate::Error::InvalidGroup), before anything is written; a group
+    /// while a live process reads only formats below 6 is
+    /// [`Error::NeedsFormat`](crate::Error::NeedsFormat).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.spec = self.spec.group(group);
+        self
+    }
+
     /// The handler's default key window, unless the job has one of its own.
     pub(super) fn default_window(mut self, window: Option<KeyWindow>) -> Self {
         if self.spec.window.is_none() {
@@ -296,6 +317,7 @@ impl Enqueue {
             expires,
             priority,
             window,
+            group,
         } = self.spec;
         let job = topic.new_job(JobSpec {
             payload: payload?,
@@ -305,6 +327,7 @@ impl Enqueue {
             expires,
             priority,
             window,
+            group,
         })?;
         topic.ask_hooks(&job).await?;
         let key = job.key.clone();
@@ -444,6 +467,7 @@ impl TopicClient {
         if let Some(window) = job.window {
             window.check(job.due != Due::Now)?;
         }
+        let group = job.group.map(crate::group::GroupName::new).transpose()?;
         let key = match job.key {
             Some(k) => JobKey::new(k)?,
             None => JobKey::generate(),
@@ -456,6 +480,7 @@ impl TopicClient {
             expires: job.expires,
             priority: job.priority.unwrap_or_default(),
             window: job.window,
+            group,
         })
     }
 

@@ -255,6 +255,7 @@ impl Client {
             expires,
             priority,
             window: None,
+            group: None,
         };
         match topic.enqueue_as(job, call).await {
             Ok(outcome) => Ok(outcome == EnqueueOutcome::Created),

@@ -64,6 +64,7 @@ impl Client {
                     expires: j.expires.or(J::EXPIRES_AFTER.map(Expiry::AfterDue)),
                     priority: j.priority.or(Some(J::PRIORITY)),
                     window: j.window.or(J::WINDOW),
+                    group: j.group,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -221,6 +221,8 @@ pub struct Delivery {
     pub leased_ms: u64,
     /// When the lease runs out unless extended (store ms).
     pub lease_deadline_ms: u64,
+    /// Its group, if it has one ([`crate::group`]).
+    pub group: Option<crate::group::GroupName>,
     /// The MessagePack payload.
     pub payload: Vec<u8>,
 }

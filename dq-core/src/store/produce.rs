@@ -45,6 +45,9 @@ pub struct NewJob {
     /// The window it opens on its key (`unique_for`, `debounce`, `throttle`; checked by the
     /// client: [`KeyWindow::check`]).
     pub window: Option<KeyWindow>,
+    /// Its group: once due it waits in its group's queue for its turn (written in record
+    /// format 6; none: as format 5 would).
+    pub group: Option<crate::group::GroupName>,
 }
 
 /// What an enqueue did.

@@ -248,6 +248,7 @@ pub async fn an_expiry_needs_format_4<H: Harness>(h: &H) {
         expires: Some(Expiry::AfterDue(ms(10))),
         priority: Default::default(),
         window: None,
+        group: None,
     };
     let r = h
         .store()

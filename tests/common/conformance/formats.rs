@@ -249,10 +249,12 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
             expires: None,
             priority: Default::default(),
             window: None,
+            group: None,
         };
         let other = NewJob {
             key: jk("fresh"),
-            ..job.clone()
+            ..job.clone(),
+            group: None,
         };
         assert!(newer_refused(
             format,

@@ -18,6 +18,7 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
         expires: None,
         priority: Default::default(),
         window: None,
+        group: None,
     };
     let pair = [job("r-1", false), job("r-2", false)];
 
@@ -105,7 +106,8 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     ack_all(h, &q, &jobs).await;
     let other = NewJob {
         payload: raw(2),
-        ..job("m-new", false)
+        ..job("m-new", false),
+        group: None,
     };
     store
         .enqueue(&q, &[other], EnqueueCall::new())

@@ -61,6 +61,8 @@ pub(super) struct Record {
     pub(super) expires_ms: u64,
     /// The job's priority, 0..=9 (normal before format 5).
     pub(super) priority: u8,
+    /// The job's group (none before format 6).
+    pub(super) group: Option<crate::group::GroupName>,
     pub(super) payload: Vec<u8>,
     pub(super) history: Vec<AttemptRecord>,
 }
@@ -78,6 +80,7 @@ impl Record {
             created_ms: self.created_ms,
             leased_ms: now,
             lease_deadline_ms: deadline,
+            group: self.group.clone(),
             payload: self.payload.clone(),
         }
     }
@@ -128,6 +131,7 @@ impl Record {
             },
             expires_ms: (self.expires_ms > 0).then_some(self.expires_ms),
             priority: Priority::new(self.priority).unwrap_or_default(),
+            group: self.group.clone(),
             history: self.history.clone(),
             progress: None,
             payload: self.payload.clone(),

@@ -6,7 +6,7 @@ use super::clock::{bound_due, ms};
 use super::partition::{Later, Partition, Record};
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
-use crate::format::{EXPIRING_FORMAT, PRIORITY_FORMAT};
+use crate::format::{EXPIRING_FORMAT, GROUP_FORMAT, PRIORITY_FORMAT};
 use crate::job::{Due, Expiry, JobState, MAX_DUE_MS, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 use crate::unique::KeyWindow;
@@ -58,6 +58,14 @@ impl Partition {
             return Err(Error::NeedsFormat {
                 feature: "a job's priority",
                 needs: PRIORITY_FORMAT,
+                level: format,
+            });
+        }
+        // a group needs format 6 (enqueue.lua refuses it below)
+        if format < GROUP_FORMAT && jobs.iter().any(|j| j.group.is_some()) {
+            return Err(Error::NeedsFormat {
+                feature: "a job's group",
+                needs: GROUP_FORMAT,
                 level: format,
             });
         }
@@ -161,6 +169,7 @@ impl Partition {
                         token: 0,
                         expires_ms,
                         priority,
+                        group: job.group.clone(),
                         payload: job.payload.clone(),
                         history: Vec::new(),
                     },

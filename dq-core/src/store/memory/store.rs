@@ -144,6 +144,7 @@ impl MemoryStore {
             key.clone(),
             Record {
                 priority: Priority::NORMAL.level(),
+                group: None,
                 format,
                 place,
                 attempts: u32::from(ran),

@@ -72,6 +72,7 @@ impl Lease for RedisStore {
                 created_ms: rec.created_ms,
                 leased_ms: now,
                 lease_deadline_ms: now + lease_ms,
+                group: rec.group,
                 payload: rec.payload,
             });
         }

@@ -227,6 +227,7 @@ impl Operate for RedisStore {
                 .map(|m| m as u64),
             expires_ms: rec.expires_ms,
             priority: Priority::new(rec.priority).unwrap_or_default(),
+                group: rec.group.clone(),
             history,
             progress: progress
                 .filter(|_| rec.state == JobState::Active)
@@ -466,6 +467,7 @@ impl Operate for RedisStore {
                 died_ms: (state == JobState::Dead).then_some(time),
                 expires_ms: rec.expires_ms,
                 priority: Priority::new(rec.priority).unwrap_or_default(),
+                group: rec.group.clone(),
                 history: hist
                     .map(|h| decode_history(&h))
                     .transpose()?

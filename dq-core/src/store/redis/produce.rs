@@ -7,7 +7,7 @@ use redis::Value;
 use super::scripts::unexpected;
 use super::store::{RedisStore, ms, state_of};
 use crate::error::{Error, Result};
-use crate::format::{EXPIRING_FORMAT, PRIORITY_FORMAT};
+use crate::format::{EXPIRING_FORMAT, GROUP_FORMAT, PRIORITY_FORMAT};
 use crate::job::{Due, Expiry, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 
@@ -38,6 +38,13 @@ impl Produce for RedisStore {
             return Err(Error::NeedsFormat {
                 feature: "a job's priority",
                 needs: PRIORITY_FORMAT,
+                level: write_format,
+            });
+        }
+        if write_format < GROUP_FORMAT && jobs.iter().any(|j| j.group.is_some()) {
+            return Err(Error::NeedsFormat {
+                feature: "a job's group",
+                needs: GROUP_FORMAT,
                 level: write_format,
             });
         }
@@ -73,6 +80,10 @@ impl Produce for RedisStore {
                         // the key's window follows a '|': 'u', 'b' or 't' and its ms
                         if let Some(window) = job.window {
                             mode = format!("{mode}|{}", window.wire());
+                        }
+                        // the group comes last, after a '#'
+                        if let Some(group) = &job.group {
+                            mode = format!("{mode}#{group}");
                         }
                         inv.arg(job.key.as_str())
                             .arg(mode)

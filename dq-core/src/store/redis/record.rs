@@ -1,7 +1,7 @@
 //! The job record as stored in the records hash: a header ([`RecordHeader`], see the layout
 //! module; format 1 to 5), then the payload; and the attempt history kept beside it.
 
-use super::layout::{RecordHeader, header_len};
+use super::layout::RecordHeader;
 use crate::error::{Error, Result};
 use crate::job::{AttemptOutcome, AttemptRecord, JobState};
 
@@ -17,6 +17,8 @@ pub(crate) struct Record {
     pub expires_ms: Option<u64>,
     /// The job's priority (format 5; normal before).
     pub priority: u8,
+    /// The job's group (format 6; none before).
+    pub group: Option<crate::group::GroupName>,
     pub payload: Vec<u8>,
 }
 
@@ -34,7 +36,10 @@ impl Record {
         if let Some(token) = lease {
             h = h.leased(token);
         }
-        bytes.drain(..header_len(h.format));
+        let group = h
+            .group(&bytes)
+            .map(|g| crate::group::GroupName::stored(g.to_owned()));
+        bytes.drain(..h.payload_start());
         Ok(Record {
             state: h.state,
             attempts: u32::from(h.attempts),
@@ -43,6 +48,7 @@ impl Record {
             token: h.token,
             expires_ms: (h.expires_ms > 0).then_some(h.expires_ms),
             priority: h.priority,
+            group,
             payload: bytes,
         })
     }

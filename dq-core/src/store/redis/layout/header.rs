@@ -12,14 +12,18 @@
 //! ([`EXPIRING_FORMAT`]): format 3's 15 bytes, then the job's expiry, Unix ms (u48, 0: none;
 //! 21 bytes in all), then the payload; leased like format 3. Format 5 ([`PRIORITY_FORMAT`]):
 //! format 4's 21 bytes, then the job's priority (u8, 0..=9: [`crate::Priority`]; 22 bytes in
-//! all), then the payload. The rule
+//! all), then the payload. Format 6 ([`GROUP_FORMAT`]): format 5's 22 bytes, then the length
+//! of the job's group (u8, 0: none; 23 bytes in all), then the group's bytes, then the payload
+//! ([`RecordHeader::payload_start`]). The rule
 //! ([`record_format`]): a first byte that is a state letter is format 1; a first byte in
 //! 2..=[`MAX_FORMAT`] is that format; a format above what the process reads is newer
 //! ([`Error::NewerFormat`]: left untouched); anything else is not a record. A 100-byte job's
 //! record fits a 112-byte allocation in format 3 (128 before); see the memory benchmark.
 
 use crate::error::{Error, Result};
-use crate::format::{EXPIRING_FORMAT, LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT, PRIORITY_FORMAT};
+use crate::format::{
+    EXPIRING_FORMAT, GROUP_FORMAT, LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT, PRIORITY_FORMAT,
+};
 use crate::job::JobState;
 
 /// Header length in bytes of a format-1 record; the payload starts here. A versioned record
@@ -30,7 +34,9 @@ pub const HEADER_LEN: usize = 20;
 /// version byte (state letters are above it).
 pub const MAX_FORMAT: u8 = 31;
 
-/// The header length of a record of `format` (one this dq reads): where its payload starts.
+/// The fixed header length of a record of `format` (one this dq reads): where its payload
+/// starts, but for a format-6 record, whose group's bytes come between
+/// ([`RecordHeader::payload_start`]).
 pub const fn header_len(format: u8) -> usize {
     if format <= LEGACY_FORMAT {
         HEADER_LEN
@@ -40,8 +46,10 @@ pub const fn header_len(format: u8) -> usize {
         LEAN_HEADER_LEN
     } else if format < PRIORITY_FORMAT {
         LEAN_HEADER_LEN + 6
-    } else {
+    } else if format < GROUP_FORMAT {
         LEAN_HEADER_LEN + 7
+    } else {
+        LEAN_HEADER_LEN + 8
     }
 }
 
@@ -93,6 +101,9 @@ pub struct RecordHeader {
     pub expires_ms: u64,
     /// The job's priority, 0..=9 (always [`crate::Priority::NORMAL`], 5, before format 5).
     pub priority: u8,
+    /// The length of the job's group name, whose bytes follow the fixed header (0: no group;
+    /// always 0 before format 6): [`RecordHeader::group`].
+    pub group_len: u8,
 }
 
 fn u48(b: &[u8]) -> u64 {
@@ -120,14 +131,20 @@ impl RecordHeader {
                 });
             }
         };
-        let len = header_len(format);
+        let fixed = header_len(format);
+        let group_len = if format >= GROUP_FORMAT {
+            record.get(fixed - 1).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        let len = fixed + usize::from(group_len);
         if record.len() < len {
             return Err(Error::Protocol(format!(
                 "record of {} bytes is shorter than its header",
                 record.len()
             )));
         }
-        let h = &record[usize::from(format > LEGACY_FORMAT)..len];
+        let h = &record[usize::from(format > LEGACY_FORMAT)..fixed];
         let state = JobState::from_code(h[0])
             .filter(|s| format < LEAN_FORMAT || *s != JobState::Active)
             .ok_or_else(|| Error::Protocol(format!("unknown state byte {:#x}", h[0])))?;
@@ -153,7 +170,24 @@ impl RecordHeader {
             } else {
                 crate::job::Priority::NORMAL.level()
             },
+            group_len,
         })
+    }
+
+    /// Where the payload of the record this header was decoded from starts: after the fixed
+    /// header and the group's bytes.
+    pub fn payload_start(&self) -> usize {
+        header_len(self.format) + usize::from(self.group_len)
+    }
+
+    /// The group of the record this header was decoded from (`record`: the same bytes), if
+    /// it has one.
+    pub fn group<'a>(&self, record: &'a [u8]) -> Option<&'a str> {
+        if self.group_len == 0 {
+            return None;
+        }
+        let at = header_len(self.format);
+        std::str::from_utf8(record.get(at..at + usize::from(self.group_len))?).ok()
     }
 
     /// The header of a job known to be running under lease `token` (read beside its record:
@@ -177,6 +211,12 @@ impl RecordHeader {
     /// state it never holds, active, as given). Times and tokens beyond 48 bits are
     /// cut to their low bits. A format above [`MAX_FORMAT`] is written as [`MAX_FORMAT`].
     pub fn encode(&self, payload: &[u8]) -> Vec<u8> {
+        self.encode_in_group("", payload)
+    }
+
+    /// As [`encode`](RecordHeader::encode), with the job's group (format 6 on; empty: none;
+    /// `group_len` is taken from `group`, cut at 255 bytes).
+    pub fn encode_in_group(&self, group: &str, payload: &[u8]) -> Vec<u8> {
         let format = self.format.clamp(LEGACY_FORMAT, MAX_FORMAT);
         let mut r = Vec::with_capacity(header_len(format) + payload.len());
         if format > LEGACY_FORMAT {
@@ -194,6 +234,11 @@ impl RecordHeader {
         }
         if format >= PRIORITY_FORMAT {
             r.push(self.priority);
+        }
+        if format >= GROUP_FORMAT {
+            let g = &group.as_bytes()[..group.len().min(255)];
+            r.push(g.len() as u8);
+            r.extend_from_slice(g);
         }
         r.extend_from_slice(payload);
         r
@@ -225,6 +270,7 @@ mod tests {
                     0
                 },
                 priority: if format >= PRIORITY_FORMAT { 8 } else { 5 },
+                group_len: 0,
             };
             let bytes = h.encode(b"payload");
             assert_eq!(bytes.len(), header_len(format) + 7);
@@ -237,10 +283,30 @@ mod tests {
                 header_len(2),
                 header_len(3),
                 header_len(4),
-                header_len(5)
+                header_len(5),
+                header_len(6)
             ),
-            (20, 21, 15, 21, 22)
+            (20, 21, 15, 21, 22, 23)
         );
+        // format 6: the group's bytes between the fixed header and the payload
+        let grouped = RecordHeader {
+            format: GROUP_FORMAT,
+            state: JobState::Ready,
+            attempts: 0,
+            due_ms: 7,
+            created_ms: 6,
+            token: 0,
+            expires_ms: 0,
+            priority: 5,
+            group_len: 8,
+        };
+        let bytes = grouped.encode_in_group("tenant-7", b"p");
+        let back = RecordHeader::decode(&bytes).unwrap();
+        assert_eq!(back, grouped);
+        assert_eq!(back.group(&bytes), Some("tenant-7"));
+        assert_eq!(&bytes[back.payload_start()..], b"p");
+        // a group length past the record's end: not a record
+        assert!(RecordHeader::decode(&bytes[..bytes.len() - 2]).is_err());
         // format 3: never active in the record; leased() says what a lease adds
         let lean = RecordHeader {
             format: LEAN_FORMAT,
@@ -251,6 +317,7 @@ mod tests {
             token: 0,
             expires_ms: 0,
             priority: 5,
+            group_len: 0,
         };
         let mut active = lean.encode(b"p");
         active[1] = JobState::Active.code();
