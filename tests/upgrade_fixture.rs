@@ -4,9 +4,10 @@
 //! stay scheduled until rescheduled by key; dead jobs stay dead until requeued; the schedule
 //! ticks; the recorded enqueue and fetch calls still find their receipts; the paused topic
 //! stays paused; the counters are kept; the invariants hold; from format 4 on, a job whose
-//! expiry has passed never runs, kept jobs and recorded events read back. Each stored-format
-//! change adds its predecessor's fixture and one test line here (see
-//! `tests/fixtures/README.md`).
+//! expiry has passed never runs, kept jobs and recorded events read back; from format 5 on,
+//! each job's priority reads back as stored (older records: normal) and a topic drained by a
+//! one-slot worker runs its due jobs highest priority first. Each stored-format change adds
+//! its predecessor's fixture and one test line here (see `tests/fixtures/README.md`).
 
 #[path = "common/fixture.rs"]
 mod fixture;
@@ -22,7 +23,8 @@ use dq::store::redis::layout;
 use dq::store::{AckOutcome, EnqueueCall, FetchCall, FetchRequest, NewJob, Queue, from_unix_ms};
 use dq::{
     CancelOutcome, Client, DeadLimits, Due, EnqueueOutcome, JobContext, JobError, JobInfo, JobKey,
-    JobState, NewDue, Page, RescheduleOutcome, RetryPolicy, Topic, TopicClient, TopicStats, Worker,
+    JobState, NewDue, Page, Priority, RescheduleOutcome, RetryPolicy, Topic, TopicClient,
+    TopicStats, Worker,
 };
 use dq_testkit::{RedisServer, eventually};
 use payloads::{CloseOrder, ORDERS, PARCELS, REPORTS, Report, ShipParcel, TICKS, Tick};
@@ -62,6 +64,14 @@ async fn format_3_fixture_drains_completely() {
 #[tokio::test]
 async fn format_4_fixture_drains_completely() {
     drain(&fixture_dir("format-4")).await;
+}
+
+/// A namespace written by the dq of priorities (format 5: format 4's header followed by the
+/// priority; the due jobs of other priorities in the partition's `pready`), kept for the next
+/// format change.
+#[tokio::test]
+async fn format_5_fixture_drains_completely() {
+    drain(&fixture_dir("format-5")).await;
 }
 
 /// The dump format reads back exactly what it wrote: binary bytes, quotes, backslashes,
@@ -145,6 +155,10 @@ struct Expect {
     /// format 4 on).
     #[serde(default)]
     events: Vec<dq::Event>,
+    /// Topics the drain runs with a one-slot worker, checking that their due jobs run highest
+    /// priority first (fixtures from format 5 on; each has one partition).
+    #[serde(default)]
+    priority_order: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -214,8 +228,18 @@ struct JobExpect {
     /// Its expiry (fixtures from format 4 on; absent: none).
     #[serde(default)]
     expires_ms: Option<u64>,
+    /// Its priority, 0..=9 (fixtures from format 5 on; absent: older records read as normal).
+    #[serde(default)]
+    priority: Option<u8>,
     payload: Value,
     history: Vec<String>,
+}
+
+impl JobExpect {
+    /// Its priority's level: as stored, or normal for a fixture before format 5.
+    fn priority(&self) -> u8 {
+        self.priority.unwrap_or(Priority::NORMAL.level())
+    }
 }
 
 #[derive(Deserialize)]
@@ -380,16 +404,23 @@ async fn drain(dir: &Path) {
     d.retry_the_recorded_enqueues().await;
     d.act_by_key().await;
     let plan = d.plan();
-    let worker = Worker::builder(d.client.clone())
+    let mut builder = Worker::builder(d.client.clone())
         .topics([ORDERS, PARCELS, REPORTS, TICKS])
         .data(d.runs.clone())
-        .lease(Duration::from_secs(30))
+        .lease(Duration::from_secs(30));
+    for t in &d.expect.priority_order {
+        // One slot: each fetch leases one job, so the runs follow the queue's order.
+        builder = builder.concurrency(t.as_str(), 1);
+    }
+    let worker = builder
         .build()
         .expect("build the worker")
         .start()
         .await
         .expect("start the worker");
+    let started_ms = dq::store::unix_ms(SystemTime::now());
     d.waiting_jobs_run_once(&plan).await;
+    d.due_jobs_ran_by_priority(&plan, started_ms);
     eventually("a tick of the schedule ran", WAIT, || async {
         d.expect.schedules.is_empty() || !d.runs.of(TICKS).is_empty()
     })
@@ -538,6 +569,7 @@ impl Drain {
                     info.attempts,
                     info.due_ms,
                     info.expires_ms,
+                    info.priority.level(),
                     history
                 ),
                 (
@@ -545,9 +577,10 @@ impl Drain {
                     j.attempts,
                     j.due_ms,
                     j.expires_ms,
+                    j.priority(),
                     j.history.iter().map(String::as_str).collect()
                 ),
-                "{}/{}: state, attempts, due time, expiry and history as loaded",
+                "{}/{}: state, attempts, due time, expiry, priority and history as loaded",
                 j.topic,
                 j.key
             );
@@ -920,6 +953,35 @@ impl Drain {
             );
         }
         self.events_go_on(plan).await;
+    }
+
+    /// In each topic of `priority_order` (one partition, a one-slot worker), the waiting jobs
+    /// that were due when the worker started ran highest priority first (a job that became due
+    /// later, such as a lease that ran out, joins the order when it does and is not compared).
+    fn due_jobs_ran_by_priority(&self, plan: &Plan, started_ms: u64) {
+        for t in &self.expect.priority_order {
+            let ran: Vec<(String, u8)> = self
+                .runs
+                .of(t)
+                .into_iter()
+                .map(|r| TopicKey {
+                    topic: r.0,
+                    key: r.1,
+                })
+                .filter(|k| plan.to_run.contains_key(k))
+                .map(|k| self.job_named(&k))
+                .filter(|j| j.state != "active" && j.due_ms <= started_ms)
+                .map(|j| (j.key.clone(), j.priority()))
+                .collect();
+            assert!(
+                ran.iter().any(|r| r.1 != Priority::NORMAL.level()),
+                "{t}: no job of another priority than normal to order: {ran:?}"
+            );
+            assert!(
+                ran.windows(2).all(|w| w[0].1 >= w[1].1),
+                "{t}: the due jobs ran highest priority first: {ran:?}"
+            );
+        }
     }
 
     /// In a topic that recorded events, every job the drain ran has its `succeeded` event,
