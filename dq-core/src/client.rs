@@ -21,6 +21,7 @@ mod enqueue;
 mod events;
 mod finished;
 mod group;
+mod groups;
 mod handle;
 mod hook;
 mod list;

@@ -234,6 +234,33 @@ pub struct GroupState {
     pub waiting: u64,
 }
 
+/// Refuses a change the store cannot apply: a hold without a group, or one of zero or past
+/// what dq can store ([`Error::InvalidConfig`]), before anything is written.
+pub fn check_change(change: &GroupChange) -> Result<()> {
+    if let Some(hold) = change.hold {
+        if change.group.is_none() {
+            return Err(Error::InvalidConfig(
+                "a hold names a group (the topic's throttle holds every job)".into(),
+            ));
+        }
+        if hold.is_zero() || hold.as_millis() > u128::from(crate::job::MAX_DUE_MS) {
+            return Err(Error::InvalidConfig(format!(
+                "a group hold of {hold:?} must be more than zero and within what dq can store"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// How long a fetch leaves a group at its cap before it looks at it again if none of its
+/// jobs ended meanwhile (an end gives the group its turn back at once): a bound on what a
+/// missed wake-up costs.
+pub const CAP_RECHECK: Duration = Duration::from_secs(2);
+
+/// How many groups one fetch looks at, at most (those whose turn it is, and those whose wait
+/// ended): the bound on a fetch's cost whatever the number of groups with work.
+pub const GROUP_SCAN: usize = 32;
+
 #[cfg(test)]
 mod tests {
     use super::*;

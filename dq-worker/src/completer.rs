@@ -264,6 +264,32 @@ async fn throttle_other_partitions(
     }
 }
 
+/// A grouped job's throttle holds its group in its own partition (`fail` did that); the
+/// topic's other partitions hold the group too. Best effort, as [`throttle_other_partitions`].
+async fn hold_group_elsewhere(
+    store: &Arc<dyn Store>,
+    queue: &Queue,
+    partitions: u16,
+    group: &dq_core::GroupName,
+    delay: Duration,
+) {
+    let change = dq_core::GroupChange {
+        group: Some(group.clone()),
+        limits: None,
+        hold: Some(delay),
+    };
+    for p in (0..partitions).filter(|p| *p != queue.partition) {
+        let other = Queue::new(queue.topic.clone(), p);
+        let result = (|| async { store.group(&other, &change).await })
+            .retry(persist())
+            .when(Error::is_retryable)
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(partition = p, error = %e, "could not hold a group in a partition");
+        }
+    }
+}
+
 /// Reports each written failure of a batch (see [`report`]), or the batch's error.
 async fn report_all(
     store: Arc<dyn Store>,
@@ -308,14 +334,23 @@ async fn report(
         Ok(FailOutcome::Retrying { at_ms }) => match action {
             FailAction::Defer(_) => tracing::info!(at_ms, "deferred"),
             FailAction::Throttle(d) => {
-                tracing::info!(
-                    at_ms,
-                    "rate-limited by a partner: topic throttled until then"
-                );
                 let partitions = topics
                     .get(lease.queue.topic.as_str())
                     .map_or(1, |t| t.partitions);
-                throttle_other_partitions(store, &lease.queue, partitions, *d).await;
+                if let Some(group) = &lease.group {
+                    tracing::info!(
+                        at_ms,
+                        %group,
+                        "rate-limited by a partner: group held until then"
+                    );
+                    hold_group_elsewhere(store, &lease.queue, partitions, group, *d).await;
+                } else {
+                    tracing::info!(
+                        at_ms,
+                        "rate-limited by a partner: topic throttled until then"
+                    );
+                    throttle_other_partitions(store, &lease.queue, partitions, *d).await;
+                }
             }
             _ => tracing::warn!(error = %error, retry_at_ms = at_ms, "failed; will retry"),
         },

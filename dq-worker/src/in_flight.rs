@@ -16,6 +16,8 @@ pub(crate) struct Lease {
     pub token: u64,
     /// Which attempt this delivery is.
     pub attempt: u32,
+    /// The job's group, if it has one (a throttle holds only it).
+    pub group: Option<dq_core::GroupName>,
     /// Fired when the lease is lost or the worker stops for good.
     pub cancel: CancellationToken,
     /// Set once the handler has returned (its outcome may still be in flight to the store).

@@ -80,6 +80,7 @@ pub(crate) async fn run(
         key: delivery.key.clone(),
         token: delivery.token,
         attempt: delivery.attempt,
+        group: delivery.group.clone(),
         cancel: cancel.clone(),
         finished: Default::default(),
         cancel_requested: Default::default(),

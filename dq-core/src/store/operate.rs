@@ -11,6 +11,7 @@ use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
 use crate::events::{Event, EventId};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
+use crate::group::{GroupChange, GroupState};
 use crate::inspect::{DeadAction, ListChunk, ListFrom};
 use crate::job::{JobInfo, JobState, Queue, check_due_ms, now_plus, unix_ms};
 use crate::names::JobKey;
@@ -47,6 +48,13 @@ pub trait Operate: Send + Sync + 'static {
     /// `fetch` enforces them: nothing is leased while paused or throttled; at most the rate's
     /// budget and the concurrency share minus the jobs running are leased.
     async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState>;
+
+    /// Changes this partition's group settings as `change` says (nothing, for a default
+    /// change: a read) and returns the group's settings and state in this partition (for no
+    /// group: the defaults only). New limits and holds take effect from the next fetch; a
+    /// change wakes the partition's fetchers. Refuses a hold without a group
+    /// ([`Error::InvalidConfig`]) before any write.
+    async fn group(&self, queue: &Queue, change: &GroupChange) -> Result<GroupState>;
 
     /// Everything known about one job, or `None`.
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>>;

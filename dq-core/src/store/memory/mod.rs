@@ -28,6 +28,7 @@
 mod catalog;
 mod clock;
 mod events;
+mod groups;
 mod kept;
 mod lease;
 mod operate;

@@ -11,6 +11,7 @@ use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
 use crate::events::{Event, EventId};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
+use crate::group::{GroupChange, GroupState};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Queue, unix_ms};
 use crate::names::JobKey;
@@ -434,6 +435,11 @@ impl Operate for MemoryStore {
     async fn control(&self, queue: &Queue, change: &ControlChange) -> Result<ControlState> {
         check_control(change)?;
         Ok(self.write(queue, |p, now| p.control(change, now)))
+    }
+
+    async fn group(&self, queue: &Queue, change: &GroupChange) -> Result<GroupState> {
+        crate::group::check_change(change)?;
+        Ok(self.write(queue, |p, now| p.groups.change(change, now)))
     }
 
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {

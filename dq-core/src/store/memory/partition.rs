@@ -321,6 +321,8 @@ pub(super) struct Partition {
     pub(super) events: super::events::EventLog,
     /// The key windows (`uniq`, `uniq_at`).
     pub(super) windows: super::uniq::Windows,
+    /// The group settings and state (`gctl`, `groups`, `gwait`, `gactive`, `gready`).
+    pub(super) groups: super::groups::Groups,
 }
 
 impl Partition {

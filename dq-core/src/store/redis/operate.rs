@@ -12,6 +12,7 @@ use super::record::{Record, decode_history};
 use super::scripts::{Reply, as_int, codes, unexpected};
 use super::store::{RedisStore, key_of, ms};
 use crate::control::{ControlChange, ControlState, Rate};
+use crate::group::{GroupChange, GroupLimits, GroupState};
 use crate::error::{Error, Result};
 use crate::events::{Event, EventId, EventsPolicy};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob, Retention};
@@ -186,6 +187,42 @@ impl Operate for RedisStore {
             concurrency: conc.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
             throttled_until_ms: until,
             max_delay,
+        })
+    }
+
+    async fn group(&self, queue: &Queue, change: &GroupChange) -> Result<GroupState> {
+        crate::group::check_change(change)?;
+        let k = self.keys(queue);
+        let s = &self.scripts().group;
+        let limits = match &change.limits {
+            None => String::new(),
+            Some(None) => "-".into(),
+            Some(Some(l)) => l.encode(),
+        };
+        let hold = change.hold.map(|d| ms(d).max(1).to_string()).unwrap_or_default();
+        let group = change.group.as_ref().map(|g| g.as_str()).unwrap_or("");
+        let reply = self
+            .run(s, &k, &[], |inv| {
+                inv.arg(group).arg(&limits).arg(&hold);
+            })
+            .await?;
+        let mut r = Reply::new(s.name, reply)?;
+        let own = GroupLimits::decode(&r.string("limits")?);
+        let default_limits = GroupLimits::decode(&r.string("default limits")?);
+        let until = r.string("hold")?;
+        let held_until_ms = if until.is_empty() {
+            None
+        } else {
+            Some(until.parse().map_err(|_| {
+                Error::Protocol(format!("group: hold {until:?} is not a number"))
+            })?)
+        };
+        Ok(GroupState {
+            limits: own,
+            default_limits,
+            held_until_ms,
+            running: r.int("running")?.max(0) as u64,
+            waiting: r.int("waiting")?.max(0) as u64,
         })
     }
 

@@ -95,6 +95,28 @@ pub enum KeyName {
     /// of the key before then is refused. Trimmed as times pass (bounded per call). Absent
     /// for a topic without windows.
     UniqAt,
+    /// ZSET, every score 0, members `<group> NUL <9 − priority, one digit> <place, 16 hex
+    /// digits> <job key>`: the due queue of the grouped jobs (record format 6,
+    /// [`crate::group`]), read one group at a time in lease order with `ZRANGEBYLEX`; hints,
+    /// like [`KeyName::Ready`]'s. Absent while no grouped job is due.
+    Gready,
+    /// ZSET group → its turn (a place from the same counter as [`KeyName::Gready`]'s): the
+    /// groups that may have due jobs and may start one, lowest turn first; a fetch serves the
+    /// first few and gives them a turn at the back. Absent while no group has work.
+    Groups,
+    /// ZSET group → when to look at it again (ms): the groups with due jobs that may not start
+    /// one now (at their cap: until a job of theirs ends, or a few seconds; over their rate or
+    /// held: until then). Absent while no group waits.
+    Gwait,
+    /// ZSET, every score 0, members `<group> NUL <job key>`: the grouped jobs running now,
+    /// counted per group with `ZLEXCOUNT` (a group's cap). Absent while none runs.
+    Gactive,
+    /// HASH of the group settings and state: `*` → the default limits of every group,
+    /// `l:<group>` → a group's own limits (`conc/count/per_ms/weight`, see
+    /// [`crate::GroupLimits`]), `t:<group>` → its rate's GCRA state, `h:<group>` → the ms
+    /// before which none of its jobs start (a handler's `rate_limited`). Absent for a topic
+    /// without group settings.
+    Gctl,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
@@ -122,7 +144,7 @@ pub enum KeyName {
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 19] = [
+    pub const PARTITION: [KeyName; 24] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -142,6 +164,11 @@ impl KeyName {
         KeyName::Pready,
         KeyName::Uniq,
         KeyName::UniqAt,
+        KeyName::Gready,
+        KeyName::Groups,
+        KeyName::Gwait,
+        KeyName::Gactive,
+        KeyName::Gctl,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -169,6 +196,11 @@ impl KeyName {
             KeyName::Pready => "pready",
             KeyName::Uniq => "uniq",
             KeyName::UniqAt => "uniq_at",
+            KeyName::Gready => "gready",
+            KeyName::Groups => "groups",
+            KeyName::Gwait => "gwait",
+            KeyName::Gactive => "gactive",
+            KeyName::Gctl => "gctl",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
@@ -188,6 +220,10 @@ impl KeyName {
             | KeyName::KeptAt
             | KeyName::Pready
             | KeyName::UniqAt
+            | KeyName::Gready
+            | KeyName::Groups
+            | KeyName::Gwait
+            | KeyName::Gactive
             | KeyName::Calls => "zset",
             KeyName::Ready | KeyName::Wake => "list",
             KeyName::Events => "stream",
@@ -196,6 +232,7 @@ impl KeyName {
             | KeyName::Hist
             | KeyName::Stats
             | KeyName::Control
+            | KeyName::Gctl
             | KeyName::Kept
             | KeyName::Progress
             | KeyName::Uniq
@@ -307,6 +344,16 @@ pub struct PartitionKeys {
     pub uniq: String,
     /// See [`KeyName::UniqAt`].
     pub uniq_at: String,
+    /// See [`KeyName::Gready`].
+    pub gready: String,
+    /// See [`KeyName::Groups`].
+    pub groups: String,
+    /// See [`KeyName::Gwait`].
+    pub gwait: String,
+    /// See [`KeyName::Gactive`].
+    pub gactive: String,
+    /// See [`KeyName::Gctl`].
+    pub gctl: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
     /// `<prefix>receipts:`, the start of every enqueue receipt key (see
@@ -339,6 +386,11 @@ impl PartitionKeys {
             pready: key(KeyName::Pready),
             uniq: key(KeyName::Uniq),
             uniq_at: key(KeyName::UniqAt),
+            gready: key(KeyName::Gready),
+            groups: key(KeyName::Groups),
+            gwait: key(KeyName::Gwait),
+            gactive: key(KeyName::Gactive),
+            gctl: key(KeyName::Gctl),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
             receipts_prefix: format!("{prefix}{RECEIPTS}"),
         }
@@ -368,6 +420,11 @@ impl PartitionKeys {
             KeyName::Pready => &self.pready,
             KeyName::Uniq => &self.uniq,
             KeyName::UniqAt => &self.uniq_at,
+            KeyName::Gready => &self.gready,
+            KeyName::Groups => &self.groups,
+            KeyName::Gwait => &self.gwait,
+            KeyName::Gactive => &self.gactive,
+            KeyName::Gctl => &self.gctl,
             KeyName::FetchReceipt
             | KeyName::Receipts
             | KeyName::OldReceipts

@@ -20,30 +20,32 @@ macro_rules! script_table {
             /// (with a typed `OutOfMemory`, before it writes): it adds jobs.
             enqueue (Writes): [
                 Scheduled, Retry, Ready, Dead, Jobs, Hist, Stats, Wake, Calls, Receipts,
-                OldReceipts, Leases, Control, Events, Uniq, UniqAt, Pready,
+                OldReceipts, Leases, Control, Events, Uniq, UniqAt, Pready, Gready, Groups,
             ];
             /// Recovers expired leases, promotes due jobs, leases ready ones. May take further
             /// fetch receipts (to delete) after its own keys.
             fetch (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
-                Leases, Kept, KeptAt, Progress, Events, Uniq, UniqAt, Pready, FetchReceipt,
+                Leases, Kept, KeptAt, Progress, Events, Uniq, UniqAt, Pready, Gready, Groups,
+                Gwait, Gactive, Gctl, FetchReceipt,
             ];
             /// Deletes succeeded jobs whose token still owns them.
             ack (AllowOom): [
                 Active, Jobs, Hist, Stats, Control, Wake, Leases, Kept, KeptAt, Progress,
-                Events, Uniq, UniqAt,
+                Events, Uniq, UniqAt, Gactive, Groups, Gwait,
             ];
             /// Records failed attempts: retry, defer, bury, cancel or throttle each.
             fail (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control, Leases,
-                Kept, KeptAt, Progress, Events, Uniq, UniqAt, Pready,
+                Kept, KeptAt, Progress, Events, Uniq, UniqAt, Pready, Gready, Groups, Gwait,
+                Gactive, Gctl,
             ];
             /// Renews leases; reports which are still owned.
             extend (AllowOom): [Active, Jobs, Control, Leases];
             /// Hands running jobs back to the front of `ready`.
             release (AllowOom): [
                 Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases, Kept, KeptAt, Progress,
-                Events, Uniq, UniqAt, Pready,
+                Events, Uniq, UniqAt, Pready, Gready, Groups, Gwait, Gactive,
             ];
             /// Cancels a waiting job, or asks a running one to stop.
             cancel (AllowOom): [
@@ -52,23 +54,27 @@ macro_rules! script_table {
             ];
             /// Gives a waiting job a new due time.
             reschedule (AllowOom): [
-                Scheduled, Retry, Ready, Jobs, Wake, Leases, Control, Stats, Pready,
+                Scheduled, Retry, Ready, Jobs, Wake, Leases, Control, Stats, Pready, Gready,
+                Groups,
             ];
             /// Gives a waiting job a new payload, keeping its due time, attempts and history.
             /// Refused at `maxmemory` like an enqueue: a payload may grow.
             update (Writes): [Jobs, Leases];
             /// Moves dead jobs back to `ready`.
-            requeue_dead (AllowOom): [Dead, Ready, Jobs, Wake, Stats, Pready];
+            requeue_dead (AllowOom): [Dead, Ready, Jobs, Wake, Stats, Pready, Gready, Groups];
             /// Deletes dead jobs by key, or the oldest n.
             purge_dead (AllowOom): [Dead, Jobs, Hist];
             /// Requeues or deletes dead jobs still dead with the time of death listed.
-            dead_act (AllowOom): [Dead, Ready, Jobs, Hist, Wake, Stats, Pready];
+            dead_act (AllowOom): [Dead, Ready, Jobs, Hist, Wake, Stats, Pready, Gready, Groups];
             /// Depths and counters of a partition.
             stats (NoWrites): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Stats, Control, KeptAt,
             ];
             /// Pause, rate, concurrency share and throttle: must work when the server is full.
             control (AllowOom): [Control, Wake];
+            /// A partition's group settings and state: a group's limits, the default limits,
+            /// a hold. Must work when the server is full, like `control`.
+            group (AllowOom): [Gctl, Groups, Gwait, Gactive, Gready, Wake];
             /// One job's record, history, lease deadline or time of death.
             job (NoWrites): [Active, Dead, Jobs, Hist, Leases, Progress];
             /// A running job's progress or log line, under its lease. Refused at `maxmemory`
@@ -79,6 +85,7 @@ macro_rules! script_table {
             /// A page of one state.
             list (NoWrites): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Leases, Kept, KeptAt, Pready,
+                Gready,
             ];
             /// Namespace-wide: the topic registry. An existing topic is only read, which works
             /// at `maxmemory`; recording a new one there fails like an enqueue.

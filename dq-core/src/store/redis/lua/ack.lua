@@ -18,6 +18,10 @@
 --                                         worker id), when the control hash has `events`
 -- KEYS[12] uniq   dq:{topic#p}:uniq      HASH key -> unique_for ms: an acked job's moves to
 -- KEYS[13] uniq_at dq:{topic#p}:uniq_at  ZSET key -> window end ms (lib.lua `end_unique`)
+-- KEYS[14] gactive dq:{topic#p}:gactive  ZSET the running grouped jobs: an acked one leaves it,
+-- KEYS[15] groups dq:{topic#p}:groups    ZSET and its group, if waiting in gwait, gets its turn
+-- KEYS[16] gwait  dq:{topic#p}:gwait     ZSET back (lib.lua `group_done`); a topic without
+--                                         running grouped jobs pays one EXISTS per call
 --
 -- ARGV[1] the worker's id (kept with each job when the topic keeps succeeded jobs)
 -- ARGV[2..]: quads key, token, started, result — token: the delivery token from fetch
@@ -46,6 +50,7 @@ local active, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local control, wake_key, leases = KEYS[5], KEYS[6], KEYS[7]
 local kept, kept_at, progress, events = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local uniq, uniq_at = KEYS[12], KEYS[13]
+local gs = {gactive = KEYS[14], groups = KEYS[15], gwait = KEYS[16], stats = stats}
 if #ARGV < 5 or (#ARGV - 1) % 4 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected a worker id, then key, token, started, result quads')
 end
@@ -151,14 +156,20 @@ if #done > 0 then
     local bad = check_types({progress, 'hash'})
     if bad then return bad end
   end
+  -- grouped jobs running: the acked ones' groups are read from their records
+  local grouped = redis.call('EXISTS', gs.gactive) == 1
+  if grouped then
+    local bad = check_types({gs.gactive, 'zset', gs.groups, 'zset', gs.gwait, 'zset'})
+    if bad then return bad end
+  end
   local recs, hists, progs
   if keeping then
     local bad = check_types({kept, 'hash', kept_at, 'zset'})
     if bad then return bad end
     recs, hists = hmget(jobs, done), hmget(hist, done)
     progs = has_progress and hmget(progress, done) or {}
-  elseif ev then
-    recs = hmget(jobs, done) -- (each event names the attempt)
+  elseif ev or grouped then
+    recs = hmget(jobs, done) -- (each event names the attempt; a grouped job, its group)
   end
   -- a job whose cancel was requested that succeeds anyway is counted as what happened
   local after_cancel = 0
@@ -170,7 +181,15 @@ if #done > 0 then
     end
     call_many('HDEL', control, fields)
   end
-  if capped then wake(wake_key) end
+  local woke = false
+  if grouped then
+    for j, key in ipairs(done) do
+      local rec = recs[j]
+      local group = rec and is_record(rec) and group_of(rec)
+      if group and group_done(gs, group, key) then woke = true end
+    end
+  end
+  if capped or woke then wake(wake_key) end
   call_many('ZREM', active, done)
   if keeping then
     local entries = {}

@@ -10,6 +10,8 @@
 -- KEYS[5] wake   dq:{topic#p}:wake
 -- KEYS[6] stats  dq:{topic#p}:stats   HASH its pready_back counter (lib.lua `push_ready`)
 -- KEYS[7] pready dq:{topic#p}:pready  ZSET the due queue of jobs whose priority is not normal
+-- KEYS[8] gready dq:{topic#p}:gready  ZSET the due queue of grouped jobs (lib.lua `push_grouped`)
+-- KEYS[9] groups dq:{topic#p}:groups  ZSET the groups' rotation
 --
 -- ARGV[1] action: 'R' requeue (attempts reset, history kept, to the back of ready, as
 --         requeue_dead) or 'P' purge (record and history deleted, as purge_dead)
@@ -25,6 +27,7 @@
 
 local dead, ready, jobs, hist, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local stats, pready = KEYS[6], KEYS[7]
+local q = due_queue(ready, pready, stats, KEYS[8], KEYS[9])
 -- The action codes of ARGV[1], not states.
 local REQUEUE, PURGE = 'R', 'P'
 local action = ARGV[1]
@@ -53,7 +56,8 @@ for i = 1, n do
 end
 if not any then return string.rep('0', n) end
 local bad
-if action == REQUEUE then bad = check_types({ready, 'list', pready, 'zset'}) else bad = check_types({hist, 'hash'}) end
+if action == REQUEUE then bad = check_types({ready, 'list', pready, 'zset', q.gready, 'zset',
+  q.groups, 'zset'}) else bad = check_types({hist, 'hash'}) end
 if bad then return bad end
 
 local now = now_ms()
@@ -69,7 +73,7 @@ for i = 1, n do
       -- (an operator's requeue runs the job: a passed expiry would drop it, so it goes)
       local ready_rec = with_header(rec, STATE.ready, 0, now, token, 0)
       redis.call('HSET', jobs, key, ready_rec)
-      push_ready(ready, pready, stats, key, ready_rec)
+      push_ready(q, key, ready_rec)
     else
       redis.call('HDEL', jobs, key)
       redis.call('HDEL', hist, key)

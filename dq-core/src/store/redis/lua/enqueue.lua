@@ -27,6 +27,8 @@
 --                                            written by a throttle
 -- KEYS[17] pready    dq:{topic#p}:pready     ZSET the due queue of jobs whose priority is not
 --                                            normal (lib.lua `push_ready`)
+-- KEYS[18] gready    dq:{topic#p}:gready     ZSET the due queue of grouped jobs, and the
+-- KEYS[19] groups    dq:{topic#p}:groups     ZSET groups' rotation (lib.lua `push_grouped`)
 --
 -- ARGV[1]            n, the number of jobs
 -- ARGV[2]            call id: 8 bytes, big-endian; the same for every try of one client call
@@ -45,7 +47,8 @@
 --                    record format of 5 or more; then optionally '|' and the
 --                    key's window: 'u<ms>' unique_for, 'b<ms>' debounce (mode 'n' only: due
 --                    ms from now, and a waiting job of the key is replaced), 't<ms>' throttle
---                    (ms > 0)
+--                    (ms > 0); then optionally '#' and the job's group (1 to 64 bytes, no
+--                    control character; only with a record format of 6 or more)
 --   value            integer ms (ignored for 'n')
 --   replace          '1' replace an existing non-running job, '0' keep it
 --   payload          bytes
@@ -119,6 +122,7 @@ local calls, receipts, old_receipts, leases = KEYS[9], KEYS[10], KEYS[11], KEYS[
 local control, events = KEYS[13], KEYS[14]
 local uniq, uniq_at = KEYS[15], KEYS[16]
 local pready = KEYS[17]
+local q = due_queue(ready, pready, stats, KEYS[18], KEYS[19])
 local RECEIPT_MS = 30000
 local ENTRY = 14
 local TRIM = 64
@@ -136,6 +140,17 @@ end
 if not format or format ~= math.floor(format) or format < FORMAT.legacy
     or format > NEWEST_FORMAT then
   return redis.error_reply('ERR dq bad arguments: record format')
+end
+-- A job's mode argument without its group, and the group (nil for none, false for a bad
+-- one: empty, over 64 bytes, or with a control character).
+local function split_group(arg)
+  local hash = string.find(arg, '#', 1, true)
+  if not hash then return arg, nil end
+  local group = string.sub(arg, hash + 1)
+  if #group == 0 or #group > 64 or string.find(group, '[%z\1-\31\127]') then
+    return string.sub(arg, 1, hash - 1), false
+  end
+  return string.sub(arg, 1, hash - 1), group
 end
 -- A job's mode argument split: the mode (letter and expiry), then its window's kind ('u',
 -- 'b' or 't') and ms, nil for none, false for a malformed one.
@@ -173,14 +188,18 @@ local function mode_spec(mode)
 end
 for i = 0, n - 1 do
   local base = FIRST + 5 * i
-  local mode, window = split_mode(ARGV[base + 1])
+  local spec, group = split_group(ARGV[base + 1])
+  local mode, window = split_mode(spec)
   local value, replace = ARGV[base + 2], ARGV[base + 3]
   local letter = string.sub(mode, 1, 1)
   if ARGV[base] == '' or (letter ~= 'n' and letter ~= 'd' and letter ~= 'a')
       or not tonumber(value) or (replace ~= '0' and replace ~= '1')
       or mode_spec(mode) == false or window == false
-      or (window == 'b' and letter ~= 'n') then
+      or (window == 'b' and letter ~= 'n') or group == false then
     return redis.error_reply('ERR dq bad arguments: job ' .. (i + 1))
+  end
+  if group and format < FORMAT.group then
+    return redis.error_reply('ERR dq bad arguments: a group needs record format 6')
   end
   local kind, _, priority = mode_spec(mode)
   if kind and format < FORMAT.expiring then
@@ -321,6 +340,8 @@ end
 local results, records, hints = {}, {}, {}
 -- priority, key of each job due at once whose priority is not normal (for pready)
 local phints = {}
+-- key, record of each grouped job due at once (for gready: lib.lua `push_grouped`)
+local ghints = {}
 -- One character per job for `calls` ('U' for a window's refusal), and the window writes.
 local letters, uniq_set, uniq_del, throttles = {}, {}, {}, {}
 local window_until = {}
@@ -341,7 +362,8 @@ for i = 0, n - 1 do
   local base = FIRST + 5 * i
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
-  local window, window_ms
+  local window, window_ms, group
+  mode, group = split_group(mode)
   mode, window, window_ms = split_mode(mode)
   local kind, expiry_ms, priority = mode_spec(mode)
   mode = string.sub(mode, 1, 1)
@@ -397,7 +419,12 @@ for i = 0, n - 1 do
     records[#records + 1] = key
     -- pack_record(format, new_state, 0, due, now, 0, payload, expires, priority), in one
     -- concatenation.
-    if format >= FORMAT.priority then
+    if format >= FORMAT.group then
+      local g = group or ''
+      records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
+        .. header_tail .. struct.pack('>I6', expires) .. string.char(priority)
+        .. string.char(#g) .. g .. payload
+    elseif format >= FORMAT.priority then
       records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
         .. header_tail .. struct.pack('>I6', expires) .. string.char(priority) .. payload
     elseif format >= FORMAT.expiring then
@@ -408,7 +435,10 @@ for i = 0, n - 1 do
         .. header_tail .. payload
     end
     if new_state == STATE.ready then
-      if priority == NORMAL_PRIORITY then
+      if group then
+        ghints[#ghints + 1] = key
+        ghints[#ghints + 1] = records[#records]
+      elseif priority == NORMAL_PRIORITY then
         hints[#hints + 1] = key
       else
         phints[#phints + 1] = priority
@@ -461,6 +491,10 @@ local partial = moves < n or replaced
 local checks = {}
 if #hints > 0 then checks = {ready, 'list'} end
 if #phints > 0 then checks[#checks + 1] = pready; checks[#checks + 1] = 'zset' end
+if #ghints > 0 then
+  checks[#checks + 1] = q.gready; checks[#checks + 1] = 'zset'
+  checks[#checks + 1] = q.groups; checks[#checks + 1] = 'zset'
+end
 if replaced then
   for _, t in ipairs({scheduled, 'zset', retry, 'zset', dead, 'zset', hist, 'hash'}) do
     checks[#checks + 1] = t
@@ -518,6 +552,7 @@ if #phints > 0 then
   for i = 1, #phints, 2 do phints[i] = place(phints[i]) end
   call_many('ZADD', pready, phints)
 end
+if #ghints > 0 then push_grouped(q, ghints, false) end
 count(stats, 'enqueued', moves)
 local ev = events_of(events, events_setting, stats, now)
 if ev then
@@ -527,7 +562,7 @@ if ev then
   end
   flush_events(ev)
 end
-if #hints > 0 or #phints > 0 or new_earliest then
+if #hints > 0 or #phints > 0 or #ghints > 0 or new_earliest then
   wake(wake_key)
 end
 return results

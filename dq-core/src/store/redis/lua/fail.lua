@@ -24,6 +24,14 @@
 -- KEYS[17] uniq_at   dq:{topic#p}:uniq_at   ZSET job's moves to uniq_at (lib.lua `end_unique`)
 -- KEYS[18] pready    dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
 --                                           normal: a deferral due at once of such a job
+-- KEYS[19] gready    dq:{topic#p}:gready    ZSET the due queue of grouped jobs, and the groups'
+-- KEYS[20] groups    dq:{topic#p}:groups    ZSET rotation (lib.lua `push_grouped`)
+-- KEYS[21] gwait     dq:{topic#p}:gwait     ZSET the groups waiting, and the running grouped
+-- KEYS[22] gactive   dq:{topic#p}:gactive   ZSET jobs: a failed one's group gets its turn back
+--                                           (lib.lua `group_done`)
+-- KEYS[23] gctl      dq:{topic#p}:gctl      HASH a throttle ('t') of a grouped job holds its
+--                                           group only: 'h:<group>', the group waits in gwait
+--                                           until then; the topic's `until` is not touched
 --
 -- ARGV[1] dead-queue cap for this partition
 -- ARGV[2] dead-queue retention, ms
@@ -35,7 +43,8 @@
 --           'b' bury: to the dead queue now
 --           'c' cancel: the job was cancelled while it ran; deleted, not retried
 --           't' throttle: defer by `delay` ms, and lease nothing of this partition
---               before then (control 'until'); counted in stats 'throttles'
+--               before then (control 'until'; of its group only, for a grouped job: gctl
+--               'h:<group>'); counted in stats 'throttles'
 --           'x' discard (a retry function's decision): deleted with its history, counted
 --               in stats 'discarded', never kept
 --           Whatever the action, a job whose cancel was requested is cancelled.
@@ -67,6 +76,9 @@ local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local progress, events = KEYS[14], KEYS[15]
 local uniq, uniq_at = KEYS[16], KEYS[17]
 local pready = KEYS[18]
+local q = due_queue(ready, pready, stats, KEYS[19], KEYS[20])
+local gs = {gactive = KEYS[22], gwait = KEYS[21], groups = KEYS[20], stats = stats}
+local gctl = KEYS[23]
 
 local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
@@ -149,6 +161,7 @@ local members = {[scheduled] = {}, [retry] = {}}
 local placed = {[scheduled] = {}, [retry] = {}}
 local slot = {} -- set .. ms -> the last k given in this batch (see slot_score)
 local retried, throttles, throttle_until = 0, 0, nil
+local group_holds, done_groups = {}, {} -- group -> hold end ms; {key, group} of grouped jobs
 local function history(j, attempt, code, err)
   local entries = {}
   local old = histories[j]
@@ -167,6 +180,11 @@ for j, i in ipairs(live) do
   local action, delay, err = ARGV[b + 3], tonumber(ARGV[b + 4]), ARGV[b + 5]
   local _, _, due, _, token = unpack_record(rec)
   local attempts = started(rec)
+  local group = group_of(rec)
+  if group then
+    done_groups[#done_groups + 1] = key
+    done_groups[#done_groups + 1] = group
+  end
   if cancels[i] then action = 'c' end
   if action == 'c' then
     cancelled[#cancelled + 1] = key
@@ -192,9 +210,14 @@ for j, i in ipairs(live) do
     local at = bound_due(now + delay, now)
     local code, later, zset = HISTORY.failed, STATE.retry, retry
     if action == 't' then
-      -- the partner is rate-limiting us: the whole partition leases nothing before `at`
+      -- the partner is rate-limiting us: the whole partition (the job's group, for a grouped
+      -- job) leases nothing before `at`
       throttles = throttles + 1
-      if not throttle_until or at > throttle_until then throttle_until = at end
+      if group then
+        if not group_holds[group] or at > group_holds[group] then group_holds[group] = at end
+      elseif not throttle_until or at > throttle_until then
+        throttle_until = at
+      end
     end
     if action == 'd' or action == 't' then
       -- "not yet": the attempt is given back and the job waits like a scheduled one
@@ -237,6 +260,12 @@ if #to_ready > 0 then
   checks[#checks + 1] = ready; checks[#checks + 1] = 'list'
   checks[#checks + 1] = pready; checks[#checks + 1] = 'zset'
 end
+if #done_groups > 0 then
+  for _, k in ipairs({q.gready, gs.groups, gs.gwait, gs.gactive}) do
+    checks[#checks + 1] = k; checks[#checks + 1] = 'zset'
+  end
+  checks[#checks + 1] = gctl; checks[#checks + 1] = 'hash'
+end
 if #buried > 0 then checks[#checks + 1] = dead; checks[#checks + 1] = 'zset' end
 if #kept_entries > 0 then
   checks[#checks + 1] = kept; checks[#checks + 1] = 'hash'
@@ -271,17 +300,29 @@ end
 if throttle_until then
   local until_ms = tonumber(redis.pcall('HGET', control, 'until')) or 0
   if throttle_until > until_ms then redis.pcall('HSET', control, 'until', throttle_until) end
-  count(stats, 'throttles', throttles)
 end
+if throttles > 0 then count(stats, 'throttles', throttles) end
 if #hist_writes > 0 then call_many('HSET', hist, hist_writes) end
 if #job_writes > 0 then call_many('HSET', jobs, job_writes) end
-if #to_ready > 0 then push_ready_many(ready, pready, stats, to_ready, to_ready_recs) end
+if #to_ready > 0 then push_ready_many(q, to_ready, to_ready_recs) end
+local woke = false
+for i = 1, #done_groups, 2 do
+  if group_done(gs, done_groups[i + 1], done_groups[i]) then woke = true end
+end
+-- a held group waits in gwait until its hold ends (fetch looks at `h:` again then)
+for group, at in pairs(group_holds) do
+  local field = 'h:' .. group
+  local old = tonumber(redis.call('HGET', gctl, field)) or 0
+  if at > old then redis.call('HSET', gctl, field, at) end
+  redis.call('ZREM', gs.groups, group)
+  redis.call('ZADD', gs.gwait, math.max(at, old), group)
+end
 if #buried > 0 then
   call_many('ZADD', dead, buried)
   count(stats, 'buried', #buried / 2)
 end
 if retried > 0 then count(stats, 'retried', retried) end
-local wake_up = capped or #to_ready > 0
+local wake_up = capped or woke or #to_ready > 0
 for _, z in ipairs({scheduled, retry}) do
   if #members[z] > 0 then
     call_many('ZADD', z, members[z])

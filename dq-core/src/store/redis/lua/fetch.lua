@@ -5,6 +5,10 @@
 --      that attempt (`retry_delay`, the mirror of RetryPolicy::delay_with, with a fresh
 --      draw of math.random per job), or to dead when the policy has no more (a retry
 --      function's decisions, policy kind 4: retry, dead, or discarded: deleted, counted);
+--   2g. lease grouped jobs (lib.lua's groups section) with at most half the room: the groups
+--      whose turn it is (at most GROUP_SCAN, those whose wait in gwait ended first) in
+--      rounds, each at most its weight per round, within its cap, rate and hold; at the end
+--      (3g) they get the room left after the other jobs;
 --   2. lease due jobs by priority (lib.lua `push_ready`): first `pready`'s members above
 --      normal priority, then up to ARGV[1] keys of `ready`, skipping stale hints, with fresh
 --      tokens;
@@ -47,7 +51,7 @@
 -- fresh deadline and WITHOUT counting an attempt (the lost lease never reached a worker),
 -- then fills the rest of its room as any fetch does. A try older than the receipt's (held up
 -- on an old connection while a later try ran) does nothing: nobody waits for its reply. The
--- fetcher names in KEYS[19..] the receipts of its earlier calls whose replies arrived; they
+-- fetcher names in KEYS[25..] the receipts of its earlier calls whose replies arrived; they
 -- are deleted, so receipts do not pile up while they wait to expire.
 --
 -- Leases (ARCHITECTURE.md §6.3): a job of format 1 or 2 is leased by rewriting its record
@@ -78,7 +82,12 @@
 -- KEYS[17] uniq_at   dq:{topic#p}:uniq_at    ZSET job's moves to uniq_at (lib.lua `end_unique`)
 -- KEYS[18] pready    dq:{topic#p}:pready     ZSET the due queue of jobs whose priority is not
 --                                            normal (lib.lua `push_ready`)
--- KEYS[19] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[19] gready    dq:{topic#p}:gready     ZSET the due queue of grouped jobs (lib.lua's
+-- KEYS[20] groups    dq:{topic#p}:groups     ZSET groups section): the groups' rotation, those
+-- KEYS[21] gwait     dq:{topic#p}:gwait      ZSET waiting, the running grouped jobs and the
+-- KEYS[22] gactive   dq:{topic#p}:gactive    ZSET groups' limits and state: a topic without
+-- KEYS[23] gctl      dq:{topic#p}:gctl       HASH groups pays one EXISTS per fetch
+-- KEYS[24] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -116,8 +125,11 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local progress, events, pready, receipt_key = KEYS[14], KEYS[15], KEYS[18], KEYS[19]
+local progress, events, pready, receipt_key = KEYS[14], KEYS[15], KEYS[18], KEYS[24]
 local uniq, uniq_at = KEYS[16], KEYS[17]
+local gready, groups, gwait, gactive, gctl = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
+local q = due_queue(ready, pready, stats, gready, groups)
+local gs = {gactive = gactive, gwait = gwait, groups = groups, stats = stats}
 
 local max_jobs, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local promote_batch, recover_batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -228,7 +240,8 @@ if #expired > 0 then
   -- (rare) recovery writes before the reads below: check every key the call may touch
   local bad = check_types({scheduled, 'zset', retry, 'zset', ready, 'list', dead, 'zset',
     jobs, 'hash', hist, 'hash', stats, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset',
-    progress, 'hash', pready, 'zset'})
+    progress, 'hash', pready, 'zset', gready, 'zset', groups, 'zset', gwait, 'zset',
+    gactive, 'zset', gctl, 'hash'})
   if bad then return bad end
   -- Redis 7 does not reseed math.random between calls (older versions reset it to one
   -- seed): either way, the caller's seed makes this call's draws its own.
@@ -243,6 +256,8 @@ for _, key in ipairs(expired) do
   end
   if not seen[key] then
     redis.call('ZREM', active, key)
+    local group = rec and is_record(rec) and group_of(rec)
+    if group then group_done(gs, group, key) end
     -- running: a format-1/2 record in state A; a lean one with a lease (which ends here)
     local running = false
     if rec and is_record(rec) then
@@ -391,6 +406,193 @@ local function take_pready(lo, hi)
     if #got < want then return end
   end
 end
+-- Groups (lib.lua's groups section): the groups whose turn it is are served in rounds, each
+-- leasing at most its weight per round, while room is left and its limits allow; a group
+-- that gets to the end of its queue leaves the rotation, one held back by its cap, rate or
+-- hold waits in gwait, one served that still has work gets a turn at the back. At most
+-- GROUP_SCAN groups are looked at (group.rs): the cost of a fetch does not grow with the
+-- number of groups. Reads only; the writes come with the others (`write_groups`).
+local GROUP_SCAN = 32
+local GROUP_ROUNDS = 64
+-- How long a group at its cap waits if no job of its ends meanwhile (group.rs CAP_RECHECK).
+local CAP_RECHECK_MS = 2000
+-- Whether any group has work: one EXISTS for a topic without groups.
+local has_groups = redis.call('EXISTS', groups, gwait) > 0
+local cands = nil -- the groups looked at, in order (built on the first pass)
+local gread = {} -- gready's members read (leased, stale, expired, damaged): removed
+local gleased = {} -- members of gactive for the grouped jobs leased
+-- A group's budget by its limits: how many it may start now (math.huge: no limit), and why
+-- it may start no more ('cap', 'rate' or 'hold') with when to look again.
+local function group_budget(st)
+  if st.hold and st.hold > now then return 0, 'hold', st.hold end
+  local allow = math.huge
+  local l = st.limits
+  if not l then return allow end
+  if l.conc then
+    local lo, hi = group_range(st.group)
+    st.running = redis.call('ZLEXCOUNT', gactive, lo, hi)
+    allow = l.conc - st.running
+    if allow <= 0 then return 0, 'cap', now + CAP_RECHECK_MS end
+  end
+  if l.rate_n then
+    st.rate_t = l.rate_ms / l.rate_n
+    st.rate_tau = math.max(0, 50 - st.rate_t)
+    st.tat = math.max(st.tat or 0, now)
+    local budget = math.floor((now + st.rate_tau - st.tat) / st.rate_t) + 1
+    if budget <= 0 then
+      return 0, 'rate', math.max(now + 1, math.ceil(st.tat - st.rate_tau))
+    end
+    if budget < allow then allow = budget end
+  end
+  return allow
+end
+local function group_candidates()
+  cands = {}
+  local names, from_wait = {}, {}
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', gwait, '-inf', now, 'LIMIT', 0, GROUP_SCAN)) do
+    names[#names + 1] = g
+    from_wait[g] = true
+  end
+  if #names < GROUP_SCAN then
+    for _, g in ipairs(redis.call('ZRANGE', groups, 0, GROUP_SCAN - 1 - #names)) do
+      if not from_wait[g] then names[#names + 1] = g end
+    end
+  end
+  if #names == 0 then return end
+  local fields = {'*'}
+  for i, g in ipairs(names) do
+    fields[3 * i - 1], fields[3 * i], fields[3 * i + 1] = 'l:' .. g, 't:' .. g, 'h:' .. g
+  end
+  local vals = hmget(gctl, fields)
+  local default = parse_group_limits(vals[1])
+  for i, g in ipairs(names) do
+    local st = {group = g, waited = from_wait[g], offset = 0, leased = 0,
+      limits = parse_group_limits(vals[3 * i - 1]) or default,
+      tat = tonumber(vals[3 * i]), hold = tonumber(vals[3 * i + 1])}
+    st.allow, st.why, st.until_ms = group_budget(st)
+    cands[#cands + 1] = st
+  end
+end
+-- Leases up to `want` grouped jobs, round by round over the groups.
+local function take_groups(want)
+  if not has_groups or want <= 0 then return end
+  if not cands then group_candidates() end
+  local left = math.min(want, max_jobs - #lease_keys)
+  for _ = 1, GROUP_ROUNDS do
+    local progressed = false
+    for _, st in ipairs(cands) do
+      if left <= 0 then break end
+      st.reached = true
+      local n = math.min(st.limits and st.limits.weight or 1, st.allow - st.leased, left)
+      if not st.done and n > 0 then
+        local lo, hi = group_range(st.group)
+        local got = redis.call('ZRANGEBYLEX', gready, lo, hi, 'LIMIT', st.offset, n)
+        st.offset = st.offset + #got
+        if #got < n then st.done, st.empty = true, true end
+        if #got > 0 then progressed = true end
+        local keys = {}
+        for j, m in ipairs(got) do keys[j] = member_key(st.group, m) end
+        local recs = hmget(jobs, keys)
+        local cand_keys, cand_recs = {}, {}
+        for j, key in ipairs(keys) do
+          local rec = recs[j]
+          if rec and is_newer(rec) then
+            -- left where it is, with the rest of its group's queue, for a newer worker
+            met_newer(gready, key, rec)
+            st.done, st.empty = true, false
+            break
+          end
+          gread[#gread + 1] = got[j]
+          if rec and not is_record(rec) then
+            if not seen[key] then corrupt(key, rec) end
+          elseif rec and state_of(rec) == STATE.ready and not seen[key]
+              and group_of(rec) == st.group then
+            seen[key] = true
+            cand_keys[#cand_keys + 1] = key
+            cand_recs[#cand_recs + 1] = rec
+          end
+        end
+        local held = held_leases(leases, cand_keys)
+        for j, key in ipairs(cand_keys) do
+          if held[key] then
+            -- a stale hint of a running job
+          elseif is_expired(cand_recs[j], now) then
+            expired_keys[#expired_keys + 1] = key
+            expired_recs[#expired_keys] = cand_recs[j]
+          else
+            lease_keys[#lease_keys + 1] = key
+            lease_recs[#lease_recs + 1] = cand_recs[j]
+            gleased[#gleased + 1] = st.group .. '\0' .. key
+            st.leased = st.leased + 1
+            left = left - 1
+          end
+        end
+        if st.leased >= st.allow and not st.why then
+          -- its budget is spent: why, and until when
+          if st.limits.rate_n and (not st.limits.conc
+              or st.allow < st.limits.conc - st.running) then
+            st.why = 'rate'
+            local tat = st.tat + st.leased * st.rate_t
+            st.until_ms = math.max(now + 1, math.ceil(tat - st.rate_tau))
+          else
+            st.why, st.until_ms = 'cap', now + CAP_RECHECK_MS
+          end
+        end
+      end
+    end
+    if not progressed or left <= 0 then break end
+  end
+end
+-- The group writes (after the other writes' reads): gready's read members go, the leased
+-- jobs join gactive, the rates' times move on, and each group looked at leaves the rotation
+-- (empty), waits (held back) or gets a turn at the back (served, work left); a group whose
+-- wait ended and was not reached gets a turn at the back. Returns true when a group looked
+-- at has work left that it may start now.
+local function write_groups()
+  if not cands then return false end
+  if #gread > 0 then call_many('ZREM', gready, gread) end
+  if #gleased > 0 then
+    local members = {}
+    for i, m in ipairs(gleased) do members[2 * i - 1], members[2 * i] = 0, m end
+    call_many('ZADD', gactive, members)
+  end
+  local more = false
+  local turns, waits, gone, unwait, tats = {}, {}, {}, {}, {}
+  local place = places(stats, #cands, false)
+  for _, st in ipairs(cands) do
+    local g = st.group
+    if st.leased > 0 and st.rate_t then
+      tats[#tats + 1] = 't:' .. g
+      tats[#tats + 1] = string.format('%.3f', st.tat + st.leased * st.rate_t)
+    end
+    if st.empty then
+      gone[#gone + 1] = g
+      if st.waited then unwait[#unwait + 1] = g end
+    elseif st.why then
+      -- held back: waits (a group with nothing left is dropped when next looked at)
+      gone[#gone + 1] = g
+      waits[#waits + 1] = st.until_ms
+      waits[#waits + 1] = g
+    elseif st.reached or st.waited then
+      turns[#turns + 1] = place()
+      turns[#turns + 1] = g
+      if st.waited then unwait[#unwait + 1] = g end
+      more = more or st.reached
+    end
+  end
+  if #tats > 0 then call_many('HSET', gctl, tats) end
+  if #gone > 0 then call_many('ZREM', groups, gone) end
+  if #unwait > 0 then call_many('ZREM', gwait, unwait) end
+  if #waits > 0 then call_many('ZADD', gwait, waits) end
+  if #turns > 0 then call_many('ZADD', groups, turns) end
+  -- (more groups than were looked at may have work)
+  return more or redis.call('ZCARD', groups) > #turns
+end
+
+-- 2g. grouped jobs, with at most half the room (the other half for the rest, below)
+local half = max_jobs - #lease_keys
+if half > 1 then half = math.floor(half / 2) elseif now % 2 == 1 then half = 0 end
+take_groups(half)
 -- 2a. the due jobs above normal priority
 take_pready(0, NORMAL_READY_SCORE)
 
@@ -529,7 +731,8 @@ local function take_due(start, least)
         if is_expired(rec, now) then
           expired_keys[#expired_keys + 1] = key
           expired_recs[#expired_keys] = rec
-        elseif #lease_keys < max_jobs then
+        elseif #lease_keys < max_jobs and not group_of(rec) then
+          -- (a grouped one waits for its group's turn: queued)
           lease_keys[#lease_keys + 1] = key
           lease_recs[#lease_recs + 1] = rec
         else
@@ -553,6 +756,8 @@ take_ready()
 rest = take_due(rest, NORMAL_PRIORITY)
 take_pready(NORMAL_READY_SCORE, (MAX_PRIORITY + 1) * PRIO_SPAN)
 take_due(rest, 0)
+-- 3g. grouped jobs again, with the room left
+take_groups(max_jobs - #lease_keys)
 if stopped[scheduled] or stopped[retry] then promote_more = false end
 local n_jobs = #lease_keys
 
@@ -657,10 +862,11 @@ end
 if #legacy_writes > 0 then call_many('HSET', jobs, legacy_writes) end
 if #records > 0 then call_many('HSET', jobs, records) end
 if #pready_read > 0 then call_many('ZREM', pready, pready_read) end
-if #hints > 0 then push_ready_many(ready, pready, stats, hints, hint_recs) end
+if #hints > 0 then push_ready_many(q, hints, hint_recs) end
+local groups_left = write_groups()
 call_many('ZREM', scheduled, from_set[1])
 call_many('ZREM', retry, from_set[2])
-local ready_left = ready_more or #hints > 0
+local ready_left = ready_more or #hints > 0 or groups_left
 -- (pready's members this call did not read: due jobs left, unless behind a newer record)
 if not ready_left and not stopped[pready] and pready_n > #pready_read then
   ready_left = true
@@ -702,10 +908,18 @@ if scan then
       elseif state == STATE.dead and not redis.call('ZSCORE', dead, key) then
         redis.call('ZADD', dead, now, key)
         repaired = repaired + 1
+      elseif state == STATE.ready and group_of(rec) then
+        -- (its hint is a member of gready, not found by key: its group must be queued)
+        local g = group_of(rec)
+        if not redis.call('ZSCORE', groups, g) and not redis.call('ZSCORE', gwait, g) then
+          redis.call('ZADD', groups, places(stats, 1, false)(), g)
+          ready_left = true
+          repaired = repaired + 1
+        end
       elseif state == STATE.ready and priority_of(rec) ~= NORMAL_PRIORITY then
         -- (its hint, if any, is its member of pready: found by key)
         if not redis.call('ZSCORE', pready, key) then
-          push_ready(ready, pready, stats, key, rec)
+          push_ready(q, key, rec)
           ready_left = true
           repaired = repaired + 1
         end
@@ -740,7 +954,7 @@ elseif ready_left or promote_more or repaired > 0 then
   next_ms = 0
   if n_jobs > 0 then wake(wake_key) end
 else
-  for _, z in ipairs({scheduled, retry, active}) do
+  for _, z in ipairs({scheduled, retry, active, gwait}) do
     local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
     if head[2] then
       local at = math.floor(tonumber(head[2]))
@@ -764,7 +978,7 @@ end
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(receipt_out), 'PX', receipt_ms)
 end
-for i = 20, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 25, #KEYS do redis.call('DEL', KEYS[i]) end
 end_unique(uniq, uniq_at, now, expired_keys, buried)
 if #cancelled_keys > 0 then end_unique(uniq, uniq_at, now, cancelled_keys) end
 

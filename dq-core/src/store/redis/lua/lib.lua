@@ -12,6 +12,8 @@
 --   attempts count the attempts finished (the running one is attempts + 1: `started`).
 --   format 4 (expiring): format 3's header, then the expiry (u48 Unix ms, 0: none): 21 bytes.
 --   format 5 (priority): format 4's header, then the priority (u8, 0..9; 5 normal): 22 bytes.
+--   format 6 (group): format 5's header, then the length of the job's group (u8, 0: none):
+--   23 bytes; then the group's bytes (`group_of`), then the payload.
 --   The 20-byte header, struct '>c1BI6I6I6':
 --     state    1 char   STATE below (S scheduled, R ready, A active, F retry, D dead)
 --     attempts u8      attempts started (a release or a deferral gives one back)
@@ -48,16 +50,19 @@ local HISTORY = {failed = 'F', lease_expired = 'L', deferred = 'd', buried = 'B'
 -- The newest record format this script reads. The loader writes a lower number here for a
 -- process that reads less (a dq acting as an older one: ClientBuilder::format_level), so the
 -- line must stay exactly `local NEWEST_FORMAT = <n>` (scripts.rs, tied by a test).
-local NEWEST_FORMAT = 5
+local NEWEST_FORMAT = 6
 -- Record formats (dq-core/src/format.rs, tied by a test): `legacy` has no version byte;
 -- a first byte in 2..max is a version byte.
 -- `lean` is the first format whose lease leaves the record as it is (format.rs LEAN_FORMAT);
 -- `expiring` the first whose header ends with the job's expiry (EXPIRING_FORMAT);
--- `priority` the first with the job's priority after it (PRIORITY_FORMAT).
-local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, priority = 5, max = 31}
+-- `priority` the first with the job's priority after it (PRIORITY_FORMAT); `group` the first
+-- with the job's group after that (GROUP_FORMAT).
+local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, priority = 5, group = 6,
+  max = 31}
 -- The same, as locals for the helpers below (a table field costs a lookup per record).
 local LEGACY_FORMAT, FIRST_VERSIONED, MAX_FORMAT = FORMAT.legacy, FORMAT.versioned, FORMAT.max
 local LEAN_FORMAT, EXPIRING_FORMAT, PRIORITY_FORMAT = FORMAT.lean, FORMAT.expiring, FORMAT.priority
+local GROUP_FORMAT = FORMAT.group
 -- A job's priority when its record has none (formats 1..4) or its enqueue gave none
 -- (Priority::NORMAL in Rust, tied by a test); 0 is the lowest, 9 the highest.
 local NORMAL_PRIORITY, MAX_PRIORITY = 5, 9
@@ -79,6 +84,9 @@ local LEAN_HEADER_LEN = 15
 local EXPIRING_HEADER_LEN = 21
 -- A format-5 record's header: format 4's, then the priority (u8).
 local PRIORITY_HEADER_LEN = 22
+-- A format-6 record's fixed header: format 5's, then the group's length (u8); the group's
+-- bytes follow it.
+local GROUP_HEADER_LEN = 23
 local MAX_HISTORY = 32
 local MAX_ERROR_LEN = 1024
 local CUT_MARK = '… [cut from '
@@ -114,11 +122,12 @@ local function format_of(rec)
   return nil
 end
 
--- The header length of a record of a format this dq reads: 20 for format 1, one more for
--- the version byte of a later one.
+-- The header length of a record of a format this dq reads (where its payload starts): 20 for
+-- format 1, one more for the version byte of format 2; format 6's counts its group's bytes.
 local function header_len(rec)
   local b = byte(rec, 1)
   if b > MAX_FORMAT then return HEADER_LEN end
+  if b >= GROUP_FORMAT then return GROUP_HEADER_LEN + (byte(rec, GROUP_HEADER_LEN) or 0) end
   if b >= PRIORITY_FORMAT then return PRIORITY_HEADER_LEN end
   if b >= EXPIRING_FORMAT then return EXPIRING_HEADER_LEN end
   if b >= LEAN_FORMAT then return LEAN_HEADER_LEN end
@@ -142,6 +151,16 @@ local function priority_of(rec)
     return p
   end
   return NORMAL_PRIORITY
+end
+
+-- The group of a record (format 6 on), or nil for none (and for every older format).
+local function group_of(rec)
+  local b = byte(rec, 1)
+  if b >= GROUP_FORMAT and b <= MAX_FORMAT then
+    local n = byte(rec, GROUP_HEADER_LEN)
+    if n and n > 0 then return sub(rec, GROUP_HEADER_LEN + 1, GROUP_HEADER_LEN + n) end
+  end
+  return nil
 end
 
 -- True for a record whose expiry has come by `now`: it is never started again.
@@ -174,7 +193,8 @@ local function is_record(rec)
   if b >= LEAN_FORMAT then
     -- (a lean record is never active: its lease is in `leases`)
     local s = byte(rec, 2)
-    local len = (b >= PRIORITY_FORMAT and PRIORITY_HEADER_LEN)
+    local len = (b >= GROUP_FORMAT and GROUP_HEADER_LEN + (byte(rec, GROUP_HEADER_LEN) or 0))
+      or (b >= PRIORITY_FORMAT and PRIORITY_HEADER_LEN)
       or (b >= EXPIRING_FORMAT and EXPIRING_HEADER_LEN) or LEAN_HEADER_LEN
     return #rec >= len and IS_STATE_BYTE[s] == true and s ~= ACTIVE_BYTE
   end
@@ -212,14 +232,20 @@ end
 
 -- A record of `format` (one this dq reads): its header, then `payload`; `expires` (Unix ms,
 -- 0 or nil: none) is kept by format 4 on and dropped by older ones, `priority` (nil: normal)
--- by format 5 on.
+-- by format 5 on, `group` (nil: none) by format 6 on.
 local function pack_record(format, state, attempts, due, created, token, payload, expires,
-    priority)
+    priority, group)
   if attempts > 255 then attempts = 255 end
   if attempts < 0 then attempts = 0 end
   if due < 0 then due = 0 end
   if format == LEGACY_FORMAT then
     return struct.pack(HEADER, state, attempts, due, created, token) .. payload
+  end
+  if format >= GROUP_FORMAT then
+    group = group or ''
+    return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created)
+      .. struct.pack('>I6', expires or 0) .. char(priority or NORMAL_PRIORITY) .. char(#group)
+      .. group .. payload
   end
   if format >= PRIORITY_FORMAT then
     return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created)
@@ -489,7 +515,7 @@ local function leased_record(rec, token, spent)
 end
 
 -- Rewrites the header of `rec` in place of the old one, keeping its format, `created`, its
--- expiry (unless `expires` is given: 0 clears it), its priority and the payload.
+-- expiry (unless `expires` is given: 0 clears it), its priority, its group and the payload.
 -- (A lean record has no token: `token` is ignored for it.)
 local function with_header(rec, state, attempts, due, token, expires)
   local format = record_format(rec)
@@ -497,7 +523,7 @@ local function with_header(rec, state, attempts, due, token, expires)
   -- created: the 6 bytes before the token, or bytes 10..15 of a lean header
   local created = struct.unpack('>I6', rec, format >= LEAN_FORMAT and 10 or len - 11)
   return pack_record(format, state, attempts, due, created, token, sub(rec, len + 1),
-    expires or expiry_of(rec), priority_of(rec))
+    expires or expiry_of(rec), priority_of(rec), group_of(rec))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.
@@ -636,9 +662,57 @@ local PRIO_MID = 8796093022208 -- 2^43: a priority's places, front below, back a
 -- pready's scores below this are above normal priority; from it on, below normal.
 local NORMAL_READY_SCORE = (MAX_PRIORITY - NORMAL_PRIORITY) * PRIO_SPAN
 
--- The places of `n` jobs queued at the back (or, with `front`, the front) of their priority:
--- a function giving the score of the next one of `priority` (one counter bump per call).
-local function ready_places(stats, n, front)
+-- The due queue's keys, as the scripts that make jobs ready pass them on: `ready`, `pready`,
+-- `stats` (the places' counters), `gready` and `groups` (the grouped jobs, below).
+local function due_queue(ready, pready, stats, gready, groups)
+  return {ready = ready, pready = pready, stats = stats, gready = gready, groups = groups}
+end
+
+-- ---- groups (ARCHITECTURE.md §2, groups; dq-core/src/group.rs) ----
+-- A due job of a group (record format 6) waits in `gready`, a sorted set whose members all
+-- score 0 and sort by bytes: `<group> NUL <9 - priority, a digit> <place, 16 hex digits>
+-- <job key>`, so that ZRANGEBYLEX reads one group's queue, highest priority first, FIFO within
+-- a priority (places from the same counters as pready's). Its group is then in `groups`
+-- (group -> turn, a place), the rotation fetch serves, unless it waits in `gwait` (group ->
+-- ms: at its cap, over its rate, held); fetch moves groups between the two. A running grouped
+-- job is a member `<group> NUL <key>` of `gactive` (ZLEXCOUNT: the group's running jobs), from
+-- its lease to its end (`group_done`). `gctl` holds the limits and the state: '*' the default
+-- limits, 'l:' .. group a group's own, 't:' .. group its rate's GCRA time, 'h:' .. group the
+-- end of its hold.
+-- A grouped job's member of gready (its place `at` from `places`).
+local function group_member(group, priority, at, key)
+  return group .. '\0' .. char(48 + MAX_PRIORITY - priority) .. string.format('%016x', at) .. key
+end
+-- The job key of a member of gready read from `group`'s range.
+local function member_key(group, member)
+  return sub(member, #group + 19)
+end
+-- The ZRANGEBYLEX bounds of `group`'s members (gready, gactive): group names hold no control
+-- characters, so every member of the group, and no other, starts with group .. NUL.
+local function group_range(group)
+  return '[' .. group .. '\0', '(' .. group .. '\1'
+end
+
+-- A group's limits as gctl keeps them ('<conc>/<n>/<ms>/<weight>', group.rs
+-- GroupLimits::encode): {conc, rate_n, rate_ms, weight} (nil for what is not set), or nil for
+-- anything else.
+local function parse_group_limits(text)
+  if not text then return nil end
+  local c, n, ms, w = string.match(text, '^(%d*)/(%d*)/(%d*)/(%d+)$')
+  if not c then return nil end
+  local l = {conc = tonumber(c), rate_n = tonumber(n), rate_ms = tonumber(ms),
+    weight = tonumber(w)}
+  if (l.conc and l.conc <= 0) or (l.rate_n == nil) ~= (l.rate_ms == nil)
+      or (l.rate_n and (l.rate_n <= 0 or l.rate_ms <= 0)) or l.weight < 1
+      or l.weight > 1000 then
+    return nil
+  end
+  return l
+end
+
+-- The places of `n` jobs queued at the back (or, with `front`, the front) of their queue: a
+-- function giving the next one (one counter bump per call).
+local function places(stats, n, front)
   local field = front and 'pready_front' or 'pready_back'
   -- (never fails: a damaged or spent counter starts again, FIFO lost for that moment only)
   local top = redis.pcall('HINCRBY', stats, field, n)
@@ -647,54 +721,104 @@ local function ready_places(stats, n, front)
     top = n
   end
   local last = top - n
-  return function(priority)
+  return function()
     last = last + 1
-    local at = front and PRIO_MID - last or PRIO_MID + last
-    return (MAX_PRIORITY - priority) * PRIO_SPAN + at
+    return front and PRIO_MID - last or PRIO_MID + last
+  end
+end
+
+-- Queues grouped jobs: members of gready, and their groups in the rotation unless there
+-- already (a group waiting in gwait is also put there: the fetch that serves it looks at
+-- its limits again). `jobs` is {key, rec, ...}.
+local function push_grouped(q, jobs, front)
+  local place = places(q.stats, #jobs / 2, front)
+  local members, turns = {}, {}
+  for i = 1, #jobs, 2 do
+    local rec = jobs[i + 1]
+    local g, at = group_of(rec), place()
+    members[#members + 1] = 0
+    members[#members + 1] = group_member(g, priority_of(rec), at, jobs[i])
+    turns[#turns + 1] = at
+    turns[#turns + 1] = g
+  end
+  call_many('ZADD', q.gready, members)
+  for i = 1, #turns, SLICE do
+    redis.call('ZADD', q.groups, 'NX', unpack(turns, i, math.min(i + SLICE - 1, #turns)))
+  end
+end
+
+-- A grouped job left `active` (its end, a release, a recovered lease): it no longer counts
+-- against its group's cap, and a group waiting in gwait gets its turn back (the fetch that
+-- serves it looks at its limits again). Returns true when a group got its turn back (the
+-- caller wakes a fetcher). `gs` is {gactive =, gwait =, groups =, stats =}.
+local function group_done(gs, group, key)
+  redis.call('ZREM', gs.gactive, group .. '\0' .. key)
+  if redis.call('ZREM', gs.gwait, group) == 0 then return false end
+  redis.call('ZADD', gs.groups, 'NX', places(gs.stats, 1, false)(), group)
+  return true
+end
+
+-- The places of `n` jobs queued at the back (or, with `front`, the front) of their priority:
+-- a function giving the score of the next one of `priority` (one counter bump per call).
+local function ready_places(stats, n, front)
+  local place = places(stats, n, front)
+  return function(priority)
+    return (MAX_PRIORITY - priority) * PRIO_SPAN + place()
   end
 end
 
 -- Queues `key` (its record `rec`, already written ready) at the back of the due queue of its
--- priority, or at the front with `front` (a release gives the job its place back).
-local function push_ready(ready, pready, stats, key, rec, front)
+-- priority (of its group, for a grouped job), or at the front with `front` (a release gives
+-- the job its place back). `q`: `due_queue`.
+local function push_ready(q, key, rec, front)
+  if group_of(rec) then
+    push_grouped(q, {key, rec}, front)
+    return
+  end
   local p = priority_of(rec)
   if p == NORMAL_PRIORITY then
-    redis.call(front and 'LPUSH' or 'RPUSH', ready, key)
+    redis.call(front and 'LPUSH' or 'RPUSH', q.ready, key)
   else
-    redis.call('ZADD', pready, ready_places(stats, 1, front)(p), key)
+    redis.call('ZADD', q.pready, ready_places(q.stats, 1, front)(p), key)
   end
 end
 
 -- Queues hints (`keys`, their records `recs`, already written ready) at the back of the due
--- queue of their priorities, in order: one RPUSH and at most one ZADD. Returns how many.
-local function push_ready_many(ready, pready, stats, keys, recs)
-  local normal, others = {}, {}
+-- queue of their priorities (and groups), in order: one RPUSH and at most one ZADD to each
+-- zset. Returns how many.
+local function push_ready_many(q, keys, recs)
+  local normal, others, grouped = {}, {}, {}
   for i, key in ipairs(keys) do
-    local p = priority_of(recs[i])
-    if p == NORMAL_PRIORITY then
+    local rec = recs[i]
+    local p = priority_of(rec)
+    if group_of(rec) then
+      grouped[#grouped + 1] = key
+      grouped[#grouped + 1] = rec
+    elseif p == NORMAL_PRIORITY then
       normal[#normal + 1] = key
     else
       others[#others + 1] = p
       others[#others + 1] = key
     end
   end
-  if #normal > 0 then call_many('RPUSH', ready, normal) end
+  if #normal > 0 then call_many('RPUSH', q.ready, normal) end
   if #others > 0 then
-    local place = ready_places(stats, #others / 2, false)
+    local place = ready_places(q.stats, #others / 2, false)
     for i = 1, #others, 2 do others[i] = place(others[i]) end
-    call_many('ZADD', pready, others)
+    call_many('ZADD', q.pready, others)
   end
+  if #grouped > 0 then push_grouped(q, grouped, false) end
   return #keys
 end
 
 -- Queues a job whose record is already written with `waiting_state(due, now, ...)`:
--- onto the due queue of its priority if due now (`push_ready`: `rec` is its record), else
--- into `zset` (scheduled or retry) at `score`, the
--- `slot_score(zset, due)` the caller read before its first write.
--- Returns true when a fetcher should be woken: the job is ready, or is the new earliest.
-local function place(zset, ready, key, due, now, score, pready, stats, rec)
+-- onto the due queue (`push_ready`, `q`: `due_queue`) if due now, else into `zset`
+-- (scheduled or retry) at `score`, the `slot_score(zset, due)` the caller read before its
+-- first write. Returns true when a fetcher should be woken: the job is ready, or is the new
+-- earliest.
+local function place(zset, q, key, due, now, score, rec)
   if due <= now then
-    push_ready(ready, pready, stats, key, rec)
+    push_ready(q, key, rec)
     return true
   end
   redis.call('ZADD', zset, score, key)

@@ -15,11 +15,13 @@
 -- KEYS[10] kept_at   dq:{topic#p}:kept_at  ZSET key -> when its keeping ends
 -- KEYS[11] pready    dq:{topic#p}:pready   ZSET the due queue of jobs whose priority is not
 --                                          normal, highest first (lib.lua `push_ready`)
+-- KEYS[12] gready    dq:{topic#p}:gready   ZSET the due queue of grouped jobs, group by group
 -- (The listed state's index is one of KEYS[1..5] or kept_at, chosen by ARGV[2]; all are
 -- passed so that the script's key list is the same for every state.)
 --
 -- ARGV[1] mode: 'z' (the index is a sorted set), 'r' (the due queue: pready's jobs above
---         normal priority, the ready list, then pready's below normal, as fetch leases them)
+--         normal priority, the ready list, then pready's below normal, as fetch leases them,
+--         then the grouped jobs, group by group)
 --         or 'k' (kept jobs: kept_at, in the order their keeping ends; the values come from
 --         kept)
 -- ARGV[2] state code the records must have (S, F, A, D; R for the ready list; for 'k' the
@@ -28,7 +30,8 @@
 -- 'z', 'k': ARGV[4] score of the place to start after ('' from the start; a score as Redis prints
 --      it), ARGV[5] key of that place (members with that score sort after it by byte order)
 -- 'r': ARGV[4] queue position to start from (>= 0; stale entries count): positions run
---      over pready's members above normal, then the ready list, then pready's other members
+--      over pready's members above normal, then the ready list, then pready's other members,
+--      then gready's
 --
 -- Returns {more (0/1), next position ('r': where reading stopped; 'z': 0), ['k' only: the
 -- place and key of the last entry read, '' and '' if none], then per job:
@@ -129,7 +132,9 @@ else
   local to = from + 4 * limit + 64 - 1
   local high = redis.call('ZCOUNT', pready, '-inf', string.format('(%d', NORMAL_READY_SCORE))
   local len = redis.call('LLEN', index)
-  local total = len + redis.call('ZCARD', pready)
+  local n_pready = redis.call('ZCARD', pready)
+  local gready, grouped_from = KEYS[12], len + n_pready
+  local total = grouped_from + redis.call('ZCARD', gready)
   local hints = {}
   local function add(part)
     for _, key in ipairs(part) do hints[#hints + 1] = key end
@@ -138,8 +143,16 @@ else
   if to >= high and from < high + len then
     add(redis.call('LRANGE', index, math.max(from, high) - high, math.min(to, high + len - 1) - high))
   end
-  if to >= high + len then
-    add(redis.call('ZRANGE', pready, math.max(from, high + len) - len, to - len))
+  if to >= high + len and from < grouped_from then
+    add(redis.call('ZRANGE', pready, math.max(from, high + len) - len,
+      math.min(to, grouped_from - 1) - len))
+  end
+  if to >= grouped_from then
+    -- (a member: group, NUL, priority digit, 16 hex digits of place, then the job key)
+    for _, m in ipairs(redis.call('ZRANGE', gready, math.max(from, grouped_from) - grouped_from,
+        to - grouped_from)) do
+      hints[#hints + 1] = sub(m, string.find(m, '\0', 1, true) + 18)
+    end
   end
   local seen, read = {}, 0
   -- One record at a time: a stale hint's record is not kept, and reading stops at `limit`.

@@ -23,6 +23,11 @@
 -- KEYS[14] uniq_at dq:{topic#p}:uniq_at  ZSET to uniq_at (lib.lua `end_unique`)
 -- KEYS[15] pready dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not
 --                                         normal: such a job goes to the front of its priority
+-- KEYS[16] gready dq:{topic#p}:gready    ZSET the due queue of grouped jobs: such a job goes to
+--                                         the front of its group (lib.lua `push_grouped`)
+-- KEYS[17] groups dq:{topic#p}:groups    ZSET the groups' rotation
+-- KEYS[18] gwait  dq:{topic#p}:gwait     ZSET the groups waiting: a released or cancelled job's
+-- KEYS[19] gactive dq:{topic#p}:gactive  ZSET group gets its turn back (lib.lua `group_done`)
 --
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
 -- Errors: 'ERR dq bad arguments: ...'
@@ -35,6 +40,8 @@ local hist, stats, control, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local kept, kept_at, progress, events = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local uniq, uniq_at, cancelled = KEYS[13], KEYS[14], {}
 local pready = KEYS[15]
+local q = due_queue(ready, pready, stats, KEYS[16], KEYS[17])
+local gs = {gactive = KEYS[19], gwait = KEYS[18], groups = KEYS[17], stats = stats}
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -42,7 +49,8 @@ for i = 2, #ARGV, 2 do
   if not tonumber(ARGV[i]) then return redis.error_reply('ERR dq bad arguments: token') end
 end
 
-local bad = check_types({progress, 'hash'})
+local bad = check_types({progress, 'hash', gs.gactive, 'zset', gs.gwait, 'zset', q.groups, 'zset',
+  q.gready, 'zset'})
 if bad then return bad end
 local has_control = redis.call('EXISTS', control) == 1
 local keep = nil -- {kept, kept_at, policy, now} when cancelled jobs are kept
@@ -71,6 +79,8 @@ for i = #keys, 1, -1 do
   local key, rec = keys[i], recs[i]
   local ok = '0'
   if owner[i] and owner[i] == tokens[i] and not done[key] then
+    local group = group_of(rec)
+    if group then group_done(gs, group, key) end
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
       cancelled[#cancelled + 1] = key
@@ -85,7 +95,7 @@ for i = #keys, 1, -1 do
       -- the attempt is given back
       local ready_rec = with_header(rec, STATE.ready, started(rec) - 1, due, token)
       redis.call('HSET', jobs, key, ready_rec)
-      push_ready(ready, pready, stats, key, ready_rec, true)
+      push_ready(q, key, ready_rec, true)
       redis.call('HDEL', progress, key)
       released = released + 1
       emit(ev, EVENT.released, key, started(rec))

@@ -6,6 +6,8 @@
 -- KEYS[4] wake   dq:{topic#p}:wake
 -- KEYS[5] stats  dq:{topic#p}:stats   HASH its pready_back counter (lib.lua `push_ready`)
 -- KEYS[6] pready dq:{topic#p}:pready  ZSET the due queue of jobs whose priority is not normal
+-- KEYS[7] gready dq:{topic#p}:gready  ZSET the due queue of grouped jobs (lib.lua `push_grouped`)
+-- KEYS[8] groups dq:{topic#p}:groups  ZSET the groups' rotation
 --
 -- ARGV: job keys (at least one)
 --
@@ -18,6 +20,7 @@
 
 local dead, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local stats, pready = KEYS[5], KEYS[6]
+local q = due_queue(ready, pready, stats, KEYS[7], KEYS[8])
 if #ARGV == 0 then return redis.error_reply('ERR dq bad arguments: no keys') end
 
 local recs = hmget(jobs, ARGV)
@@ -33,7 +36,7 @@ for i, key in ipairs(ARGV) do
   local rec = recs[i]
   if is_record(rec) and state_of(rec) == STATE.dead then
     if not checked then
-      local bad = check_types({ready, 'list', pready, 'zset'})
+      local bad = check_types({ready, 'list', pready, 'zset', q.gready, 'zset', q.groups, 'zset'})
       if bad then return bad end
       checked = true
     end
@@ -42,7 +45,7 @@ for i, key in ipairs(ARGV) do
       -- (an operator's requeue runs the job: a passed expiry would drop it, so it goes)
       local ready_rec = with_header(rec, STATE.ready, 0, now, token, 0)
       redis.call('HSET', jobs, key, ready_rec)
-      push_ready(ready, pready, stats, key, ready_rec)
+      push_ready(q, key, ready_rec)
       moved = moved + 1
       ok = '1'
     end

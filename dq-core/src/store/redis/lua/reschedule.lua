@@ -11,6 +11,8 @@
 -- KEYS[7] control    dq:{topic#p}:control   HASH: only its `max_delay` field is read
 -- KEYS[8] stats      dq:{topic#p}:stats     HASH its pready_back counter (lib.lua `push_ready`)
 -- KEYS[9] pready     dq:{topic#p}:pready    ZSET the due queue of jobs whose priority is not normal
+-- KEYS[10] gready    dq:{topic#p}:gready    ZSET the due queue of grouped jobs (lib.lua `push_grouped`)
+-- KEYS[11] groups    dq:{topic#p}:groups    ZSET the groups' rotation
 --
 -- ARGV[1] key
 -- ARGV[2] mode: 'a' at ARGV[3] Unix ms | 'd' ARGV[3] ms after now | 's' shift the current
@@ -32,6 +34,7 @@
 local scheduled, retry, ready, jobs, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local leases, control = KEYS[6], KEYS[7]
 local stats, pready = KEYS[8], KEYS[9]
+local q = due_queue(ready, pready, stats, KEYS[10], KEYS[11])
 local key, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not key or key == '' or not value or (mode ~= 'a' and mode ~= 'd' and mode ~= 's') then
   return redis.error_reply('ERR dq bad arguments: reschedule')
@@ -65,7 +68,7 @@ local score
 if new_state ~= STATE.ready then
   score = slot_score(scheduled, at)
 elseif state ~= STATE.ready then
-  local bad = check_types({ready, 'list', pready, 'zset'})
+  local bad = check_types({ready, 'list', pready, 'zset', q.gready, 'zset', q.groups, 'zset'})
   if bad then return bad end
 end
 unlink(state, scheduled, retry, nil, key)
@@ -75,5 +78,5 @@ if new_state == STATE.ready and state == STATE.ready then
   -- already has a live hint in ready: keep its place in line
   return {'K', at}
 end
-if place(scheduled, ready, key, at, now, score, pready, stats, new_rec) then wake(wake_key) end
+if place(scheduled, q, key, at, now, score, new_rec) then wake(wake_key) end
 return {'K', at}
