@@ -30,8 +30,7 @@ const RATE_PER_S: u32 = 10;
 const VIP_CAP: u32 = 4;
 
 /// The child's connection for the handlers' records, and the namespace they are kept under.
-static RECORDS: OnceLock<(dq_testkit::redis::aio::MultiplexedConnection, String)> =
-    OnceLock::new();
+static RECORDS: OnceLock<(dq_testkit::redis::aio::MultiplexedConnection, String)> = OnceLock::new();
 
 /// One tenant's job: records its group's running count and its lease's start, works a little.
 #[delayed_job(topic = "groups.proc")]

@@ -1193,10 +1193,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
             ..common::conformance::req_max(0)
         };
         ok_or_unchanged(&h, &w("idle fetch"), store.fetch(&q, &idle)).await;
-        ok_or_unchanged(&h, &w("enqueue"), async {
-            en(&t, "n1", grouped).await
-        })
-        .await;
+        ok_or_unchanged(&h, &w("enqueue"), async { en(&t, "n1", grouped).await }).await;
         ok_or_unchanged(&h, &w("enqueue later"), async {
             en(&t, "n2", grouped).delay(HOUR).await
         })

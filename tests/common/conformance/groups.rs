@@ -82,7 +82,11 @@ pub async fn every_group_gets_a_turn_before_any_gets_two<H: Harness>(h: &H) {
     let specs: Vec<JobSpec<Vec<u8>>> = names
         .iter()
         .flat_map(|g| {
-            (1..=2).map(move |i| JobSpec::new(raw(0)).key(format!("{g}-{i}")).group(g.clone()))
+            (1..=2).map(move |i| {
+                JobSpec::new(raw(0))
+                    .key(format!("{g}-{i}"))
+                    .group(g.clone())
+            })
         })
         .collect();
     t.enqueue_bulk(specs).await.unwrap();
@@ -179,10 +183,7 @@ pub async fn a_group_rate_holds_only_that_group<H: Harness>(h: &H) {
     let again = fetch(h, &q, &req()).await;
     if now(h).await < start + 400 {
         assert!(again.jobs.is_empty(), "{again:?}");
-        assert!(
-            again.next_in.is_some_and(|d| d <= ms(500)),
-            "{again:?}"
-        );
+        assert!(again.next_in.is_some_and(|d| d <= ms(500)), "{again:?}");
     }
     // the next one of `slow` half a second later
     until_store_time(h, start + 500).await;
