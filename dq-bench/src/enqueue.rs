@@ -96,6 +96,15 @@ pub struct EnqueueArgs {
     /// (`all --only s3r-priority` compares).
     #[arg(long)]
     pub priorities: bool,
+    /// Extra: the jobs spread over this many groups (order `id` in group `g<id % N>`), to
+    /// measure what groups cost a drain (`all --only s3r-groups` compares); 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub groups: u64,
+}
+
+/// The group of order `order_id` with `--groups n` (none for 0).
+fn group_of(order_id: u64, n: u64) -> Option<String> {
+    (n > 0).then(|| format!("g{}", order_id % n))
 }
 
 /// The payload of order `order_id` as `dq-bench enqueue` stores it: fields by name (dq's
@@ -212,12 +221,16 @@ async fn add_one<J: Job<Payload = Order>>(
     rule: DueRule,
     rng: &mut SplitMix64,
     priorities: bool,
+    groups: u64,
 ) -> Result<(u64, bool)> {
     let (due, due_ms) = rule.due(i, n, rng);
     let order = Order::new(first_id + i, due_ms);
     let mut pending = client.enqueue::<J>(order);
     if priorities {
         pending = pending.priority(mixed_priority(first_id + i));
+    }
+    if let Some(group) = group_of(first_id + i, groups) {
+        pending = pending.group(group);
     }
     let pending = match due {
         Due::Now => pending,
@@ -243,8 +256,17 @@ async fn send<J: Job<Payload = Order> + 'static>(
         Mode::Single => {
             for i in 0..n {
                 let (due_ms, created) =
-                    add_one::<J>(client, args.first_id, i, n, rule, &mut rng, args.priorities)
-                        .await?;
+                    add_one::<J>(
+                    client,
+                    args.first_id,
+                    i,
+                    n,
+                    rule,
+                    &mut rng,
+                    args.priorities,
+                    args.groups,
+                )
+                .await?;
                 last_due_ms = last_due_ms.max(due_ms);
                 not_created += u64::from(!created);
             }
@@ -255,7 +277,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
             let mut tasks = tokio::task::JoinSet::new();
             for t in 0..args.tasks.max(1) as u64 {
                 let (client, next, first_id) = (client.clone(), next.clone(), args.first_id);
-                let priorities = args.priorities;
+                let (priorities, groups) = (args.priorities, args.groups);
                 tasks.spawn(async move {
                     let mut rng = SplitMix64(0x5eed_0000 ^ first_id ^ n ^ ((t + 1) << 40));
                     let (mut last_due, mut not_created) = (0u64, 0u64);
@@ -265,8 +287,10 @@ async fn send<J: Job<Payload = Order> + 'static>(
                             return Ok::<_, crate::BoxError>((last_due, not_created));
                         }
                         let (due_ms, created) =
-                            add_one::<J>(&client, first_id, i, n, rule, &mut rng, priorities)
-                                .await?;
+                            add_one::<J>(
+                            &client, first_id, i, n, rule, &mut rng, priorities, groups,
+                        )
+                        .await?;
                         last_due = last_due.max(due_ms);
                         not_created += u64::from(!created);
                     }
@@ -292,6 +316,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
                         if args.priorities {
                             job.priority = Some(mixed_priority(args.first_id + i));
                         }
+                        job.group = group_of(args.first_id + i, args.groups);
                         job
                     })
                     .collect();
@@ -302,6 +327,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
                             let mut raw = JobSpec::new(encoded(&job.payload, true)?);
                             raw.due = job.due;
                             raw.priority = job.priority;
+                            raw.group = job.group;
                             Ok(raw)
                         })
                         .collect::<Result<Vec<_>>>()?;
@@ -332,6 +358,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
         "not_created": not_created,
         "encoding": if args.positional { "positional" } else { "named" },
         "priorities": if args.priorities { "mixed" } else { "normal" },
+        "groups": args.groups,
         "payload_bytes": encoded(&Order::new(args.first_id, first_add_ms), args.positional)?.len(),
     }))
 }

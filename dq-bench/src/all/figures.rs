@@ -287,6 +287,52 @@ impl Orchestrator {
                 None,
             ),
             d(
+                "s3r_groups_plain_rate",
+                format!("S3R, no groups (N={}, due now)", p.s3_n),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_groups_rate",
+                format!(
+                    "S3R over {} groups, no limits (N={})",
+                    super::groups::GROUPS,
+                    p.s3_n
+                ),
+                "jobs/s",
+                None,
+            ),
+            d(
+                "s3r_groups_ratio",
+                "S3R over 10,000 groups / no groups (same run)".into(),
+                "×",
+                None,
+            ),
+            d(
+                "s3r_groups_plain_server_us_per_job",
+                "Redis script time per job, S3R no groups".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "s3r_groups_server_us_per_job",
+                "Redis script time per job, S3R over 10,000 groups".into(),
+                "µs/job",
+                None,
+            ),
+            d(
+                "s3r_groups_plain_not_once",
+                "S3R no groups: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "s3r_groups_not_once",
+                "S3R over 10,000 groups: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
                 "s3r_priority_plain_rate",
                 format!("S3R, every job of normal priority (N={}, due now)", p.s3_n),
                 "jobs/s",

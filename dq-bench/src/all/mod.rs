@@ -49,6 +49,7 @@ mod http;
 mod lease_floor;
 mod limiter;
 mod payloads;
+mod groups;
 mod priority;
 mod process;
 mod report;
@@ -76,7 +77,7 @@ pub struct AllArgs {
     #[arg(long)]
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
-    /// s3c1, s3r, s3r-metrics, s3r-keep, s3r-events, s3r-priority, profile, s4, s5, idle, scale, scale-dense,
+    /// s3c1, s3r, s3r-metrics, s3r-keep, s3r-events, s3r-priority, s3r-groups, profile, s4, s5, idle, scale, scale-dense,
     /// mass, scaleout,
     /// limiter, payloads, ceilings, lease-floor, client-floor, http, bullmq (default: all; with --quick
     /// all but bullmq).
@@ -287,7 +288,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         }
     };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 23] = [
+    let sections: [(&str, Section); 24] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
@@ -296,6 +297,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("s3r-keep", Orchestrator::s3r_keep),
         ("s3r-events", Orchestrator::s3r_events),
         ("s3r-priority", Orchestrator::s3r_priority),
+        ("s3r-groups", Orchestrator::s3r_groups),
         ("profile", Orchestrator::profile),
         ("s4", Orchestrator::s4),
         ("s5", Orchestrator::s5),
@@ -641,6 +643,15 @@ fn summary(section: &str, v: &Value) -> String {
             f("/ratio"),
             f("/plain_server_us_per_job"),
             f("/events_server_us_per_job")
+        ),
+        "s3r-groups" => format!(
+            "S3R without groups {} / over {} groups {} jobs/s (ratio {}); Redis {} / {} µs/job",
+            f("/plain_rate"),
+            f("/groups"),
+            f("/groups_rate"),
+            f("/ratio"),
+            f("/plain_server_us_per_job"),
+            f("/groups_server_us_per_job")
         ),
         "s3r-priority" => {
             let pair = |name: &str| {

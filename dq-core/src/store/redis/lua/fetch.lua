@@ -481,7 +481,6 @@ local function take_groups(want)
   if not cands then group_candidates() end
   local left = math.min(want, max_jobs - #lease_keys)
   for _ = 1, GROUP_ROUNDS do
-    local progressed = false
     -- (each takes its weight times m: a round per weight while room is short, fewer rounds
     -- when it is not: one group alone with room for 100 takes them in one read)
     local weights = 0
@@ -491,10 +490,14 @@ local function take_groups(want)
       end
     end
     local m = math.max(1, math.floor(left / math.max(weights, 1)))
+    -- This round's reads: each group's next members, then one HMGET and one lease lookup for
+    -- all of them. (`planned`: the room this round's reads may fill.)
+    local planned, round, keys = left, {}, {}
     for _, st in ipairs(cands) do
-      if left <= 0 then break end
+      if planned <= 0 then break end
       st.reached = true
-      local n = math.min((st.limits and st.limits.weight or 1) * m, st.allow - st.leased, left)
+      local n = math.min((st.limits and st.limits.weight or 1) * m, st.allow - st.leased,
+        planned)
       if not st.done and n > 0 then
         serial = serial + 1
         st.served = serial
@@ -502,58 +505,66 @@ local function take_groups(want)
         local got = redis.call('ZRANGEBYLEX', gready, lo, hi, 'LIMIT', st.offset, n)
         st.offset = st.offset + #got
         if #got < n then st.done, st.empty = true, true end
-        if #got > 0 then progressed = true end
-        local keys = {}
-        for j, m in ipairs(got) do keys[j] = GROUP.key(st.group, m) end
-        local recs = hmget(jobs, keys)
-        local cand_keys, cand_recs = {}, {}
-        for j, key in ipairs(keys) do
-          local rec = recs[j]
-          if rec and is_newer(rec) then
-            -- left where it is, with the rest of its group's queue, for a newer worker
-            met_newer(gready, key, rec)
-            st.done, st.empty = true, false
-            break
-          end
-          gread[#gread + 1] = got[j]
-          if rec and not is_record(rec) then
-            if not seen[key] then corrupt(key, rec) end
-          elseif rec and state_of(rec) == STATE.ready and not seen[key]
-              and GROUP.of(rec) == st.group then
-            seen[key] = true
-            cand_keys[#cand_keys + 1] = key
-            cand_recs[#cand_recs + 1] = rec
-          end
-        end
-        local held = held_leases(leases, cand_keys)
-        for j, key in ipairs(cand_keys) do
-          if held[key] then
-            -- a stale hint of a running job
-          elseif is_expired(cand_recs[j], now) then
-            expired_keys[#expired_keys + 1] = key
-            expired_recs[#expired_keys] = cand_recs[j]
-          else
-            lease_keys[#lease_keys + 1] = key
-            lease_recs[#lease_recs + 1] = cand_recs[j]
-            gleased[#gleased + 1] = st.group .. '\0' .. key
-            st.leased = st.leased + 1
-            left = left - 1
-          end
-        end
-        if st.leased >= st.allow and not st.why then
-          -- its budget is spent: why, and until when
-          if st.limits.rate_n and (not st.limits.conc
-              or st.allow < st.limits.conc - st.running) then
-            st.why = 'rate'
-            local tat = st.tat + st.leased * st.rate_t
-            st.until_ms = math.max(now + 1, math.ceil(tat - st.rate_tau))
-          else
-            st.why, st.until_ms = 'cap', now + CAP_RECHECK_MS
-          end
+        planned = planned - #got
+        for _, member in ipairs(got) do
+          round[#round + 1] = {st, member}
+          keys[#keys + 1] = GROUP.key(st.group, member)
         end
       end
     end
-    if not progressed or left <= 0 then break end
+    if #keys == 0 then break end
+    local recs = hmget(jobs, keys)
+    local cand, cand_keys = {}, {}
+    for j, key in ipairs(keys) do
+      local st, member, rec = round[j][1], round[j][2], recs[j]
+      if st.stopped then
+        -- behind a newer record of its group: left
+      elseif rec and is_newer(rec) then
+        -- left where it is, with the rest of its group's queue, for a newer worker
+        met_newer(gready, key, rec)
+        st.done, st.empty, st.stopped = true, false, true
+      else
+        gread[#gread + 1] = member
+        if rec and not is_record(rec) then
+          if not seen[key] then corrupt(key, rec) end
+        elseif rec and state_of(rec) == STATE.ready and not seen[key]
+            and GROUP.of(rec) == st.group then
+          seen[key] = true
+          cand[#cand + 1] = {st, key, rec}
+          cand_keys[#cand_keys + 1] = key
+        end
+      end
+    end
+    local held = held_leases(leases, cand_keys)
+    for _, c in ipairs(cand) do
+      local st, key, rec = c[1], c[2], c[3]
+      if held[key] then
+        -- a stale hint of a running job
+      elseif is_expired(rec, now) then
+        expired_keys[#expired_keys + 1] = key
+        expired_recs[#expired_keys] = rec
+      else
+        lease_keys[#lease_keys + 1] = key
+        lease_recs[#lease_recs + 1] = rec
+        gleased[#gleased + 1] = st.group .. '\0' .. key
+        st.leased = st.leased + 1
+        left = left - 1
+      end
+    end
+    for _, st in ipairs(cands) do
+      if st.leased >= st.allow and not st.why then
+        -- its budget is spent: why, and until when
+        if st.limits.rate_n and (not st.limits.conc
+            or st.allow < st.limits.conc - st.running) then
+          st.why = 'rate'
+          local tat = st.tat + st.leased * st.rate_t
+          st.until_ms = math.max(now + 1, math.ceil(tat - st.rate_tau))
+        else
+          st.why, st.until_ms = 'cap', now + CAP_RECHECK_MS
+        end
+      end
+    end
+    if left <= 0 then break end
   end
 end
 -- The group writes (after the other writes' reads): gready's read members go, the leased
