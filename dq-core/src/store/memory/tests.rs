@@ -83,8 +83,8 @@ fn new_job(k: &str, due: Due) -> NewJob {
         expires: None,
         priority: Default::default(),
         window: None,
-    },
-    group: None,
+        group: None,
+    }
 }
 
 async fn put(store: &MemoryStore, k: &str, due: Due) -> EnqueueOutcome {
@@ -98,8 +98,7 @@ async fn replace(store: &MemoryStore, k: &str, due: Due) -> EnqueueOutcome {
     let job = NewJob {
         replace: true,
         expires: None,
-        ..new_job(k, due),
-        group: None,
+        ..new_job(k, due)
     };
     store
         .enqueue(&queue(), &[job], EnqueueCall::new())
