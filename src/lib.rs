@@ -25,6 +25,9 @@ pub use dq_core::{
 pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 // Key windows (unique_for, debounce, throttle).
 pub use dq_core::KeyWindow;
+// Groups: fair turns and limits per group of a topic's jobs.
+pub use dq_core::group::{CAP_RECHECK, GROUP_SCAN, MAX_GROUP_LEN, MAX_GROUP_WEIGHT};
+pub use dq_core::{GroupLimits, GroupName, GroupState};
 
 // Pause, rate and concurrency limits of a topic.
 pub use dq_core::{Rate, TopicControl};
@@ -115,10 +118,11 @@ pub mod shape {
 pub mod store {
     pub use dq_core::client::SchedulerPass;
     pub use dq_core::format::{
-        EXPIRING_FORMAT, FormatLevel, FormatRegistry, Formats, LEGACY_FORMAT, NEWEST_FORMAT,
-        PRIORITY_FORMAT, ProcessInfo, ProcessRole,
+        EXPIRING_FORMAT, FormatLevel, FormatRegistry, Formats, GROUP_FORMAT, LEGACY_FORMAT,
+        NEWEST_FORMAT, PRIORITY_FORMAT, ProcessInfo, ProcessRole,
     };
     pub use dq_core::job::{from_unix_ms, unix_ms};
+    pub use dq_core::group::GroupChange;
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::store::{
         Catalog, FailedAttempt, Lease, Operate, Produce, Store, Success, WakeListener, lease_of,

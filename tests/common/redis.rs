@@ -268,6 +268,7 @@ impl Harness for RedisHarness {
             token: u64::from(ran),
             expires_ms: 0,
             priority: 5,
+            group_len: 0,
         };
         let record = if format <= NEWEST_FORMAT {
             header(format).encode(payload)

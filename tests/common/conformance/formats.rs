@@ -253,8 +253,7 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
         };
         let other = NewJob {
             key: jk("fresh"),
-            ..job.clone(),
-            group: None,
+            ..job.clone()
         };
         assert!(newer_refused(
             format,

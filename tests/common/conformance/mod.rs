@@ -45,6 +45,7 @@ pub mod lease;
 pub mod lease_retry;
 pub mod limits;
 pub mod priority;
+pub mod groups;
 pub mod progress;
 pub mod receipts;
 pub mod retry;
@@ -155,6 +156,14 @@ macro_rules! conformance_suite {
             priority::a_job_keeps_its_priority_through_every_move,
             priority::a_priority_is_checked_and_needs_format_5,
             priority::a_low_job_is_leased_whenever_room_is_left,
+            groups::groups_take_turns,
+            groups::every_group_gets_a_turn_before_any_gets_two,
+            groups::a_weight_is_jobs_per_turn,
+            groups::a_group_never_runs_over_its_cap,
+            groups::a_group_rate_holds_only_that_group,
+            groups::a_throttle_holds_only_its_group,
+            groups::a_job_keeps_its_group_through_every_move,
+            groups::a_group_is_checked_and_needs_format_6,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

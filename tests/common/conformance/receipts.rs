@@ -106,8 +106,7 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
     ack_all(h, &q, &jobs).await;
     let other = NewJob {
         payload: raw(2),
-        ..job("m-new", false),
-        group: None,
+        ..job("m-new", false)
     };
     store
         .enqueue(&q, &[other], EnqueueCall::new())

@@ -310,6 +310,7 @@ for i, rec in ipairs(ARGV) do
     row[4], row[5], row[6], row[7] = record_format(rec), header_len(rec), state, token
     row[8] = expiry_of(rec)
     row[9] = priority_of(rec)
+    row[10] = group_of(rec) or ''
     if state ~= state_of(rec) or token ~= token_of(rec) then row[6] = 'mismatch' end
   end
   out[i] = row
@@ -340,6 +341,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
         token: 77,
         expires_ms: 0,
         priority: 5,
+        group_len: 0,
     };
     let newer = |format: u8| {
         let mut r = vec![format];
@@ -447,9 +449,35 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
             .encode(b"")[..21]
                 .to_vec(),
         ),
-        ("format 6", newer(6)),
+        (
+            "format 6, in a group",
+            RecordHeader {
+                token: 0,
+                expires_ms: 1_790_000_060_000,
+                priority: 8,
+                ..header(6)
+            }
+            .encode_in_group("tenant-7", b"payload"),
+        ),
+        (
+            "format 6, no group",
+            RecordHeader {
+                token: 0,
+                ..header(6)
+            }
+            .encode(b"payload"),
+        ),
+        ("format 6, group past the end", {
+            let r = RecordHeader {
+                token: 0,
+                ..header(6)
+            }
+            .encode_in_group("tenant-7", b"");
+            r[..r.len() - 1].to_vec()
+        }),
+        ("format 7", newer(7)),
         ("format 31", newer(MAX_FORMAT)),
-        ("format 6, one byte", vec![6]),
+        ("format 7, one byte", vec![7]),
         ("first byte 32", newer(MAX_FORMAT + 1)),
         ("first byte 0", newer(0)),
         ("first byte 1", newer(1)),
@@ -517,12 +545,14 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
                     );
                     assert_eq!(i64::from(h.format), lua_format, "{at}");
                     assert_eq!(int(3), i64::from(h.format), "{at}: record_format");
-                    assert_eq!(int(4), header_len(h.format) as i64, "{at}: header_len");
+                    assert_eq!(int(4), h.payload_start() as i64, "{at}: header_len");
                     let state: String = from(row[5].clone()).unwrap();
                     assert_eq!(state.as_bytes(), [h.state.code()], "{at}: state");
                     assert_eq!(int(6), h.token as i64, "{at}: token");
                     assert_eq!(int(7), h.expires_ms as i64, "{at}: expiry");
                     assert_eq!(int(8), i64::from(h.priority), "{at}: priority");
+                    let group: String = from(row[9].clone()).unwrap();
+                    assert_eq!(group, h.group(value).unwrap_or(""), "{at}: group");
                 }
                 Err(crate::error::Error::NewerFormat { format, reads: r }) => {
                     assert_eq!(r, reads);

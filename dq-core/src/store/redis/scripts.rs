@@ -462,7 +462,7 @@ mod tests {
                 "script {} documents no reply",
                 script.name
             );
-            let used = (1..=20)
+            let used = (1..=40)
                 .filter(|i| script.body.contains(&format!("KEYS[{i}]")))
                 .count();
             assert_eq!(

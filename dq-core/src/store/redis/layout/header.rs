@@ -361,6 +361,7 @@ mod tests {
             token: 0,
             expires_ms: 0,
             priority: 5,
+            group_len: 0,
         }
         .encode(b"x");
         assert!(matches!(

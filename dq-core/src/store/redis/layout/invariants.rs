@@ -144,6 +144,17 @@ pub struct PartitionSnapshot {
     pub uniq_at: BTreeMap<String, f64>,
     /// `progress` fields (running jobs that reported).
     pub progress: BTreeSet<String>,
+    /// `gready` members (`<group> NUL <priority digit> <place> <key>`: the hints of ready
+    /// grouped jobs).
+    pub gready: BTreeMap<String, f64>,
+    /// `groups` members (the rotation) with their turns.
+    pub groups: BTreeMap<String, f64>,
+    /// `gwait` members (the groups waiting) with when they are looked at again.
+    pub gwait: BTreeMap<String, f64>,
+    /// `gactive` members (`<group> NUL <key>`: the running grouped jobs).
+    pub gactive: BTreeMap<String, f64>,
+    /// The `gctl` hash (group limits and state), as stored.
+    pub gctl: BTreeMap<String, String>,
 }
 
 impl PartitionSnapshot {
@@ -331,6 +342,10 @@ impl Snapshot {
                     (KeyName::KeptAt, &k.kept_at, &mut part.kept_at),
                     (KeyName::Pready, &k.pready, &mut part.pready),
                     (KeyName::UniqAt, &k.uniq_at, &mut part.uniq_at),
+                    (KeyName::Gready, &k.gready, &mut part.gready),
+                    (KeyName::Groups, &k.groups, &mut part.groups),
+                    (KeyName::Gwait, &k.gwait, &mut part.gwait),
+                    (KeyName::Gactive, &k.gactive, &mut part.gactive),
                 ] {
                     if has(key, name) {
                         let v: Vec<(String, f64)> = redis::cmd("ZRANGE")
@@ -377,6 +392,7 @@ impl Snapshot {
                     (KeyName::Control, &k.control, &mut part.control),
                     (KeyName::Leases, &k.leases, &mut part.leases),
                     (KeyName::Uniq, &k.uniq, &mut part.uniq),
+                    (KeyName::Gctl, &k.gctl, &mut part.gctl),
                 ] {
                     if has(key, name) {
                         *into = redis::cmd("HGETALL")
@@ -624,7 +640,36 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
                 say(format!("{job:?} in state {state} is missing from `{name}`"));
             }
         }
+        let group = h.group(rec);
+        if let Some(g) = group {
+            // a running grouped job counts against its group's cap while it runs
+            let running = part.gactive.contains_key(&format!("{g}\0{job}"));
+            if (h.state == JobState::Active) != running {
+                say(format!(
+                    "{job:?} of group {g:?} in state {state} is{} in `gactive`",
+                    if running { "" } else { " not" }
+                ));
+            }
+        }
         match h.state {
+            JobState::Ready if group.is_some() => {
+                // a ready grouped job has its hint in `gready`, and its group a turn or a wait
+                let g = group.unwrap_or_default();
+                let prefix = format!("{g}\0");
+                let hinted = part
+                    .gready
+                    .keys()
+                    .any(|m| m.starts_with(&prefix) && m.len() == prefix.len() + 17 + job.len()
+                        && m.ends_with(job.as_str()));
+                if !hinted {
+                    say(format!("ready job {job:?} has no hint in `gready` (never delivered)"));
+                }
+                if !part.groups.contains_key(g) && !part.gwait.contains_key(g) {
+                    say(format!(
+                        "group {g:?} has a ready job ({job:?}) but neither a turn nor a wait"
+                    ));
+                }
+            }
             JobState::Ready => {
                 // a job of normal priority has its hint in `ready`, any other in `pready`
                 if h.priority == crate::job::Priority::NORMAL.level() {
@@ -689,6 +734,19 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
                     s.code() as char
                 ));
             }
+        }
+    }
+    // a member of gactive names a running job of its group
+    for m in part.gactive.keys() {
+        let (g, job) = m.split_once('\0').unwrap_or(("", m));
+        let owner = part.jobs.get(job).and_then(|r| {
+            let h = RecordHeader::decode(r).ok()?;
+            Some(h.group(r)? == g)
+        });
+        if owner != Some(true) || states.get(job) != Some(&JobState::Active) {
+            say(format!(
+                "`gactive` member {m:?} is no running job of group {g:?}"
+            ));
         }
     }
     for job in &part.hist {
@@ -818,6 +876,7 @@ mod tests {
             token: 1,
             expires_ms: 0,
             priority: 5,
+            group_len: 0,
         }
         .encode(b"payload")
     }

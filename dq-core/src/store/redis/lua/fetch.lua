@@ -5,7 +5,8 @@
 --      that attempt (`retry_delay`, the mirror of RetryPolicy::delay_with, with a fresh
 --      draw of math.random per job), or to dead when the policy has no more (a retry
 --      function's decisions, policy kind 4: retry, dead, or discarded: deleted, counted);
---   2g. lease grouped jobs (lib.lua's groups section) with at most half the room: the groups
+--   2g. lease grouped jobs (lib.lua's groups section) with the room, or half of it while jobs of
+--      no group are queued (a room of one: all or nothing by the clock's parity): the groups
 --      whose turn it is (at most GROUP_SCAN, those whose wait in gwait ended first) in
 --      rounds, each at most its weight per round, within its cap, rate and hold; at the end
 --      (3g) they get the room left after the other jobs;
@@ -256,8 +257,8 @@ for _, key in ipairs(expired) do
   end
   if not seen[key] then
     redis.call('ZREM', active, key)
-    local group = rec and is_record(rec) and group_of(rec)
-    if group then group_done(gs, group, key) end
+    local group = rec and is_record(rec) and GROUP.of(rec)
+    if group then GROUP.done(gs, group, key) end
     -- running: a format-1/2 record in state A; a lean one with a lease (which ends here)
     local running = false
     if rec and is_record(rec) then
@@ -429,7 +430,7 @@ local function group_budget(st)
   local l = st.limits
   if not l then return allow end
   if l.conc then
-    local lo, hi = group_range(st.group)
+    local lo, hi = GROUP.range(st.group)
     st.running = redis.call('ZLEXCOUNT', gactive, lo, hi)
     allow = l.conc - st.running
     if allow <= 0 then return 0, 'cap', now + CAP_RECHECK_MS end
@@ -464,10 +465,10 @@ local function group_candidates()
     fields[3 * i - 1], fields[3 * i], fields[3 * i + 1] = 'l:' .. g, 't:' .. g, 'h:' .. g
   end
   local vals = hmget(gctl, fields)
-  local default = parse_group_limits(vals[1])
+  local default = GROUP.limits(vals[1])
   for i, g in ipairs(names) do
     local st = {group = g, waited = from_wait[g], offset = 0, leased = 0,
-      limits = parse_group_limits(vals[3 * i - 1]) or default,
+      limits = GROUP.limits(vals[3 * i - 1]) or default,
       tat = tonumber(vals[3 * i]), hold = tonumber(vals[3 * i + 1])}
     st.allow, st.why, st.until_ms = group_budget(st)
     cands[#cands + 1] = st
@@ -485,13 +486,13 @@ local function take_groups(want)
       st.reached = true
       local n = math.min(st.limits and st.limits.weight or 1, st.allow - st.leased, left)
       if not st.done and n > 0 then
-        local lo, hi = group_range(st.group)
+        local lo, hi = GROUP.range(st.group)
         local got = redis.call('ZRANGEBYLEX', gready, lo, hi, 'LIMIT', st.offset, n)
         st.offset = st.offset + #got
         if #got < n then st.done, st.empty = true, true end
         if #got > 0 then progressed = true end
         local keys = {}
-        for j, m in ipairs(got) do keys[j] = member_key(st.group, m) end
+        for j, m in ipairs(got) do keys[j] = GROUP.key(st.group, m) end
         local recs = hmget(jobs, keys)
         local cand_keys, cand_recs = {}, {}
         for j, key in ipairs(keys) do
@@ -506,7 +507,7 @@ local function take_groups(want)
           if rec and not is_record(rec) then
             if not seen[key] then corrupt(key, rec) end
           elseif rec and state_of(rec) == STATE.ready and not seen[key]
-              and group_of(rec) == st.group then
+              and GROUP.of(rec) == st.group then
             seen[key] = true
             cand_keys[#cand_keys + 1] = key
             cand_recs[#cand_recs + 1] = rec
@@ -558,7 +559,7 @@ local function write_groups()
   end
   local more = false
   local turns, waits, gone, unwait, tats = {}, {}, {}, {}, {}
-  local place = places(stats, #cands, false)
+  local place = GROUP.places(stats, #cands, false)
   for _, st in ipairs(cands) do
     local g = st.group
     if st.leased > 0 and st.rate_t then
@@ -589,10 +590,15 @@ local function write_groups()
   return more or redis.call('ZCARD', groups) > #turns
 end
 
--- 2g. grouped jobs, with at most half the room (the other half for the rest, below)
-local half = max_jobs - #lease_keys
-if half > 1 then half = math.floor(half / 2) elseif now % 2 == 1 then half = 0 end
-take_groups(half)
+-- 2g. grouped jobs: the whole room, or half of it while jobs of no group are queued (the
+--     other half for them, below; a room of one goes to either, by the clock's parity)
+if has_groups then
+  local first = max_jobs - #lease_keys
+  if pready_n > 0 or redis.call('LLEN', ready) > 0 then
+    if first > 1 then first = math.floor(first / 2) elseif now % 2 == 1 then first = 0 end
+  end
+  take_groups(first)
+end
 -- 2a. the due jobs above normal priority
 take_pready(0, NORMAL_READY_SCORE)
 
@@ -731,7 +737,7 @@ local function take_due(start, least)
         if is_expired(rec, now) then
           expired_keys[#expired_keys + 1] = key
           expired_recs[#expired_keys] = rec
-        elseif #lease_keys < max_jobs and not group_of(rec) then
+        elseif #lease_keys < max_jobs and not GROUP.of(rec) then
           -- (a grouped one waits for its group's turn: queued)
           lease_keys[#lease_keys + 1] = key
           lease_recs[#lease_recs + 1] = rec
@@ -908,11 +914,11 @@ if scan then
       elseif state == STATE.dead and not redis.call('ZSCORE', dead, key) then
         redis.call('ZADD', dead, now, key)
         repaired = repaired + 1
-      elseif state == STATE.ready and group_of(rec) then
+      elseif state == STATE.ready and GROUP.of(rec) then
         -- (its hint is a member of gready, not found by key: its group must be queued)
-        local g = group_of(rec)
+        local g = GROUP.of(rec)
         if not redis.call('ZSCORE', groups, g) and not redis.call('ZSCORE', gwait, g) then
-          redis.call('ZADD', groups, places(stats, 1, false)(), g)
+          redis.call('ZADD', groups, GROUP.places(stats, 1, false)(), g)
           ready_left = true
           repaired = repaired + 1
         end

@@ -57,8 +57,7 @@ local NEWEST_FORMAT = 6
 -- `expiring` the first whose header ends with the job's expiry (EXPIRING_FORMAT);
 -- `priority` the first with the job's priority after it (PRIORITY_FORMAT); `group` the first
 -- with the job's group after that (GROUP_FORMAT).
-local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, priority = 5, group = 6,
-  max = 31}
+local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, priority = 5, group = 6, max = 31}
 -- The same, as locals for the helpers below (a table field costs a lookup per record).
 local LEGACY_FORMAT, FIRST_VERSIONED, MAX_FORMAT = FORMAT.legacy, FORMAT.versioned, FORMAT.max
 local LEAN_FORMAT, EXPIRING_FORMAT, PRIORITY_FORMAT = FORMAT.lean, FORMAT.expiring, FORMAT.priority
@@ -757,6 +756,11 @@ local function group_done(gs, group, key)
   redis.call('ZADD', gs.groups, 'NX', places(gs.stats, 1, false)(), group)
   return true
 end
+
+-- The group helpers a fetch uses, in one table (a function may hold at most 60 upvalues, and
+-- fetch's body uses many of this library's locals).
+local GROUP = {of = group_of, range = group_range, key = member_key, limits = parse_group_limits,
+  done = group_done, places = places}
 
 -- The places of `n` jobs queued at the back (or, with `front`, the front) of their priority:
 -- a function giving the score of the next one of `priority` (one counter bump per call).
