@@ -315,18 +315,21 @@ impl Partition {
         //    queue's — the order fetch.lua leases in
         let mut promoted = 0;
         let deadline = now + lease_ms;
-        // 2g. grouped jobs, with at most half the room (the other half for the rest; 3g below
-        //     gives them the room left)
+        // 2g. grouped jobs: the whole room, or half of it while jobs of no group are queued
+        //     (the other half for them; a room of one goes to either, by the clock's parity);
+        //     3g below gives them the room left
         let mut groups = GroupPass::new(&self.sets.groups);
-        let mut half = max_jobs - jobs.len();
-        if half > 1 {
-            half /= 2;
-        } else if now % 2 == 1 {
-            half = 0;
+        let mut first = max_jobs - jobs.len();
+        if !self.sets.ready.is_empty() {
+            if first > 1 {
+                first /= 2;
+            } else if now % 2 == 1 {
+                first = 0;
+            }
         }
         self.take_groups(
             &mut groups,
-            half,
+            first,
             queue,
             &mut jobs,
             &mut newer,
