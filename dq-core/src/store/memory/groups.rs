@@ -4,7 +4,15 @@
 //! A due grouped job waits in its group's queue (`gready`), never in the partition's due
 //! queue; its group is then in the rotation (`groups`, by turn) unless it waits (`gwait`, by
 //! the ms its wait ends), and it may be in both, as on Redis. The queues here are exact (no
-//! stale hints): a job leaving ready leaves its group's queue at once.
+//! stale hints): a job leaving ready leaves its group's queue at once, so a group whose
+//! queue holds only stale hints on Redis (read, dropped, then left) is found empty here at
+//! once.
+//!
+//! One choice differs from `fetch.lua` on purpose: a group a fetch finds empty (it leaves
+//! the rotation) but that gets a due job promoted by the same fetch keeps a turn at the back
+//! here. On Redis the promoted job's `push_grouped` runs before `write_groups` removes the
+//! group, so the job waits in `gready` with its group neither in the rotation nor waiting
+//! until an idle fetch's audit re-links it (the checker's "neither a turn nor a wait").
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

@@ -79,6 +79,16 @@ impl Partition {
             {
                 report(format!("{state} job {key:?} has never run"));
             }
+            if let Some(g) = &rec.group {
+                // a running grouped job counts against its group's cap while it runs
+                let counted = s.groups.running.get(g).is_some_and(|r| r.contains(key));
+                if (state == JobState::Active) != counted {
+                    report(format!(
+                        "{key:?} of group {g:?} in state {state} is{} counted as running",
+                        if counted { "" } else { " not" }
+                    ));
+                }
+            }
             if rec.history.len() > MAX_HISTORY {
                 report(format!(
                     "{key:?} keeps {} history entries",
@@ -136,7 +146,12 @@ impl Partition {
                 self.jobs.len()
             ));
         }
-        let queued: usize = s.groups.queues.values().map(|q| q.len()).sum();
+        let queued: usize = s
+            .groups
+            .queues
+            .values()
+            .map(std::collections::BTreeMap::len)
+            .sum();
         if queued != s.groups.queued {
             report(format!(
                 "the group queues hold {queued} jobs but count {}",
