@@ -1241,3 +1241,26 @@ async fn grouped_jobs_move_like_the_others() {
     assert_eq!(group_state(&store, Some("a")).await.running, 1);
     assert_sound(&store);
 }
+
+/// A group whose queue runs out in a fetch that also finds a due job of it keeps a turn:
+/// the job is not left queued with its group neither in the rotation nor waiting.
+#[tokio::test(start_paused = true)]
+async fn a_group_emptied_and_refilled_by_one_fetch_keeps_its_turn() {
+    let store = MemoryStore::new();
+    put_in(&store, "a", "a1", Priority::NORMAL).await;
+    let later = NewJob {
+        group: Some(group("a")),
+        ..new_job("a2", Due::After(SEC))
+    };
+    store
+        .enqueue(&queue(), &[later], EnqueueCall::new())
+        .await
+        .unwrap();
+    advance(SEC).await;
+    let reply = fetch(&store, 10).await;
+    assert_eq!(keys(&reply), ["a1"]);
+    assert_eq!(reply.next_in, Some(Duration::ZERO));
+    assert_sound(&store);
+    assert_eq!(keys(&fetch(&store, 10).await), ["a2"]);
+    assert_sound(&store);
+}
