@@ -121,8 +121,8 @@ pub mod store {
         EXPIRING_FORMAT, FormatLevel, FormatRegistry, Formats, GROUP_FORMAT, LEGACY_FORMAT,
         NEWEST_FORMAT, PRIORITY_FORMAT, ProcessInfo, ProcessRole,
     };
-    pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::group::GroupChange;
+    pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::store::{
         Catalog, FailedAttempt, Lease, Operate, Produce, Store, Success, WakeListener, lease_of,
@@ -164,8 +164,9 @@ pub mod __private {
     pub use dq_core::inventory;
     pub use dq_core::payload::decode;
     pub use dq_core::{
-        DataNeed, Error, HandlerFuture, HandlerReturn, Job, JobContext, JobDescriptor, JobError,
-        JobOutput, KeepDecl, KeyWindow, Priority, RetryFn, Returned, ScheduleDecl,
+        DataNeed, Error, GroupLimitsDecl, HandlerFuture, HandlerReturn, Job, JobContext,
+        JobDescriptor, JobError, JobOutput, KeepDecl, KeyWindow, Priority, RetryFn, Returned,
+        ScheduleDecl,
     };
     pub use serde;
     pub use tokio;

@@ -306,11 +306,17 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     // the control hash (only a topic paused, limited, throttled or keeping finished jobs has
     // one), the kept jobs (none kept here), the progress hash (no job reported) and the
     // event stream (the topic records no events), the key windows (no job has one), the due
-    // queue of other priorities (every job is of normal priority).
+    // queue of other priorities (every job is of normal priority), the group keys (no job has
+    // a group).
     for name in KeyName::PARTITION {
         if !matches!(
             name,
-            KeyName::Wake
+            KeyName::Gready
+                | KeyName::Groups
+                | KeyName::Gwait
+                | KeyName::Gactive
+                | KeyName::Gctl
+                | KeyName::Wake
                 | KeyName::Calls
                 | KeyName::Control
                 | KeyName::Kept
@@ -1139,19 +1145,23 @@ async fn ok_or_unchanged<T>(
 /// recovery, an idle fetch, a retry due at once, a reschedule to now, a replacing enqueue.
 #[tokio::test]
 async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
-    for name in KeyName::PARTITION {
+    // (once with jobs of no group, once with every job in one group: its queue is FIFO)
+    for (name, grouped) in KeyName::PARTITION
+        .into_iter()
+        .flat_map(|n| [(n, false), (n, true)])
+    {
         let h = RedisHarness::new().await;
         let c = h.client().await;
-        let topic = format!("wrongtype.{name}");
+        let topic = format!("wrongtype.{name}{}", if grouped { ".g" } else { "" });
         let t = c.topic(&topic).unwrap();
         let q = queue(&topic);
         let store = h.store();
         let ready = ["r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10"];
         for k in ready {
-            t.enqueue(raw(1)).key(k).await.unwrap();
+            en(&t, k, grouped).await.unwrap();
         }
         for k in ["s1", "s2"] {
-            t.enqueue(raw(1)).key(k).delay(HOUR).await.unwrap();
+            en(&t, k, grouped).delay(HOUR).await.unwrap();
         }
         let jobs = fetch(&h, &q, &common::conformance::req_max(10)).await.jobs;
         assert_eq!(keys_of(&jobs), ready);
@@ -1173,7 +1183,7 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
             .cmd::<()>(&["SET", &damaged, "not what dq expects"]);
 
         let lease = |i: usize| dq::store::lease_of(&jobs[i]);
-        let w = |op: &str| format!("{op} with {name} damaged");
+        let w = |op: &str| format!("{op} with {name} damaged (grouped: {grouped})");
         // Nothing is ready: leases nothing, audits, and trims the dead queue to nothing (a cap of 0).
         let idle = dq::store::FetchRequest {
             dead_limits: dq::DeadLimits {
@@ -1183,16 +1193,13 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
             ..common::conformance::req_max(0)
         };
         ok_or_unchanged(&h, &w("idle fetch"), store.fetch(&q, &idle)).await;
-        ok_or_unchanged(&h, &w("enqueue"), async {
-            t.enqueue(raw(1)).key("n1").await
-        })
-        .await;
+        ok_or_unchanged(&h, &w("enqueue"), async { en(&t, "n1", grouped).await }).await;
         ok_or_unchanged(&h, &w("enqueue later"), async {
-            t.enqueue(raw(1)).key("n2").delay(HOUR).await
+            en(&t, "n2", grouped).delay(HOUR).await
         })
         .await;
         ok_or_unchanged(&h, &w("enqueue replacing"), async {
-            t.enqueue(raw(1)).key("s2").replace().await
+            en(&t, "s2", grouped).replace().await
         })
         .await;
         // r6's lease has run out: the next fetch recovers it before it leases.
@@ -1311,6 +1318,12 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         }
         ok_or_unchanged(&h, &w("purge"), t.purge_all_dead()).await;
     }
+}
+
+/// An enqueue of `key` due now, in group "g" when `grouped`.
+fn en(t: &dq::TopicClient, key: &str, grouped: bool) -> dq::Enqueue {
+    let e = t.enqueue(raw(1)).key(key);
+    if grouped { e.group("g") } else { e }
 }
 
 /// Issue 9, violation 6: a damaged value met after a script's first write. A history that

@@ -27,7 +27,7 @@ pub struct Rate {
 
 impl Rate {
     /// Most jobs one rate may allow per period.
-    pub const MAX_COUNT: u32 = 1_000_000;
+    pub const MAX_COUNT: u32 = dq_syntax::MAX_RATE_COUNT;
 
     /// A rate of `count` jobs per `per`, checked.
     pub fn new(count: u32, per: Duration) -> Result<Rate> {
@@ -75,20 +75,8 @@ impl FromStr for Rate {
     /// Parses `<count>/<unit>`: unit `s`, `sec`, `min`, `m`, `h`, `hour`, or a duration
     /// such as `250ms` or `10s`.
     fn from_str(s: &str) -> Result<Rate> {
-        let bad = || {
-            Error::InvalidConfig(format!(
-                "rate {s:?} is not <count>/<period>, e.g. \"100/s\", \"6000/min\", \"5/250ms\""
-            ))
-        };
-        let (count, per) = s.trim().split_once('/').ok_or_else(bad)?;
-        let count: u32 = count.trim().parse().map_err(|_| bad())?;
-        let per = match per.trim() {
-            "s" | "sec" | "second" => Duration::from_secs(1),
-            "m" | "min" | "minute" => Duration::from_secs(60),
-            "h" | "hour" => Duration::from_secs(3600),
-            other => Duration::from_millis(dq_syntax::parse_duration_ms(other).map_err(|_| bad())?),
-        };
-        Rate::new(count, per)
+        let (count, per_ms) = dq_syntax::parse_rate(s).map_err(Error::InvalidConfig)?;
+        Rate::new(count, Duration::from_millis(per_ms))
     }
 }
 

@@ -268,7 +268,10 @@ mod tests {
     #[test]
     fn names_are_checked() {
         assert!(GroupName::new("tenant-7").is_ok());
-        assert!(matches!(GroupName::new(""), Err(Error::InvalidGroup { .. })));
+        assert!(matches!(
+            GroupName::new(""),
+            Err(Error::InvalidGroup { .. })
+        ));
         assert!(matches!(
             GroupName::new("a".repeat(65)),
             Err(Error::InvalidGroup { .. })

@@ -496,6 +496,8 @@ pub struct JobDescriptor {
     /// The priority of its jobs when none is given (`priority = 7`, 0..=9): the typed client's
     /// default and its periodic ticks'.
     pub priority: Option<u8>,
+    /// The default limits of its topic's groups (`group_concurrency`, `group_rate`).
+    pub group_limits: Option<GroupLimitsDecl>,
     /// Most jobs of this topic running at once in one worker.
     pub concurrency: Option<u32>,
     /// The handler's Rust path, for logs.
@@ -517,6 +519,32 @@ pub struct JobDescriptor {
     pub shape: fn() -> Option<crate::shape::PayloadShape>,
     /// Decodes a payload and calls the handler.
     pub run: HandlerFn,
+}
+
+/// The default limits of its topic's groups a handler declares
+/// (`#[delayed_job(group_concurrency = 2, group_rate = "10/s")]`), checked at compile time by
+/// the macro and written by every worker at start
+/// ([`TopicClient::set_group_limits`](crate::TopicClient::set_group_limits) with no group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupLimitsDecl {
+    /// `group_concurrency = N`.
+    pub concurrency: Option<u32>,
+    /// `group_rate = "…"`: the count and the period in ms.
+    pub rate: Option<(u32, u64)>,
+}
+
+impl GroupLimitsDecl {
+    /// The limits it declares (weight 1).
+    pub fn limits(&self) -> crate::group::GroupLimits {
+        crate::group::GroupLimits {
+            concurrency: self.concurrency,
+            rate: self.rate.map(|(count, per_ms)| crate::control::Rate {
+                count,
+                per: std::time::Duration::from_millis(per_ms),
+            }),
+            weight: 1,
+        }
+    }
 }
 
 /// The retention declared on a handler (`#[delayed_job(keep_succeeded = "1h", keep_max =

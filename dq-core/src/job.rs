@@ -32,6 +32,12 @@ pub trait Job: Send + Sync + 'static {
     /// without one of its own (`#[delayed_job(unique_for = "1h")]`, `debounce`, `throttle`).
     /// `None`: none.
     const WINDOW: Option<crate::unique::KeyWindow> = None;
+
+    /// The group of a job of this kind enqueued through the typed client without one of its
+    /// own (`#[delayed_job(group = tenant_id)]`: the payload field's value); `None`: no group.
+    fn group(_payload: &Self::Payload) -> Option<String> {
+        None
+    }
 }
 
 /// What a job's handler returns on success, for reading it back typed

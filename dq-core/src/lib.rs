@@ -46,9 +46,10 @@ pub use control::{ControlChange, ControlState, Rate, TopicControl};
 pub use error::{BulkStored, Error, Result};
 pub use events::{Event, EventCursor, EventId, EventKind, EventsFrom, EventsPolicy};
 pub use finished::{FinishedAs, FinishedChunk, FinishedJob, Retention, Returned, StoredResult};
+pub use group::{GroupChange, GroupLimits, GroupName, GroupState}; // groups (issue 25)
 pub use handler::{
-    BoxError, DataNeed, ErrorKind, HandlerFn, HandlerFuture, JobContext, JobDescriptor, JobError,
-    KeepDecl, LeaseDeadline, ScheduleDecl, SharedData, registered_jobs,
+    BoxError, DataNeed, ErrorKind, GroupLimitsDecl, HandlerFn, HandlerFuture, JobContext,
+    JobDescriptor, JobError, KeepDecl, LeaseDeadline, ScheduleDecl, SharedData, registered_jobs,
 };
 pub use inspect::{
     AttemptView, Cursor, DeadAction, JobPage, JobView, ListChunk, ListFrom, ListPos, MAX_PAGE, Page,
@@ -71,7 +72,6 @@ pub use store::produce::{ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, NewJ
 pub use store::redis::{RedisOptions, RedisStore, ServerReport, TlsConfig};
 pub use store::{FailedAttempt, Store, WakeListener};
 pub use topic::TopicMeta;
-pub use group::{GroupChange, GroupLimits, GroupName, GroupState}; // groups (issue 25)
 pub use unique::KeyWindow; // key windows (issue 25)
 pub use workers::WorkerInfo;
 

@@ -26,6 +26,9 @@ mod kw {
     syn::custom_keyword!(events);
     syn::custom_keyword!(max_delay);
     syn::custom_keyword!(priority);
+    syn::custom_keyword!(group);
+    syn::custom_keyword!(group_concurrency);
+    syn::custom_keyword!(group_rate);
     syn::custom_keyword!(unique_for);
     syn::custom_keyword!(debounce);
     syn::custom_keyword!(throttle);
@@ -48,6 +51,7 @@ const EXPECTED_ARGS: &str = "expected `topic = \"…\"`, `retry = \"…\"`, `ret
                              `expires_after = \"…\"`, `keep_succeeded = \"…\"`, \
                              `keep_cancelled = \"…\"`, `keep_expired = \"…\"`, `keep_max = N`, \
                              `events`, `events = N`, `max_delay = \"…\"`, `priority = N`, \
+                             `group = field`, `group_concurrency = N`, `group_rate = \"…\"`, \
                              `unique_for = \"…\"`, \
                              `debounce = \"…\"`, `throttle = \"…\"`, \
                              `concurrency = N`, `data(Type, …)`, `cron = \"…\"`, `tz = \"…\"`, \
@@ -83,6 +87,12 @@ pub(crate) struct Args {
     window: Option<(&'static str, u64)>,
     /// `concurrency = N`.
     concurrency: Option<u32>,
+    /// `group = field`: the payload field whose value is each job's group.
+    group: Option<Ident>,
+    /// `group_concurrency = N`: the default cap of every group.
+    group_concurrency: Option<u32>,
+    /// `group_rate = "…"`: the default rate of every group (count, period ms).
+    group_rate: Option<(u32, u64)>,
     /// `crate = "…"`: where the generated code finds `__private`.
     krate: Option<Path>,
     /// `data(Db, Mailer)`: the shared data the handler needs.
@@ -259,6 +269,48 @@ impl Parse for Args {
                     DEFAULT_EVENTS_KEPT
                 };
                 set(&mut args.events, key.span, "events", n)?;
+            } else if lookahead.peek(kw::group_concurrency) {
+                let key = input.parse::<kw::group_concurrency>()?;
+                let value = value::<LitInt>(input, "an integer such as 2")?;
+                let n = value.base10_parse::<u32>()?;
+                if n == 0 {
+                    return Err(syn::Error::new(
+                        value.span(),
+                        "group_concurrency must be at least 1",
+                    ));
+                }
+                set(
+                    &mut args.group_concurrency,
+                    key.span,
+                    "group_concurrency",
+                    n,
+                )?;
+            } else if lookahead.peek(kw::group_rate) {
+                let key = input.parse::<kw::group_rate>()?;
+                let value = value::<LitStr>(input, "a rate such as \"10/s\"")?;
+                let rate = retry_syntax::parse_rate(&value.value()).map_err(|e| {
+                    syn::Error::new(value.span(), format!("invalid group_rate: {e}"))
+                })?;
+                set(&mut args.group_rate, key.span, "group_rate", rate)?;
+            } else if lookahead.peek(kw::group) {
+                let key = input.parse::<kw::group>()?;
+                input.parse::<Token![=]>()?;
+                if input.peek(LitStr) {
+                    let lit = input.parse::<LitStr>()?;
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        "group names a field of the payload, unquoted (`group = tenant_id`): \
+                         the field's value (Display) is each job's group; a fixed group is \
+                         given per job with `.group(\"…\")`",
+                    ));
+                }
+                let field = input.parse::<Ident>().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "expected the name of a payload field, such as `tenant_id`",
+                    )
+                })?;
+                set(&mut args.group, key.span, "group", field)?;
             } else if lookahead.peek(kw::concurrency) {
                 let key = input.parse::<kw::concurrency>()?;
                 let value = value::<LitInt>(input, "an integer such as 16")?;
@@ -640,6 +692,11 @@ pub(crate) struct Handler {
     /// `priority`: the typed client's default priority.
     pub(crate) priority: Option<u8>,
     pub(crate) concurrency: Option<u32>,
+    /// `group = field`: the typed client takes each job's group from this payload field.
+    pub(crate) group: Option<Ident>,
+    /// `group_concurrency` and `group_rate` (count, period ms): the default limits of every
+    /// group, written by every worker at start.
+    pub(crate) group_limits: Option<(Option<u32>, Option<(u32, u64)>)>,
     /// The path generated code reaches `__private` through (`::dq` unless overridden).
     pub(crate) krate: Path,
     /// The payload type (first parameter).
@@ -766,6 +823,9 @@ impl Handler {
             timeout_ms: args.timeout_ms,
             expires_after_ms: args.expires_after_ms,
             concurrency: args.concurrency,
+            group: args.group,
+            group_limits: (args.group_concurrency.is_some() || args.group_rate.is_some())
+                .then_some((args.group_concurrency, args.group_rate)),
             krate: args.krate.unwrap_or_else(|| syn::parse_quote!(::dq)),
             payload: payload_type,
             context: context.map(|c| (*c.ty).clone()),

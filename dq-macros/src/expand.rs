@@ -28,6 +28,8 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         window,
         priority,
         concurrency,
+        group,
+        group_limits,
         krate,
         payload,
         context,
@@ -90,6 +92,19 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
         }
     });
     let concurrency = option(concurrency.map(|n| quote!(#n)));
+    // Spanned on the user's field name: a payload without that field is reported there.
+    let group = group.as_ref().map(|field| {
+        quote_spanned! {field.span()=>
+            fn group(__dq_payload: &Self::Payload) -> ::core::option::Option<::std::string::String> {
+                ::core::option::Option::Some(::std::string::ToString::to_string(&__dq_payload.#field))
+            }
+        }
+    });
+    let group_limits = option(group_limits.map(|(conc, rate)| {
+        let conc = option(conc.map(|n| quote!(#n)));
+        let rate = option(rate.map(|(n, ms)| quote!((#n, #ms))));
+        quote!(#private::GroupLimitsDecl { concurrency: #conc, rate: #rate })
+    }));
     let priority_opt = option(priority.map(|n| quote!(#n)));
     let priority = priority.map(|n| {
         quote! {
@@ -158,6 +173,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
             #expires_after
             #window
             #priority
+            #group
         }
 
         impl #private::JobOutput for #name {
@@ -185,6 +201,7 @@ pub(crate) fn handler(handler: &Handler) -> TokenStream {
                     events_kept: #events,
                     max_delay_ms: #max_delay_ms,
                     priority: #priority_opt,
+                    group_limits: #group_limits,
                     concurrency: #concurrency,
                     name: ::core::concat!(::core::module_path!(), "::", #name_text),
                     file: #file,

@@ -151,6 +151,33 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     Ok(ms)
 }
 
+/// Most jobs one rate may allow per period (`Rate::MAX_COUNT` in dq-core).
+pub const MAX_RATE_COUNT: u32 = 1_000_000;
+
+/// Parses a rate `<count>/<period>`: period `s`, `sec`, `second`, `m`, `min`, `minute`, `h`,
+/// `hour`, or a duration such as `250ms` or `10s`; a count of 1 to [`MAX_RATE_COUNT`] over
+/// 1 ms to one day. Returns the count and the period in ms.
+pub fn parse_rate(text: &str) -> Result<(u32, u64), String> {
+    let bad = || {
+        format!("rate {text:?} is not <count>/<period>, e.g. \"100/s\", \"6000/min\", \"5/250ms\"")
+    };
+    let (count, per) = text.trim().split_once('/').ok_or_else(bad)?;
+    let count: u32 = count.trim().parse().map_err(|_| bad())?;
+    let per_ms = match per.trim() {
+        "s" | "sec" | "second" => 1_000,
+        "m" | "min" | "minute" => 60_000,
+        "h" | "hour" => 3_600_000,
+        other => parse_duration_ms(other).map_err(|_| bad())?,
+    };
+    if count == 0 || count > MAX_RATE_COUNT {
+        return Err(format!("rate count {count} must be 1 to {MAX_RATE_COUNT}"));
+    }
+    if !(1..=86_400_000).contains(&per_ms) {
+        return Err(format!("rate period of {per_ms} ms must be 1 ms to 1 day"));
+    }
+    Ok((count, per_ms))
+}
+
 fn parse_count(text: &str) -> Result<u32, String> {
     let t = text.trim();
     let n: u32 = t

@@ -364,12 +364,13 @@ async fn publish_shape(store: &dyn Store, topic: &TopicRuntime) -> dq_core::Resu
 }
 
 /// What a handler declares of its topic's control settings: which finished jobs it keeps,
-/// how many events it records and its `max_delay`.
+/// how many events it records, its `max_delay` and its groups' default limits.
 #[derive(Clone, Copy, Debug)]
 struct Declared {
     keep: Option<dq_core::KeepDecl>,
     events_kept: Option<u64>,
     max_delay_ms: Option<u64>,
+    group_limits: Option<dq_core::GroupLimitsDecl>,
 }
 
 impl Declared {
@@ -377,16 +378,19 @@ impl Declared {
     fn of(descriptor: &dq_core::JobDescriptor) -> Option<Declared> {
         (descriptor.keep.is_some()
             || descriptor.events_kept.is_some()
-            || descriptor.max_delay_ms.is_some())
+            || descriptor.max_delay_ms.is_some()
+            || descriptor.group_limits.is_some())
         .then_some(Declared {
             keep: descriptor.keep,
             events_kept: descriptor.events_kept,
             max_delay_ms: descriptor.max_delay_ms,
+            group_limits: descriptor.group_limits,
         })
     }
 }
 
-/// Writes the retention and events a handler declares to its topic (every partition).
+/// Writes the retention, events, `max_delay` and group limits a handler declares to its topic
+/// (every partition).
 async fn write_declared(
     client: &Client,
     topic: &dq_core::Topic,
@@ -405,6 +409,9 @@ async fn write_declared(
         topic
             .set_max_delay(Some(std::time::Duration::from_millis(ms)))
             .await?;
+    }
+    if let Some(limits) = declared.group_limits {
+        topic.set_group_limits(None, Some(limits.limits())).await?;
     }
     Ok(())
 }

@@ -291,6 +291,14 @@ impl Enqueue {
         self
     }
 
+    /// The handler's group (`group = field`), unless the job has one of its own.
+    pub(super) fn default_group(mut self, group: Option<String>) -> Self {
+        if self.spec.group.is_none() {
+            self.spec.group = group;
+        }
+        self
+    }
+
     /// The handler's default key window, unless the job has one of its own.
     pub(super) fn default_window(mut self, window: Option<KeyWindow>) -> Self {
         if self.spec.window.is_none() {

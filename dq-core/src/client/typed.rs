@@ -40,6 +40,7 @@ impl Client {
             .default_expiry(J::EXPIRES_AFTER)
             .default_priority(Some(J::PRIORITY))
             .default_window(J::WINDOW)
+            .default_group(J::group(&payload))
     }
 
     /// Enqueues many jobs of type `J` with one script call per partition and chunk of
@@ -55,6 +56,7 @@ impl Client {
             .into_iter()
             .enumerate()
             .map(|(i, j)| {
+                let group = j.group.or_else(|| J::group(&j.payload));
                 Ok(JobSpec {
                     payload: payload::encode(&j.payload, max)
                         .map_err(|e| e.in_bulk_item(i, j.key.as_deref()))?,
@@ -64,7 +66,7 @@ impl Client {
                     expires: j.expires.or(J::EXPIRES_AFTER.map(Expiry::AfterDue)),
                     priority: j.priority.or(Some(J::PRIORITY)),
                     window: j.window.or(J::WINDOW),
-                    group: j.group,
+                    group,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -41,13 +41,25 @@ pub async fn groups_take_turns<H: Harness>(h: &H) {
         info(&t, "b2").await.group.map(|g| g.to_string()),
         Some("b".into())
     );
+    // one fetch with room for all: each group's share, in its own order
     let one_fetch = fetch(h, &q, &req()).await;
     assert_eq!(
         keys_of(&one_fetch.jobs),
-        ["a1", "b1", "c1", "a2", "b2", "c2", "a3", "b3", "c3"]
+        ["a1", "a2", "a3", "b1", "b2", "b3", "c1", "c2", "c3"]
     );
-    assert_eq!(groups_of(&one_fetch.jobs)[..3], ["a", "b", "c"]);
+    assert_eq!(groups_of(&one_fetch.jobs)[..1], ["a"]);
     ack_all(h, &q, &one_fetch.jobs).await;
+    // room for fewer than the groups' jobs: a turn each, then again
+    put_groups(&t, &["a", "b", "c"], 3).await;
+    let short = fetch(h, &q, &req_max(5)).await.jobs;
+    assert_eq!(keys_of(&short), ["a1", "b1", "c1", "a2", "b2"]);
+    ack_all(h, &q, &short).await;
+    let rest = fetch(h, &q, &req_max(3)).await.jobs;
+    assert_eq!(keys_of(&rest), ["c2", "a3", "b3"]);
+    ack_all(h, &q, &rest).await;
+    let last = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(keys_of(&last), ["c3"]);
+    ack_all(h, &q, &last).await;
 
     put_groups(&t, &["a", "b", "c"], 2).await;
     let mut keys = Vec::new();
@@ -70,7 +82,11 @@ pub async fn every_group_gets_a_turn_before_any_gets_two<H: Harness>(h: &H) {
     let specs: Vec<JobSpec<Vec<u8>>> = names
         .iter()
         .flat_map(|g| {
-            (1..=2).map(move |i| JobSpec::new(raw(0)).key(format!("{g}-{i}")).group(g.clone()))
+            (1..=2).map(move |i| {
+                JobSpec::new(raw(0))
+                    .key(format!("{g}-{i}"))
+                    .group(g.clone())
+            })
         })
         .collect();
     t.enqueue_bulk(specs).await.unwrap();
@@ -122,7 +138,7 @@ pub async fn a_group_never_runs_over_its_cap<H: Harness>(h: &H) {
         .unwrap();
     put_groups(&t, &["a", "b", "solo"], 4).await;
     let jobs = fetch(h, &q, &req()).await.jobs;
-    assert_eq!(keys_of(&jobs), ["a1", "b1", "solo1", "a2", "b2"]);
+    assert_eq!(keys_of(&jobs), ["a1", "a2", "b1", "b2", "solo1"]);
     let again = fetch(h, &q, &req()).await;
     assert!(again.jobs.is_empty(), "{again:?}");
     assert!(
@@ -138,7 +154,7 @@ pub async fn a_group_never_runs_over_its_cap<H: Harness>(h: &H) {
     let next = fetch(h, &q, &req()).await.jobs;
     assert_eq!(keys_of(&next), ["a3"]);
     // a failure ends a run too
-    let b1 = &jobs[1];
+    let b1 = &jobs[2];
     fail(h, b1, FailAction::Retry(HOUR), "boom").await.unwrap();
     assert_eq!(keys_of(&fetch(h, &q, &req()).await.jobs), ["b3"]);
     // a raised cap applies from the next fetch
@@ -167,10 +183,7 @@ pub async fn a_group_rate_holds_only_that_group<H: Harness>(h: &H) {
     let again = fetch(h, &q, &req()).await;
     if now(h).await < start + 400 {
         assert!(again.jobs.is_empty(), "{again:?}");
-        assert!(
-            again.next_in.is_some_and(|d| d <= ms(500)),
-            "{again:?}"
-        );
+        assert!(again.next_in.is_some_and(|d| d <= ms(500)), "{again:?}");
     }
     // the next one of `slow` half a second later
     until_store_time(h, start + 500).await;

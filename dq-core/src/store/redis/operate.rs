@@ -12,10 +12,10 @@ use super::record::{Record, decode_history};
 use super::scripts::{Reply, as_int, codes, unexpected};
 use super::store::{RedisStore, key_of, ms};
 use crate::control::{ControlChange, ControlState, Rate};
-use crate::group::{GroupChange, GroupLimits, GroupState};
 use crate::error::{Error, Result};
 use crate::events::{Event, EventId, EventsPolicy};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob, Retention};
+use crate::group::{GroupChange, GroupLimits, GroupState};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Priority, Queue, unix_ms};
 use crate::names::JobKey;
@@ -199,7 +199,10 @@ impl Operate for RedisStore {
             Some(None) => "-".into(),
             Some(Some(l)) => l.encode(),
         };
-        let hold = change.hold.map(|d| ms(d).max(1).to_string()).unwrap_or_default();
+        let hold = change
+            .hold
+            .map(|d| ms(d).max(1).to_string())
+            .unwrap_or_default();
         let group = change.group.as_ref().map(|g| g.as_str()).unwrap_or("");
         let reply = self
             .run(s, &k, &[], |inv| {
@@ -210,13 +213,14 @@ impl Operate for RedisStore {
         let own = GroupLimits::decode(&r.string("limits")?);
         let default_limits = GroupLimits::decode(&r.string("default limits")?);
         let until = r.string("hold")?;
-        let held_until_ms = if until.is_empty() {
-            None
-        } else {
-            Some(until.parse().map_err(|_| {
-                Error::Protocol(format!("group: hold {until:?} is not a number"))
-            })?)
-        };
+        let held_until_ms =
+            if until.is_empty() {
+                None
+            } else {
+                Some(until.parse().map_err(|_| {
+                    Error::Protocol(format!("group: hold {until:?} is not a number"))
+                })?)
+            };
         Ok(GroupState {
             limits: own,
             default_limits,
@@ -264,7 +268,7 @@ impl Operate for RedisStore {
                 .map(|m| m as u64),
             expires_ms: rec.expires_ms,
             priority: Priority::new(rec.priority).unwrap_or_default(),
-                group: rec.group.clone(),
+            group: rec.group.clone(),
             history,
             progress: progress
                 .filter(|_| rec.state == JobState::Active)

@@ -656,13 +656,15 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
                 // a ready grouped job has its hint in `gready`, and its group a turn or a wait
                 let g = group.unwrap_or_default();
                 let prefix = format!("{g}\0");
-                let hinted = part
-                    .gready
-                    .keys()
-                    .any(|m| m.starts_with(&prefix) && m.len() == prefix.len() + 17 + job.len()
-                        && m.ends_with(job.as_str()));
+                let hinted = part.gready.keys().any(|m| {
+                    m.starts_with(&prefix)
+                        && m.len() == prefix.len() + 17 + job.len()
+                        && m.ends_with(job.as_str())
+                });
                 if !hinted {
-                    say(format!("ready job {job:?} has no hint in `gready` (never delivered)"));
+                    say(format!(
+                        "ready job {job:?} has no hint in `gready` (never delivered)"
+                    ));
                 }
                 if !part.groups.contains_key(g) && !part.gwait.contains_key(g) {
                     say(format!(

@@ -181,6 +181,7 @@ if #done > 0 then
     end
     call_many('HDEL', control, fields)
   end
+  call_many('ZREM', active, done)
   local woke = false
   if grouped then
     for j, key in ipairs(done) do
@@ -190,7 +191,6 @@ if #done > 0 then
     end
   end
   if capped or woke then wake(wake_key) end
-  call_many('ZREM', active, done)
   if keeping then
     local entries = {}
     for j, key in ipairs(done) do

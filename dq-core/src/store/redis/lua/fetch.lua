@@ -420,6 +420,7 @@ local CAP_RECHECK_MS = 2000
 -- Whether any group has work: one EXISTS for a topic without groups.
 local has_groups = redis.call('EXISTS', groups, gwait) > 0
 local cands = nil -- the groups looked at, in order (built on the first pass)
+local serial = 0 -- counts the groups' services: the last served get the last turns
 local gread = {} -- gready's members read (leased, stale, expired, damaged): removed
 local gleased = {} -- members of gactive for the grouped jobs leased
 -- A group's budget by its limits: how many it may start now (math.huge: no limit), and why
@@ -481,11 +482,22 @@ local function take_groups(want)
   local left = math.min(want, max_jobs - #lease_keys)
   for _ = 1, GROUP_ROUNDS do
     local progressed = false
+    -- (each takes its weight times m: a round per weight while room is short, fewer rounds
+    -- when it is not: one group alone with room for 100 takes them in one read)
+    local weights = 0
+    for _, st in ipairs(cands) do
+      if not st.done and st.allow > st.leased then
+        weights = weights + (st.limits and st.limits.weight or 1)
+      end
+    end
+    local m = math.max(1, math.floor(left / math.max(weights, 1)))
     for _, st in ipairs(cands) do
       if left <= 0 then break end
       st.reached = true
-      local n = math.min(st.limits and st.limits.weight or 1, st.allow - st.leased, left)
+      local n = math.min((st.limits and st.limits.weight or 1) * m, st.allow - st.leased, left)
       if not st.done and n > 0 then
+        serial = serial + 1
+        st.served = serial
         local lo, hi = GROUP.range(st.group)
         local got = redis.call('ZRANGEBYLEX', gready, lo, hi, 'LIMIT', st.offset, n)
         st.offset = st.offset + #got
@@ -560,7 +572,11 @@ local function write_groups()
   local more = false
   local turns, waits, gone, unwait, tats = {}, {}, {}, {}, {}
   local place = GROUP.places(stats, #cands, false)
-  for _, st in ipairs(cands) do
+  -- (new turns in the order the groups were last served; those not served first)
+  local order = {}
+  for i, st in ipairs(cands) do order[i] = st end
+  table.sort(order, function(x, y) return (x.served or 0) < (y.served or 0) end)
+  for _, st in ipairs(order) do
     local g = st.group
     if st.leased > 0 and st.rate_t then
       tats[#tats + 1] = 't:' .. g
@@ -681,6 +697,7 @@ while #taken < limit and (si <= #s_list or ri <= #r_list) do
 end
 local promote_more = #taken == limit and limit > 0
 local records, hints, hint_recs = {}, {}, {}
+local grouped_hints = false -- a grouped job among the hints (gready and groups are written)
 -- taken's records, its order of priority then due time (taken's own unless a record of
 -- another priority than normal is among them), priorities, and leased lean jobs (stale)
 local recs_of, order, prio, held = {}, {}, {}, {}
@@ -738,11 +755,12 @@ local function take_due(start, least)
           expired_keys[#expired_keys + 1] = key
           expired_recs[#expired_keys] = rec
         elseif #lease_keys < max_jobs and not GROUP.of(rec) then
-          -- (a grouped one waits for its group's turn: queued)
           lease_keys[#lease_keys + 1] = key
           lease_recs[#lease_recs + 1] = rec
         else
           local _, attempts, due, _, old_token = unpack_record(rec)
+          -- (a grouped one waits for its group's turn: queued in gready)
+          if not grouped_hints and GROUP.of(rec) then grouped_hints = true end
           local ready_rec = with_header(rec, STATE.ready, attempts, due, old_token)
           records[#records + 1] = key
           records[#records + 1] = ready_rec
@@ -779,9 +797,18 @@ end
 -- Every key the writes below touch has been read, but these (rare, or idle) paths':
 local checks = {}
 if #corrupt_keys > 0 or n_jobs == 0 then
-  checks = {dead, 'zset', hist, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset'}
+  checks = {dead, 'zset', hist, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset',
+    groups, 'zset', gwait, 'zset'}
 elseif #expired_keys > 0 then
   checks = {hist, 'hash', kept, 'hash', kept_at, 'zset'}
+end
+-- (the group keys the writes touch and no read checked: gactive for grouped jobs leased;
+-- gready and groups for grouped jobs queued when no group was looked at)
+if #gleased > 0 then
+  checks[#checks + 1] = gactive; checks[#checks + 1] = 'zset'
+end
+if grouped_hints and not cands then
+  for _, k in ipairs({gready, 'zset', groups, 'zset'}) do checks[#checks + 1] = k end
 end
 local bad = check_types(checks)
 if bad then return bad end

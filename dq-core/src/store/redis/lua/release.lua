@@ -80,10 +80,10 @@ for i = #keys, 1, -1 do
   local ok = '0'
   if owner[i] and owner[i] == tokens[i] and not done[key] then
     local group = group_of(rec)
-    if group then group_done(gs, group, key) end
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
       cancelled[#cancelled + 1] = key
+      if group then group_done(gs, group, key) end
     else
       if released == 0 then
         local bad = check_types({ready, 'list', pready, 'zset'})
@@ -91,6 +91,7 @@ for i = #keys, 1, -1 do
       end
       local _, _, due, _, token = unpack_record(rec)
       redis.call('ZREM', active, key)
+      if group then group_done(gs, group, key) end
       if is_lean(rec) then redis.call('HDEL', leases, key) end -- (read above)
       -- the attempt is given back
       local ready_rec = with_header(rec, STATE.ready, started(rec) - 1, due, token)
