@@ -263,6 +263,8 @@ struct Candidate {
     reached: bool,
     done: bool,
     empty: bool,
+    /// When it was last served in this fetch (0: never): the last served get the last turns.
+    served: u64,
 }
 
 /// The group passes of one fetch: the candidates, built once (on the first pass with room).
@@ -270,6 +272,8 @@ pub(super) struct GroupPass {
     /// Whether any group was in the rotation or waiting when the fetch began.
     has_groups: bool,
     cands: Option<Vec<Candidate>>,
+    /// Counts the groups' services.
+    serial: u64,
 }
 
 /// The most rounds one group pass makes over its candidates.
@@ -281,6 +285,7 @@ impl GroupPass {
         GroupPass {
             has_groups: !groups.rotation.is_empty() || !groups.waiting.is_empty(),
             cands: None,
+            serial: 0,
         }
     }
 }
@@ -362,6 +367,7 @@ impl Groups {
                     reached: false,
                     done: false,
                     empty: false,
+                    served: 0,
                 };
                 self.budget(&mut st, now);
                 st
@@ -393,19 +399,32 @@ impl Partition {
         let cands = pass
             .cands
             .get_or_insert_with(|| self.sets.groups.candidates(now));
+        let weight_of = |st: &Candidate| st.limits.map_or(1, |l| l.weight as usize);
         let mut left = want.min(max_jobs.saturating_sub(jobs.len()));
         for _ in 0..GROUP_ROUNDS {
             let mut progressed = false;
+            // (each takes its weight times m: a round per weight while room is short, fewer
+            // rounds when it is not)
+            let weights: usize = cands
+                .iter()
+                .filter(|st| !st.done && st.allow > st.leased)
+                .map(weight_of)
+                .sum();
+            let m = (left / weights.max(1)).max(1);
             for st in cands.iter_mut() {
                 if left == 0 {
                     break;
                 }
                 st.reached = true;
-                let weight = st.limits.map_or(1, |l| l.weight as usize);
-                let n = weight.min(st.allow.saturating_sub(st.leased)).min(left);
+                let n = weight_of(st)
+                    .saturating_mul(m)
+                    .min(st.allow.saturating_sub(st.leased))
+                    .min(left);
                 if st.done || n == 0 {
                     continue;
                 }
+                pass.serial += 1;
+                st.served = pass.serial;
                 let got = n.min(self.sets.groups.queue_len(&st.group));
                 if got < n {
                     (st.done, st.empty) = (true, true);
@@ -471,9 +490,11 @@ impl Partition {
     /// gets a turn at the back (served with work left, or its wait ended). Returns whether a
     /// group has work it may start now.
     pub(super) fn write_groups(&mut self, pass: &mut GroupPass) -> bool {
-        let Some(cands) = pass.cands.take() else {
+        let Some(mut cands) = pass.cands.take() else {
             return false;
         };
+        // new turns in the order the groups were last served; those not served first
+        cands.sort_by_key(|st| st.served);
         let mut more = false;
         let mut turns = 0;
         for st in cands {

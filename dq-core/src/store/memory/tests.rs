@@ -974,12 +974,13 @@ async fn groups_take_turns_round_robin() {
     let st = group_state(&store, None).await;
     assert_eq!((st.running, st.waiting), (0, 9));
     assert_sound(&store);
+    // room for all: each group takes its share in one read, in turn
     let reply = fetch(&store, 100).await;
     assert_eq!(
         keys(&reply),
-        ["a1", "b1", "c1", "a2", "b2", "c2", "a3", "b3", "c3"]
+        ["a1", "a2", "a3", "b1", "b2", "b3", "c1", "c2", "c3"]
     );
-    assert_eq!(reply.jobs[1].group, Some(group("b")));
+    assert_eq!(reply.jobs[3].group, Some(group("b")));
     let st = group_state(&store, Some("a")).await;
     assert_eq!((st.running, st.waiting), (3, 0));
     assert_sound(&store);
@@ -987,6 +988,18 @@ async fn groups_take_turns_round_robin() {
         ack(&store, d).await;
     }
     assert_eq!(group_state(&store, None).await.running, 0);
+
+    // room for fewer: a turn each, then again; the last served get the last turns
+    put_groups(&store, &["a", "b", "c"], 3).await;
+    let short = fetch(&store, 5).await;
+    assert_eq!(keys(&short), ["a1", "b1", "c1", "a2", "b2"]);
+    let rest = fetch(&store, 3).await;
+    assert_eq!(keys(&rest), ["c2", "a3", "b3"]);
+    assert_eq!(keys(&fetch(&store, 100).await), ["c3"]);
+    assert_sound(&store);
+    for d in short.jobs.iter().chain(&rest.jobs) {
+        ack(&store, d).await;
+    }
 
     put_groups(&store, &["a", "b", "c"], 2).await;
     let mut order = Vec::new();
