@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 
 use super::clock::{bound_due, ms};
 use super::events::Detail;
+use super::groups::GroupPass;
 use super::partition::{
     Control, Counters, Later, MAX_ATTEMPTS, NORMAL_BAND, Partition, Place, TRIM_LIMIT, bury,
 };
@@ -33,7 +34,7 @@ type DueSlot = (u64, u8, (u64, u64));
 impl Partition {
     /// Deletes and counts the waiting job under `key` if its expiry has come (fetch.lua's
     /// expired jobs): it is never started. A running job is left alone.
-    fn drop_if_expired(&mut self, key: &JobKey, now: u64) -> bool {
+    pub(super) fn drop_if_expired(&mut self, key: &JobKey, now: u64) -> bool {
         let expired = self
             .jobs
             .get(key)
@@ -64,7 +65,7 @@ impl Partition {
     }
 
     /// Leases the job under `key` (a record this dq reads) with `token` until `deadline`.
-    fn lease_now(
+    pub(super) fn lease_now(
         &mut self,
         queue: &Queue,
         key: JobKey,
@@ -81,6 +82,9 @@ impl Partition {
         rec.attempts = (rec.attempts + 1).min(MAX_ATTEMPTS);
         rec.token = token;
         self.sets.active.insert((deadline, key.clone()));
+        if let Some(g) = &rec.group {
+            self.sets.groups.started(g, &key);
+        }
         let delivery = rec.delivery(queue, key.clone(), now, deadline);
         let attempt = Some(rec.attempts);
         self.events.emit(
@@ -214,6 +218,8 @@ impl Partition {
                 break;
             }
             self.sets.active.remove(&(deadline, key.clone()));
+            let group = self.jobs.get(&key).and_then(|r| r.group.clone());
+            self.sets.group_done(group.as_ref(), &key);
             if self.control.cancels.remove(&key).is_some() {
                 // its cancel was requested while it ran: it ends as cancelled
                 if let Some(rec) = self.jobs.remove(&key) {
@@ -309,6 +315,29 @@ impl Partition {
         //    queue's — the order fetch.lua leases in
         let mut promoted = 0;
         let deadline = now + lease_ms;
+        // 2g. grouped jobs: the whole room, or half of it while jobs of no group are queued
+        //     (the other half for them; a room of one goes to either, by the clock's parity);
+        //     3g below gives them the room left
+        let mut groups = GroupPass::new(&self.sets.groups);
+        let mut first = max_jobs - jobs.len();
+        if !self.sets.ready.is_empty() {
+            if first > 1 {
+                first /= 2;
+            } else if now % 2 == 1 {
+                first = 0;
+            }
+        }
+        self.take_groups(
+            &mut groups,
+            first,
+            queue,
+            &mut jobs,
+            &mut newer,
+            &mut next_token,
+            max_jobs,
+            now,
+            deadline,
+        );
         // 2. the due queue's jobs above normal priority
         self.lease_ready(
             queue,
@@ -353,6 +382,8 @@ impl Partition {
         due.sort_by_key(|(priority, _)| std::cmp::Reverse(*priority));
         let mut rest = due.into_iter().peekable();
         let mut queued = 0;
+        // due grouped jobs found: queued after the group passes (as fetch.lua's writes)
+        let mut grouped_due = Vec::new();
         // band by band: the found jobs above normal; the due queue's normal ones (due before
         // the found ones), the found normal ones; the due queue's below normal, the found ones
         // below normal
@@ -404,26 +435,54 @@ impl Partition {
                 if self.drop_if_expired(&key, now) {
                     continue; // not leased nor promoted (as fetch.lua)
                 }
-                if jobs.len() < max_jobs && self.jobs.contains_key(&key) {
+                let grouped = self.jobs.get(&key).is_some_and(|r| r.group.is_some());
+                if grouped {
+                    // a grouped one waits for its group's turn: queued with the writes
+                    grouped_due.push(key);
+                    queued += 1;
+                } else if jobs.len() < max_jobs && self.jobs.contains_key(&key) {
                     let next = next_token(&mut self.counters);
                     jobs.extend(self.lease_now(queue, key, next, now, deadline));
                 } else if let Some(rec) = self.jobs.get_mut(&key) {
-                    rec.place = self.sets.push_ready_back(&key, rec.priority);
+                    rec.place = self.sets.push_ready_back(&key, rec.priority, None);
                     promoted += 1;
                     queued += 1;
                 }
             }
         }
+        // 3g. grouped jobs again, with the room left
+        self.take_groups(
+            &mut groups,
+            max_jobs - jobs.len(),
+            queue,
+            &mut jobs,
+            &mut newer,
+            &mut next_token,
+            max_jobs,
+            now,
+            deadline,
+        );
+        let grouped_promoted = grouped_due.len();
+        for key in grouped_due {
+            if let Some(rec) = self.jobs.get_mut(&key) {
+                rec.place = self
+                    .sets
+                    .push_ready_back(&key, rec.priority, rec.group.as_ref());
+            }
+        }
+        let groups_left = self.write_groups(&mut groups);
         if stopped_sets.contains(&true) {
             promote_more = false;
         }
         // work left in ready for this dq (one stopped at a newer record has only what this
         // call put behind it)
-        let ready_left = if stopped_ready {
-            promoted > 0
-        } else {
-            !self.sets.ready.is_empty()
-        };
+        let ready_left = groups_left
+            || grouped_promoted > 0
+            || if stopped_ready {
+                promoted > 0
+            } else {
+                !self.sets.ready.is_empty()
+            };
         // an index stopped at a newer record is looked at again no sooner than this
         let newer_wait = ms(NEWER_RECORD_WAIT);
         let floor = |stopped: bool, at: u64| {
@@ -478,6 +537,8 @@ impl Partition {
                     .active
                     .first()
                     .map(|(deadline, _)| floor(stopped_active, deadline + 1)),
+                // a waiting group looked at again
+                self.sets.groups.waiting.first().map(|(at, _)| *at),
             ];
             let next = heads.into_iter().flatten().min();
             if jobs.is_empty() && retention_ms > 0 {
@@ -513,13 +574,16 @@ impl Partition {
     /// Mirrors `ack.lua`.
     fn ack(&mut self, worker: &str, done: &[Success], now: u64) -> Vec<AckOutcome> {
         let mut out = Vec::with_capacity(done.len());
+        let mut woke = false;
         for d in done {
             let (key, token) = (&d.key, &d.token);
             let outcome = match self.jobs.get(key) {
                 None => AckOutcome::Gone,
                 Some(rec) if !rec.is_leased_by(*token) => AckOutcome::Stale,
                 Some(rec) => {
-                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.sets
+                        .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
+                    woke |= self.sets.group_done(rec.group.as_ref(), key);
                     if let Some(rec) = self.jobs.remove(key) {
                         let run = (d.started_ms, worker, d.result.clone());
                         self.keep(key, rec, FinishedAs::Succeeded, now, Some(run));
@@ -533,7 +597,7 @@ impl Partition {
             };
             out.push(outcome);
         }
-        if self.control.conc.is_some() && out.contains(&AckOutcome::Acked) {
+        if woke || (self.control.conc.is_some() && out.contains(&AckOutcome::Acked)) {
             self.wake();
         }
         out
@@ -558,24 +622,31 @@ impl Partition {
             });
         }
         let capped = self.control.conc.is_some();
+        // a grouped job frees its group's slot, whatever the action (fail.lua `group_done`)
+        let group = rec.group.clone();
         if matches!(action, FailAction::Cancel) || self.control.cancels.contains_key(key) {
-            self.sets.unlink(key, rec.place, rec.due_ms);
+            self.sets
+                .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
+            let woke = self.sets.group_done(group.as_ref(), key);
             if let Some(rec) = self.jobs.remove(key) {
                 self.keep(key, rec, FinishedAs::Cancelled, now, None);
             }
             self.control.cancels.remove(key);
             self.counters.cancelled += 1;
-            if capped {
+            if capped || woke {
                 self.wake();
             }
             return Ok(FailOutcome::Cancelled);
         }
-        self.sets.unlink(key, rec.place, rec.due_ms);
+        self.sets
+            .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
         self.progress.remove(key);
-        if capped {
-            // a slot of the concurrency share is free
+        let woke = self.sets.group_done(group.as_ref(), key);
+        if capped || woke {
+            // a slot of the concurrency share (or of its group's cap) is free
             self.wake.notify_one();
         }
+        let mut hold = None;
         let (delay, outcome, later) = match action {
             FailAction::Cancel => unreachable!("handled above"),
             FailAction::Discard => {
@@ -585,7 +656,10 @@ impl Partition {
             }
             FailAction::Throttle(d) => {
                 let at = bound_due(i128::from(now) + i128::from(ms(*d)), now);
-                if self.control.until.is_none_or(|u| at > u) {
+                if group.is_some() {
+                    // only its group is held (once the job is placed, as fail.lua)
+                    hold = Some(at);
+                } else if self.control.until.is_none_or(|u| at > u) {
                     self.control.until = Some(at);
                 }
                 self.counters.throttles += 1;
@@ -627,9 +701,14 @@ impl Partition {
         } else {
             self.counters.retried += 1;
         }
-        let (place, wake) = self.sets.place(later, key, at, now, rec.priority);
+        let (place, wake) = self
+            .sets
+            .place(later, key, at, now, rec.priority, rec.group.as_ref());
         rec.place = place;
         rec.due_ms = at;
+        if let (Some(g), Some(until)) = (&group, hold) {
+            self.sets.groups.hold(g, until);
+        }
         let kind = match later {
             Later::Scheduled => EventKind::Deferred,
             Later::Retry => EventKind::Failed,
@@ -648,7 +727,8 @@ impl Partition {
             .iter()
             .map(|(key, token)| match self.jobs.get_mut(key) {
                 Some(rec) if rec.is_leased_by(*token) => {
-                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.sets
+                        .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
                     rec.place = Place::Active(deadline);
                     self.sets.active.insert((deadline, key.clone()));
                     if self.control.cancels.contains_key(key) {
@@ -672,7 +752,9 @@ impl Partition {
             let ok = match self.jobs.get_mut(key) {
                 Some(rec) if rec.is_leased_by(*token) && cancel => {
                     // its cancel was requested: it ends as cancelled, never runs again
-                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.sets
+                        .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
+                    released |= self.sets.group_done(rec.group.as_ref(), key);
                     if let Some(rec) = self.jobs.remove(key) {
                         self.keep(key, rec, FinishedAs::Cancelled, now, None);
                     }
@@ -681,11 +763,15 @@ impl Partition {
                     true
                 }
                 Some(rec) if rec.is_leased_by(*token) => {
-                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.sets
+                        .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
+                    self.sets.group_done(rec.group.as_ref(), key);
                     self.progress.remove(key);
                     let attempt = Some(rec.attempts);
                     rec.attempts = rec.attempts.saturating_sub(1);
-                    rec.place = self.sets.push_ready_front(key, rec.priority);
+                    rec.place = self
+                        .sets
+                        .push_ready_front(key, rec.priority, rec.group.as_ref());
                     released = true;
                     self.events.emit(
                         self.control.events,

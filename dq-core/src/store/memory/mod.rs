@@ -8,7 +8,9 @@
 //! list may hold stale keys of cancelled or rescheduled jobs), this store keeps exact structures.
 //! The only visible trace of that: a job made ready again while a stale hint of it is still
 //! queued takes its new place in line here, where Redis may deliver it at the old hint's place;
-//! and `fetch` never answers `next_in = 0` just because stale hints remain.
+//! and `fetch` never answers `next_in = 0` just because stale hints remain. Groups (`groups.rs`)
+//! keep exact queues too; its notes say the one place where this store chose otherwise than
+//! `fetch.lua` (a group emptied and refilled by the same fetch keeps a turn).
 //!
 //! **The clock is tokio's.** "Now" is a Unix-ms base read from [`SystemTime`](std::time::SystemTime) once, when the
 //! store is built, plus the time elapsed on [`tokio::time::Instant`] since then. Under

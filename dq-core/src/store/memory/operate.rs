@@ -33,7 +33,8 @@ impl Partition {
             }
             JobState::Dead => CancelOutcome::Dead,
             _ => {
-                self.sets.unlink(key, rec.place, rec.due_ms);
+                self.sets
+                    .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
                 if let Some(rec) = self.jobs.remove(key) {
                     self.keep(key, rec, FinishedAs::Cancelled, now, None);
                 }
@@ -75,10 +76,16 @@ impl Partition {
             rec.due_ms = at;
             return Ok(RescheduleOutcome::Rescheduled { due_ms: at });
         }
-        self.sets.unlink(key, rec.place, rec.due_ms);
-        let (place, wake) = self
-            .sets
-            .place(Later::Scheduled, key, at, now, rec.priority);
+        self.sets
+            .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
+        let (place, wake) = self.sets.place(
+            Later::Scheduled,
+            key,
+            at,
+            now,
+            rec.priority,
+            rec.group.as_ref(),
+        );
         rec.place = place;
         rec.due_ms = at;
         if wake {
@@ -113,7 +120,7 @@ impl Partition {
         let c = &self.counters;
         TopicStats {
             scheduled: self.sets.scheduled.len() as u64,
-            ready: self.sets.ready.len() as u64,
+            ready: (self.sets.ready.len() + self.sets.groups.queued) as u64,
             active: self.sets.active.len() as u64,
             retry: self.sets.retry.len() as u64,
             dead: self.sets.dead.len() as u64,
@@ -142,7 +149,7 @@ impl Partition {
     /// Whether a limit holds due work back now (as `stats.lua` tells).
     fn throttled(&self, now: u64, overdue: u64) -> bool {
         let c = &self.control;
-        if self.sets.ready.is_empty() && overdue == 0 {
+        if self.sets.ready.is_empty() && self.sets.groups.queued == 0 && overdue == 0 {
             return false;
         }
         c.until.is_some_and(|u| u > now)
@@ -213,10 +220,14 @@ impl Partition {
                     ListFrom::Index(i) => usize::try_from(*i).unwrap_or(usize::MAX),
                     _ => 0,
                 };
+                // the grouped ready jobs after the others, group by group (list.lua)
+                let grouped = self.sets.groups.queues.values().flat_map(|q| q.values());
+                let total = self.sets.ready.len() + self.sets.groups.queued;
                 let jobs: Vec<_> = self
                     .sets
                     .ready
                     .values()
+                    .chain(grouped)
                     .skip(start)
                     .take(limit)
                     .enumerate()
@@ -234,7 +245,7 @@ impl Partition {
                 return Ok(ListChunk {
                     jobs,
                     next_index: next as u64,
-                    more: next < self.sets.ready.len(),
+                    more: next < total,
                 });
             }
             (_, ListFrom::Start) => None,
@@ -300,11 +311,14 @@ impl Partition {
             .iter()
             .map(|key| match self.jobs.get_mut(key) {
                 Some(rec) if rec.state() == JobState::Dead => {
-                    self.sets.unlink(key, rec.place, rec.due_ms);
+                    self.sets
+                        .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
                     rec.attempts = 0;
                     rec.due_ms = now;
                     rec.expires_ms = 0; // an operator's requeue runs it
-                    rec.place = self.sets.push_ready_back(key, rec.priority);
+                    rec.place = self
+                        .sets
+                        .push_ready_back(key, rec.priority, rec.group.as_ref());
                     moved = true;
                     true
                 }
@@ -331,13 +345,16 @@ impl Partition {
                 out.push(false);
                 continue;
             }
-            self.sets.unlink(key, rec.place, rec.due_ms);
+            self.sets
+                .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
             match action {
                 DeadAction::Requeue => {
                     rec.attempts = 0;
                     rec.due_ms = now;
                     rec.expires_ms = 0; // an operator's requeue runs it
-                    rec.place = self.sets.push_ready_back(key, rec.priority);
+                    rec.place = self
+                        .sets
+                        .push_ready_back(key, rec.priority, rec.group.as_ref());
                     moved = true;
                 }
                 DeadAction::Purge => {
@@ -380,7 +397,8 @@ impl Partition {
             if let Some(rec) = self.jobs.get(&key)
                 && rec.state() == JobState::Dead
             {
-                self.sets.unlink(&key, rec.place, rec.due_ms);
+                self.sets
+                    .unlink(&key, rec.place, rec.due_ms, rec.group.as_ref());
                 self.jobs.remove(&key);
                 deleted += 1;
             }
@@ -439,7 +457,13 @@ impl Operate for MemoryStore {
 
     async fn group(&self, queue: &Queue, change: &GroupChange) -> Result<GroupState> {
         crate::group::check_change(change)?;
-        Ok(self.write(queue, |p, now| p.groups.change(change, now)))
+        Ok(self.write(queue, |p, now| {
+            let (state, changed) = p.sets.groups.change(change, now);
+            if changed {
+                p.wake();
+            }
+            state
+        }))
     }
 
     async fn job(&self, queue: &Queue, key: &JobKey) -> Result<Option<JobInfo>> {

@@ -14,6 +14,7 @@ use crate::control::Rate;
 use crate::error::{Error, Result};
 use crate::finished::Retention;
 use crate::format::NEWEST_FORMAT;
+use crate::group::GroupName;
 use crate::job::{
     AttemptOutcome, AttemptRecord, JobInfo, JobState, MAX_HISTORY, Priority, Queue, truncate_error,
 };
@@ -62,7 +63,7 @@ pub(super) struct Record {
     /// The job's priority, 0..=9 (normal before format 5).
     pub(super) priority: u8,
     /// The job's group (none before format 6).
-    pub(super) group: Option<crate::group::GroupName>,
+    pub(super) group: Option<GroupName>,
     pub(super) payload: Vec<u8>,
     pub(super) history: Vec<AttemptRecord>,
 }
@@ -180,11 +181,21 @@ pub(super) struct Sets {
     /// `(died ms, key)`.
     pub(super) dead: BTreeSet<(u64, JobKey)>,
     pub(super) seq: u64,
+    /// The group settings and state (`gctl`, `groups`, `gwait`, `gactive`, `gready`): a due
+    /// grouped job waits in its group's queue there, not in `ready`.
+    pub(super) groups: super::groups::Groups,
 }
 
 impl Sets {
-    /// Removes a job from the structure that holds it.
-    pub(super) fn unlink(&mut self, key: &JobKey, place: Place, due_ms: u64) {
+    /// Removes a job from the structure that holds it (a ready job of `group` from its
+    /// group's queue).
+    pub(super) fn unlink(
+        &mut self,
+        key: &JobKey,
+        place: Place,
+        due_ms: u64,
+        group: Option<&GroupName>,
+    ) {
         match place {
             Place::Scheduled(seq) => {
                 self.scheduled.remove(&(due_ms, seq));
@@ -192,9 +203,12 @@ impl Sets {
             Place::Retry(seq) => {
                 self.retry.remove(&(due_ms, seq));
             }
-            Place::Ready(band, pos) => {
-                self.ready.remove(&(band, pos));
-            }
+            Place::Ready(band, pos) => match group {
+                Some(g) => self.groups.unlink(g, band, pos),
+                None => {
+                    self.ready.remove(&(band, pos));
+                }
+            },
             Place::Active(deadline) => {
                 self.active.remove(&(deadline, key.clone()));
             }
@@ -204,20 +218,65 @@ impl Sets {
         }
     }
 
-    /// Queues a job of `priority` at the back of its band.
-    pub(super) fn push_ready_back(&mut self, key: &JobKey, priority: u8) -> Place {
-        self.ready_back += 1;
-        let band = band_of(priority);
-        self.ready.insert((band, self.ready_back), key.clone());
-        Place::Ready(band, self.ready_back)
+    /// Queues a job of `priority` at the back of its band (of its group's queue, for a job
+    /// of `group`: lib.lua `push_ready`).
+    pub(super) fn push_ready_back(
+        &mut self,
+        key: &JobKey,
+        priority: u8,
+        group: Option<&GroupName>,
+    ) -> Place {
+        let pos = self.next_place();
+        self.push_at(key, priority, group, pos)
     }
 
-    /// Queues a job of `priority` at the front of its band (a release).
-    pub(super) fn push_ready_front(&mut self, key: &JobKey, priority: u8) -> Place {
+    /// Queues a job of `priority` at the front of its band (a release), of its group's queue
+    /// for a job of `group`.
+    pub(super) fn push_ready_front(
+        &mut self,
+        key: &JobKey,
+        priority: u8,
+        group: Option<&GroupName>,
+    ) -> Place {
         self.ready_front -= 1;
+        let pos = self.ready_front;
+        self.push_at(key, priority, group, pos)
+    }
+
+    /// The next place at the back (lib.lua `places`): also a group's turn at the back of the
+    /// rotation.
+    pub(super) fn next_place(&mut self) -> i64 {
+        self.ready_back += 1;
+        self.ready_back
+    }
+
+    fn push_at(
+        &mut self,
+        key: &JobKey,
+        priority: u8,
+        group: Option<&GroupName>,
+        pos: i64,
+    ) -> Place {
         let band = band_of(priority);
-        self.ready.insert((band, self.ready_front), key.clone());
-        Place::Ready(band, self.ready_front)
+        match group {
+            Some(g) => self.groups.push(g, band, pos, key),
+            None => {
+                self.ready.insert((band, pos), key.clone());
+            }
+        }
+        Place::Ready(band, pos)
+    }
+
+    /// A running job of `group` left `active` (lib.lua `group_done`); whether its group got
+    /// its turn back (the caller wakes a fetcher).
+    pub(super) fn group_done(&mut self, group: Option<&GroupName>, key: &JobKey) -> bool {
+        let Some(g) = group else { return false };
+        let turn = self.ready_back + 1;
+        let back = self.groups.done(g, key, turn);
+        if back {
+            self.ready_back = turn;
+        }
+        back
     }
 
     /// The key at the front of the due queue, if its band is at most `last_band`.
@@ -249,9 +308,10 @@ impl Sets {
         due: u64,
         now: u64,
         priority: u8,
+        group: Option<&GroupName>,
     ) -> (Place, bool) {
         if due <= now {
-            return (self.push_ready_back(key, priority), true);
+            return (self.push_ready_back(key, priority, group), true);
         }
         let place = self.insert_later(later, key, due);
         let set = match later {
@@ -321,8 +381,6 @@ pub(super) struct Partition {
     pub(super) events: super::events::EventLog,
     /// The key windows (`uniq`, `uniq_at`).
     pub(super) windows: super::uniq::Windows,
-    /// The group settings and state (`gctl`, `groups`, `gwait`, `gactive`, `gready`).
-    pub(super) groups: super::groups::Groups,
 }
 
 impl Partition {

@@ -132,7 +132,8 @@ impl Partition {
                                 JobState::Scheduled | JobState::Ready | JobState::Retry
                             )) =>
                 {
-                    self.sets.unlink(&job.key, old.place, old.due_ms);
+                    self.sets
+                        .unlink(&job.key, old.place, old.due_ms, old.group.as_ref());
                     EnqueueOutcome::Replaced
                 }
                 (None, Some(old)) => EnqueueOutcome::Exists(old.state()),
@@ -154,9 +155,14 @@ impl Partition {
                     None => due_of(job.due, now),
                 };
                 let priority = job.priority.level();
-                let (place, wake) = self
-                    .sets
-                    .place(Later::Scheduled, &job.key, due, now, priority);
+                let (place, wake) = self.sets.place(
+                    Later::Scheduled,
+                    &job.key,
+                    due,
+                    now,
+                    priority,
+                    job.group.as_ref(),
+                );
                 need_wake |= wake;
                 self.jobs.insert(
                     job.key.clone(),

@@ -122,12 +122,13 @@ impl MemoryStore {
         let mut all = self.lock();
         let p = all.entry(queue.clone()).or_default();
         if let Some(old) = p.jobs.remove(key) {
-            p.sets.unlink(key, old.place, old.due_ms);
+            p.sets
+                .unlink(key, old.place, old.due_ms, old.group.as_ref());
         }
         let place = match state {
             JobState::Scheduled => p.sets.insert_later(Later::Scheduled, key, at_ms),
             JobState::Retry => p.sets.insert_later(Later::Retry, key, at_ms),
-            JobState::Ready => p.sets.push_ready_back(key, Priority::NORMAL.level()),
+            JobState::Ready => p.sets.push_ready_back(key, Priority::NORMAL.level(), None),
             JobState::Active => {
                 p.sets.active.insert((at_ms, key.clone()));
                 Place::Active(at_ms)

@@ -900,3 +900,380 @@ async fn fetch_rejects_zero_limits() {
         Err(Error::InvalidConfig(_))
     ));
 }
+
+// ---- groups ----
+
+fn group(g: &str) -> GroupName {
+    GroupName::new(g).unwrap()
+}
+
+/// A job `k` of group `g`, due now, of `priority`.
+async fn put_in(store: &MemoryStore, g: &str, k: &str, priority: Priority) {
+    let job = NewJob {
+        group: Some(group(g)),
+        priority,
+        ..new_job(k, Due::Now)
+    };
+    let out = store
+        .enqueue(&queue(), &[job], EnqueueCall::new())
+        .await
+        .unwrap();
+    assert_eq!(out[0], EnqueueOutcome::Created, "{k}");
+}
+
+/// `n` jobs `<g><i>` (i from 1) in each group, group after group.
+async fn put_groups(store: &MemoryStore, groups: &[&str], n: usize) {
+    for g in groups {
+        for i in 1..=n {
+            put_in(store, g, &format!("{g}{i}"), Priority::NORMAL).await;
+        }
+    }
+}
+
+async fn set_limits(store: &MemoryStore, g: &str, limits: GroupLimits) -> GroupState {
+    let change = GroupChange {
+        group: Some(group(g)),
+        limits: Some(Some(limits)),
+        hold: None,
+    };
+    store.group(&queue(), &change).await.unwrap()
+}
+
+async fn group_state(store: &MemoryStore, g: Option<&str>) -> GroupState {
+    let change = GroupChange {
+        group: g.map(group),
+        ..GroupChange::default()
+    };
+    store.group(&queue(), &change).await.unwrap()
+}
+
+async fn ack(store: &MemoryStore, d: &Delivery) {
+    let out = store
+        .ack(&queue(), "w", &[Success::new(d.key.clone(), d.token)])
+        .await
+        .unwrap();
+    assert_eq!(out, [AckOutcome::Acked]);
+}
+
+/// Takes every wake-up token stored (at most one, bounded anyway).
+async fn drain_wakes(l: &mut Box<dyn WakeListener>) {
+    for _ in 0..4 {
+        if !l.wait(Duration::ZERO).await.unwrap() {
+            return;
+        }
+    }
+}
+
+/// Groups take turns, one job each, whether one fetch takes them all or each takes one;
+/// the group queues and counts stay exact.
+#[tokio::test(start_paused = true)]
+async fn groups_take_turns_round_robin() {
+    let store = MemoryStore::new();
+    put_groups(&store, &["a", "b", "c"], 3).await;
+    assert_eq!(info(&store, "b2").await.group, Some(group("b")));
+    let st = group_state(&store, None).await;
+    assert_eq!((st.running, st.waiting), (0, 9));
+    assert_sound(&store);
+    // room for all: each group takes its share in one read, in turn
+    let reply = fetch(&store, 100).await;
+    assert_eq!(
+        keys(&reply),
+        ["a1", "a2", "a3", "b1", "b2", "b3", "c1", "c2", "c3"]
+    );
+    assert_eq!(reply.jobs[3].group, Some(group("b")));
+    let st = group_state(&store, Some("a")).await;
+    assert_eq!((st.running, st.waiting), (3, 0));
+    assert_sound(&store);
+    for d in &reply.jobs {
+        ack(&store, d).await;
+    }
+    assert_eq!(group_state(&store, None).await.running, 0);
+
+    // room for fewer: a turn each, then again; the last served get the last turns
+    put_groups(&store, &["a", "b", "c"], 3).await;
+    let short = fetch(&store, 5).await;
+    assert_eq!(keys(&short), ["a1", "b1", "c1", "a2", "b2"]);
+    let rest = fetch(&store, 3).await;
+    assert_eq!(keys(&rest), ["c2", "a3", "b3"]);
+    assert_eq!(keys(&fetch(&store, 100).await), ["c3"]);
+    assert_sound(&store);
+    for d in short.jobs.iter().chain(&rest.jobs) {
+        ack(&store, d).await;
+    }
+
+    put_groups(&store, &["a", "b", "c"], 2).await;
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        order.push(fetch_one(&store).await.key.to_string());
+        assert_sound(&store);
+    }
+    assert_eq!(order, ["a1", "b1", "c1", "a2", "b2", "c2"]);
+    let reply = fetch(&store, 10).await;
+    assert!(reply.jobs.is_empty());
+}
+
+/// A group's weight is how many jobs it starts per turn.
+#[tokio::test(start_paused = true)]
+async fn a_weight_is_jobs_per_turn() {
+    let store = MemoryStore::new();
+    set_limits(&store, "a", GroupLimits::new().weight(3)).await;
+    put_groups(&store, &["a", "b"], 6).await;
+    assert_eq!(keys(&fetch(&store, 4).await), ["a1", "a2", "a3", "b1"]);
+    assert_eq!(keys(&fetch(&store, 4).await), ["a4", "a5", "a6", "b2"]);
+    assert_eq!(keys(&fetch(&store, 10).await), ["b3", "b4", "b5", "b6"]);
+    assert_sound(&store);
+}
+
+/// A group at its cap waits; the end of one of its jobs gives it its turn back at once
+/// (and wakes a fetcher), other groups are not held up; without an end it is looked at
+/// again after `CAP_RECHECK`.
+#[tokio::test(start_paused = true)]
+async fn a_cap_holds_its_group_until_a_job_ends() {
+    let store = MemoryStore::new();
+    set_limits(&store, "a", GroupLimits::new().concurrency(1)).await;
+    put_groups(&store, &["a", "b"], 3).await;
+    let reply = fetch(&store, 10).await;
+    assert_eq!(keys(&reply), ["a1", "b1", "b2", "b3"]);
+    let a1 = reply.jobs[0].clone();
+    let st = group_state(&store, Some("a")).await;
+    assert_eq!((st.running, st.waiting), (1, 2));
+    let reply = fetch(&store, 10).await;
+    assert!(reply.jobs.is_empty());
+    // (a waits until the recheck; the running jobs' leases are later)
+    assert_eq!(reply.next_in, Some(crate::group::CAP_RECHECK));
+    assert_sound(&store);
+
+    let mut l = store.wake_listener(&queue()).await.unwrap();
+    drain_wakes(&mut l).await;
+    ack(&store, &a1).await;
+    assert!(
+        l.wait(Duration::ZERO).await.unwrap(),
+        "an end wakes a fetcher"
+    );
+    let reply = fetch(&store, 10).await;
+    assert_eq!(keys(&reply), ["a2"]);
+    let a2 = reply.jobs[0].clone();
+    assert_sound(&store);
+
+    // no end: the cap is looked at again after the recheck (a2 still runs: a waits again)
+    advance(crate::group::CAP_RECHECK).await;
+    assert!(fetch(&store, 10).await.jobs.is_empty());
+    assert_sound(&store);
+    // a failure frees the slot too: a3 (queued before a2's retry) goes next
+    drain_wakes(&mut l).await;
+    fail(&store, &a2, FailAction::Retry(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(
+        l.wait(Duration::ZERO).await.unwrap(),
+        "a failure wakes a fetcher"
+    );
+    assert_eq!(keys(&fetch(&store, 10).await), ["a3"]);
+    assert_sound(&store);
+}
+
+/// A group's rate: GCRA as the topic's, with paused time; other groups run meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_group_rate_spaces_its_jobs() {
+    let store = MemoryStore::new();
+    let rate = Rate::new(2, SEC).unwrap(); // one job per 500 ms, no burst
+    set_limits(&store, "a", GroupLimits::new().rate(rate)).await;
+    put_groups(&store, &["a"], 3).await;
+    put_groups(&store, &["b"], 2).await;
+    let reply = fetch(&store, 10).await;
+    assert_eq!(keys(&reply), ["a1", "b1", "b2"]);
+    let reply = fetch(&store, 10).await;
+    assert!(reply.jobs.is_empty());
+    assert_eq!(reply.next_in, Some(Duration::from_millis(500)));
+    advance(Duration::from_millis(499)).await;
+    assert!(fetch(&store, 10).await.jobs.is_empty());
+    advance(Duration::from_millis(1)).await;
+    assert_eq!(keys(&fetch(&store, 10).await), ["a2"]);
+    advance(Duration::from_millis(500)).await;
+    assert_eq!(keys(&fetch(&store, 10).await), ["a3"]);
+    // a4 waits for a's next turn; new limits start a fresh budget and give a its turn back
+    put_in(&store, "a", "a4", Priority::NORMAL).await;
+    assert!(fetch(&store, 10).await.jobs.is_empty());
+    set_limits(&store, "a", GroupLimits::new().rate(rate)).await;
+    assert_eq!(keys(&fetch(&store, 10).await), ["a4"]);
+    assert_sound(&store);
+}
+
+/// A handler's throttle of a grouped job holds its group only (the topic is not
+/// throttled, the throttle is counted); the group is looked at again when the hold ends.
+#[tokio::test(start_paused = true)]
+async fn a_throttle_holds_only_its_group() {
+    let store = MemoryStore::new();
+    put_groups(&store, &["a", "b"], 2).await;
+    let a1 = fetch_one(&store).await;
+    assert_eq!(a1.key.as_str(), "a1");
+    let start = now(&store).await;
+    fail(&store, &a1, FailAction::Throttle(10 * SEC))
+        .await
+        .unwrap();
+    let st = group_state(&store, Some("a")).await;
+    assert_eq!(st.held_until_ms, Some(start + 10_000));
+    assert_eq!((st.running, st.waiting), (0, 1));
+    let reply = fetch(&store, 10).await;
+    assert_eq!(keys(&reply), ["b1", "b2"]);
+    let stats = store.stats(&queue()).await.unwrap();
+    assert_eq!(stats.throttles, 1);
+    let reply = fetch(&store, 10).await;
+    assert!(reply.jobs.is_empty());
+    assert_eq!(reply.next_in, Some(10 * SEC));
+    assert_sound(&store);
+    advance(10 * SEC).await;
+    // a2 is queued; a1, due again now, joins the queue behind it (never leased directly)
+    let reply = fetch(&store, 10).await;
+    assert_eq!(keys(&reply), ["a2"]);
+    assert_eq!(reply.next_in, Some(Duration::ZERO));
+    assert_sound(&store);
+    assert_eq!(keys(&fetch(&store, 10).await), ["a1"]);
+    assert_eq!(group_state(&store, Some("a")).await.held_until_ms, None);
+    assert_sound(&store);
+}
+
+/// A hold set through `Operate::group` (a worker's hold in other partitions) keeps the
+/// later end; new limits give a waiting group its turn back first.
+#[tokio::test(start_paused = true)]
+async fn a_hold_keeps_the_later_end() {
+    let store = MemoryStore::new();
+    put_groups(&store, &["a", "b"], 1).await;
+    let start = now(&store).await;
+    let hold = |d| GroupChange {
+        group: Some(group("a")),
+        limits: None,
+        hold: Some(d),
+    };
+    let st = store.group(&queue(), &hold(5 * SEC)).await.unwrap();
+    assert_eq!(st.held_until_ms, Some(start + 5_000));
+    let st = store.group(&queue(), &hold(SEC)).await.unwrap();
+    assert_eq!(st.held_until_ms, Some(start + 5_000));
+    assert_eq!(keys(&fetch(&store, 10).await), ["b1"]);
+    advance(5 * SEC).await;
+    assert_eq!(keys(&fetch(&store, 10).await), ["a1"]);
+    assert_sound(&store);
+}
+
+/// A released grouped job goes back to the front of its group's queue.
+#[tokio::test(start_paused = true)]
+async fn a_release_goes_to_the_front_of_its_group() {
+    let store = MemoryStore::new();
+    put_groups(&store, &["a"], 3).await;
+    let a1 = fetch_one(&store).await;
+    assert_eq!(a1.key.as_str(), "a1");
+    let out = store
+        .release(&queue(), &[(a1.key.clone(), a1.token)])
+        .await
+        .unwrap();
+    assert_eq!(out, [true]);
+    assert_eq!(group_state(&store, Some("a")).await.running, 0);
+    assert_sound(&store);
+    assert_eq!(keys(&fetch(&store, 10).await), ["a1", "a2", "a3"]);
+    assert_sound(&store);
+}
+
+/// Within a group, the highest priority first, FIFO within a priority.
+#[tokio::test(start_paused = true)]
+async fn priority_orders_a_group_queue() {
+    let store = MemoryStore::new();
+    put_in(&store, "a", "low", Priority::LOW).await;
+    put_in(&store, "a", "n1", Priority::NORMAL).await;
+    put_in(&store, "a", "high", Priority::HIGHEST).await;
+    put_in(&store, "a", "n2", Priority::NORMAL).await;
+    assert_eq!(keys(&fetch(&store, 10).await), ["high", "n1", "n2", "low"]);
+    assert_sound(&store);
+}
+
+/// Grouped ready jobs are listed after the others and counted as ready; a cancel, a
+/// reschedule or a replace takes one out of its group's queue; a grouped job due later is
+/// queued by the fetch that finds it due, and leased by the next; an expired lease frees
+/// its group's slot.
+#[tokio::test(start_paused = true)]
+async fn grouped_jobs_move_like_the_others() {
+    let store = MemoryStore::new();
+    set_limits(&store, "a", GroupLimits::new().concurrency(1)).await;
+    put(&store, "plain", Due::Now).await;
+    put_groups(&store, &["a"], 3).await;
+    let chunk = store
+        .list(
+            &queue(),
+            JobState::Ready,
+            &crate::inspect::ListFrom::Start,
+            10,
+        )
+        .await
+        .unwrap();
+    let listed: Vec<_> = chunk.jobs.iter().map(|(_, j)| j.key.to_string()).collect();
+    assert_eq!(listed, ["plain", "a1", "a2", "a3"]);
+    assert!(!chunk.more);
+    assert_eq!(store.stats(&queue()).await.unwrap().ready, 4);
+
+    assert_eq!(
+        store.cancel(&queue(), &key("a2")).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let out = store
+        .reschedule(&queue(), &key("a1"), NewDue::After(SEC))
+        .await
+        .unwrap();
+    assert!(matches!(out, RescheduleOutcome::Rescheduled { .. }));
+    let again = NewJob {
+        replace: true,
+        group: Some(group("a")),
+        ..new_job("a3", Due::After(SEC))
+    };
+    let out = store
+        .enqueue(&queue(), &[again], EnqueueCall::new())
+        .await
+        .unwrap();
+    assert_eq!(out, [EnqueueOutcome::Replaced]);
+    assert_eq!(group_state(&store, Some("a")).await.waiting, 0);
+    assert_sound(&store);
+    assert_eq!(keys(&fetch(&store, 10).await), ["plain"]);
+
+    // due later: queued by one fetch, leased by the next
+    advance(SEC).await;
+    let reply = fetch(&store, 10).await;
+    assert!(reply.jobs.is_empty());
+    assert_eq!(reply.next_in, Some(Duration::ZERO));
+    assert_eq!(group_state(&store, Some("a")).await.waiting, 2);
+    assert_sound(&store);
+    let request = FetchRequest {
+        max_jobs: 10,
+        lease: SEC,
+        ..FetchRequest::default()
+    };
+    let reply = store.fetch(&queue(), &request).await.unwrap();
+    assert_eq!(keys(&reply), ["a1"]);
+    assert_sound(&store);
+    // its lease runs out: recovered (to retry), and a's slot is free for a3
+    advance(SEC + Duration::from_millis(1)).await;
+    let reply = store.fetch(&queue(), &request).await.unwrap();
+    assert_eq!(keys(&reply), ["a3"]);
+    assert_eq!(group_state(&store, Some("a")).await.running, 1);
+    assert_sound(&store);
+}
+
+/// A group whose queue runs out in a fetch that also finds a due job of it keeps a turn:
+/// the job is not left queued with its group neither in the rotation nor waiting.
+#[tokio::test(start_paused = true)]
+async fn a_group_emptied_and_refilled_by_one_fetch_keeps_its_turn() {
+    let store = MemoryStore::new();
+    put_in(&store, "a", "a1", Priority::NORMAL).await;
+    let later = NewJob {
+        group: Some(group("a")),
+        ..new_job("a2", Due::After(SEC))
+    };
+    store
+        .enqueue(&queue(), &[later], EnqueueCall::new())
+        .await
+        .unwrap();
+    advance(SEC).await;
+    let reply = fetch(&store, 10).await;
+    assert_eq!(keys(&reply), ["a1"]);
+    assert_eq!(reply.next_in, Some(Duration::ZERO));
+    assert_sound(&store);
+    assert_eq!(keys(&fetch(&store, 10).await), ["a2"]);
+    assert_sound(&store);
+}

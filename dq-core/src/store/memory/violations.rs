@@ -50,7 +50,13 @@ impl Partition {
             let held = match rec.place {
                 Place::Scheduled(seq) => s.scheduled.get(&(rec.due_ms, seq)) == Some(key),
                 Place::Retry(seq) => s.retry.get(&(rec.due_ms, seq)) == Some(key),
-                Place::Ready(band, pos) => s.ready.get(&(band, pos)) == Some(key),
+                Place::Ready(band, pos) => match &rec.group {
+                    // a grouped ready job lives in its group's queue
+                    Some(g) => {
+                        s.groups.queues.get(g).and_then(|q| q.get(&(band, pos))) == Some(key)
+                    }
+                    None => s.ready.get(&(band, pos)) == Some(key),
+                },
                 Place::Active(deadline) => s.active.contains(&(deadline, key.clone())),
                 Place::Dead(died) => s.dead.contains(&(died, key.clone())),
             };
@@ -72,6 +78,16 @@ impl Partition {
                 && (rec.token == 0 || rec.attempts == 0)
             {
                 report(format!("{state} job {key:?} has never run"));
+            }
+            if let Some(g) = &rec.group {
+                // a running grouped job counts against its group's cap while it runs
+                let counted = s.groups.running.get(g).is_some_and(|r| r.contains(key));
+                if (state == JobState::Active) != counted {
+                    report(format!(
+                        "{key:?} of group {g:?} in state {state} is{} counted as running",
+                        if counted { "" } else { " not" }
+                    ));
+                }
             }
             if rec.history.len() > MAX_HISTORY {
                 report(format!(
@@ -113,6 +129,11 @@ impl Partition {
         s.ready
             .values()
             .for_each(|k| check(k, JobState::Ready, "ready"));
+        s.groups
+            .queues
+            .values()
+            .flat_map(|q| q.values())
+            .for_each(|k| check(k, JobState::Ready, "gready"));
         s.active
             .iter()
             .for_each(|(_, k)| check(k, JobState::Active, "active"));
@@ -124,6 +145,47 @@ impl Partition {
                 "{} jobs but {members} entries in the ordered structures",
                 self.jobs.len()
             ));
+        }
+        let queued: usize = s
+            .groups
+            .queues
+            .values()
+            .map(std::collections::BTreeMap::len)
+            .sum();
+        if queued != s.groups.queued {
+            report(format!(
+                "the group queues hold {queued} jobs but count {}",
+                s.groups.queued
+            ));
+        }
+        for (g, q) in &s.groups.queues {
+            if q.is_empty() {
+                report(format!("group {g:?} has an empty queue"));
+            }
+            // a group with due jobs has a turn or waits: none is forgotten
+            if !s.groups.in_rotation(g) && !s.groups.waiting.iter().any(|(_, w)| w == g) {
+                report(format!(
+                    "group {g:?} has {} due jobs but neither a turn nor a wait",
+                    q.len()
+                ));
+            }
+            for key in q.values() {
+                if self.jobs.get(key).and_then(|r| r.group.as_ref()) != Some(g) {
+                    report(format!("{key:?} is queued in group {g:?}, not its own"));
+                }
+            }
+        }
+        for (g, running) in &s.groups.running {
+            for key in running {
+                let rec = self.jobs.get(key);
+                if rec.map(Record::state) != Some(JobState::Active)
+                    || rec.and_then(|r| r.group.as_ref()) != Some(g)
+                {
+                    report(format!(
+                        "{key:?} counts as running in group {g:?} but is not its running job"
+                    ));
+                }
+            }
         }
         // (the Redis checker's rule: a `uniq` entry is a live job's window)
         for key in self.windows.live.keys() {
