@@ -255,8 +255,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
     match args.mode {
         Mode::Single => {
             for i in 0..n {
-                let (due_ms, created) =
-                    add_one::<J>(
+                let (due_ms, created) = add_one::<J>(
                     client,
                     args.first_id,
                     i,
@@ -286,8 +285,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
                         if i >= n {
                             return Ok::<_, crate::BoxError>((last_due, not_created));
                         }
-                        let (due_ms, created) =
-                            add_one::<J>(
+                        let (due_ms, created) = add_one::<J>(
                             &client, first_id, i, n, rule, &mut rng, priorities, groups,
                         )
                         .await?;

@@ -329,3 +329,31 @@ pub async fn a_group_is_checked_and_needs_format_6<H: Harness>(h: &H) {
     keys.sort();
     assert_eq!(keys, ["g1", "plain"]);
 }
+
+/// A group a fetch empties while the same fetch queues a due job of it keeps a turn: the
+/// next fetch leases that job.
+pub async fn a_group_emptied_and_refilled_by_one_fetch_keeps_its_turn<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("groups.refill").unwrap();
+    let q = queue("groups.refill");
+    put(&t, "g", "now").await;
+    let start = now(h).await;
+    t.enqueue(raw(0))
+        .key("soon")
+        .group("g")
+        .delay(ms(200))
+        .await
+        .unwrap();
+    until_store_time(h, start + 250).await;
+    // (room for two: the group's queue holds one, so this fetch empties it, then finds
+    // `soon` due and queues it)
+    let first = fetch(h, &q, &req_max(2)).await;
+    assert_eq!(keys_of(&first.jobs), ["now"]);
+    assert_eq!(first.next_in, Some(Duration::ZERO), "{first:?}");
+    let st = t.group_state(Some("g")).await.unwrap();
+    assert_eq!((st.running, st.waiting), (1, 1), "{st:?}");
+    let second = fetch(h, &q, &req()).await;
+    assert_eq!(keys_of(&second.jobs), ["soon"]);
+    ack_all(h, &q, &first.jobs).await;
+    ack_all(h, &q, &second.jobs).await;
+}

@@ -585,8 +585,14 @@ local function write_groups()
   local place = GROUP.places(stats, #cands, false)
   -- (new turns in the order the groups were last served; those not served first)
   local order = {}
-  for i, st in ipairs(cands) do order[i] = st end
-  table.sort(order, function(x, y) return (x.served or 0) < (y.served or 0) end)
+  for i, st in ipairs(cands) do
+    order[i] = st
+    st.at = i
+  end
+  table.sort(order, function(x, y)
+    if (x.served or 0) ~= (y.served or 0) then return (x.served or 0) < (y.served or 0) end
+    return x.at < y.at
+  end)
   for _, st in ipairs(order) do
     local g = st.group
     if st.leased > 0 and st.rate_t then
@@ -906,8 +912,9 @@ end
 if #legacy_writes > 0 then call_many('HSET', jobs, legacy_writes) end
 if #records > 0 then call_many('HSET', jobs, records) end
 if #pready_read > 0 then call_many('ZREM', pready, pready_read) end
-if #hints > 0 then push_ready_many(q, hints, hint_recs) end
+-- (the groups first: a group this call emptied and whose due jobs it queues gets its turn back)
 local groups_left = write_groups()
+if #hints > 0 then push_ready_many(q, hints, hint_recs) end
 call_many('ZREM', scheduled, from_set[1])
 call_many('ZREM', retry, from_set[2])
 local ready_left = ready_more or #hints > 0 or groups_left
