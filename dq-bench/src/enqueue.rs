@@ -102,6 +102,22 @@ pub struct EnqueueArgs {
     pub groups: u64,
 }
 
+/// What `--priorities` and `--groups` mix into the jobs.
+#[derive(Clone, Copy)]
+struct Mix {
+    priorities: bool,
+    groups: u64,
+}
+
+impl Mix {
+    fn of(args: &EnqueueArgs) -> Mix {
+        Mix {
+            priorities: args.priorities,
+            groups: args.groups,
+        }
+    }
+}
+
 /// The group of order `order_id` with `--groups n` (none for 0).
 fn group_of(order_id: u64, n: u64) -> Option<String> {
     (n > 0).then(|| format!("g{}", order_id % n))
@@ -220,16 +236,15 @@ async fn add_one<J: Job<Payload = Order>>(
     n: u64,
     rule: DueRule,
     rng: &mut SplitMix64,
-    priorities: bool,
-    groups: u64,
+    mix: Mix,
 ) -> Result<(u64, bool)> {
     let (due, due_ms) = rule.due(i, n, rng);
     let order = Order::new(first_id + i, due_ms);
     let mut pending = client.enqueue::<J>(order);
-    if priorities {
+    if mix.priorities {
         pending = pending.priority(mixed_priority(first_id + i));
     }
-    if let Some(group) = group_of(first_id + i, groups) {
+    if let Some(group) = group_of(first_id + i, mix.groups) {
         pending = pending.group(group);
     }
     let pending = match due {
@@ -255,17 +270,9 @@ async fn send<J: Job<Payload = Order> + 'static>(
     match args.mode {
         Mode::Single => {
             for i in 0..n {
-                let (due_ms, created) = add_one::<J>(
-                    client,
-                    args.first_id,
-                    i,
-                    n,
-                    rule,
-                    &mut rng,
-                    args.priorities,
-                    args.groups,
-                )
-                .await?;
+                let (due_ms, created) =
+                    add_one::<J>(client, args.first_id, i, n, rule, &mut rng, Mix::of(args))
+                        .await?;
                 last_due_ms = last_due_ms.max(due_ms);
                 not_created += u64::from(!created);
             }
@@ -276,7 +283,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
             let mut tasks = tokio::task::JoinSet::new();
             for t in 0..args.tasks.max(1) as u64 {
                 let (client, next, first_id) = (client.clone(), next.clone(), args.first_id);
-                let (priorities, groups) = (args.priorities, args.groups);
+                let mix = Mix::of(args);
                 tasks.spawn(async move {
                     let mut rng = SplitMix64(0x5eed_0000 ^ first_id ^ n ^ ((t + 1) << 40));
                     let (mut last_due, mut not_created) = (0u64, 0u64);
@@ -285,10 +292,8 @@ async fn send<J: Job<Payload = Order> + 'static>(
                         if i >= n {
                             return Ok::<_, crate::BoxError>((last_due, not_created));
                         }
-                        let (due_ms, created) = add_one::<J>(
-                            &client, first_id, i, n, rule, &mut rng, priorities, groups,
-                        )
-                        .await?;
+                        let (due_ms, created) =
+                            add_one::<J>(&client, first_id, i, n, rule, &mut rng, mix).await?;
                         last_due = last_due.max(due_ms);
                         not_created += u64::from(!created);
                     }

@@ -243,6 +243,7 @@ fn record(format: u8, state: JobState, due_ms: u64, payload: &[u8]) -> Vec<u8> {
         token: 0,
         expires_ms: 0,
         priority: 5,
+        group_len: 0,
     }
     .encode(payload)
 }

@@ -666,6 +666,9 @@ fn duration_text(ms: u64) -> String {
         )
 }
 
+/// `group_concurrency` and `group_rate` (count, period ms), either of them given.
+pub(crate) type GroupLimitsArgs = (Option<u32>, Option<(u32, u64)>);
+
 /// What `#[delayed_job]` registers, all checked.
 pub(crate) struct Handler {
     /// The user's fn, emitted unchanged.
@@ -696,7 +699,7 @@ pub(crate) struct Handler {
     pub(crate) group: Option<Ident>,
     /// `group_concurrency` and `group_rate` (count, period ms): the default limits of every
     /// group, written by every worker at start.
-    pub(crate) group_limits: Option<(Option<u32>, Option<(u32, u64)>)>,
+    pub(crate) group_limits: Option<GroupLimitsArgs>,
     /// The path generated code reaches `__private` through (`::dq` unless overridden).
     pub(crate) krate: Path,
     /// The payload type (first parameter).

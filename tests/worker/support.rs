@@ -171,7 +171,11 @@ impl Operate for NoExtend {
     ) -> dq::Result<dq::store::ControlState> {
         self.0.control(q, change).await
     }
-    async fn group(&self, q: &Queue, change: &dq::GroupChange) -> dq::Result<dq::GroupState> {
+    async fn group(
+        &self,
+        q: &Queue,
+        change: &dq::store::GroupChange,
+    ) -> dq::Result<dq::GroupState> {
         self.0.group(q, change).await
     }
     async fn job(&self, q: &Queue, key: &JobKey) -> dq::Result<Option<JobInfo>> {

@@ -26,7 +26,12 @@ async fn put_groups(t: &TopicClient, groups: &[&str], n: usize) {
 /// The group of each delivery, in order.
 fn groups_of(jobs: &[Delivery]) -> Vec<String> {
     jobs.iter()
-        .map(|d| d.group.as_ref().map(|g| g.to_string()).unwrap_or_default())
+        .map(|d| {
+            d.group
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        })
         .collect()
 }
 
@@ -260,7 +265,7 @@ pub async fn a_job_keeps_its_group_through_every_move<H: Harness>(h: &H) {
     );
     let back = fetch_one(h, &q, &req()).await;
     assert_eq!(back.key.as_str(), "urgent");
-    assert_eq!(back.group.as_ref().map(|g| g.as_str()), Some("g"));
+    assert_eq!(back.group.as_ref().map(dq::GroupName::as_str), Some("g"));
     // buried, then requeued
     fail(h, &back, FailAction::Bury, "dead").await.unwrap();
     assert_eq!(t.requeue_dead(&["urgent"]).await.unwrap(), 1);

@@ -425,6 +425,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
                 token: 0,
                 expires_ms: 1_790_000_060_000,
                 priority: 9,
+                group_len: 0,
                 ..header(5)
             }
             .encode(b"payload"),
@@ -435,6 +436,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
                 token: 0,
                 expires_ms: 0,
                 priority: 0,
+                group_len: 0,
                 ..header(5)
             }
             .encode(b""),
@@ -444,6 +446,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
             RecordHeader {
                 token: 0,
                 priority: 7,
+                group_len: 0,
                 ..header(5)
             }
             .encode(b"")[..21]
@@ -455,6 +458,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
                 token: 0,
                 expires_ms: 1_790_000_060_000,
                 priority: 8,
+                group_len: 0,
                 ..header(6)
             }
             .encode_in_group("tenant-7", b"payload"),
@@ -503,7 +507,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
     use crate::format::{LEGACY_FORMAT, NEWEST_FORMAT};
-    use crate::store::redis::layout::{MAX_FORMAT, RecordHeader, header_len};
+    use crate::store::redis::layout::{MAX_FORMAT, RecordHeader};
 
     let table = lib_table("FORMAT");
     assert_eq!(table["legacy"], LEGACY_FORMAT.to_string());

@@ -203,7 +203,10 @@ impl Operate for RedisStore {
             .hold
             .map(|d| ms(d).max(1).to_string())
             .unwrap_or_default();
-        let group = change.group.as_ref().map(|g| g.as_str()).unwrap_or("");
+        let group = change
+            .group
+            .as_ref()
+            .map_or("", crate::group::GroupName::as_str);
         let reply = self
             .run(s, &k, &[], |inv| {
                 inv.arg(group).arg(&limits).arg(&hold);
