@@ -29,6 +29,10 @@ Examples:
   dq dead purge orders.close --older-than 7d --yes
   dq enqueue orders.close --key order-7 --json '{\"order\":7}' --in 5m
   dq enqueue orders.close --key order-8 --json '{\"order\":8}' --priority 8
+  dq enqueue orders.close --key order-9 --json '{\"order\":9}' --group tenant-7
+  dq group orders.close --concurrency 4 --weight 1
+  dq group orders.close tenant-7 --rate 10/s --weight 3
+  dq group orders.close tenant-7 --hold 5m
   dq dashboard --listen 127.0.0.1:8080 --read-only
   DQ_API_TOKENS=… dq serve --listen 0.0.0.0:8081";
 
@@ -152,6 +156,11 @@ pub enum Command {
     /// Show or set a topic's limits across every worker (a rate, a concurrency cap), which
     /// finished jobs it keeps, and whether it records events.
     Limits(LimitsArgs),
+
+    /// Show or set the limits of a topic's groups (a job enqueued with --group waits, once
+    /// due, for its group's turn): one group's own limits, or without GROUP the default every
+    /// group without its own follows; hold a group for a while; its running and waiting jobs.
+    Group(GroupArgs),
 
     /// Follow the events of the topics that record them (enqueued, started, succeeded,
     /// failed, dead, cancelled, expired, …) as they happen, or replay those kept.
@@ -311,6 +320,39 @@ pub struct LimitsArgs {
     /// to remove the limit.
     #[arg(long, value_name = "DURATION|off")]
     pub max_delay: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq group`.
+#[derive(Debug, Args)]
+pub struct GroupArgs {
+    /// The topic.
+    pub topic: String,
+    /// The group (default: the default limits of every group without its own; the running
+    /// and waiting jobs shown are then every group's).
+    pub group: Option<String>,
+    /// Set the cap on the group's jobs running at once across every worker (at least the
+    /// partition count), or `none` to remove it.
+    #[arg(long, value_name = "N|none")]
+    pub concurrency: Option<String>,
+    /// Set how many of the group's jobs may start per period (`10/s`, `600/min`), or `none`
+    /// to remove it.
+    #[arg(long, value_name = "RATE|none")]
+    pub rate: Option<String>,
+    /// Set how many of the group's jobs may start per turn when groups share a fetch (1 to
+    /// 1000; default 1).
+    #[arg(long, value_name = "N")]
+    pub weight: Option<u32>,
+    /// Remove the limits (the group's own: it follows the default again; without GROUP, the
+    /// default).
+    #[arg(long, conflicts_with_all = ["concurrency", "rate", "weight"])]
+    pub clear: bool,
+    /// Start none of the group's jobs for this long from now (e.g. 30s, 5m); never shortens
+    /// a hold under way. Needs GROUP.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "group")]
+    pub hold: Option<Duration>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -517,6 +559,10 @@ pub struct EnqueueArgs {
     /// 5 (see dq::Priority). A priority other than 5 needs record format 5.
     #[arg(long, value_name = "0-9", value_parser = parse_priority, allow_negative_numbers = true)]
     pub priority: Option<dq_core::Priority>,
+    /// Its group: once due it waits for its group's turn and runs within the group's limits
+    /// (`dq group`; 1 to 64 bytes of visible text, no whitespace). Needs record format 6.
+    #[arg(long, value_name = "NAME", value_parser = parse_group)]
+    pub group: Option<dq_core::GroupName>,
     /// Partition count to record for a topic the namespace has no record of yet (refused
     /// for such a topic without it, so that a typo does not create a topic).
     #[arg(long)]
@@ -533,6 +579,11 @@ fn parse_priority(s: &str) -> Result<dq_core::Priority, String> {
     let bad = || format!("{s:?} is not a priority: write 0 (lowest) to 9 (highest); 5 is normal");
     let level: u8 = s.trim().parse().map_err(|_| bad())?;
     dq_core::Priority::new(level).map_err(|_| bad())
+}
+
+/// A group name (see dq::GroupName).
+fn parse_group(s: &str) -> Result<dq_core::GroupName, String> {
+    dq_core::GroupName::new(s).map_err(|e| e.to_string())
 }
 
 /// An RFC 3339 time with an offset or Z.

@@ -60,6 +60,7 @@ impl From<dq_core::Error> for Failure {
             | E::InvalidConfig(_)
             | E::InvalidExpiry(_)
             | E::InvalidPriority(_)
+            | E::InvalidGroup { .. }
             | E::InvalidWindow(_)
             | E::DelayTooLong { .. }
             | E::DueOutOfRange { .. }

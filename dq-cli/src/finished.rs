@@ -182,10 +182,13 @@ pub async fn list(t: &TopicClient, topic: &str, a: &ListArgs, now_ms: u64) -> Ou
                 .map(|(o, j)| {
                     let last = o.history.last().map_or("", |a| a.error.as_str());
                     format!(
-                        "{}\tdue {}\tpriority {}\t{} attempts\t{}",
+                        "{}\tdue {}\tpriority {}\t{}\t{} attempts\t{}",
                         o.key,
                         relative(j.due_ms, now_ms),
                         o.priority,
+                        o.group
+                            .as_deref()
+                            .map_or("no group".to_owned(), |g| format!("group {g}")),
                         o.attempts,
                         last.lines().next().unwrap_or("")
                     )

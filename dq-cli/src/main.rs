@@ -24,8 +24,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use cli::{
-    Cli, Command, DashboardArgs, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, JobArgs,
-    LimitsArgs, RescheduleArgs, ServeArgs, StatsArgs, TopicArgs,
+    Cli, Command, DashboardArgs, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, GroupArgs,
+    JobArgs, LimitsArgs, RescheduleArgs, ServeArgs, StatsArgs, TopicArgs,
 };
 use fail::{Exit, Failure, Outcome};
 use view::{JobOut, StatsView, TopicRow};
@@ -80,6 +80,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Pause(a) => ctx.pause(a, true).await,
         Command::Resume(a) => ctx.pause(a, false).await,
         Command::Limits(a) => ctx.limits(a).await,
+        Command::Group(a) => ctx.group(a).await,
         Command::Events(a) => events::follow(&ctx.client, a, ctrl_c()).await,
         Command::List(a) => {
             let t = ctx.topic(&a.topic)?;
@@ -471,6 +472,69 @@ impl Ctx {
         self.print_control(&a.topic, &ctl, a.json)
     }
 
+    /// `dq group`: every flag is checked (name, limits, hold) before anything is written; a
+    /// flag changes one setting of the limits that apply now (the group's own, else the
+    /// default), the others kept.
+    async fn group(&self, a: GroupArgs) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let bad = |what: String| Failure::new(Exit::BadInput, what);
+        let group = a
+            .group
+            .as_deref()
+            .map(dq_core::GroupName::new)
+            .transpose()?;
+        let rate = match a.rate.as_deref() {
+            None => None,
+            Some("none") => Some(None),
+            Some(text) => Some(Some(
+                text.parse::<dq_core::Rate>()
+                    .map_err(|e| bad(format!("--rate {text:?}: {e}")))?,
+            )),
+        };
+        let cap = match a.concurrency.as_deref() {
+            None => None,
+            Some("none") => Some(None),
+            Some(text) => Some(Some(text.parse::<u32>().map_err(|_| {
+                bad(format!("--concurrency {text:?} is not a number or `none`"))
+            })?)),
+        };
+        if let Some(hold) = a.hold {
+            dq_core::group::check_change(&dq_core::GroupChange {
+                group: group.clone(),
+                limits: None,
+                hold: Some(hold),
+            })?;
+        }
+        let name = group.as_ref().map(dq_core::GroupName::as_str);
+        let mut state = t.group_state(name).await?;
+        let change = if a.clear {
+            Some(None)
+        } else if rate.is_some() || cap.is_some() || a.weight.is_some() {
+            let mut l = state.limits.or(state.default_limits).unwrap_or_default();
+            if let Some(rate) = rate {
+                l.rate = rate;
+            }
+            if let Some(cap) = cap {
+                l.concurrency = cap;
+            }
+            if let Some(w) = a.weight {
+                l.weight = w;
+            }
+            l.check(t.partitions())?;
+            Some(Some(l))
+        } else {
+            None
+        };
+        if let Some(limits) = change {
+            state = t.set_group_limits(name, limits).await?;
+        }
+        if let (Some(hold), Some(g)) = (a.hold, name) {
+            state = t.hold_group(g, hold).await?;
+        }
+        let now = self.now_ms().await?;
+        print(view::group_state(&a.topic, name, &state, now, a.json))
+    }
+
     fn print_control(&self, topic: &str, ctl: &dq_core::TopicControl, json: bool) -> Outcome {
         let rate = ctl.rate.map(|r| r.to_string());
         if json {
@@ -805,6 +869,9 @@ impl Ctx {
         }
         if let Some(p) = a.priority {
             call = call.priority(p);
+        }
+        if let Some(g) = &a.group {
+            call = call.group(g.as_str());
         }
         let done = call.await?;
         let key = done.key.to_string();

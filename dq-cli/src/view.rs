@@ -274,6 +274,8 @@ pub struct JobOut {
     /// Its priority among the due jobs of its partition, 0 (lowest) to 9 (highest); 5 is
     /// normal.
     pub priority: u8,
+    /// Its group, if it has one (it waits for its group's turn once due).
+    pub group: Option<String>,
     /// For a running job, when its lease runs out.
     pub lease_deadline: Option<String>,
     /// For a dead job, when it died.
@@ -395,6 +397,7 @@ impl JobOut {
             created: rfc3339(info.created_ms),
             attempts: info.attempts,
             priority: info.priority.level(),
+            group: info.group.as_ref().map(ToString::to_string),
             lease_deadline: info.lease_deadline_ms.map(rfc3339),
             died: info.died_ms.map(rfc3339),
             expires: info.expires_ms.map(rfc3339),
@@ -420,6 +423,9 @@ pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
         j.attempts
     );
     let _ = writeln!(out, "priority  {}", priority_text(j.priority));
+    if let Some(g) = &j.group {
+        let _ = writeln!(out, "group     {g}");
+    }
     if let (Some(d), Some(ms)) = (&j.lease_deadline, info.lease_deadline_ms) {
         let _ = writeln!(out, "lease     until {d} ({})", relative(ms, now_ms));
     }
@@ -459,6 +465,86 @@ pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
         }
     }
     out
+}
+
+/// Group limits in words: `concurrency 4, rate 10/s, weight 2`.
+pub fn group_limits_text(l: &dq_core::GroupLimits) -> String {
+    format!(
+        "concurrency {}, rate {}, weight {}",
+        l.concurrency.map_or("none".to_owned(), |c| c.to_string()),
+        l.rate.map_or("none".to_owned(), |r| r.to_string()),
+        l.weight
+    )
+}
+
+/// Group limits as JSON: `{"concurrency": 4, "rate": "10/s", "weight": 2}`.
+fn group_limits_json(l: &dq_core::GroupLimits) -> serde_json::Value {
+    serde_json::json!({
+        "concurrency": l.concurrency,
+        "rate": l.rate.map(|r| r.to_string()),
+        "weight": l.weight,
+    })
+}
+
+/// What `dq group` prints: a group's limits (or, with no group, the default ones), its hold,
+/// its running and waiting jobs (with no group: every group's).
+pub fn group_state(
+    topic: &str,
+    group: Option<&str>,
+    s: &dq_core::GroupState,
+    now_ms: u64,
+    json: bool,
+) -> crate::formats::Printed {
+    let held = s.held_until_ms.filter(|&ms| ms > now_ms);
+    if json {
+        return crate::formats::Printed::Json(serde_json::json!({
+            "topic": topic,
+            "group": group,
+            "limits": s.limits.as_ref().map(group_limits_json),
+            "default_limits": s.default_limits.as_ref().map(group_limits_json),
+            "held_until": held.map(rfc3339),
+            "held_until_ms": held,
+            "running": s.running,
+            "waiting": s.waiting,
+        }));
+    }
+    let mut out = format!("topic        {topic}\n");
+    let default = s
+        .default_limits
+        .as_ref()
+        .map_or("none".to_owned(), group_limits_text);
+    match group {
+        Some(g) => {
+            let _ = writeln!(out, "group        {g}");
+            let _ = writeln!(
+                out,
+                "limits       {}",
+                s.limits.as_ref().map_or_else(
+                    || "none of its own (the default applies)".to_owned(),
+                    group_limits_text
+                )
+            );
+            let _ = writeln!(out, "default      {default}");
+            let _ = writeln!(
+                out,
+                "held         {}",
+                held.map_or("no".to_owned(), |ms| format!(
+                    "until {} ({})",
+                    rfc3339(ms),
+                    relative(ms, now_ms)
+                ))
+            );
+            let _ = writeln!(out, "running      {}", s.running);
+            let _ = writeln!(out, "waiting      {}", s.waiting);
+        }
+        None => {
+            let _ = writeln!(out, "group        (every group without limits of its own)");
+            let _ = writeln!(out, "default      {default}");
+            let _ = writeln!(out, "running      {} (every group)", s.running);
+            let _ = writeln!(out, "waiting      {} (every group)", s.waiting);
+        }
+    }
+    crate::formats::Printed::Text(out)
 }
 
 /// A priority in words: `5 (normal)`, `8 (above normal)`, `0 (below normal)`.

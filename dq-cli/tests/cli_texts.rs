@@ -1,7 +1,8 @@
 //! End-to-end tests of the `dq` binary for what a newcomer trips over: an unreachable or
 //! mistyped Redis address fails within seconds (exit code 4) naming the address it tried and
 //! never its password; a key with an invisible character is refused (exit code 2) saying
-//! where; `dq stats` tells a success after a cancel request from a cancel.
+//! where; `dq stats` tells a success after a cancel request from a cancel; groups are
+//! enqueued, shown, limited and held (`dq group`).
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -554,4 +555,190 @@ async fn enqueue_with_a_priority_is_shown_and_listed_in_order() {
         .map(|j| j["priority"].as_u64().unwrap())
         .collect();
     assert_eq!(priorities, [8, 5, 2], "{v}");
+}
+
+/// `dq enqueue --group NAME` puts the job in a group: `dq job` shows it (text and JSON), `dq
+/// list` has a group column; a bad name is bad input (exit 2) saying why, nothing written.
+/// `dq group` shows and sets a group's limits and the default (a flag changes one limit of
+/// those that apply now, `--clear` removes them), holds a group, and counts its running and
+/// waiting jobs; bad limits, a bad hold or a bad name are bad input before any write.
+#[tokio::test]
+async fn groups_are_enqueued_shown_limited_and_held() {
+    let url = dq_testkit::shared().url();
+    let ns = dq_testkit::namespace("cli-group");
+    // A registered process alone in the namespace raises its format level to the newest,
+    // which a group needs.
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&url)
+        .await
+        .expect("connect");
+    dq_testkit::eventually("the namespace writes the newest format", GENEROUS, || {
+        let client = client.clone();
+        async move { client.store().formats().write() == dq_core::format::NEWEST_FORMAT }
+    })
+    .await;
+    let base = ["--url", url.as_str(), "--namespace", ns.as_str()];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        dq(&args, &[]).0
+    };
+    let ok = |extra: &[&str]| {
+        let out = run(extra);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let refused = |extra: &[&str], says: &str| {
+        let out = run(extra);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(BAD_INPUT), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+    };
+    ok(&[
+        "enqueue",
+        "calls",
+        "--key",
+        "t7",
+        "--json",
+        "1",
+        "--group",
+        "tenant-7",
+        "--partitions",
+        "2",
+    ]);
+    ok(&["enqueue", "calls", "--key", "plain", "--json", "1"]);
+    for bad in ["a b", "", "zero\u{200b}width"] {
+        refused(
+            &[
+                "enqueue", "calls", "--key", "bad", "--json", "1", "--group", bad,
+            ],
+            "invalid group name",
+        );
+    }
+    let t = client.admin().topic_with("calls", 2).unwrap();
+    assert!(t.job("bad").await.unwrap().is_none());
+
+    let shown = ok(&["job", "calls", "t7"]);
+    assert!(shown.contains("group     tenant-7\n"), "{shown}");
+    assert!(!ok(&["job", "calls", "plain"]).contains("group"));
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["job", "calls", "t7", "--json"])).unwrap();
+    assert_eq!(v["group"], "tenant-7", "{v}");
+    let listed = ok(&["list", "calls", "--state", "ready"]);
+    let mut columns: Vec<(String, String)> = listed
+        .lines()
+        .map(|line| {
+            let cols: Vec<&str> = line.split('\t').collect();
+            (cols[0].to_owned(), cols[3].to_owned())
+        })
+        .collect();
+    columns.sort();
+    assert_eq!(
+        columns,
+        [
+            ("plain".to_owned(), "no group".to_owned()),
+            ("t7".to_owned(), "group tenant-7".to_owned())
+        ],
+        "{listed}"
+    );
+
+    // Nothing set: no limits; the due job waits for its group's turn.
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["group", "calls", "tenant-7", "--json"])).unwrap();
+    assert_eq!(
+        (
+            &v["limits"],
+            &v["default_limits"],
+            &v["waiting"],
+            &v["running"]
+        ),
+        (
+            &json_null(),
+            &json_null(),
+            &serde_json::json!(1),
+            &serde_json::json!(0)
+        ),
+        "{v}"
+    );
+    // The default, then one group's own over it (the default's other limits kept).
+    let shown = ok(&["group", "calls", "--concurrency", "4", "--rate", "10/s"]);
+    assert!(
+        shown.contains("default      concurrency 4, rate 10/s, weight 1\n"),
+        "{shown}"
+    );
+    assert!(shown.contains("waiting      1 (every group)\n"), "{shown}");
+    let shown = ok(&["group", "calls", "tenant-7", "--weight", "3"]);
+    assert!(
+        shown.contains("limits       concurrency 4, rate 10/s, weight 3\n"),
+        "{shown}"
+    );
+    let state = t.group_state(Some("tenant-7")).await.unwrap();
+    let own = state.limits.expect("own limits");
+    assert_eq!((own.concurrency, own.weight), (Some(4), 3));
+    assert_eq!(own.rate.unwrap().to_string(), "10/s");
+    let shown = ok(&["group", "calls", "tenant-7", "--rate", "none"]);
+    assert!(
+        shown.contains("limits       concurrency 4, rate none, weight 3\n"),
+        "{shown}"
+    );
+
+    // Bad input, before any write: the limits stay as they were.
+    let before = t.group_state(Some("tenant-7")).await.unwrap();
+    refused(
+        &["group", "calls", "tenant-7", "--concurrency", "1"],
+        "concurrency",
+    );
+    refused(
+        &["group", "calls", "tenant-7", "--concurrency", "many"],
+        "--concurrency",
+    );
+    refused(&["group", "calls", "tenant-7", "--rate", "fast"], "--rate");
+    refused(&["group", "calls", "tenant-7", "--weight", "0"], "weight");
+    refused(
+        &["group", "calls", "tenant-7", "--weight", "1001"],
+        "weight",
+    );
+    refused(
+        &[
+            "group", "calls", "tenant-7", "--weight", "2", "--hold", "0s",
+        ],
+        "hold",
+    );
+    refused(
+        &["group", "calls", "a b", "--weight", "2"],
+        "invalid group name",
+    );
+    refused(&["group", "calls", "--hold", "5m"], "GROUP");
+    assert_eq!(t.group_state(Some("tenant-7")).await.unwrap(), before);
+    let out = run(&["group", "nosuch", "tenant-7"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+
+    // A hold, shown with its end; --clear removes the group's own limits.
+    let v: serde_json::Value = serde_json::from_str(&ok(&[
+        "group", "calls", "tenant-7", "--hold", "10m", "--json",
+    ]))
+    .unwrap();
+    assert!(v["held_until"].is_string(), "{v}");
+    assert!(
+        t.group_state(Some("tenant-7"))
+            .await
+            .unwrap()
+            .held_until_ms
+            .is_some()
+    );
+    let shown = ok(&["group", "calls", "tenant-7"]);
+    assert!(shown.contains("held         until "), "{shown}");
+    let shown = ok(&["group", "calls", "tenant-7", "--clear"]);
+    assert!(
+        shown.contains("limits       none of its own (the default applies)\n"),
+        "{shown}"
+    );
+    ok(&["group", "calls", "--clear"]);
+    let state = t.group_state(None).await.unwrap();
+    assert_eq!((state.limits, state.default_limits), (None, None));
+}
+
+fn json_null() -> serde_json::Value {
+    serde_json::Value::Null
 }

@@ -929,3 +929,67 @@ async fn the_ready_tab_lists_jobs_by_priority_and_a_job_page_shows_it() {
     assert_eq!(status, StatusCode::OK);
     assert!(!page.contains(">Priority</th>"), "{page}");
 }
+
+/// A grouped job's page shows its group (a job in no group has no such row); the topic page
+/// shows the default group limits and every group's running and waiting jobs once there are
+/// any, and says nothing of groups on a topic that has none.
+#[tokio::test]
+async fn a_job_page_shows_its_group_and_the_topic_page_the_groups() {
+    let client = common::client("dash-group").await;
+    // The client alone in its namespace raises the format to the newest (a group needs 6).
+    let c = client.clone();
+    dq_testkit::eventually(
+        "the namespace writes the newest format",
+        Duration::from_secs(30),
+        || {
+            let c = c.clone();
+            async move { c.store().formats().write() == dq_core::format::NEWEST_FORMAT }
+        },
+    )
+    .await;
+    let plain = client.admin().topic_with("plain", 1).unwrap();
+    plain
+        .enqueue(common::payload(serde_json::json!(1)))
+        .key("p")
+        .await
+        .unwrap();
+    let tc = client.admin().topic_with("tenants", 1).unwrap();
+    for (key, group) in [
+        ("a", Some("tenant-7")),
+        ("b", Some("tenant-7")),
+        ("c", None),
+    ] {
+        let mut call = tc.enqueue(common::payload(serde_json::json!(key))).key(key);
+        if let Some(g) = group {
+            call = call.group(g);
+        }
+        call.await.unwrap();
+    }
+    tc.set_group_limits(
+        None,
+        Some(dq_core::GroupLimits::new().concurrency(4).weight(2)),
+    )
+    .await
+    .unwrap();
+    let served = serve(client, opts()).await;
+
+    let (status, page) = get(&format!("{}/topics/tenants/jobs/a", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        row_of(&page, "data-field=\"group\"").contains("tenant-7"),
+        "{page}"
+    );
+    let (_, page) = get(&format!("{}/topics/tenants/jobs/c", served.url)).await;
+    assert!(!page.contains("data-field=\"group\""), "{page}");
+
+    let (status, page) = get(&format!("{}/topics/tenants", served.url)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("data-stat=\"group_waiting\">2<"), "{page}");
+    assert!(page.contains("data-stat=\"group_running\">0<"), "{page}");
+    assert!(
+        page.contains("concurrency 4, rate none, weight 2"),
+        "{page}"
+    );
+    let (_, page) = get(&format!("{}/topics/plain", served.url)).await;
+    assert!(!page.contains("id=\"groups\""), "{page}");
+}

@@ -165,6 +165,7 @@ impl From<dq_core::Error> for ApiError {
             | E::InvalidKey { .. }
             | E::InvalidExpiry(_)
             | E::InvalidPriority(_)
+            | E::InvalidGroup { .. }
             | E::InvalidWindow(_)
             | E::InvalidSchedule(_)
             | E::DueOutOfRange { .. }

@@ -120,6 +120,11 @@ fn spec(
         (None, Some(default)) => spec = spec.priority(default),
         (None, None) => {}
     }
+    if let Some(g) = r.group {
+        // checked here, before any write (a bulk request names the job)
+        dq_core::GroupName::new(g.as_str())?;
+        spec = spec.group(g);
+    }
     Ok(spec)
 }
 
@@ -197,7 +202,7 @@ fn topic_error(shared: &Shared, topic: &str, e: dq_core::Error) -> ApiError {
         (status = 401, description = "unauthorized", body = ErrorBody),
         (status = 403, description = "forbidden", body = ErrorBody),
         (status = 404, description = "unknown_topic", body = ErrorBody),
-        (status = 409, description = "topic_mismatch: e.g. an expiry or priority the namespace's record format cannot hold yet", body = ErrorBody),
+        (status = 409, description = "topic_mismatch: e.g. an expiry, priority or group the namespace's record format cannot hold yet", body = ErrorBody),
         (status = 413, description = "body_too_large, payload_too_large", body = ErrorBody),
         (status = 422, description = "payload_mismatch", body = ErrorBody),
         (status = 503, description = "unavailable", body = ErrorBody),
@@ -253,6 +258,9 @@ async fn send_plain(t: &TopicClient, spec: JobSpec<Vec<u8>>) -> dq_core::Result<
     if let Some(p) = spec.priority {
         call = call.priority(p);
     }
+    if let Some(g) = spec.group {
+        call = call.group(g);
+    }
     call.await
 }
 
@@ -276,7 +284,7 @@ async fn send_plain(t: &TopicClient, spec: JobSpec<Vec<u8>>) -> dq_core::Result<
         (status = 401, description = "unauthorized", body = ErrorBody),
         (status = 403, description = "forbidden", body = ErrorBody),
         (status = 404, description = "unknown_topic", body = ErrorBody),
-        (status = 409, description = "topic_mismatch: e.g. an expiry or priority the namespace's record format cannot hold yet", body = ErrorBody),
+        (status = 409, description = "topic_mismatch: e.g. an expiry, priority or group the namespace's record format cannot hold yet", body = ErrorBody),
         (status = 413, description = "body_too_large, payload_too_large", body = ErrorBody),
         (status = 422, description = "payload_mismatch", body = ErrorBody),
         (status = 503, description = "unavailable", body = ErrorBody),

@@ -67,7 +67,9 @@ use state::{AppState, Shared};
     paths(
         jobs::enqueue, jobs::enqueue_bulk, jobs::job, jobs::list, jobs::cancel, jobs::reschedule,
         ops::topics, ops::stats_all, ops::stats, ops::dead_list, ops::dead_requeue,
-        ops::dead_purge, ops::pause, ops::resume, ops::limits, ops::set_limits, ops::schedules,
+        ops::dead_purge, ops::pause, ops::resume, ops::limits, ops::set_limits, ops::groups,
+        ops::set_default_group_limits, ops::clear_default_group_limits, ops::group,
+        ops::set_group_limits, ops::clear_group_limits, ops::hold_group, ops::schedules,
         ops::schedule, ops::unschedule,
     ),
     components(schemas(Code)),
@@ -76,7 +78,7 @@ use state::{AppState, Shared};
         (name = "jobs", description = "Enqueue, look up, list, cancel and reschedule jobs"),
         (name = "topics", description = "Topics and their stats"),
         (name = "dead", description = "The dead queue"),
-        (name = "control", description = "Pause, resume and limits"),
+        (name = "control", description = "Pause, resume and limits; the limits and holds of groups"),
         (name = "schedules", description = "Periodic schedules"),
     )
 )]
@@ -146,6 +148,22 @@ pub fn router(client: dq_core::Client, config: HttpConfig) -> axum::Router {
         .route(
             "/v1/topics/{topic}/limits",
             get(ops::limits).put(ops::set_limits),
+        )
+        .route(
+            "/v1/topics/{topic}/groups",
+            get(ops::groups)
+                .put(ops::set_default_group_limits)
+                .delete(ops::clear_default_group_limits),
+        )
+        .route(
+            "/v1/topics/{topic}/groups/{group}",
+            get(ops::group)
+                .put(ops::set_group_limits)
+                .delete(ops::clear_group_limits),
+        )
+        .route(
+            "/v1/topics/{topic}/groups/{group}/hold",
+            post(ops::hold_group),
         )
         .route("/v1/schedules", get(ops::schedules))
         .route(

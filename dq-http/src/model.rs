@@ -46,6 +46,11 @@ pub struct EnqueueRequest {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 9)]
     pub priority: Option<i64>,
+    /// Its group: once due it waits for its group's turn and runs within the group's limits
+    /// (`/v1/topics/{topic}/groups/{group}`). 1 to 64 bytes of visible text, no whitespace;
+    /// anything else is 400 `invalid_request`.
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// What an enqueue did.
@@ -144,6 +149,8 @@ pub struct JobOut {
     /// Its priority among the due jobs of its partition, 0 (lowest) to 9 (highest); 5 is
     /// normal.
     pub priority: u8,
+    /// Its group, if it has one (it waits for its group's turn once due).
+    pub group: Option<String>,
     /// For a running job, when its lease runs out.
     pub lease_deadline: Option<String>,
     /// For a dead job, when it died.
@@ -190,6 +197,7 @@ impl JobOut {
             created: rfc3339(info.created_ms),
             attempts: info.attempts,
             priority: info.priority.level(),
+            group: info.group.as_ref().map(ToString::to_string),
             lease_deadline: info.lease_deadline_ms.map(rfc3339),
             died: info.died_ms.map(rfc3339),
             expires: info.expires_ms.map(rfc3339),
@@ -403,6 +411,92 @@ pub struct LimitsRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u32>)]
     pub concurrency: Option<Option<u32>>,
+}
+
+/// The limits of a group, or the default ones of every group.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GroupLimitsOut {
+    /// At most this many of the group's jobs run at once across every worker, if capped.
+    pub concurrency: Option<u32>,
+    /// At most this many of the group's jobs start per period (`10/s`), if limited.
+    pub rate: Option<String>,
+    /// Jobs the group may start per turn when groups share a fetch (1 to 1000).
+    pub weight: u32,
+}
+
+impl GroupLimitsOut {
+    /// The view of `l`.
+    pub fn new(l: &dq_core::GroupLimits) -> GroupLimitsOut {
+        GroupLimitsOut {
+            concurrency: l.concurrency,
+            rate: l.rate.map(|r| r.to_string()),
+            weight: l.weight,
+        }
+    }
+}
+
+/// A group's limits, hold and jobs; or, for the topic's groups as a whole, the default
+/// limits and every group's jobs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GroupOut {
+    /// The topic.
+    pub topic: String,
+    /// The group (`null`: every group, the default limits).
+    pub group: Option<String>,
+    /// The group's own limits, if set (`null`: the default applies; always `null` for every
+    /// group).
+    pub limits: Option<GroupLimitsOut>,
+    /// The default limits of every group without its own, if set.
+    pub default_limits: Option<GroupLimitsOut>,
+    /// None of the group's jobs start before this time, if held.
+    pub held_until: Option<String>,
+    /// Its jobs running now (every group's, for the topic's groups).
+    pub running: u64,
+    /// Its jobs due and waiting for their turn (every group's, for the topic's groups).
+    pub waiting: u64,
+}
+
+impl GroupOut {
+    /// The view of `s` for `group` of `topic`, a hold that has passed by `now_ms` left out.
+    pub fn new(topic: &str, group: Option<&str>, s: &dq_core::GroupState, now_ms: u64) -> GroupOut {
+        GroupOut {
+            topic: topic.to_owned(),
+            group: group.map(str::to_owned),
+            limits: s.limits.as_ref().map(GroupLimitsOut::new),
+            default_limits: s.default_limits.as_ref().map(GroupLimitsOut::new),
+            held_until: s.held_until_ms.filter(|&ms| ms > now_ms).map(rfc3339),
+            running: s.running,
+            waiting: s.waiting,
+        }
+    }
+}
+
+/// New group limits, over those that apply now (the group's own, else the default): a field
+/// left out is left as it is; `null` removes the limit.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupLimitsRequest {
+    /// The cap on the group's jobs running at once across every worker (at least the
+    /// partition count), or `null` to remove it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>)]
+    pub concurrency: Option<Option<u32>>,
+    /// How many of the group's jobs may start per period (`10/s`, `600/min`), or `null` to
+    /// remove it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub rate: Option<Option<String>>,
+    /// Jobs the group may start per turn (1 to 1000).
+    #[serde(default)]
+    pub weight: Option<u32>,
+}
+
+/// Hold a group: start none of its jobs for a while.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupHoldRequest {
+    /// How long from now (`30s`, `5m`); a hold under way is never shortened.
+    pub duration: String,
 }
 
 /// A field that is present (`null` included) is `Some`.

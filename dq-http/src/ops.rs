@@ -1,5 +1,5 @@
 //! The operator endpoints: topics and stats, the dead queue, pause, resume and limits, the
-//! periodic schedules.
+//! limits and holds of a topic's groups, the periodic schedules.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -8,8 +8,9 @@ use dq_core::{DeadAction, DeadFilter};
 use crate::error::{ApiError, ErrorBody};
 use crate::jobs::{bad_query, page, payload};
 use crate::model::{
-    ControlOut, DeadActionRequest, DeadActionResponse, DeadListQuery, JobList, JobOut,
-    LimitsRequest, ScheduleOut, ScheduleRequest, ScheduleResponse, StatsOut, TopicOut,
+    ControlOut, DeadActionRequest, DeadActionResponse, DeadListQuery, GroupHoldRequest,
+    GroupLimitsRequest, GroupOut, JobList, JobOut, LimitsRequest, ScheduleOut, ScheduleRequest,
+    ScheduleResponse, StatsOut, TopicOut,
 };
 use crate::state::{AppState, JsonBody, duration};
 
@@ -305,6 +306,235 @@ pub(crate) async fn set_limits(
         t.set_concurrency(cap).await?;
     }
     Ok(Json(ControlOut::new(&topic, &t.control().await?)))
+}
+
+/// A group's view after `state` was read or written.
+async fn group_out(
+    shared: &AppState,
+    topic: &str,
+    group: Option<&str>,
+    state: &dq_core::GroupState,
+) -> Result<Json<GroupOut>, ApiError> {
+    let now_ms = shared.client.store().now_ms().await?;
+    Ok(Json(GroupOut::new(topic, group, state, now_ms)))
+}
+
+/// Reads a group (or, with `None`, every group), then applies `change` to its limits: new
+/// ones over those that apply now, or their removal. Everything is checked before anything
+/// is written.
+async fn change_group(
+    shared: AppState,
+    topic: String,
+    group: Option<String>,
+    change: Option<GroupLimitsRequest>,
+) -> Result<Json<GroupOut>, ApiError> {
+    let name = group.as_deref();
+    if let Some(g) = name {
+        dq_core::GroupName::new(g)?;
+    }
+    let rate = match change.as_ref().and_then(|c| c.rate.as_ref()) {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(text)) => {
+            Some(Some(text.parse::<dq_core::Rate>().map_err(|e| {
+                ApiError::invalid(format!("rate {text:?}: {e}"))
+            })?))
+        }
+    };
+    let t = shared.topic(&topic, false).await?;
+    let now = t.group_state(name).await?;
+    let limits = match change {
+        None => None,
+        Some(c) => {
+            let mut l = now.limits.or(now.default_limits).unwrap_or_default();
+            if let Some(rate) = rate {
+                l.rate = rate;
+            }
+            if let Some(cap) = c.concurrency {
+                l.concurrency = cap;
+            }
+            if let Some(w) = c.weight {
+                l.weight = w;
+            }
+            l.check(t.partitions())?;
+            Some(l)
+        }
+    };
+    let state = t.set_group_limits(name, limits).await?;
+    group_out(&shared, &topic, name, &state).await
+}
+
+/// The default limits of the topic's groups, and every group's running and waiting jobs.
+#[utoipa::path(
+    get, path = "/v1/topics/{topic}/groups", tag = "control",
+    params(("topic" = String, Path, description = "The topic")),
+    responses(
+        (status = 200, description = "The default limits, every group's jobs", body = GroupOut),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 404, description = "unknown_topic", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn groups(
+    State(shared): State<AppState>,
+    Path(topic): Path<String>,
+) -> Result<Json<GroupOut>, ApiError> {
+    let t = shared.topic(&topic, false).await?;
+    let state = t.group_state(None).await?;
+    group_out(&shared, &topic, None, &state).await
+}
+
+/// Set the default limits of every group without its own: a field left out keeps what the
+/// default has now, `null` removes a limit.
+#[utoipa::path(
+    put, path = "/v1/topics/{topic}/groups", tag = "control",
+    params(("topic" = String, Path, description = "The topic")),
+    request_body = GroupLimitsRequest,
+    responses(
+        (status = 200, description = "The default limits now", body = GroupOut),
+        (status = 400, description = "invalid_json, invalid_request", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
+        (status = 404, description = "unknown_topic", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn set_default_group_limits(
+    State(shared): State<AppState>,
+    Path(topic): Path<String>,
+    body: JsonBody<GroupLimitsRequest>,
+) -> Result<Json<GroupOut>, ApiError> {
+    change_group(shared, topic, None, Some(body.value)).await
+}
+
+/// Remove the default limits of the topic's groups.
+#[utoipa::path(
+    delete, path = "/v1/topics/{topic}/groups", tag = "control",
+    params(("topic" = String, Path, description = "The topic")),
+    responses(
+        (status = 200, description = "No default limits now", body = GroupOut),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
+        (status = 404, description = "unknown_topic", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn clear_default_group_limits(
+    State(shared): State<AppState>,
+    Path(topic): Path<String>,
+) -> Result<Json<GroupOut>, ApiError> {
+    change_group(shared, topic, None, None).await
+}
+
+/// One group's own limits (if any), the default ones, its hold, its running and waiting
+/// jobs.
+#[utoipa::path(
+    get, path = "/v1/topics/{topic}/groups/{group}", tag = "control",
+    params(
+        ("topic" = String, Path, description = "The topic"),
+        ("group" = String, Path, description = "The group"),
+    ),
+    responses(
+        (status = 200, description = "The group", body = GroupOut),
+        (status = 400, description = "invalid_request: a bad group name", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 404, description = "unknown_topic", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn group(
+    State(shared): State<AppState>,
+    Path((topic, group)): Path<(String, String)>,
+) -> Result<Json<GroupOut>, ApiError> {
+    dq_core::GroupName::new(group.as_str())?;
+    let t = shared.topic(&topic, false).await?;
+    let state = t.group_state(Some(&group)).await?;
+    group_out(&shared, &topic, Some(&group), &state).await
+}
+
+/// Set a group's own limits, over those that apply to it now (its own, else the default): a
+/// field left out is kept, `null` removes a limit.
+#[utoipa::path(
+    put, path = "/v1/topics/{topic}/groups/{group}", tag = "control",
+    params(
+        ("topic" = String, Path, description = "The topic"),
+        ("group" = String, Path, description = "The group"),
+    ),
+    request_body = GroupLimitsRequest,
+    responses(
+        (status = 200, description = "The group now", body = GroupOut),
+        (status = 400, description = "invalid_json, invalid_request", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
+        (status = 404, description = "unknown_topic", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn set_group_limits(
+    State(shared): State<AppState>,
+    Path((topic, group)): Path<(String, String)>,
+    body: JsonBody<GroupLimitsRequest>,
+) -> Result<Json<GroupOut>, ApiError> {
+    change_group(shared, topic, Some(group), Some(body.value)).await
+}
+
+/// Remove a group's own limits: it follows the default again.
+#[utoipa::path(
+    delete, path = "/v1/topics/{topic}/groups/{group}", tag = "control",
+    params(
+        ("topic" = String, Path, description = "The topic"),
+        ("group" = String, Path, description = "The group"),
+    ),
+    responses(
+        (status = 200, description = "The group now", body = GroupOut),
+        (status = 400, description = "invalid_request: a bad group name", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
+        (status = 404, description = "unknown_topic", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn clear_group_limits(
+    State(shared): State<AppState>,
+    Path((topic, group)): Path<(String, String)>,
+) -> Result<Json<GroupOut>, ApiError> {
+    change_group(shared, topic, Some(group), None).await
+}
+
+/// Hold a group: start none of its jobs for `duration` from now, in every partition (what a
+/// handler's `JobError::rate_limited` does for its group). A hold under way is never
+/// shortened.
+#[utoipa::path(
+    post, path = "/v1/topics/{topic}/groups/{group}/hold", tag = "control",
+    params(
+        ("topic" = String, Path, description = "The topic"),
+        ("group" = String, Path, description = "The group"),
+    ),
+    request_body = GroupHoldRequest,
+    responses(
+        (status = 200, description = "The group now", body = GroupOut),
+        (status = 400, description = "invalid_json, invalid_request", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
+        (status = 404, description = "unknown_topic", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn hold_group(
+    State(shared): State<AppState>,
+    Path((topic, group)): Path<(String, String)>,
+    body: JsonBody<GroupHoldRequest>,
+) -> Result<Json<GroupOut>, ApiError> {
+    let hold = duration("duration", &body.value.duration)?;
+    let name = dq_core::GroupName::new(group.as_str())?;
+    dq_core::group::check_change(&dq_core::GroupChange {
+        group: Some(name),
+        limits: None,
+        hold: Some(hold),
+    })?;
+    let t = shared.topic(&topic, false).await?;
+    let state = t.hold_group(&group, hold).await?;
+    group_out(&shared, &topic, Some(&group), &state).await
 }
 
 /// The periodic schedules, by name.

@@ -1,8 +1,8 @@
 //! The API over a real Redis with a Rust worker behind it, from Rust (reqwest): safe retries
 //! (a job key, an `Idempotency-Key`, a retry after the job ran), bulk checks, the body limit,
 //! untyped and unknown topics, read-only tokens, the error codes, the operator calls (pause,
-//! limits, the dead queue, schedules) and the served OpenAPI document. (That no token is logged:
-//! tests/logging.rs.)
+//! limits, groups, the dead queue, schedules) and the served OpenAPI document. (That no token
+//! is logged: tests/logging.rs.)
 
 mod common;
 
@@ -679,5 +679,182 @@ async fn a_priority_is_stored_and_one_out_of_range_is_refused_before_any_write()
         assert_eq!((status, &v["priority"]), (200, &json!(level)), "{key}: {v}");
         assert_eq!(t.job(key).await.unwrap().unwrap().priority.level(), level);
     }
+    s.stop().await;
+}
+
+/// `group` in a request is stored (the job view says it, single, bulk and keyless); a bad
+/// name is 400 `invalid_request` before any write. A group's limits are read, set over those
+/// that apply now (`null` removes one) and removed; so are the default ones; a group is held;
+/// bad limits, names and holds are 400 before any write; a read-only token reads them only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_are_stored_shown_limited_and_held() {
+    let s = serve("http-group", HttpConfig::default()).await;
+    let client = s.client.clone();
+    eventually("the namespace writes the newest format", WAIT, || {
+        let client = client.clone();
+        async move { client.store().formats().write() == dq_core::format::NEWEST_FORMAT }
+    })
+    .await;
+    let topic = format!("{}/v1/topics/{TOPIC}", s.url);
+    let jobs = format!("{topic}/jobs");
+    let t = s.client.admin().topic_with(TOPIC, 1).unwrap();
+    let payload = json!({"order_id": 1, "note": ""});
+    for bad in ["a b", "", "x\u{200b}"] {
+        let one = json!({"key": "bad", "payload": payload, "delay": "1h", "group": bad});
+        let (status, v) = post_rw(&jobs, one.clone(), &[]).await;
+        assert_eq!((status, code(&v)), (400, "invalid_request"), "{bad:?}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("invalid group name"),
+            "{v}"
+        );
+        let (status, v) = post_rw(&format!("{jobs}/bulk"), json!({"jobs": [one]}), &[]).await;
+        assert_eq!((status, code(&v)), (400, "invalid_request"), "{bad:?}: {v}");
+        let keyless = json!({"payload": payload, "delay": "1h", "group": bad});
+        let (status, _) = post_rw(&jobs, keyless, &[]).await;
+        assert_eq!(status, 400);
+    }
+    assert_eq!(t.stats().await.unwrap().enqueued, 0);
+
+    let one = json!({"key": "g1", "payload": payload, "delay": "1h", "group": "tenant-7"});
+    let (status, v) = post_rw(&jobs, one, &[]).await;
+    assert_eq!(status, 201, "{v}");
+    let bulk = json!({"jobs": [
+        {"key": "g2", "payload": payload, "delay": "1h", "group": "tenant-8"},
+        {"key": "plain", "payload": payload, "delay": "1h"},
+    ]});
+    let (status, v) = post_rw(&format!("{jobs}/bulk"), bulk, &[]).await;
+    assert_eq!(status, 200, "{v}");
+    let keyless = json!({"payload": payload, "delay": "1h", "group": "tenant-9"});
+    let (status, v) = post_rw(&jobs, keyless, &[]).await;
+    assert_eq!(status, 201, "{v}");
+    let generated = v["key"].as_str().unwrap().to_owned();
+    for (key, group) in [
+        ("g1", json!("tenant-7")),
+        ("g2", json!("tenant-8")),
+        ("plain", Value::Null),
+        (generated.as_str(), json!("tenant-9")),
+    ] {
+        let (status, v) = get_rw(&format!("{jobs}/{key}")).await;
+        assert_eq!((status, &v["group"]), (200, &group), "{key}: {v}");
+        let stored = t.job(key).await.unwrap().unwrap().group;
+        assert_eq!(
+            stored.as_ref().map(|g| json!(g.as_str())),
+            group.as_str().map(|g| json!(g))
+        );
+    }
+    let (_, v) = get_rw(&format!("{jobs}?state=scheduled")).await;
+    assert!(
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|j| j["group"] == "tenant-7"),
+        "{v}"
+    );
+
+    let put = |url: String, body: Value| async move {
+        call(
+            reqwest::Method::PUT,
+            &url,
+            Some(TOKEN),
+            Some(body.to_string()),
+            &[],
+        )
+        .await
+    };
+    let delete = |url: String| async move {
+        call(reqwest::Method::DELETE, &url, Some(TOKEN), None, &[]).await
+    };
+    let groups = format!("{topic}/groups");
+    let (status, v) = get_rw(&groups).await;
+    assert_eq!(
+        (status, &v["group"], &v["default_limits"], &v["running"]),
+        (200, &Value::Null, &Value::Null, &json!(0)),
+        "{v}"
+    );
+    let (status, v) = put(groups.clone(), json!({"concurrency": 4, "rate": "10/s"})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["default_limits"],
+        json!({"concurrency": 4, "rate": "10/s", "weight": 1}),
+        "{v}"
+    );
+    let one = format!("{groups}/tenant-7");
+    let (status, v) = put(one.clone(), json!({"weight": 3, "rate": null})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (&v["group"], &v["limits"]),
+        (
+            &json!("tenant-7"),
+            &json!({"concurrency": 4, "rate": null, "weight": 3})
+        ),
+        "{v}"
+    );
+    let own = t
+        .group_state(Some("tenant-7"))
+        .await
+        .unwrap()
+        .limits
+        .unwrap();
+    assert_eq!((own.concurrency, own.rate, own.weight), (Some(4), None, 3));
+
+    // bad input: 400, nothing changed
+    let before = t.group_state(Some("tenant-7")).await.unwrap();
+    for body in [
+        json!({"weight": 0}),
+        json!({"weight": 1001}),
+        json!({"concurrency": 0}),
+        json!({"rate": "fast"}),
+    ] {
+        let (status, v) = put(one.clone(), body.clone()).await;
+        assert_eq!((status, code(&v)), (400, "invalid_request"), "{body}: {v}");
+    }
+    let (status, v) = put(one.clone(), json!({"colour": "red"})).await;
+    assert_eq!((status, code(&v)), (400, "invalid_json"), "{v}");
+    let (status, v) = put(format!("{groups}/a%20b"), json!({"weight": 2})).await;
+    assert_eq!((status, code(&v)), (400, "invalid_request"), "{v}");
+    for body in [json!({"duration": "0s"}), json!({"duration": "soon"})] {
+        let (status, v) = post_rw(&format!("{one}/hold"), body.clone(), &[]).await;
+        assert_eq!((status, code(&v)), (400, "invalid_request"), "{body}: {v}");
+    }
+    assert_eq!(t.group_state(Some("tenant-7")).await.unwrap(), before);
+
+    // a read-only token reads and changes nothing
+    let ro = Some(READ_TOKEN);
+    let (status, v) = call(reqwest::Method::GET, &one, ro, None, &[]).await;
+    assert_eq!((status, &v["limits"]["weight"]), (200, &json!(3)), "{v}");
+    let (status, _) = call(
+        reqwest::Method::PUT,
+        &one,
+        ro,
+        Some(json!({"weight": 1}).to_string()),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, _) = call(reqwest::Method::DELETE, &groups, ro, None, &[]).await;
+    assert_eq!(status, 403);
+
+    // a hold, then the group's own limits removed, then the default ones
+    let (status, v) = post_rw(&format!("{one}/hold"), json!({"duration": "10m"}), &[]).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["held_until"].is_string(), "{v}");
+    assert!(
+        t.group_state(Some("tenant-7"))
+            .await
+            .unwrap()
+            .held_until_ms
+            .is_some()
+    );
+    let (status, v) = delete(one.clone()).await;
+    assert_eq!((status, &v["limits"]), (200, &Value::Null), "{v}");
+    assert!(v["default_limits"].is_object(), "{v}");
+    let (status, v) = delete(groups.clone()).await;
+    assert_eq!((status, &v["default_limits"]), (200, &Value::Null), "{v}");
+    let state = t.group_state(None).await.unwrap();
+    assert_eq!(state.default_limits, None);
     s.stop().await;
 }

@@ -50,6 +50,9 @@ fn the_document_describes_every_route() {
         "/v1/topics/{topic}/jobs/{key}/reschedule",
         "/v1/topics/{topic}/dead/requeue",
         "/v1/topics/{topic}/limits",
+        "/v1/topics/{topic}/groups",
+        "/v1/topics/{topic}/groups/{group}",
+        "/v1/topics/{topic}/groups/{group}/hold",
         "/v1/schedules/{name}",
     ] {
         assert!(

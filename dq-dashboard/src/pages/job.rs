@@ -158,6 +158,7 @@ pub(super) async fn job_page(
             tr { th { "Enqueued" } td { (when(job.created_ms, now_ms)) } }
             tr { th { "Attempts" } td data-field="attempts" { (job.attempts) } }
             tr { th { "Priority" } td data-field="priority" data-priority=(job.priority.level()) { (priority_text(job.priority)) } }
+            @if let Some(g) = &job.group { tr { th { "Group" } td data-field="group" { code { (g) } } } }
             @if let Some(d) = job.lease_deadline_ms { tr { th { "Lease until" } td { (when(d, now_ms)) } } }
             @if let Some(d) = job.died_ms { tr { th { "Died" } td { (when(d, now_ms)) } } }
             @if let Some(e) = job.expires_ms { tr { th { "Expires" } td { (when(e, now_ms)) " unless started" } } }

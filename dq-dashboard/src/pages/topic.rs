@@ -141,6 +141,7 @@ pub(super) async fn topic_page(
     let control = tc.control().await?;
     let (retention, recording_events) = (control.retention, control.events.is_some());
     let stats = tc.stats().await?;
+    let groups = tc.group_state(None).await?;
     let now_ms = shared.client.store().now_ms().await?;
     let samples: Vec<_> = shared
         .history
@@ -165,6 +166,10 @@ pub(super) async fn topic_page(
         p.muted #throttles { "Throttles: " span data-stat="throttles" { (stats.throttles) } " (times a handler asked to slow the topic down)" }
         @if stats.expired_before_start > 0 { p.muted #expired-before-start { "Expired before they started: " span data-stat="expired_before_start" { (stats.expired_before_start) } " (dropped, never run: their expiry came first)" } }
         @if stats.succeeded_after_cancel_request > 0 { p.muted #after-cancel { "Succeeded after a cancel request: " span data-stat="succeeded_after_cancel_request" { (stats.succeeded_after_cancel_request) } " (counted as succeeded, not cancelled: the handler finished anyway)" } }
+        @if groups.default_limits.is_some() || groups.running > 0 || groups.waiting > 0 {
+            p.muted #groups { "Groups: " span data-stat="group_running" { (groups.running) } " grouped jobs running, " span data-stat="group_waiting" { (groups.waiting) } " waiting for their group's turn; default limits: "
+                span data-field="default_group_limits" { (groups.default_limits.as_ref().map_or("none".to_owned(), group_limits_text)) } }
+        }
         form.search method="get" action=(base) {
             input type="text" name="key" placeholder="Find a job by key" value=[missing.as_deref()] required;
             button type="submit" { "Find" }
@@ -227,6 +232,16 @@ pub(super) async fn topic_page(
     };
     let crumbs = html! { a href=(shared.home()) { "Topics" } " / " span { (name) } };
     Ok(layout(&shared, &name, q.after.is_none(), crumbs, body))
+}
+
+/// Group limits in words: `concurrency 4, rate 10/s, weight 2`.
+fn group_limits_text(l: &dq_core::GroupLimits) -> String {
+    format!(
+        "concurrency {}, rate {}, weight {}",
+        l.concurrency.map_or("none".to_owned(), |c| c.to_string()),
+        l.rate.map_or("none".to_owned(), |r| r.to_string()),
+        l.weight
+    )
 }
 
 /// How long an outcome is kept, as the topic page says it.
