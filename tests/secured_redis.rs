@@ -87,8 +87,21 @@ async fn a_user_with_dqs_acl_rule_runs_producer_worker_and_tools() {
         .start()
         .await
         .unwrap();
+    // (groups with a cap and keys with a window: the commands of their scripts too)
+    client
+        .topic("secured.jobs")
+        .unwrap()
+        .set_group_limits(None, Some(dq::GroupLimits::new().concurrency(2)))
+        .await
+        .unwrap();
     for n in 0..30u64 {
-        let e = client.enqueue::<secured_job>(n).key(format!("j{n}"));
+        let mut e = client.enqueue::<secured_job>(n).key(format!("j{n}"));
+        if n.is_multiple_of(2) {
+            e = e.group(format!("g{}", n % 3));
+        }
+        if n == 1 {
+            e = e.unique_for(Duration::from_secs(60));
+        }
         if n.is_multiple_of(3) {
             e.delay(Duration::from_millis(100)).await.unwrap();
         } else {

@@ -261,6 +261,11 @@ pub const CAP_RECHECK: Duration = Duration::from_secs(2);
 /// ended): the bound on a fetch's cost whatever the number of groups with work.
 pub const GROUP_SCAN: usize = 32;
 
+/// How many groups a fetch looks at beyond its room left (at most [`GROUP_SCAN`] in all): a
+/// fetch for a few jobs reads a few groups' settings, with some spare for groups that turn
+/// out to have nothing due.
+pub const GROUP_SPARE: usize = 4;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::partition::{Counters, Partition};
-use crate::group::{CAP_RECHECK, GROUP_SCAN, GroupChange, GroupLimits, GroupName, GroupState};
+use crate::group::{
+    CAP_RECHECK, GROUP_SCAN, GROUP_SPARE, GroupChange, GroupLimits, GroupName, GroupState,
+};
 use crate::job::Queue;
 use crate::names::JobKey;
 use crate::store::lease::{Delivery, NewerRecord};
@@ -329,22 +331,24 @@ impl Groups {
         }
     }
 
-    /// The groups a fetch looks at (fetch.lua `group_candidates`): those whose wait ended,
-    /// earliest first, then the rotation's head, at most [`GROUP_SCAN`] in all.
-    fn candidates(&self, now: u64) -> Vec<Candidate> {
+    /// The groups a fetch with room for `room` more jobs looks at (fetch.lua
+    /// `group_candidates`): those whose wait ended, earliest first, then the rotation's head,
+    /// at most `room` + [`GROUP_SPARE`] and [`GROUP_SCAN`] in all.
+    fn candidates(&self, now: u64, room: usize) -> Vec<Candidate> {
+        let scan = GROUP_SCAN.min(room + GROUP_SPARE);
         let mut names: Vec<(GroupName, bool)> = self
             .waiting
             .iter()
             .take_while(|(at, _)| *at <= now)
-            .take(GROUP_SCAN)
+            .take(scan)
             .map(|(_, g)| (g.clone(), true))
             .collect();
-        if names.len() < GROUP_SCAN {
+        if names.len() < scan {
             let from_wait: HashSet<GroupName> = names.iter().map(|(g, _)| g.clone()).collect();
             let head: Vec<GroupName> = self
                 .rotation
                 .iter()
-                .take(GROUP_SCAN - names.len())
+                .take(scan - names.len())
                 .filter(|(_, g)| !from_wait.contains(g))
                 .map(|(_, g)| g.clone())
                 .collect();
@@ -396,9 +400,11 @@ impl Partition {
         if !pass.has_groups || want == 0 {
             return;
         }
-        let cands = pass
-            .cands
-            .get_or_insert_with(|| self.sets.groups.candidates(now));
+        let cands = pass.cands.get_or_insert_with(|| {
+            self.sets
+                .groups
+                .candidates(now, max_jobs.saturating_sub(jobs.len()))
+        });
         let weight_of = |st: &Candidate| st.limits.map_or(1, |l| l.weight as usize);
         let mut left = want.min(max_jobs.saturating_sub(jobs.len()));
         for _ in 0..GROUP_ROUNDS {

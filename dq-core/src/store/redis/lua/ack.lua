@@ -184,11 +184,16 @@ if #done > 0 then
   call_many('ZREM', active, done)
   local woke = false
   if grouped then
+    local ended = {}
     for j, key in ipairs(done) do
       local rec = recs[j]
       local group = rec and is_record(rec) and group_of(rec)
-      if group and group_done(gs, group, key) then woke = true end
+      if group then
+        ended[#ended + 1] = group
+        ended[#ended + 1] = key
+      end
     end
+    if #ended > 0 then woke = groups_done(gs, ended) end
   end
   if capped or woke then wake(wake_key) end
   if keeping then

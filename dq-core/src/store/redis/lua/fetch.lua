@@ -414,6 +414,8 @@ end
 -- GROUP_SCAN groups are looked at (group.rs): the cost of a fetch does not grow with the
 -- number of groups. Reads only; the writes come with the others (`write_groups`).
 local GROUP_SCAN = 32
+-- Groups looked at beyond the room left (group.rs GROUP_SPARE).
+local GROUP_SPARE = 4
 local GROUP_ROUNDS = 64
 -- How long a group at its cap waits if no job of its ends meanwhile (group.rs CAP_RECHECK).
 local CAP_RECHECK_MS = 2000
@@ -451,12 +453,15 @@ end
 local function group_candidates()
   cands = {}
   local names, from_wait = {}, {}
-  for _, g in ipairs(redis.call('ZRANGEBYSCORE', gwait, '-inf', now, 'LIMIT', 0, GROUP_SCAN)) do
+  -- (no more than the room left and a few for groups that turn out empty: a small fetch reads
+  -- a few groups' settings, not GROUP_SCAN's)
+  local scan = math.min(GROUP_SCAN, max_jobs - #lease_keys + GROUP_SPARE)
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', gwait, '-inf', now, 'LIMIT', 0, scan)) do
     names[#names + 1] = g
     from_wait[g] = true
   end
-  if #names < GROUP_SCAN then
-    for _, g in ipairs(redis.call('ZRANGE', groups, 0, GROUP_SCAN - 1 - #names)) do
+  if #names < scan then
+    for _, g in ipairs(redis.call('ZRANGE', groups, 0, scan - 1 - #names)) do
       if not from_wait[g] then names[#names + 1] = g end
     end
   end

@@ -746,6 +746,37 @@ local function push_grouped(q, jobs, front)
   end
 end
 
+-- Grouped jobs left `active` (an ack's batch): `ended` is {group, key, ...}. One ZREM of
+-- gactive and one ZMSCORE of gwait for the batch; the groups found waiting get their turn
+-- back. Returns true when one did.
+local function groups_done(gs, ended)
+  local members, names, seen = {}, {}, {}
+  for i = 1, #ended, 2 do
+    members[#members + 1] = ended[i] .. '\0' .. ended[i + 1]
+    if not seen[ended[i]] then
+      seen[ended[i]] = true
+      names[#names + 1] = ended[i]
+    end
+  end
+  call_many('ZREM', gs.gactive, members)
+  local waiting = {}
+  for i = 1, #names, SLICE do
+    local scores = redis.call('ZMSCORE', gs.gwait, unpack(names, i, math.min(i + SLICE - 1, #names)))
+    for j, score in ipairs(scores) do
+      if score then waiting[#waiting + 1] = names[i + j - 1] end
+    end
+  end
+  if #waiting == 0 then return false end
+  call_many('ZREM', gs.gwait, waiting)
+  local place, turns = places(gs.stats, #waiting, false), {}
+  for _, g in ipairs(waiting) do
+    turns[#turns + 1] = place()
+    turns[#turns + 1] = g
+  end
+  redis.call('ZADD', gs.groups, 'NX', unpack(turns))
+  return true
+end
+
 -- A grouped job left `active` (its end, a release, a recovered lease): it no longer counts
 -- against its group's cap, and a group waiting in gwait gets its turn back (the fetch that
 -- serves it looks at its limits again). Returns true when a group got its turn back (the
