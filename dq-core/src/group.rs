@@ -218,11 +218,11 @@ pub struct GroupChange {
 }
 
 /// A group's settings and state in one partition, or summed over a topic's partitions
-/// ([`TopicClient::group`](crate::TopicClient::group)).
+/// ([`TopicClient::group_state`](crate::TopicClient::group_state)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GroupState {
     /// Its own limits, if set (the partition's share; the topic's whole limits from
-    /// [`TopicClient::group`](crate::TopicClient::group)).
+    /// [`TopicClient::group_state`](crate::TopicClient::group_state)).
     pub limits: Option<GroupLimits>,
     /// The default limits of the topic's groups, if set (same shares as `limits`).
     pub default_limits: Option<GroupLimits>,

@@ -302,6 +302,8 @@ pub struct JobContext {
     /// The first type [`JobContext::data`] did not find, shared by clones: the worker reads it
     /// after a failed run, so the deferral holds whatever error the handler made of it.
     missing: Arc<OnceLock<&'static str>>,
+    /// The job's group, if it has one.
+    group: Option<crate::group::GroupName>,
 }
 
 impl JobContext {
@@ -331,7 +333,19 @@ impl JobContext {
             data,
             reporter: Reporting(None),
             missing: Arc::default(),
+            group: None,
         }
+    }
+
+    /// The context of a job in `group` (the worker sets the delivery's group).
+    pub fn with_group(mut self, group: Option<crate::group::GroupName>) -> Self {
+        self.group = group;
+        self
+    }
+
+    /// The job's group ([`crate::group`]), if it has one.
+    pub fn group(&self) -> Option<&crate::group::GroupName> {
+        self.group.as_ref()
     }
 
     /// Sends [`JobContext::progress`] and [`JobContext::log`] to `reporter` (the worker binds

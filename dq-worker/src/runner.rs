@@ -134,6 +134,7 @@ pub(crate) async fn run(
             shared.data.clone(),
         )
         .with_lease_deadline(deadline.clone())
+        .with_group(delivery.group.clone())
         .with_reporter(Arc::new(dq_core::progress::LeaseReporter {
             store: shared.store.clone(),
             queue: delivery.queue.clone(),
