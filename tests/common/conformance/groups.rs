@@ -362,3 +362,50 @@ pub async fn a_group_emptied_and_refilled_by_one_fetch_keeps_its_turn<H: Harness
     ack_all(h, &q, &first.jobs).await;
     ack_all(h, &q, &second.jobs).await;
 }
+
+/// A waiting job replaced by one of a group runs only within that group's limits, whatever
+/// entry its earlier self left in the due queue of jobs of no group (the ready list, or
+/// `pready` for another priority than normal).
+pub async fn a_job_replaced_into_a_group_keeps_its_limits<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("groups.replace").unwrap();
+    let q = queue("groups.replace");
+    t.set_group_limits(Some("g"), Some(GroupLimits::new().concurrency(1)))
+        .await
+        .unwrap();
+    put(&t, "g", "running").await;
+    let running = fetch_one(h, &q, &req()).await;
+    assert_eq!(running.key.as_str(), "running");
+    t.enqueue(raw(0)).key("plain").await.unwrap();
+    t.enqueue(raw(0))
+        .key("urgent")
+        .priority(dq::Priority::HIGH)
+        .await
+        .unwrap();
+    for key in ["plain", "urgent"] {
+        let out = t
+            .enqueue(raw(1))
+            .key(key)
+            .group("g")
+            .replace()
+            .await
+            .unwrap();
+        assert_eq!(out.outcome, EnqueueOutcome::Replaced, "{key}");
+    }
+    // g is at its cap: neither runs
+    let held = fetch(h, &q, &req()).await;
+    assert!(held.jobs.is_empty(), "{held:?}");
+    assert_eq!(t.group_state(Some("g")).await.unwrap().waiting, 2);
+    // g's one job ends: one of them, then the other
+    ack_all(h, &q, &[running]).await;
+    let first = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(first.len(), 1, "{:?}", keys_of(&first));
+    ack_all(h, &q, &first).await;
+    let second = fetch(h, &q, &req()).await.jobs;
+    assert_eq!(second.len(), 1, "{:?}", keys_of(&second));
+    let mut keys = keys_of(&first);
+    keys.extend(keys_of(&second));
+    keys.sort();
+    assert_eq!(keys, ["plain", "urgent"]);
+    ack_all(h, &q, &second).await;
+}

@@ -165,6 +165,7 @@ macro_rules! conformance_suite {
             groups::a_job_keeps_its_group_through_every_move,
             groups::a_group_is_checked_and_needs_format_6,
             groups::a_group_emptied_and_refilled_by_one_fetch_keeps_its_turn,
+            groups::a_job_replaced_into_a_group_keeps_its_limits,
             formats::both_formats_live_a_whole_job_life,
             formats::a_newer_record_is_left_untouched_and_reported,
             formats::older_records_stay_readable_as_newer_ones_are_written,

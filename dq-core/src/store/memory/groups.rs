@@ -333,14 +333,17 @@ impl Groups {
 
     /// The groups a fetch with room for `room` more jobs looks at (fetch.lua
     /// `group_candidates`): those whose wait ended, earliest first, then the rotation's head,
-    /// at most `room` + [`GROUP_SPARE`] and [`GROUP_SCAN`] in all.
+    /// at most `room` + [`GROUP_SPARE`] and [`GROUP_SCAN`] in all, at most half of them
+    /// waited.
     fn candidates(&self, now: u64, room: usize) -> Vec<Candidate> {
         let scan = GROUP_SCAN.min(room + GROUP_SPARE);
+        // (at most half of them groups whose wait ended: fetch.lua's `waited`)
+        let waited = (scan / 2).max(1);
         let mut names: Vec<(GroupName, bool)> = self
             .waiting
             .iter()
             .take_while(|(at, _)| *at <= now)
-            .take(scan)
+            .take(waited)
             .map(|(_, g)| (g.clone(), true))
             .collect();
         if names.len() < scan {

@@ -396,7 +396,8 @@ local function take_pready(lo, hi)
       if rec and not is_record(rec) then
         if not seen[key] then corrupt(key, rec) end
       elseif rec and state_of(rec) == STATE.ready and not seen[key]
-          and priority_of(rec) ~= NORMAL_PRIORITY then
+          and priority_of(rec) ~= NORMAL_PRIORITY and not GROUP.of(rec) then
+        -- (a grouped job's is a stale hint: it waits in gready, within its group's limits)
         seen[key] = true
         cand_keys[#cand_keys + 1] = key
         cand_recs[#cand_recs + 1] = rec
@@ -456,7 +457,10 @@ local function group_candidates()
   -- (no more than the room left and a few for groups that turn out empty: a small fetch reads
   -- a few groups' settings, not GROUP_SCAN's)
   local scan = math.min(GROUP_SCAN, max_jobs - #lease_keys + GROUP_SPARE)
-  for _, g in ipairs(redis.call('ZRANGEBYSCORE', gwait, '-inf', now, 'LIMIT', 0, scan)) do
+  -- (at most half of them groups whose wait ended: many groups at their cap, looked at again
+  -- every CAP_RECHECK_MS, never crowd out the rotation)
+  local waited = math.max(1, math.floor(scan / 2))
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', gwait, '-inf', now, 'LIMIT', 0, waited)) do
     names[#names + 1] = g
     from_wait[g] = true
   end
@@ -675,7 +679,11 @@ local function take_ready()
         candidate(key, rec)
       elseif b1 and b1 >= FIRST_VERSIONED and b1 <= NEWEST_FORMAT and b2 == READY_BYTE
           and #rec >= header_len(rec) then
-        if not seen[key] then candidate(key, rec) end
+        -- (a grouped job's hint here is stale: it waits in gready, within its group's limits;
+        -- a record of format 6 on says so by its group length byte)
+        if not seen[key] and (b1 < GROUP.FORMAT or byte(rec, GROUP.LEN_AT) == 0) then
+          candidate(key, rec)
+        end
       elseif rec and not is_record(rec) and is_newer(rec) then
         -- left in the list with every entry behind it; not work this fetch can do
         met_newer(ready, key, rec)
@@ -820,12 +828,14 @@ end
 local checks = {}
 if #corrupt_keys > 0 or n_jobs == 0 then
   checks = {dead, 'zset', hist, 'hash', leases, 'hash', kept, 'hash', kept_at, 'zset',
-    groups, 'zset', gwait, 'zset'}
+    groups, 'zset', gwait, 'zset', gready, 'zset'}
 elseif #expired_keys > 0 then
   checks = {hist, 'hash', kept, 'hash', kept_at, 'zset'}
 end
 -- (the group keys the writes touch and no read checked: gactive for grouped jobs leased;
--- gready and groups for grouped jobs queued when no group was looked at)
+-- gready and groups for grouped jobs queued when no group was looked at. When groups were
+-- looked at, ZRANGE of groups, ZRANGEBYSCORE of gwait, HMGET of gctl and ZRANGEBYLEX of
+-- gready, all before any write, refused a key of another type.)
 if #gleased > 0 then
   checks[#checks + 1] = gactive; checks[#checks + 1] = 'zset'
 end
@@ -965,9 +975,15 @@ if scan then
         redis.call('ZADD', dead, now, key)
         repaired = repaired + 1
       elseif state == STATE.ready and GROUP.of(rec) then
-        -- (its hint is a member of gready, not found by key: its group must be queued)
+        -- (its hint is a member of gready, not found by key: a group with no member at all
+        -- gets this one's again; a group with members must have a turn or a wait)
         local g = GROUP.of(rec)
-        if not redis.call('ZSCORE', groups, g) and not redis.call('ZSCORE', gwait, g) then
+        local lo, hi = GROUP.range(g)
+        if redis.call('ZLEXCOUNT', gready, lo, hi) == 0 then
+          push_ready(q, key, rec)
+          ready_left = true
+          repaired = repaired + 1
+        elseif not redis.call('ZSCORE', groups, g) and not redis.call('ZSCORE', gwait, g) then
           redis.call('ZADD', groups, GROUP.places(stats, 1, false)(), g)
           ready_left = true
           repaired = repaired + 1

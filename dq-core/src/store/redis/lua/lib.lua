@@ -773,7 +773,9 @@ local function groups_done(gs, ended)
     turns[#turns + 1] = place()
     turns[#turns + 1] = g
   end
-  redis.call('ZADD', gs.groups, 'NX', unpack(turns))
+  for i = 1, #turns, SLICE do
+    redis.call('ZADD', gs.groups, 'NX', unpack(turns, i, math.min(i + SLICE - 1, #turns)))
+  end
   return true
 end
 
@@ -791,7 +793,7 @@ end
 -- The group helpers a fetch uses, in one table (a function may hold at most 60 upvalues, and
 -- fetch's body uses many of this library's locals).
 local GROUP = {of = group_of, range = group_range, key = member_key, limits = parse_group_limits,
-  done = group_done, places = places}
+  done = group_done, places = places, FORMAT = GROUP_FORMAT, LEN_AT = GROUP_HEADER_LEN}
 
 -- The places of `n` jobs queued at the back (or, with `front`, the front) of their priority:
 -- a function giving the score of the next one of `priority` (one counter bump per call).

@@ -56,7 +56,7 @@ local has_control = redis.call('EXISTS', control) == 1
 local keep = nil -- {kept, kept_at, policy, now} when cancelled jobs are kept
 local ev = nil -- the event context when the partition records events
 if has_control then
-  bad = check_types({control, 'hash', hist, 'hash', ready, 'list'})
+  bad = check_types({control, 'hash', hist, 'hash', ready, 'list', pready, 'zset'})
   if bad then return bad end
   local ctl = redis.call('HMGET', control, 'keep', 'events')
   local policy = keep_policy(ctl[1])
