@@ -239,9 +239,31 @@ impl Completer {
     }
 }
 
+/// Runs `call` on each of the topic's partitions but `queue`'s, retried through connection
+/// trouble: what a handler's throttle, done by `fail` in its own partition, asks of the others.
+/// Best effort: a partition that cannot be reached is logged (as `what`) and left as it is.
+async fn on_other_partitions<T, Fut>(
+    queue: &Queue,
+    partitions: u16,
+    what: &str,
+    call: impl Fn(Queue) -> Fut,
+) where
+    Fut: std::future::Future<Output = dq_core::Result<T>>,
+{
+    for p in (0..partitions).filter(|p| *p != queue.partition) {
+        let other = Queue::new(queue.topic.clone(), p);
+        let result = (|| call(other.clone()))
+            .retry(persist())
+            .when(Error::is_retryable)
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(partition = p, error = %e, "could not {what}");
+        }
+    }
+}
+
 /// A handler's throttle holds its own partition (`fail` did that); the topic's other
 /// partitions get the same pause, so no worker leases another job of the topic before then.
-/// Best effort: a partition that cannot be reached is logged and left as it is.
 async fn throttle_other_partitions(
     store: &Arc<dyn Store>,
     queue: &Queue,
@@ -252,20 +274,15 @@ async fn throttle_other_partitions(
         throttle: Some(delay),
         ..dq_core::ControlChange::default()
     };
-    for p in (0..partitions).filter(|p| *p != queue.partition) {
-        let other = Queue::new(queue.topic.clone(), p);
-        let result = (|| async { store.control(&other, &change).await })
-            .retry(persist())
-            .when(Error::is_retryable)
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(partition = p, error = %e, "could not throttle a partition");
-        }
-    }
+    on_other_partitions(queue, partitions, "throttle a partition", |q| {
+        let (store, change) = (store.clone(), change);
+        async move { store.control(&q, &change).await }
+    })
+    .await;
 }
 
 /// A grouped job's throttle holds its group in its own partition (`fail` did that); the
-/// topic's other partitions hold the group too. Best effort, as [`throttle_other_partitions`].
+/// topic's other partitions hold the group too.
 async fn hold_group_elsewhere(
     store: &Arc<dyn Store>,
     queue: &Queue,
@@ -278,16 +295,11 @@ async fn hold_group_elsewhere(
         limits: None,
         hold: Some(delay),
     };
-    for p in (0..partitions).filter(|p| *p != queue.partition) {
-        let other = Queue::new(queue.topic.clone(), p);
-        let result = (|| async { store.group(&other, &change).await })
-            .retry(persist())
-            .when(Error::is_retryable)
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(partition = p, error = %e, "could not hold a group in a partition");
-        }
-    }
+    on_other_partitions(queue, partitions, "hold a group in a partition", |q| {
+        let (store, change) = (store.clone(), change.clone());
+        async move { store.group(&q, &change).await }
+    })
+    .await;
 }
 
 /// Reports each written failure of a batch (see [`report`]), or the batch's error.

@@ -152,7 +152,7 @@ impl Groups {
         self.running.get(group).map_or(0, |r| r.len() as u64)
     }
 
-    /// A running grouped job left `active` (lib.lua `group_done`): it no longer counts
+    /// A running grouped job left `active` (lib.lua `groups_done`): it no longer counts
     /// against its group's cap, and a waiting group gets its turn back at `turn` (the back).
     /// Whether it did (the caller wakes a fetcher).
     pub(super) fn done(&mut self, group: &GroupName, key: &JobKey, turn: i64) -> bool {

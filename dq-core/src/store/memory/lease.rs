@@ -622,7 +622,7 @@ impl Partition {
             });
         }
         let capped = self.control.conc.is_some();
-        // a grouped job frees its group's slot, whatever the action (fail.lua `group_done`)
+        // a grouped job frees its group's slot, whatever the action (fail.lua `groups_done`)
         let group = rec.group.clone();
         if matches!(action, FailAction::Cancel) || self.control.cancels.contains_key(key) {
             self.sets

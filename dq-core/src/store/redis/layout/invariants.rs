@@ -597,6 +597,15 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
         });
     };
     let hints: BTreeSet<&str> = part.ready.iter().map(String::as_str).collect();
+    // `gready`'s hints as (group, job key): `<group> NUL <priority digit> <place, 16 hex> <key>`
+    let group_hints: BTreeSet<(&str, &str)> = part
+        .gready
+        .keys()
+        .filter_map(|m| {
+            let (g, rest) = m.split_once('\0')?;
+            Some((g, rest.get(17..)?))
+        })
+        .collect();
     let mut states: BTreeMap<&str, JobState> = BTreeMap::new();
     for (job, rec) in &part.jobs {
         if JobKey::stored(job.clone()).is_err() {
@@ -655,13 +664,7 @@ fn check_partition(at: &str, part: &PartitionSnapshot, now_ms: u64, v: &mut Vec<
             JobState::Ready if group.is_some() => {
                 // a ready grouped job has its hint in `gready`, and its group a turn or a wait
                 let g = group.unwrap_or_default();
-                let prefix = format!("{g}\0");
-                let hinted = part.gready.keys().any(|m| {
-                    m.starts_with(&prefix)
-                        && m.len() == prefix.len() + 17 + job.len()
-                        && m.ends_with(job.as_str())
-                });
-                if !hinted {
+                if !group_hints.contains(&(g, job.as_str())) {
                     say(format!(
                         "ready job {job:?} has no hint in `gready` (never delivered)"
                     ));

@@ -20,8 +20,8 @@
 -- KEYS[13] uniq_at dq:{topic#p}:uniq_at  ZSET key -> window end ms (lib.lua `end_unique`)
 -- KEYS[14] gactive dq:{topic#p}:gactive  ZSET the running grouped jobs: an acked one leaves it,
 -- KEYS[15] groups dq:{topic#p}:groups    ZSET and its group, if waiting in gwait, gets its turn
--- KEYS[16] gwait  dq:{topic#p}:gwait     ZSET back (lib.lua `group_done`); a topic without
---                                         running grouped jobs pays one EXISTS per call
+-- KEYS[16] gwait  dq:{topic#p}:gwait     ZSET back (lib.lua `groups_done`); a topic without
+--                                         running grouped jobs pays one ZCARD per call
 --
 -- ARGV[1] the worker's id (kept with each job when the topic keeps succeeded jobs)
 -- ARGV[2..]: quads key, token, started, result — token: the delivery token from fetch
@@ -157,9 +157,10 @@ if #done > 0 then
     if bad then return bad end
   end
   -- grouped jobs running: the acked ones' groups are read from their records
-  local grouped = redis.call('EXISTS', gs.gactive) == 1
+  -- (ZCARD refuses a gactive of another type before any write; 0 when absent)
+  local grouped = redis.call('ZCARD', gs.gactive) > 0
   if grouped then
-    local bad = check_types({gs.gactive, 'zset', gs.groups, 'zset', gs.gwait, 'zset'})
+    local bad = check_types({gs.groups, 'zset', gs.gwait, 'zset'})
     if bad then return bad end
   end
   local recs, hists, progs

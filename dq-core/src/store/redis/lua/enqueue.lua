@@ -417,19 +417,18 @@ for i = 0, n - 1 do
     end
     if expires > MAX_DUE then expires = MAX_DUE end
     records[#records + 1] = key
-    -- pack_record(format, new_state, 0, due, now, 0, payload, expires, priority), in one
-    -- concatenation.
-    if format >= FORMAT.group then
-      local g = group or ''
+    -- pack_record(format, new_state, 0, due, now, 0, payload, expires, priority, group), with
+    -- the header shared by the call packed once.
+    if format >= FORMAT.expiring then
+      -- format 4's expiry, then format 5's priority, then format 6's group
+      local tail = struct.pack('>I6', expires)
+      if format >= FORMAT.priority then tail = tail .. string.char(priority) end
+      if format >= FORMAT.group then
+        local g = group or ''
+        tail = tail .. string.char(#g) .. g
+      end
       records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
-        .. header_tail .. struct.pack('>I6', expires) .. string.char(priority)
-        .. string.char(#g) .. g .. payload
-    elseif format >= FORMAT.priority then
-      records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
-        .. header_tail .. struct.pack('>I6', expires) .. string.char(priority) .. payload
-    elseif format >= FORMAT.expiring then
-      records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
-        .. header_tail .. struct.pack('>I6', expires) .. payload
+        .. header_tail .. tail .. payload
     else
       records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
         .. header_tail .. payload

@@ -28,7 +28,7 @@
 -- KEYS[20] groups    dq:{topic#p}:groups    ZSET rotation (lib.lua `push_grouped`)
 -- KEYS[21] gwait     dq:{topic#p}:gwait     ZSET the groups waiting, and the running grouped
 -- KEYS[22] gactive   dq:{topic#p}:gactive   ZSET jobs: a failed one's group gets its turn back
---                                           (lib.lua `group_done`)
+--                                           (lib.lua `groups_done`)
 -- KEYS[23] gctl      dq:{topic#p}:gctl      HASH a throttle ('t') of a grouped job holds its
 --                                           group only: 'h:<group>', the group waits in gwait
 --                                           until then; the topic's `until` is not touched
@@ -161,7 +161,7 @@ local members = {[scheduled] = {}, [retry] = {}}
 local placed = {[scheduled] = {}, [retry] = {}}
 local slot = {} -- set .. ms -> the last k given in this batch (see slot_score)
 local retried, throttles, throttle_until = 0, 0, nil
-local group_holds, done_groups = {}, {} -- group -> hold end ms; {key, group} of grouped jobs
+local group_holds, done_groups = {}, {} -- group -> hold end ms; {group, key} of grouped jobs
 local function history(j, attempt, code, err)
   local entries = {}
   local old = histories[j]
@@ -182,8 +182,8 @@ for j, i in ipairs(live) do
   local attempts = started(rec)
   local group = group_of(rec)
   if group then
-    done_groups[#done_groups + 1] = key
     done_groups[#done_groups + 1] = group
+    done_groups[#done_groups + 1] = key
   end
   if cancels[i] then action = 'c' end
   if action == 'c' then
@@ -306,9 +306,7 @@ if #hist_writes > 0 then call_many('HSET', hist, hist_writes) end
 if #job_writes > 0 then call_many('HSET', jobs, job_writes) end
 if #to_ready > 0 then push_ready_many(q, to_ready, to_ready_recs) end
 local woke = false
-for i = 1, #done_groups, 2 do
-  if group_done(gs, done_groups[i + 1], done_groups[i]) then woke = true end
-end
+if #done_groups > 0 then woke = groups_done(gs, done_groups) end
 -- a held group waits in gwait until its hold ends (fetch looks at `h:` again then)
 for group, at in pairs(group_holds) do
   local field = 'h:' .. group

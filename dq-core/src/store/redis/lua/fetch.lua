@@ -258,7 +258,7 @@ for _, key in ipairs(expired) do
   if not seen[key] then
     redis.call('ZREM', active, key)
     local group = rec and is_record(rec) and GROUP.of(rec)
-    if group then GROUP.done(gs, group, key) end
+    if group then GROUP.done(gs, {group, key}) end
     -- running: a format-1/2 record in state A; a lean one with a lease (which ends here)
     local running = false
     if rec and is_record(rec) then
@@ -307,6 +307,16 @@ if #buried > 0 then
   trimmed = trimmed + trim_dead(dead, jobs, hist, stats, now, dead_cap, retention, 100)
 end
 
+-- The GCRA of a rate of `n` jobs per `ms` (the topic's share, or a group's): the emission
+-- interval, the burst tolerance (~50 ms worth of the rate), the theoretical arrival time from
+-- the stored `tat` (nil: none), and how many jobs may start now.
+local function gcra(n, ms, tat)
+  local t = ms / n
+  local tau = math.max(0, 50 - t)
+  tat = math.max(tat or 0, now)
+  return t, tau, tat, math.floor((now + tau - tat) / t) + 1
+end
+
 -- Limits: how many this call may lease beyond its receipt's jobs (already active).
 local limited = false -- a limit, not the worker's room, capped this call
 local limit_wait = -1 -- ms until the limit may allow more; -1: a wake-up or a lease expiry
@@ -326,10 +336,8 @@ if has_control then
   end
   local rate_n, rate_ms = tonumber(ctl[4]), tonumber(ctl[5])
   if rate_n and rate_ms and rate_n > 0 and allowed > 0 then
-    rate_t = rate_ms / rate_n
-    rate_tau = math.max(0, 50 - rate_t)
-    rate_tat = math.max(tonumber(ctl[6]) or 0, now)
-    local budget = math.floor((now + rate_tau - rate_tat) / rate_t) + 1
+    local budget
+    rate_t, rate_tau, rate_tat, budget = gcra(rate_n, rate_ms, tonumber(ctl[6]))
     if budget < allowed then
       allowed = math.max(budget, 0)
       limit_wait = -2 -- computed once the leases are counted
@@ -440,10 +448,8 @@ local function group_budget(st)
     if allow <= 0 then return 0, 'cap', now + CAP_RECHECK_MS end
   end
   if l.rate_n then
-    st.rate_t = l.rate_ms / l.rate_n
-    st.rate_tau = math.max(0, 50 - st.rate_t)
-    st.tat = math.max(st.tat or 0, now)
-    local budget = math.floor((now + st.rate_tau - st.tat) / st.rate_t) + 1
+    local budget
+    st.rate_t, st.rate_tau, st.tat, budget = gcra(l.rate_n, l.rate_ms, st.tat)
     if budget <= 0 then
       return 0, 'rate', math.max(now + 1, math.ceil(st.tat - st.rate_tau))
     end

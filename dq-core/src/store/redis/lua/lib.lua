@@ -240,24 +240,19 @@ local function pack_record(format, state, attempts, due, created, token, payload
   if format == LEGACY_FORMAT then
     return struct.pack(HEADER, state, attempts, due, created, token) .. payload
   end
+  if format < LEAN_FORMAT then
+    return struct.pack(VERSIONED_HEADER, format, state, attempts, due, created, token) .. payload
+  end
+  -- a lean header, then what each later format adds after it
+  local tail = ''
   if format >= GROUP_FORMAT then
     group = group or ''
-    return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created)
-      .. struct.pack('>I6', expires or 0) .. char(priority or NORMAL_PRIORITY) .. char(#group)
-      .. group .. payload
+    tail = char(#group) .. group
   end
-  if format >= PRIORITY_FORMAT then
-    return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created)
-      .. struct.pack('>I6', expires or 0) .. char(priority or NORMAL_PRIORITY) .. payload
-  end
-  if format >= EXPIRING_FORMAT then
-    return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created)
-      .. struct.pack('>I6', expires or 0) .. payload
-  end
-  if format >= LEAN_FORMAT then
-    return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created) .. payload
-  end
-  return struct.pack(VERSIONED_HEADER, format, state, attempts, due, created, token) .. payload
+  if format >= PRIORITY_FORMAT then tail = char(priority or NORMAL_PRIORITY) .. tail end
+  if format >= EXPIRING_FORMAT then tail = struct.pack('>I6', expires or 0) .. tail end
+  return char(format) .. struct.pack(LEAN_HEADER, state, attempts, due, created) .. tail
+    .. payload
 end
 
 -- The format of a record as `pack_record` takes it (the record's own).
@@ -675,7 +670,7 @@ end
 -- (group -> turn, a place), the rotation fetch serves, unless it waits in `gwait` (group ->
 -- ms: at its cap, over its rate, held); fetch moves groups between the two. A running grouped
 -- job is a member `<group> NUL <key>` of `gactive` (ZLEXCOUNT: the group's running jobs), from
--- its lease to its end (`group_done`). `gctl` holds the limits and the state: '*' the default
+-- its lease to its end (`groups_done`). `gctl` holds the limits and the state: '*' the default
 -- limits, 'l:' .. group a group's own, 't:' .. group its rate's GCRA time, 'h:' .. group the
 -- end of its hold.
 -- A grouped job's member of gready (its place `at` from `places`).
@@ -746,9 +741,11 @@ local function push_grouped(q, jobs, front)
   end
 end
 
--- Grouped jobs left `active` (an ack's batch): `ended` is {group, key, ...}. One ZREM of
--- gactive and one ZMSCORE of gwait for the batch; the groups found waiting get their turn
--- back. Returns true when one did.
+-- Grouped jobs left `active` (their end, a release, a recovered lease): `ended` is
+-- {group, key, ...}. They no longer count against their groups' caps (one ZREM of gactive),
+-- and the groups found waiting in gwait (one ZMSCORE) get their turn back: the fetch that
+-- serves them looks at their limits again. Returns true when one did (the caller wakes a
+-- fetcher). `gs` is {gactive =, gwait =, groups =, stats =}.
 local function groups_done(gs, ended)
   local members, names, seen = {}, {}, {}
   for i = 1, #ended, 2 do
@@ -779,21 +776,10 @@ local function groups_done(gs, ended)
   return true
 end
 
--- A grouped job left `active` (its end, a release, a recovered lease): it no longer counts
--- against its group's cap, and a group waiting in gwait gets its turn back (the fetch that
--- serves it looks at its limits again). Returns true when a group got its turn back (the
--- caller wakes a fetcher). `gs` is {gactive =, gwait =, groups =, stats =}.
-local function group_done(gs, group, key)
-  redis.call('ZREM', gs.gactive, group .. '\0' .. key)
-  if redis.call('ZREM', gs.gwait, group) == 0 then return false end
-  redis.call('ZADD', gs.groups, 'NX', places(gs.stats, 1, false)(), group)
-  return true
-end
-
 -- The group helpers a fetch uses, in one table (a function may hold at most 60 upvalues, and
 -- fetch's body uses many of this library's locals).
 local GROUP = {of = group_of, range = group_range, key = member_key, limits = parse_group_limits,
-  done = group_done, places = places, FORMAT = GROUP_FORMAT, LEN_AT = GROUP_HEADER_LEN}
+  done = groups_done, places = places, FORMAT = GROUP_FORMAT, LEN_AT = GROUP_HEADER_LEN}
 
 -- The places of `n` jobs queued at the back (or, with `front`, the front) of their priority:
 -- a function giving the score of the next one of `priority` (one counter bump per call).

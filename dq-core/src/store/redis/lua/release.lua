@@ -27,7 +27,7 @@
 --                                         the front of its group (lib.lua `push_grouped`)
 -- KEYS[17] groups dq:{topic#p}:groups    ZSET the groups' rotation
 -- KEYS[18] gwait  dq:{topic#p}:gwait     ZSET the groups waiting: a released or cancelled job's
--- KEYS[19] gactive dq:{topic#p}:gactive  ZSET group gets its turn back (lib.lua `group_done`)
+-- KEYS[19] gactive dq:{topic#p}:gactive  ZSET group gets its turn back (lib.lua `groups_done`)
 --
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
 -- Errors: 'ERR dq bad arguments: ...'
@@ -83,7 +83,7 @@ for i = #keys, 1, -1 do
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
       cancelled[#cancelled + 1] = key
-      if group then group_done(gs, group, key) end
+      if group then groups_done(gs, {group, key}) end
     else
       if released == 0 then
         local bad = check_types({ready, 'list', pready, 'zset'})
@@ -91,7 +91,7 @@ for i = #keys, 1, -1 do
       end
       local _, _, due, _, token = unpack_record(rec)
       redis.call('ZREM', active, key)
-      if group then group_done(gs, group, key) end
+      if group then groups_done(gs, {group, key}) end
       if is_lean(rec) then redis.call('HDEL', leases, key) end -- (read above)
       -- the attempt is given back
       local ready_rec = with_header(rec, STATE.ready, started(rec) - 1, due, token)
