@@ -6,8 +6,11 @@
 //! stays paused; the counters are kept; the invariants hold; from format 4 on, a job whose
 //! expiry has passed never runs, kept jobs and recorded events read back; from format 5 on,
 //! each job's priority reads back as stored (older records: normal) and a topic drained by a
-//! one-slot worker runs its due jobs highest priority first. Each stored-format change adds
-//! its predecessor's fixture and one test line here (see `tests/fixtures/README.md`).
+//! one-slot worker runs its due jobs highest priority first; from format 6 on, each job's
+//! group reads back as stored (older records: none), so do the group limits and holds, the
+//! grouped jobs run once with their group, each group's due jobs highest priority first, and
+//! a held group's jobs stay waiting. Each stored-format change adds its predecessor's fixture
+//! and one test line here (see `tests/fixtures/README.md`).
 
 #[path = "common/fixture.rs"]
 mod fixture;
@@ -22,9 +25,9 @@ use std::time::{Duration, SystemTime};
 use dq::store::redis::layout;
 use dq::store::{AckOutcome, EnqueueCall, FetchCall, FetchRequest, NewJob, Queue, from_unix_ms};
 use dq::{
-    CancelOutcome, Client, DeadLimits, Due, EnqueueOutcome, JobContext, JobError, JobInfo, JobKey,
-    JobState, NewDue, Page, Priority, RescheduleOutcome, RetryPolicy, Topic, TopicClient,
-    TopicStats, Worker,
+    CancelOutcome, Client, DeadLimits, Due, EnqueueOutcome, GroupLimits, GroupState, JobContext,
+    JobError, JobInfo, JobKey, JobState, NewDue, Page, Priority, Rate, RescheduleOutcome,
+    RetryPolicy, Topic, TopicClient, TopicStats, Worker,
 };
 use dq_testkit::{RedisServer, eventually};
 use payloads::{CloseOrder, ORDERS, PARCELS, REPORTS, Report, ShipParcel, TICKS, Tick};
@@ -39,6 +42,9 @@ const WAIT: Duration = Duration::from_secs(60);
 const FAR: u64 = 365 * 24 * 3600 * 1000;
 /// The drain's retry policy: an expired lease is retried after a second.
 const DRAIN_RETRY: &str = "fixed(1s, 5)";
+/// A group hold recorded in a fixture must end at least this long after the drain starts
+/// (its jobs stay waiting through the whole drain).
+const HELD_PAST_THE_DRAIN: u64 = 3600 * 1000;
 
 #[tokio::test]
 async fn format_1_fixture_drains_completely() {
@@ -72,6 +78,14 @@ async fn format_4_fixture_drains_completely() {
 #[tokio::test]
 async fn format_5_fixture_drains_completely() {
     drain(&fixture_dir("format-5")).await;
+}
+
+/// A namespace written by the dq of groups (format 6: format 5's header followed by the job's
+/// group; the due grouped jobs in the partition's `gready`, the groups in `groups`, `gwait`,
+/// `gactive` and `gctl`), kept for the next format change.
+#[tokio::test]
+async fn format_6_fixture_drains_completely() {
+    drain(&fixture_dir("format-6")).await;
 }
 
 /// The dump format reads back exactly what it wrote: binary bytes, quotes, backslashes,
@@ -159,6 +173,62 @@ struct Expect {
     /// priority first (fixtures from format 5 on; each has one partition).
     #[serde(default)]
     priority_order: Vec<String>,
+    /// What `group_state` read of each group of the fixture's jobs, and of each topic with
+    /// groups (`group: null`: its default limits and sums) (fixtures from format 6 on).
+    #[serde(default)]
+    groups: Vec<GroupExpect>,
+}
+
+/// A group's limits, hold and jobs as the generator read them ([`TopicClient::group_state`]).
+#[derive(Deserialize)]
+struct GroupExpect {
+    topic: String,
+    /// `None`: the topic's default limits and the sums over its groups.
+    group: Option<String>,
+    limits: Option<LimitsExpect>,
+    default_limits: Option<LimitsExpect>,
+    held_until_ms: Option<u64>,
+    running: u64,
+    waiting: u64,
+}
+
+impl GroupExpect {
+    /// The state this entry records, with `running` and `waiting` as given.
+    fn state(&self, running: u64, waiting: u64) -> GroupState {
+        GroupState {
+            limits: self.limits.as_ref().map(LimitsExpect::limits),
+            default_limits: self.default_limits.as_ref().map(LimitsExpect::limits),
+            held_until_ms: self.held_until_ms,
+            running,
+            waiting,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct LimitsExpect {
+    concurrency: Option<u32>,
+    rate: Option<RateExpect>,
+    weight: u32,
+}
+
+impl LimitsExpect {
+    fn limits(&self) -> GroupLimits {
+        GroupLimits {
+            concurrency: self.concurrency,
+            rate: self.rate.as_ref().map(|r| Rate {
+                count: r.count,
+                per: Duration::from_millis(r.per_ms),
+            }),
+            weight: self.weight,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RateExpect {
+    count: u32,
+    per_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -231,6 +301,9 @@ struct JobExpect {
     /// Its priority, 0..=9 (fixtures from format 5 on; absent: older records read as normal).
     #[serde(default)]
     priority: Option<u8>,
+    /// Its group (fixtures from format 6 on; absent or null: none).
+    #[serde(default)]
+    group: Option<String>,
     payload: Value,
     history: Vec<String>,
 }
@@ -281,8 +354,8 @@ struct TopicKey {
     key: String,
 }
 
-/// One handler run: topic, key, attempt, payload as JSON.
-type Run = (String, String, u32, Value);
+/// One handler run: topic, key, attempt, payload as JSON, group.
+type Run = (String, String, u32, Value, Option<String>);
 
 /// Every handler run of the drain, shared with the handlers as worker data.
 #[derive(Clone, Default)]
@@ -305,6 +378,7 @@ fn record<T: serde::Serialize>(ctx: &JobContext, payload: &T) -> Result<(), JobE
         ctx.key.to_string(),
         ctx.attempt,
         payload,
+        ctx.group().map(ToString::to_string),
     ));
     Ok(())
 }
@@ -428,6 +502,8 @@ async fn drain(dir: &Path) {
     d.paused_topics_wait_for_their_resume(&plan).await;
     d.dead_jobs_wait_for_their_requeue().await;
     worker.shutdown().await;
+    d.runs_had_their_groups();
+    d.groups_after_the_drain(&plan).await;
     d.counters_go_on(&plan).await;
     let v = fixture::violations(&d.server.url(), &d.expect.namespace).await;
     assert!(v.is_empty(), "invariants after the drain: {v:?}");
@@ -456,6 +532,8 @@ struct Plan {
     skip: BTreeSet<TopicKey>,
     /// Waiting jobs whose expiry has passed: never run, deleted and counted by a fetch.
     expire: BTreeSet<TopicKey>,
+    /// Waiting jobs of a group held past the drain: they stay waiting (ready), never run.
+    held: BTreeSet<TopicKey>,
     /// Topics paused in the fixture.
     paused: BTreeSet<String>,
     /// Topics neither paused nor periodic: they must end quiet.
@@ -570,6 +648,7 @@ impl Drain {
                     info.due_ms,
                     info.expires_ms,
                     info.priority.level(),
+                    info.group.as_ref().map(dq::GroupName::as_str),
                     history
                 ),
                 (
@@ -578,9 +657,10 @@ impl Drain {
                     j.due_ms,
                     j.expires_ms,
                     j.priority(),
+                    j.group.as_deref(),
                     j.history.iter().map(String::as_str).collect()
                 ),
-                "{}/{}: state, attempts, due time, expiry, priority and history as loaded",
+                "{}/{}: state, attempts, due time, expiry, priority, group and history as loaded",
                 j.topic,
                 j.key
             );
@@ -611,6 +691,64 @@ impl Drain {
         assert_eq!(schedules, want, "schedules as loaded");
         self.kept_jobs_as_loaded().await;
         self.events_as_loaded().await;
+        self.groups_as_loaded().await;
+    }
+
+    /// Each recorded group's limits, the default limits, its hold, its running and due jobs
+    /// read back as the generator read them.
+    async fn groups_as_loaded(&self) {
+        for g in &self.expect.groups {
+            let found = self
+                .topic(&g.topic)
+                .group_state(g.group.as_deref())
+                .await
+                .expect("group state");
+            assert_eq!(
+                found,
+                g.state(g.running, g.waiting),
+                "{}/{:?}: group limits, hold, running and waiting jobs as loaded",
+                g.topic,
+                g.group
+            );
+        }
+    }
+
+    /// After the drain (its worker stopped): each recorded group has its limits and hold as
+    /// loaded, nothing running, and only the jobs of a held group still due.
+    async fn groups_after_the_drain(&self, plan: &Plan) {
+        for g in &self.expect.groups {
+            let held = plan
+                .held
+                .iter()
+                .filter(|k| k.topic == g.topic)
+                .filter(|k| g.group.is_none() || self.job_named(k).group == g.group)
+                .count() as u64;
+            let found = self
+                .topic(&g.topic)
+                .group_state(g.group.as_deref())
+                .await
+                .expect("group state");
+            assert_eq!(
+                found,
+                g.state(0, held),
+                "{}/{:?}: group limits and hold kept, nothing running, only held jobs due",
+                g.topic,
+                g.group
+            );
+        }
+    }
+
+    /// Every run had its job's group as stored (none for a job of no group and a tick).
+    fn runs_had_their_groups(&self) {
+        for r in self.runs.all() {
+            let want = self
+                .expect
+                .jobs
+                .iter()
+                .find(|j| j.topic == r.0 && j.key == r.1)
+                .and_then(|j| j.group.clone());
+            assert_eq!(r.4, want, "{}/{}: ran with its group", r.0, r.1);
+        }
     }
 
     /// Each kept job reads back (its outcome, attempts and payload) until its keeping ends;
@@ -717,11 +855,13 @@ impl Drain {
             assert_eq!(d.attempt, j.attempts, "{}: no attempt spent", j.key);
             let payload = payload_json(&fr.topic, &d.payload);
             assert_eq!(payload, j.payload, "{}: payload", j.key);
-            self.runs
-                .0
-                .lock()
-                .unwrap()
-                .push((fr.topic.clone(), j.key.clone(), d.attempt, payload));
+            self.runs.0.lock().unwrap().push((
+                fr.topic.clone(),
+                j.key.clone(),
+                d.attempt,
+                payload,
+                d.group.as_ref().map(ToString::to_string),
+            ));
         }
         let leases: Vec<(JobKey, u64)> = reply.jobs.iter().map(dq::store::lease_of).collect();
         let acked = store
@@ -834,7 +974,22 @@ impl Drain {
                 "{k:?}: its expiry has passed before the drain (the fixture's promise)"
             );
         }
+        let held_groups: BTreeSet<(String, String)> = e
+            .groups
+            .iter()
+            .filter_map(|g| {
+                let until = g.held_until_ms?;
+                let group = g.group.clone()?;
+                assert!(
+                    until > now + HELD_PAST_THE_DRAIN,
+                    "{}/{group}: held past the drain (the fixture's promise)",
+                    g.topic
+                );
+                Some((g.topic.clone(), group))
+            })
+            .collect();
         let mut to_run = BTreeMap::new();
+        let mut held = BTreeSet::new();
         for j in &e.jobs {
             let key = tk(j);
             let waiting = matches!(j.state.as_str(), "scheduled" | "ready" | "retry" | "active");
@@ -844,6 +999,13 @@ impl Drain {
                 || expire.contains(&key)
                 || paused.contains(&j.topic)
             {
+                continue;
+            }
+            if let Some(g) = &j.group
+                && held_groups.contains(&(j.topic.clone(), g.clone()))
+            {
+                assert_eq!(j.state, "ready", "{key:?}: a held group's job is due");
+                held.insert(key);
                 continue;
             }
             // A lease that ran out was an attempt; a retry is the attempt after the last.
@@ -865,6 +1027,7 @@ impl Drain {
             stays,
             skip,
             expire,
+            held,
             paused,
             busy,
         }
@@ -874,6 +1037,7 @@ impl Drain {
     /// topics end quiet, their far-future jobs still scheduled.
     async fn waiting_jobs_run_once(&self, plan: &Plan) {
         let stays_on = |t: &str| plan.stays.iter().filter(|s| s.topic == t).count() as u64;
+        let held_on = |t: &str| plan.held.iter().filter(|h| h.topic == t).count() as u64;
         eventually(
             "every waiting job ran and the busy topics are quiet",
             WAIT,
@@ -892,7 +1056,8 @@ impl Drain {
                 }
                 for t in &plan.busy {
                     let s = self.topic(t).stats().await.expect("stats");
-                    if s.ready + s.active + s.retry > 0 || s.scheduled != stays_on(t) {
+                    if s.ready != held_on(t) || s.active + s.retry > 0 || s.scheduled != stays_on(t)
+                    {
                         return false;
                     }
                 }
@@ -934,6 +1099,28 @@ impl Drain {
                 "{k:?} stays scheduled"
             );
         }
+        for k in &plan.held {
+            let info = self
+                .topic(&k.topic)
+                .job(&k.key)
+                .await
+                .expect("job")
+                .expect("still there");
+            let j = self.job_named(k);
+            assert_eq!(
+                (info.state, info.attempts, info.due_ms),
+                (JobState::Ready, j.attempts, j.due_ms),
+                "{k:?}: its group is held, so it stays waiting"
+            );
+            assert!(
+                !self
+                    .runs
+                    .all()
+                    .iter()
+                    .any(|r| r.0 == k.topic && r.1 == k.key),
+                "{k:?}: its group is held, yet it ran"
+            );
+        }
         for k in &plan.expire {
             assert!(
                 self.topic(&k.topic)
@@ -956,11 +1143,13 @@ impl Drain {
     }
 
     /// In each topic of `priority_order` (one partition, a one-slot worker), the waiting jobs
-    /// that were due when the worker started ran highest priority first (a job that became due
-    /// later, such as a lease that ran out, joins the order when it does and is not compared).
+    /// that were due when the worker started ran highest priority first: the jobs of no group
+    /// among themselves, and each group's among themselves (groups take turns, so priorities
+    /// are not compared across groups). A job that became due later, such as a lease that ran
+    /// out, joins the order when it does and is not compared.
     fn due_jobs_ran_by_priority(&self, plan: &Plan, started_ms: u64) {
         for t in &self.expect.priority_order {
-            let ran: Vec<(String, u8)> = self
+            let ran: Vec<&JobExpect> = self
                 .runs
                 .of(t)
                 .into_iter()
@@ -971,16 +1160,25 @@ impl Drain {
                 .filter(|k| plan.to_run.contains_key(k))
                 .map(|k| self.job_named(&k))
                 .filter(|j| j.state != "active" && j.due_ms <= started_ms)
-                .map(|j| (j.key.clone(), j.priority()))
                 .collect();
             assert!(
-                ran.iter().any(|r| r.1 != Priority::NORMAL.level()),
-                "{t}: no job of another priority than normal to order: {ran:?}"
+                ran.iter().any(|j| j.priority() != Priority::NORMAL.level()),
+                "{t}: no job of another priority than normal to order: {:?}",
+                ran.iter().map(|j| &j.key).collect::<Vec<_>>()
             );
-            assert!(
-                ran.windows(2).all(|w| w[0].1 >= w[1].1),
-                "{t}: the due jobs ran highest priority first: {ran:?}"
-            );
+            let mut by_group: BTreeMap<Option<&str>, Vec<(&str, u8)>> = BTreeMap::new();
+            for j in ran {
+                by_group
+                    .entry(j.group.as_deref())
+                    .or_default()
+                    .push((j.key.as_str(), j.priority()));
+            }
+            for (group, ran) in by_group {
+                assert!(
+                    ran.windows(2).all(|w| w[0].1 >= w[1].1),
+                    "{t}, group {group:?}: the due jobs ran highest priority first: {ran:?}"
+                );
+            }
         }
     }
 
