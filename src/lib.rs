@@ -60,8 +60,17 @@ pub use dq_core::{FailureKind, RetryDecision, RetryError, RetryFn};
 
 // Results and finished jobs a topic keeps; progress and log lines of a running job.
 pub use dq_core::{
+    BatchBuilder, BatchCounts, BatchHandle, BatchId, BatchInfo, BatchStatus, FailurePolicy,
+    MemberId, MemberPage, MemberState,
+};
+pub use dq_core::{
     FinishedAs, FinishedJob, FinishedPage, JobOutput, Retention, StoredResult, WaitOutcome,
 };
+/// Batches and flows (issue 24): the types a store and a tool see, and the relay's steps.
+pub mod batch {
+    pub use dq_core::batch::*;
+    pub use dq_core::client::{RELAY_NOTES, relay_outbox, settle, sweep_batches};
+}
 pub use dq_core::{JobProgress, LogLine, MAX_LOG_LINES, MAX_PROGRESS_LEN, Report};
 
 // Names and errors.
@@ -118,15 +127,15 @@ pub mod shape {
 pub mod store {
     pub use dq_core::client::SchedulerPass;
     pub use dq_core::format::{
-        EXPIRING_FORMAT, FormatLevel, FormatRegistry, Formats, GROUP_FORMAT, LEGACY_FORMAT,
-        NEWEST_FORMAT, PRIORITY_FORMAT, ProcessInfo, ProcessRole,
+        BATCH_FORMAT, EXPIRING_FORMAT, FormatLevel, FormatRegistry, Formats, GROUP_FORMAT,
+        LEGACY_FORMAT, NEWEST_FORMAT, PRIORITY_FORMAT, ProcessInfo, ProcessRole,
     };
     pub use dq_core::group::GroupChange;
     pub use dq_core::job::{from_unix_ms, unix_ms};
     pub use dq_core::schedule::{NO_MORE_TICKS, ScheduleRecord, TickPlan, tick_key};
     pub use dq_core::store::{
-        Catalog, FailedAttempt, Lease, Operate, Produce, Store, Success, WakeListener, lease_of,
-        prelude,
+        Batches, Catalog, FailedAttempt, Lease, Operate, Produce, Store, Success, WakeListener,
+        lease_of, prelude,
     };
     pub use dq_core::{
         AckOutcome, ControlChange, ControlState, Delivery, ENQUEUE_RECEIPT_LIFE, EnqueueCall,

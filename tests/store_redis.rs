@@ -432,6 +432,7 @@ async fn enqueue_receipts_are_14_byte_entries_found_by_retries() {
         priority: Default::default(),
         window: None,
         group: None,
+        batch: None,
     };
     // Two calls of one bucket (0x2a), one of another.
     let one = EnqueueCall {
@@ -537,6 +538,7 @@ async fn receipt_generations_rotate_only_when_a_receipt_life_old() {
         priority: Default::default(),
         window: None,
         group: None,
+        batch: None,
     };
     let call = |id: u64| EnqueueCall { id, retry: false };
     let now = store.now_ms().await.unwrap();
@@ -628,6 +630,7 @@ async fn a_damaged_receipt_key_fails_enqueue_before_it_writes() {
         priority: Default::default(),
         window: None,
         group: None,
+        batch: None,
     };
     let id = 0x5555_0000_0000_0009;
     let [current, old] = keys.enqueue_receipts(id);
@@ -733,6 +736,7 @@ async fn dense_due_times_keep_enqueue_order_within_each_millisecond() {
         priority: Default::default(),
         window: None,
         group: None,
+        batch: None,
     };
     let mut want: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     let mut i = 0;
@@ -1567,6 +1571,7 @@ async fn an_older_dq_runs_its_jobs_and_leaves_format_2_ones_to_a_newer_one() {
         priority: Default::default(),
         window: None,
         group: None,
+        batch: None,
     };
     old.enqueue(&q, &[job("old-1", 1)], EnqueueCall::new())
         .await

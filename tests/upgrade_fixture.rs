@@ -886,6 +886,7 @@ impl Drain {
                 priority: Default::default(),
                 window: None,
                 group: None,
+                batch: None,
             };
             let call = EnqueueCall {
                 id: c.call_id,

@@ -38,6 +38,7 @@ fn newer_record(format: u8, state: JobState, due_ms: u64) -> Vec<u8> {
             expires_ms: 0,
             priority: 5,
             group_len: 0,
+            batch_len: 0,
         }
         .encode(b"a payload of a newer dq"),
     );

@@ -16,6 +16,7 @@
 //! This file only assembles the files below; none of them imports it.
 
 pub mod admin;
+mod batch;
 mod config;
 mod enqueue;
 mod events;
@@ -32,6 +33,9 @@ mod sweep;
 mod topic;
 mod typed;
 
+pub use self::batch::{
+    BatchBuilder, BatchHandle, RELAY_NOTES, relay_outbox, settle, sweep_batches,
+};
 pub use self::config::{
     ClientConfig, DEFAULT_BULK_CHUNK, DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER,
     TopicCount,

@@ -72,6 +72,22 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// A batch id is empty, longer than 128 bytes, or holds a character other than ASCII
+    /// letters, digits and `.`, `_`, `:`, `-` ([`BatchId`](crate::batch::BatchId)). Nothing
+    /// was written.
+    #[error("invalid batch id {id:?}: {reason}")]
+    InvalidBatch {
+        /// The rejected id.
+        id: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// No batch of this id is stored (never opened, or kept past its retention).
+    #[error("no batch {0:?}")]
+    BatchNotFound(String),
+    /// The batch is closed: it takes no more members. Nothing was written.
+    #[error("batch {0:?} is closed: it takes no more members")]
+    BatchClosed(String),
     /// A key window (`unique_for`, `debounce`, `throttle`: [`KeyWindow`](crate::KeyWindow))
     /// that cannot be kept: zero, past what dq can store, or a debounce with a due time of
     /// its own. Nothing was written.

@@ -40,8 +40,13 @@ pub const PRIORITY_FORMAT: u8 = 5;
 /// ([`GroupName`](crate::GroupName)); older records are in no group.
 pub const GROUP_FORMAT: u8 = 6;
 
+/// The first format that can hold the batch a job is a member of (format 7): format 6's
+/// header and group, then the batch id's length (one byte, 0: none), then the id's bytes
+/// ([`BatchId`](crate::batch::BatchId)); older records are in no batch.
+pub const BATCH_FORMAT: u8 = 7;
+
 /// The newest record format this dq reads and writes.
-pub const NEWEST_FORMAT: u8 = 6;
+pub const NEWEST_FORMAT: u8 = 7;
 
 /// The highest format number a record's first byte can name (bytes 2..=31 are versions;
 /// a state letter is format 1).

@@ -304,6 +304,8 @@ pub struct JobContext {
     missing: Arc<OnceLock<&'static str>>,
     /// The job's group, if it has one.
     group: Option<crate::group::GroupName>,
+    /// The batch the job is a member of, if any.
+    batch: Option<crate::batch::BatchId>,
 }
 
 impl JobContext {
@@ -334,6 +336,7 @@ impl JobContext {
             reporter: Reporting(None),
             missing: Arc::default(),
             group: None,
+            batch: None,
         }
     }
 
@@ -346,6 +349,23 @@ impl JobContext {
     /// The job's group ([`crate::group`]), if it has one.
     pub fn group(&self) -> Option<&crate::group::GroupName> {
         self.group.as_ref()
+    }
+
+    /// The context of a member of `batch` (the worker sets the delivery's batch).
+    pub fn with_batch(mut self, batch: Option<crate::batch::BatchId>) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// The batch this job is a member of ([`crate::batch`]), if any.
+    pub fn batch(&self) -> Option<&crate::batch::BatchId> {
+        self.batch.as_ref()
+    }
+
+    /// For a batch's callback (its key is `batch:<id>`): the batch it completes, to read with
+    /// [`Client::batch`](crate::Client::batch) (its counts, its members).
+    pub fn completed_batch(&self) -> Option<crate::batch::BatchId> {
+        crate::batch::BatchId::from_callback_key(self.key.as_str())
     }
 
     /// Sends [`JobContext::progress`] and [`JobContext::log`] to `reporter` (the worker binds

@@ -370,6 +370,8 @@ pub struct JobInfo {
     pub priority: Priority,
     /// Its group, if it has one ([`crate::group`]).
     pub group: Option<crate::group::GroupName>,
+    /// The batch it is a member of, if any ([`crate::batch`]).
+    pub batch: Option<crate::batch::BatchId>,
     /// Its failed attempts, oldest first (at most [`MAX_HISTORY`]).
     pub history: Vec<AttemptRecord>,
     /// For a running job: the progress and log lines its handler reported in this run

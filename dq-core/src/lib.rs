@@ -3,6 +3,7 @@
 //!
 //! Users depend on the `dq` facade crate, which re-exports what they need from here.
 
+pub mod batch;
 pub mod client;
 pub mod connect;
 pub mod control;
@@ -32,10 +33,14 @@ pub mod workers;
 /// The attribute that implements [`EnqueueHook`] with an `async fn` (re-exported from the
 /// `async-trait` crate, so that an application needs no dependency of its own for it).
 pub use async_trait::async_trait;
+pub use batch::{
+    BatchCounts, BatchId, BatchInfo, BatchStatus, FailurePolicy, MemberId, MemberPage, MemberState,
+}; // batches and flows (issue 24)
 pub use client::{
     Admin, Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
     TopicCount,
 };
+pub use client::{BatchBuilder, BatchHandle};
 pub use client::{DEFAULT_EVENTS_POLL, EventStream, EventsOptions, MAX_RECENT_EVENTS}; // events (issue 23)
 pub use client::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER}; // group commit (issue 15)
 pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)

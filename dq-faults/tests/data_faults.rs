@@ -244,6 +244,7 @@ fn record(format: u8, state: JobState, due_ms: u64, payload: &[u8]) -> Vec<u8> {
         expires_ms: 0,
         priority: 5,
         group_len: 0,
+        batch_len: 0,
     }
     .encode(payload)
 }

@@ -31,6 +31,7 @@ mod lease_keeper;
 mod metrics;
 pub mod middleware;
 mod registry;
+mod relay;
 mod runner;
 mod scheduler;
 mod topic_check;

@@ -135,6 +135,7 @@ pub(crate) async fn run(
         )
         .with_lease_deadline(deadline.clone())
         .with_group(delivery.group.clone())
+        .with_batch(delivery.batch.clone())
         .with_reporter(Arc::new(dq_core::progress::LeaseReporter {
             store: shared.store.clone(),
             queue: delivery.queue.clone(),

@@ -705,6 +705,21 @@ impl Worker {
             }
             .run(),
         ));
+        // The batch relay of this worker's partitions: stopped with the fetchers.
+        fetchers.push(tokio::spawn(
+            crate::relay::Relay {
+                client: self.client.clone(),
+                queues: self
+                    .topics
+                    .iter()
+                    .flat_map(|t| {
+                        (0..t.partitions).map(|p| dq_core::Queue::new(t.topic.clone(), p))
+                    })
+                    .collect(),
+                stop: stop.clone(),
+            }
+            .run(),
+        ));
         WorkerHandle {
             store: self.store,
             stop,

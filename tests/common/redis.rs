@@ -269,6 +269,7 @@ impl Harness for RedisHarness {
             expires_ms: 0,
             priority: 5,
             group_len: 0,
+            batch_len: 0,
         };
         let record = if format <= NEWEST_FORMAT {
             header(format).encode(payload)

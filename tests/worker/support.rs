@@ -260,3 +260,62 @@ impl Catalog for NoExtend {
         self.0.formats()
     }
 }
+
+/// Batches as the wrapped store keeps them.
+#[async_trait]
+impl dq::store::Batches for NoExtend {
+    async fn batch_open(
+        &self,
+        id: &dq::BatchId,
+        spec: &dq::batch::BatchSpec,
+    ) -> dq::Result<(bool, dq::BatchInfo)> {
+        self.0.batch_open(id, spec).await
+    }
+    async fn batch_reserve(
+        &self,
+        id: &dq::BatchId,
+        members: &[dq::MemberId],
+    ) -> dq::Result<dq::BatchInfo> {
+        self.0.batch_reserve(id, members).await
+    }
+    async fn batch_apply(
+        &self,
+        id: &dq::BatchId,
+        notes: &[(dq::MemberId, dq::MemberState)],
+    ) -> dq::Result<Option<dq::BatchInfo>> {
+        self.0.batch_apply(id, notes).await
+    }
+    async fn batch_close(&self, id: &dq::BatchId) -> dq::Result<dq::BatchInfo> {
+        self.0.batch_close(id).await
+    }
+    async fn batch_mark_done(&self, id: &dq::BatchId) -> dq::Result<dq::BatchInfo> {
+        self.0.batch_mark_done(id).await
+    }
+    async fn batch(&self, id: &dq::BatchId) -> dq::Result<Option<dq::BatchInfo>> {
+        self.0.batch(id).await
+    }
+    async fn batch_members(
+        &self,
+        id: &dq::BatchId,
+        cursor: u64,
+        limit: usize,
+    ) -> dq::Result<dq::MemberPage> {
+        self.0.batch_members(id, cursor, limit).await
+    }
+    async fn open_batches(
+        &self,
+        after: Option<&dq::BatchId>,
+        limit: usize,
+    ) -> dq::Result<Vec<dq::BatchId>> {
+        self.0.open_batches(after, limit).await
+    }
+    async fn forget_batch(&self, id: &dq::BatchId) -> dq::Result<()> {
+        self.0.forget_batch(id).await
+    }
+    async fn outbox(&self, q: &Queue, limit: usize) -> dq::Result<Vec<dq::batch::OutboxNote>> {
+        self.0.outbox(q, limit).await
+    }
+    async fn outbox_done(&self, q: &Queue, ids: &[String]) -> dq::Result<()> {
+        self.0.outbox_done(q, ids).await
+    }
+}

@@ -56,6 +56,9 @@ pub struct JobSpec<P> {
     /// Its group (default: none): once due it waits for its group's turn, under the group's
     /// limits ([`crate::group`]). Checked by [`GroupName::new`](crate::GroupName::new).
     pub group: Option<String>,
+    /// The batch it is a member of: set by [`BatchHandle::add`](crate::client::BatchHandle::add),
+    /// which reserves it there first.
+    pub(crate) batch: Option<crate::batch::BatchId>,
 }
 
 impl<P> JobSpec<P> {
@@ -70,6 +73,7 @@ impl<P> JobSpec<P> {
             priority: None,
             window: None,
             group: None,
+            batch: None,
         }
     }
 
@@ -326,6 +330,7 @@ impl Enqueue {
             priority,
             window,
             group,
+            batch,
         } = self.spec;
         let job = topic.new_job(JobSpec {
             payload: payload?,
@@ -336,6 +341,7 @@ impl Enqueue {
             priority,
             window,
             group,
+            batch,
         })?;
         topic.ask_hooks(&job).await?;
         let key = job.key.clone();
@@ -489,6 +495,7 @@ impl TopicClient {
             priority: job.priority.unwrap_or_default(),
             window: job.window,
             group,
+            batch: job.batch,
         })
     }
 

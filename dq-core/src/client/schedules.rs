@@ -256,6 +256,7 @@ impl Client {
             priority,
             window: None,
             group: None,
+            batch: None,
         };
         match topic.enqueue_as(job, call).await {
             Ok(outcome) => Ok(outcome == EnqueueOutcome::Created),

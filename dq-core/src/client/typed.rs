@@ -67,6 +67,7 @@ impl Client {
                     priority: j.priority.or(Some(J::PRIORITY)),
                     window: j.window.or(J::WINDOW),
                     group,
+                    batch: j.batch,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -223,6 +223,8 @@ pub struct Delivery {
     pub lease_deadline_ms: u64,
     /// Its group, if it has one ([`crate::group`]).
     pub group: Option<crate::group::GroupName>,
+    /// The batch it is a member of, if any ([`crate::batch`]).
+    pub batch: Option<crate::batch::BatchId>,
     /// The MessagePack payload.
     pub payload: Vec<u8>,
 }

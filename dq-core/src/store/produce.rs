@@ -48,6 +48,10 @@ pub struct NewJob {
     /// Its group: once due it waits in its group's queue for its turn (written in record
     /// format 6; none: as format 5 would).
     pub group: Option<crate::group::GroupName>,
+    /// The batch it is a member of (written in record format 7): the script that ends it
+    /// notes its end in the partition's outbox ([`crate::batch`]). Reserved in the batch
+    /// first by the client ([`crate::client::BatchHandle::add`]).
+    pub batch: Option<crate::batch::BatchId>,
 }
 
 /// What an enqueue did.

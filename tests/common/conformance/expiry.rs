@@ -249,6 +249,7 @@ pub async fn an_expiry_needs_format_4<H: Harness>(h: &H) {
         priority: Default::default(),
         window: None,
         group: None,
+        batch: None,
     };
     let r = h
         .store()

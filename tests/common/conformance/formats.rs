@@ -250,6 +250,7 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
             priority: Default::default(),
             window: None,
             group: None,
+            batch: None,
         };
         let other = NewJob {
             key: jk("fresh"),

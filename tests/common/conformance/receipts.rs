@@ -19,6 +19,7 @@ pub async fn retried_enqueue_finds_its_receipt<H: Harness>(h: &H) {
         priority: Default::default(),
         window: None,
         group: None,
+        batch: None,
     };
     let pair = [job("r-1", false), job("r-2", false)];
 

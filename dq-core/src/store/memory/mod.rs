@@ -27,6 +27,7 @@
 //! (`produce.rs`, `lease.rs`, `operate.rs`, `catalog.rs`: each call, mirroring its script),
 //! and `violations.rs` (the audit for test harnesses).
 
+mod batches;
 mod catalog;
 mod clock;
 mod events;

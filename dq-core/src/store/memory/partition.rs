@@ -82,6 +82,7 @@ impl Record {
             leased_ms: now,
             lease_deadline_ms: deadline,
             group: self.group.clone(),
+            batch: None,
             payload: self.payload.clone(),
         }
     }
@@ -133,6 +134,7 @@ impl Record {
             expires_ms: (self.expires_ms > 0).then_some(self.expires_ms),
             priority: Priority::new(self.priority).unwrap_or_default(),
             group: self.group.clone(),
+            batch: None,
             history: self.history.clone(),
             progress: None,
             payload: self.payload.clone(),

@@ -6,7 +6,7 @@ use super::clock::{bound_due, ms};
 use super::partition::{Later, Partition, Record};
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
-use crate::format::{EXPIRING_FORMAT, GROUP_FORMAT, PRIORITY_FORMAT};
+use crate::format::{BATCH_FORMAT, EXPIRING_FORMAT, GROUP_FORMAT, PRIORITY_FORMAT};
 use crate::job::{Due, Expiry, JobState, MAX_DUE_MS, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 use crate::unique::KeyWindow;
@@ -66,6 +66,14 @@ impl Partition {
             return Err(Error::NeedsFormat {
                 feature: "a job's group",
                 needs: GROUP_FORMAT,
+                level: format,
+            });
+        }
+        // a batch needs format 7 (enqueue.lua refuses it below)
+        if format < BATCH_FORMAT && jobs.iter().any(|j| j.batch.is_some()) {
+            return Err(Error::NeedsFormat {
+                feature: "a batch",
+                needs: BATCH_FORMAT,
                 level: format,
             });
         }

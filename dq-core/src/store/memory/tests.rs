@@ -84,6 +84,7 @@ fn new_job(k: &str, due: Due) -> NewJob {
         priority: Default::default(),
         window: None,
         group: None,
+        batch: None,
     }
 }
 
@@ -911,6 +912,7 @@ fn group(g: &str) -> GroupName {
 async fn put_in(store: &MemoryStore, g: &str, k: &str, priority: Priority) {
     let job = NewJob {
         group: Some(group(g)),
+        batch: None,
         priority,
         ..new_job(k, Due::Now)
     };
@@ -1221,6 +1223,7 @@ async fn grouped_jobs_move_like_the_others() {
     let again = NewJob {
         replace: true,
         group: Some(group("a")),
+        batch: None,
         ..new_job("a3", Due::After(SEC))
     };
     let out = store
@@ -1263,6 +1266,7 @@ async fn a_group_emptied_and_refilled_by_one_fetch_keeps_its_turn() {
     put_in(&store, "a", "a1", Priority::NORMAL).await;
     let later = NewJob {
         group: Some(group("a")),
+        batch: None,
         ..new_job("a2", Due::After(SEC))
     };
     store

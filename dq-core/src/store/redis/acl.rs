@@ -41,6 +41,7 @@ pub const ACL_COMMANDS: &[&str] = &[
     "scan",
     "hget",
     "hset",
+    "hsetnx",
     "hdel",
     "hexists",
     "hgetall",
@@ -62,6 +63,7 @@ pub const ACL_COMMANDS: &[&str] = &[
     "zmscore",
     "zpopmin",
     "zrange",
+    "zrank",
     "zrangebylex",
     "zrangebyscore",
     "zrevrangebyscore",
@@ -70,6 +72,7 @@ pub const ACL_COMMANDS: &[&str] = &[
     "zscore",
     // the event stream (topics that record events): the scripts append, readers read
     "xadd",
+    "xdel",
     "xrange",
     "xrevrange",
 ];

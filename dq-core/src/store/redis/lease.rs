@@ -73,6 +73,7 @@ impl Lease for RedisStore {
                 leased_ms: now,
                 lease_deadline_ms: now + lease_ms,
                 group: rec.group,
+                batch: rec.batch,
                 payload: rec.payload,
             });
         }

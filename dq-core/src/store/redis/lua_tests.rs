@@ -342,6 +342,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
         expires_ms: 0,
         priority: 5,
         group_len: 0,
+        batch_len: 0,
     };
     let newer = |format: u8| {
         let mut r = vec![format];
@@ -426,6 +427,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
                 expires_ms: 1_790_000_060_000,
                 priority: 9,
                 group_len: 0,
+                batch_len: 0,
                 ..header(5)
             }
             .encode(b"payload"),
@@ -437,6 +439,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
                 expires_ms: 0,
                 priority: 0,
                 group_len: 0,
+                batch_len: 0,
                 ..header(5)
             }
             .encode(b""),
@@ -447,6 +450,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
                 token: 0,
                 priority: 7,
                 group_len: 0,
+                batch_len: 0,
                 ..header(5)
             }
             .encode(b"")[..21]
@@ -459,6 +463,7 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
                 expires_ms: 1_790_000_060_000,
                 priority: 8,
                 group_len: 0,
+                batch_len: 0,
                 ..header(6)
             }
             .encode_in_group("tenant-7", b"payload"),

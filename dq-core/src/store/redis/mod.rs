@@ -18,6 +18,7 @@
 //! offer), `conn.rs`, `url.rs` and `tls.rs` (connections), and the public [`layout`].
 
 mod acl;
+mod batches;
 mod catalog;
 mod checks;
 mod conn;

@@ -272,6 +272,7 @@ impl Operate for RedisStore {
             expires_ms: rec.expires_ms,
             priority: Priority::new(rec.priority).unwrap_or_default(),
             group: rec.group.clone(),
+            batch: rec.batch.clone(),
             history,
             progress: progress
                 .filter(|_| rec.state == JobState::Active)
@@ -512,6 +513,7 @@ impl Operate for RedisStore {
                 expires_ms: rec.expires_ms,
                 priority: Priority::new(rec.priority).unwrap_or_default(),
                 group: rec.group.clone(),
+                batch: rec.batch.clone(),
                 history: hist
                     .map(|h| decode_history(&h))
                     .transpose()?

@@ -7,7 +7,7 @@ use redis::Value;
 use super::scripts::unexpected;
 use super::store::{RedisStore, ms, state_of};
 use crate::error::{Error, Result};
-use crate::format::{EXPIRING_FORMAT, GROUP_FORMAT, PRIORITY_FORMAT};
+use crate::format::{BATCH_FORMAT, EXPIRING_FORMAT, GROUP_FORMAT, PRIORITY_FORMAT};
 use crate::job::{Due, Expiry, Queue, unix_ms};
 use crate::store::produce::{EnqueueCall, EnqueueOutcome, NewJob, Produce};
 
@@ -48,6 +48,13 @@ impl Produce for RedisStore {
                 level: write_format,
             });
         }
+        if write_format < BATCH_FORMAT && jobs.iter().any(|j| j.batch.is_some()) {
+            return Err(Error::NeedsFormat {
+                feature: "a batch",
+                needs: BATCH_FORMAT,
+                level: write_format,
+            });
+        }
         // The two receipt generations of the call's bucket (the same for every try).
         let receipts = k.enqueue_receipts(call.id);
         let (reply, acked) = self
@@ -80,6 +87,10 @@ impl Produce for RedisStore {
                         // the key's window follows a '|': 'u', 'b' or 't' and its ms
                         if let Some(window) = job.window {
                             mode = format!("{mode}|{}", window.wire());
+                        }
+                        // then the batch, after a '~'
+                        if let Some(batch) = &job.batch {
+                            mode = format!("{mode}~{batch}");
                         }
                         // the group comes last, after a '#'
                         if let Some(group) = &job.group {

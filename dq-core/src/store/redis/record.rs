@@ -19,6 +19,8 @@ pub(crate) struct Record {
     pub priority: u8,
     /// The job's group (format 6; none before).
     pub group: Option<crate::group::GroupName>,
+    /// The job's batch (format 7; none before).
+    pub batch: Option<crate::batch::BatchId>,
     pub payload: Vec<u8>,
 }
 
@@ -39,6 +41,9 @@ impl Record {
         let group = h
             .group(&bytes)
             .map(|g| crate::group::GroupName::stored(g.to_owned()));
+        let batch = h
+            .batch(&bytes)
+            .map(|b| crate::batch::BatchId::stored(b.to_owned()));
         bytes.drain(..h.payload_start());
         Ok(Record {
             state: h.state,
@@ -49,6 +54,7 @@ impl Record {
             expires_ms: (h.expires_ms > 0).then_some(h.expires_ms),
             priority: h.priority,
             group,
+            batch,
             payload: bytes,
         })
     }

@@ -278,6 +278,13 @@ pub(crate) fn script_error(script: &LuaScript, e: redis::RedisError) -> Error {
             job,
         };
     }
+    // (the batch's id is put in by the caller: store/redis/batches.rs)
+    if text.contains("dq batch not found") {
+        return Error::BatchNotFound(String::new());
+    }
+    if text.contains("dq batch closed") {
+        return Error::BatchClosed(String::new());
+    }
     if text.contains("dq bad arguments") {
         return Error::Protocol(format!(
             "script {} refused its arguments: {text}",

@@ -361,6 +361,33 @@ impl RedisStore {
         result.map_err(|e| script_error(script, e))
     }
 
+    /// [`RedisStore::run_on_key`], then `WAIT replicas timeout` on the same connection (on a
+    /// cluster, to the master of `key`'s slot): the reply and how many replicas confirmed.
+    pub(super) async fn run_on_key_waiting(
+        &self,
+        script: &LuaScript,
+        key: &str,
+        args: &[&[u8]],
+        wait: (usize, Duration),
+    ) -> Result<(Value, i64)> {
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(&script.function).arg(1).arg(key);
+        for a in args {
+            fcall.arg(*a);
+        }
+        let sent = std::time::Instant::now();
+        let patience = self.options.response_timeout;
+        let result = self
+            .conn
+            .call(async |conn| {
+                conn.fcall_and_wait(&script.library.code, &fcall, key, wait, patience)
+                    .await
+            })
+            .await;
+        script.metrics.record(sent.elapsed(), result.is_ok());
+        result.map_err(|e| script_error(script, e))
+    }
+
     /// Runs `script` on partition keys `k`: its KEYS come from the layout's table, in order;
     /// each key of the table that `k` does not give (a fetch receipt, enqueue's two receipt
     /// generations) is the next of `receipts`, and fetch takes the rest (the receipts it

@@ -14,7 +14,9 @@
 //! format 4's 21 bytes, then the job's priority (u8, 0..=9: [`crate::Priority`]; 22 bytes in
 //! all), then the payload. Format 6 ([`GROUP_FORMAT`]): format 5's 22 bytes, then the length
 //! of the job's group (u8, 0: none; 23 bytes in all), then the group's bytes, then the payload
-//! ([`RecordHeader::payload_start`]). The rule
+//! ([`RecordHeader::payload_start`]). Format 7 ([`BATCH_FORMAT`]): format 6's header and group,
+//! then the length of the id of the batch the job is a member of (u8, 0: none), then the id's
+//! bytes, then the payload. The rule
 //! ([`record_format`]): a first byte that is a state letter is format 1; a first byte in
 //! 2..=[`MAX_FORMAT`] is that format; a format above what the process reads is newer
 //! ([`Error::NewerFormat`]: left untouched); anything else is not a record. A 100-byte job's
@@ -22,7 +24,8 @@
 
 use crate::error::{Error, Result};
 use crate::format::{
-    EXPIRING_FORMAT, GROUP_FORMAT, LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT, PRIORITY_FORMAT,
+    BATCH_FORMAT, EXPIRING_FORMAT, GROUP_FORMAT, LEAN_FORMAT, LEGACY_FORMAT, NEWEST_FORMAT,
+    PRIORITY_FORMAT,
 };
 use crate::job::JobState;
 
@@ -104,6 +107,9 @@ pub struct RecordHeader {
     /// The length of the job's group name, whose bytes follow the fixed header (0: no group;
     /// always 0 before format 6): [`RecordHeader::group`].
     pub group_len: u8,
+    /// The length of the id of the job's batch, whose bytes follow the group's (0: in no
+    /// batch; always 0 before format 7): [`RecordHeader::batch`].
+    pub batch_len: u8,
 }
 
 fn u48(b: &[u8]) -> u64 {
@@ -137,7 +143,14 @@ impl RecordHeader {
         } else {
             0
         };
-        let len = fixed + usize::from(group_len);
+        let mut len = fixed + usize::from(group_len);
+        let batch_len = if format >= BATCH_FORMAT {
+            let n = record.get(len).copied().unwrap_or(0);
+            len += 1 + usize::from(n);
+            n
+        } else {
+            0
+        };
         if record.len() < len {
             return Err(Error::Protocol(format!(
                 "record of {} bytes is shorter than its header",
@@ -171,13 +184,29 @@ impl RecordHeader {
                 crate::job::Priority::NORMAL.level()
             },
             group_len,
+            batch_len,
         })
     }
 
     /// Where the payload of the record this header was decoded from starts: after the fixed
     /// header and the group's bytes.
     pub fn payload_start(&self) -> usize {
-        header_len(self.format) + usize::from(self.group_len)
+        let batch = if self.format >= BATCH_FORMAT {
+            1 + usize::from(self.batch_len)
+        } else {
+            0
+        };
+        header_len(self.format) + usize::from(self.group_len) + batch
+    }
+
+    /// The id of the batch the record this header was decoded from is a member of
+    /// (`record`: the same bytes), if any (format 7 on).
+    pub fn batch<'a>(&self, record: &'a [u8]) -> Option<&'a str> {
+        if self.batch_len == 0 {
+            return None;
+        }
+        let at = header_len(self.format) + usize::from(self.group_len) + 1;
+        std::str::from_utf8(record.get(at..at + usize::from(self.batch_len))?).ok()
     }
 
     /// The group of the record this header was decoded from (`record`: the same bytes), if
@@ -214,9 +243,19 @@ impl RecordHeader {
         self.encode_in_group("", payload)
     }
 
+    /// As [`encode_in_group`](RecordHeader::encode_in_group), with the id of the job's batch
+    /// (format 7 on; empty: none; `batch_len` is taken from `batch`, cut at 255 bytes).
+    pub fn encode_in_batch(&self, group: &str, batch: &str, payload: &[u8]) -> Vec<u8> {
+        self.encode_parts(group, batch, payload)
+    }
+
     /// As [`encode`](RecordHeader::encode), with the job's group (format 6 on; empty: none;
     /// `group_len` is taken from `group`, cut at 255 bytes).
     pub fn encode_in_group(&self, group: &str, payload: &[u8]) -> Vec<u8> {
+        self.encode_in_batch(group, "", payload)
+    }
+
+    fn encode_parts(&self, group: &str, batch: &str, payload: &[u8]) -> Vec<u8> {
         let format = self.format.clamp(LEGACY_FORMAT, MAX_FORMAT);
         let mut r = Vec::with_capacity(header_len(format) + payload.len());
         if format > LEGACY_FORMAT {
@@ -239,6 +278,11 @@ impl RecordHeader {
             let g = &group.as_bytes()[..group.len().min(255)];
             r.push(g.len() as u8);
             r.extend_from_slice(g);
+        }
+        if format >= BATCH_FORMAT {
+            let b = &batch.as_bytes()[..batch.len().min(255)];
+            r.push(b.len() as u8);
+            r.extend_from_slice(b);
         }
         r.extend_from_slice(payload);
         r
@@ -271,12 +315,38 @@ mod tests {
                 },
                 priority: if format >= PRIORITY_FORMAT { 8 } else { 5 },
                 group_len: 0,
+                batch_len: 0,
             };
             let bytes = h.encode(b"payload");
-            assert_eq!(bytes.len(), header_len(format) + 7);
+            // (format 7 on: the batch's length byte, 0, after the fixed header)
+            let start = header_len(format) + usize::from(format >= BATCH_FORMAT);
+            assert_eq!(h.payload_start(), start);
+            assert_eq!(bytes.len(), start + 7);
             assert_eq!(RecordHeader::decode(&bytes).unwrap(), h);
-            assert_eq!(&bytes[header_len(format)..], b"payload");
+            assert_eq!(&bytes[start..], b"payload");
         }
+        // format 7: the group's bytes, the batch's length and bytes, then the payload
+        let member = RecordHeader {
+            format: BATCH_FORMAT,
+            state: JobState::Ready,
+            attempts: 0,
+            due_ms: 1,
+            created_ms: 1,
+            token: 0,
+            expires_ms: 0,
+            priority: 5,
+            group_len: 2,
+            batch_len: 8,
+        };
+        let bytes = member.encode_in_batch("g1", "order-17", b"p");
+        assert_eq!(bytes.len(), 23 + 2 + 1 + 8 + 1);
+        let back = RecordHeader::decode(&bytes).unwrap();
+        assert_eq!(back, member);
+        assert_eq!(back.group(&bytes), Some("g1"));
+        assert_eq!(back.batch(&bytes), Some("order-17"));
+        assert_eq!(&bytes[back.payload_start()..], b"p");
+        // a batch past the record's end is no record
+        assert!(RecordHeader::decode(&bytes[..bytes.len() - 3]).is_err());
         assert_eq!(
             (
                 header_len(1),
@@ -299,6 +369,7 @@ mod tests {
             expires_ms: 0,
             priority: 5,
             group_len: 8,
+            batch_len: 0,
         };
         let bytes = grouped.encode_in_group("tenant-7", b"p");
         let back = RecordHeader::decode(&bytes).unwrap();
@@ -318,6 +389,7 @@ mod tests {
             expires_ms: 0,
             priority: 5,
             group_len: 0,
+            batch_len: 0,
         };
         let mut active = lean.encode(b"p");
         active[1] = JobState::Active.code();
@@ -362,6 +434,7 @@ mod tests {
             expires_ms: 0,
             priority: 5,
             group_len: 0,
+            batch_len: 0,
         }
         .encode(b"x");
         assert!(matches!(

@@ -40,7 +40,7 @@ use crate::store::produce::ENQUEUE_RECEIPT_LIFE;
 use crate::store::redis::RedisStore;
 
 /// The fields the `control` hash may hold besides cancel requests (`x:<job key>`).
-pub const CONTROL_FIELDS: [&str; 8] = [
+pub const CONTROL_FIELDS: [&str; 9] = [
     "paused",
     "until",
     "conc",
@@ -49,6 +49,7 @@ pub const CONTROL_FIELDS: [&str; 8] = [
     "tat",
     "events",
     "max_delay",
+    "batched",
 ];
 
 /// Fields the `stats` hash may hold: the counters, the token counter, the due queue's place
@@ -882,6 +883,7 @@ mod tests {
             expires_ms: 0,
             priority: 5,
             group_len: 0,
+            batch_len: 0,
         }
         .encode(b"payload")
     }

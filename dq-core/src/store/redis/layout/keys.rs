@@ -117,6 +117,11 @@ pub enum KeyName {
     /// before which none of its jobs start (a handler's `rate_limited`). Absent for a topic
     /// without group settings.
     Gctl,
+    /// STREAM `outbox`: one note per end of a batch's member in this partition (fields `b`
+    /// batch id, `m` job key, `o` outcome), written by the script that ends it, read and
+    /// deleted by the workers' relay once applied to the batch (ARCHITECTURE.md §16). Absent
+    /// for a partition that never held a member.
+    Outbox,
     /// STRING `fetch:<call id>`: what one fetch call leased, for a retry of that call; it
     /// expires after `FetchCall::receipt_life`. One key per call.
     FetchReceipt,
@@ -139,12 +144,19 @@ pub enum KeyName {
     /// the HTTP API to refuse a payload that does not fit; `<ns>:shapes` (not a partition
     /// key; plain `HSET`/`HGET`, no script; see [`shapes_key`]). Never expires.
     Shapes,
+    /// HASH `{batch:<id>}` (namespace-wide, a slot of its own per batch): one batch's record —
+    /// its settings, counts by state and one field per member (`batch.lua`; ARCHITECTURE.md
+    /// §16). Kept for its retention once done.
+    Batch,
+    /// ZSET `batches` (namespace-wide): the ids of the batches not done → when each was
+    /// opened (ms); read by the relay's sweep, the CLI and the dashboard.
+    BatchIndex,
 }
 
 impl KeyName {
     /// Every key a partition has once, in the order of ARCHITECTURE.md §4 (fetch receipts,
     /// one per call, are not in it).
-    pub const PARTITION: [KeyName; 24] = [
+    pub const PARTITION: [KeyName; 25] = [
         KeyName::Jobs,
         KeyName::Scheduled,
         KeyName::Retry,
@@ -169,6 +181,7 @@ impl KeyName {
         KeyName::Gwait,
         KeyName::Gactive,
         KeyName::Gctl,
+        KeyName::Outbox,
     ];
 
     /// The name as the key ends with it and as the scripts' headers name it (`receipt` for a
@@ -201,12 +214,15 @@ impl KeyName {
             KeyName::Gwait => "gwait",
             KeyName::Gactive => "gactive",
             KeyName::Gctl => "gctl",
+            KeyName::Outbox => "outbox",
             KeyName::FetchReceipt => "receipt",
             KeyName::Topics => "topics",
             KeyName::Workers => "workers",
             KeyName::Schedules => "schedules",
             KeyName::Formats => "formats",
             KeyName::Shapes => "shapes",
+            KeyName::Batch => "batch",
+            KeyName::BatchIndex => "batches",
         }
     }
 
@@ -224,9 +240,10 @@ impl KeyName {
             | KeyName::Groups
             | KeyName::Gwait
             | KeyName::Gactive
-            | KeyName::Calls => "zset",
+            | KeyName::Calls
+            | KeyName::BatchIndex => "zset",
             KeyName::Ready | KeyName::Wake => "list",
-            KeyName::Events => "stream",
+            KeyName::Events | KeyName::Outbox => "stream",
             KeyName::Jobs
             | KeyName::Leases
             | KeyName::Hist
@@ -240,7 +257,8 @@ impl KeyName {
             | KeyName::Workers
             | KeyName::Schedules
             | KeyName::Formats
-            | KeyName::Shapes => "hash",
+            | KeyName::Shapes
+            | KeyName::Batch => "hash",
             KeyName::FetchReceipt | KeyName::Receipts | KeyName::OldReceipts => "string",
         }
     }
@@ -354,6 +372,8 @@ pub struct PartitionKeys {
     pub gactive: String,
     /// See [`KeyName::Gctl`].
     pub gctl: String,
+    /// See [`KeyName::Outbox`].
+    pub outbox: String,
     /// `<prefix>fetch:`, the start of every fetch receipt's key (see [`Self::fetch_receipt`]).
     fetch_receipt_prefix: String,
     /// `<prefix>receipts:`, the start of every enqueue receipt key (see
@@ -391,6 +411,7 @@ impl PartitionKeys {
             gwait: key(KeyName::Gwait),
             gactive: key(KeyName::Gactive),
             gctl: key(KeyName::Gctl),
+            outbox: key(KeyName::Outbox),
             fetch_receipt_prefix: format!("{prefix}{FETCH_RECEIPT}"),
             receipts_prefix: format!("{prefix}{RECEIPTS}"),
         }
@@ -425,6 +446,7 @@ impl PartitionKeys {
             KeyName::Gwait => &self.gwait,
             KeyName::Gactive => &self.gactive,
             KeyName::Gctl => &self.gctl,
+            KeyName::Outbox => &self.outbox,
             KeyName::FetchReceipt
             | KeyName::Receipts
             | KeyName::OldReceipts
@@ -432,7 +454,9 @@ impl PartitionKeys {
             | KeyName::Workers
             | KeyName::Schedules
             | KeyName::Formats
-            | KeyName::Shapes => {
+            | KeyName::Shapes
+            | KeyName::Batch
+            | KeyName::BatchIndex => {
                 return None;
             }
         })
@@ -481,6 +505,18 @@ pub fn schedules_key(namespace: &str) -> String {
 /// process.
 pub fn formats_key(namespace: &str) -> String {
     format!("{namespace}:{}", KeyName::Formats)
+}
+
+/// HASH, one batch's record (`<ns>:{batch:<id>}`): its own hash tag, so on a cluster each
+/// batch is in a slot of its own, written by `batch.lua` (ARCHITECTURE.md §16).
+pub fn batch_key(namespace: &str, id: &str) -> String {
+    format!("{namespace}:{{batch:{id}}}")
+}
+
+/// ZSET, the namespace's batches not done: id → when it was opened (ms). Namespace-wide, a
+/// slot of its own on a cluster; written by plain `ZADD`/`ZREM`.
+pub fn batch_index_key(namespace: &str) -> String {
+    format!("{namespace}:{}", KeyName::BatchIndex)
 }
 
 /// HASH, the namespace's payload shapes: topic → `<format>|<shape>`

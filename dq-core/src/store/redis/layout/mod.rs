@@ -28,8 +28,8 @@ pub use invariants::{
     CONTROL_FIELDS, KeySeen, PartitionSnapshot, STATS_FIELDS, Snapshot, Violation, check_invariants,
 };
 pub use keys::{
-    KeyName, ParsedKey, PartitionKeys, RECEIPT_ENTRY_LEN, formats_key, parse_key, receipt_bucket,
-    receipt_entry, schedules_key, shapes_key, topics_key, workers_key,
+    KeyName, ParsedKey, PartitionKeys, RECEIPT_ENTRY_LEN, batch_index_key, batch_key, formats_key,
+    parse_key, receipt_bucket, receipt_entry, schedules_key, shapes_key, topics_key, workers_key,
 };
 pub(crate) use script_keys::script_table;
 pub use script_keys::{SCRIPT_KEYS, script_keys};

@@ -27,30 +27,30 @@ macro_rules! script_table {
             fetch (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control,
                 Leases, Kept, KeptAt, Progress, Events, Uniq, UniqAt, Pready, Gready, Groups,
-                Gwait, Gactive, Gctl, FetchReceipt,
+                Gwait, Gactive, Gctl, Outbox, FetchReceipt,
             ];
             /// Deletes succeeded jobs whose token still owns them.
             ack (AllowOom): [
                 Active, Jobs, Hist, Stats, Control, Wake, Leases, Kept, KeptAt, Progress,
-                Events, Uniq, UniqAt, Gactive, Groups, Gwait,
+                Events, Uniq, UniqAt, Gactive, Groups, Gwait, Outbox,
             ];
             /// Records failed attempts: retry, defer, bury, cancel or throttle each.
             fail (AllowOom): [
                 Scheduled, Retry, Ready, Active, Dead, Jobs, Hist, Stats, Wake, Control, Leases,
                 Kept, KeptAt, Progress, Events, Uniq, UniqAt, Pready, Gready, Groups, Gwait,
-                Gactive, Gctl,
+                Gactive, Gctl, Outbox,
             ];
             /// Renews leases; reports which are still owned.
             extend (AllowOom): [Active, Jobs, Control, Leases];
             /// Hands running jobs back to the front of `ready`.
             release (AllowOom): [
                 Active, Ready, Jobs, Wake, Hist, Stats, Control, Leases, Kept, KeptAt, Progress,
-                Events, Uniq, UniqAt, Pready, Gready, Groups, Gwait, Gactive,
+                Events, Uniq, UniqAt, Pready, Gready, Groups, Gwait, Gactive, Outbox,
             ];
             /// Cancels a waiting job, or asks a running one to stop.
             cancel (AllowOom): [
                 Scheduled, Retry, Jobs, Hist, Stats, Control, Leases, Kept, KeptAt, Events,
-                Uniq, UniqAt,
+                Uniq, UniqAt, Outbox,
             ];
             /// Gives a waiting job a new due time.
             reschedule (AllowOom): [
@@ -102,6 +102,9 @@ macro_rules! script_table {
             /// in, a hold, the formats each live process reads). A beat rewrites a value of the
             /// same size: processes must keep registering at `maxmemory`.
             formats (AllowOom): [Formats];
+            /// One batch's record: open, reserve members, apply their ends, close, mark done,
+            /// read. Runs at `maxmemory`: the ends of members must apply there.
+            batch (AllowOom): [Batch];
         }
     };
 }

@@ -22,6 +22,9 @@
 -- KEYS[15] groups dq:{topic#p}:groups    ZSET and its group, if waiting in gwait, gets its turn
 -- KEYS[16] gwait  dq:{topic#p}:gwait     ZSET back (lib.lua `groups_done`); a topic without
 --                                         running grouped jobs pays one ZCARD per call
+-- KEYS[17] outbox dq:{topic#p}:outbox    STREAM: the end of each acked member of a batch is
+--                                         noted (lib.lua `note_end`), in a partition whose
+--                                         control hash says `batched`
 --
 -- ARGV[1] the worker's id (kept with each job when the topic keeps succeeded jobs)
 -- ARGV[2..]: quads key, token, started, result — token: the delivery token from fetch
@@ -51,6 +54,7 @@ local control, wake_key, leases = KEYS[5], KEYS[6], KEYS[7]
 local kept, kept_at, progress, events = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local uniq, uniq_at = KEYS[12], KEYS[13]
 local gs = {gactive = KEYS[14], groups = KEYS[15], gwait = KEYS[16], stats = stats}
+local outbox = KEYS[17]
 if #ARGV < 5 or (#ARGV - 1) % 4 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected a worker id, then key, token, started, result quads')
 end
@@ -129,17 +133,20 @@ if #done > 0 then
   local has_hist = redis.call('HLEN', hist) > 0
   -- a topic without controls pays one EXISTS per batch; HGET checks the type before writes
   local has_control = redis.call('EXISTS', control) == 1
-  local capped, policy, events_setting = false, nil, nil
+  local capped, policy, events_setting, members = false, nil, nil, false
   -- whether the control hash may hold a cancel request: only if it holds more fields than
   -- the settings (a topic that keeps jobs or records events has a control hash, and would
   -- otherwise look up and delete a cancel field per acked job)
   local may_cancel = false
   if has_control then
     local ctl = redis.call('HMGET', control, 'conc', 'keep', 'events', 'paused', 'until',
-      'rate_n', 'rate_ms', 'tat', 'max_delay')
+      'rate_n', 'rate_ms', 'tat', 'max_delay', 'batched')
     capped, policy, events_setting = ctl[1], keep_policy(ctl[2]), ctl[3]
+    local bad
+    members, bad = BATCH.batched(ctl[10], outbox)
+    if bad then return bad end
     local settings = 0
-    for i = 1, 9 do
+    for i = 1, 10 do
       if ctl[i] then settings = settings + 1 end
     end
     may_cancel = redis.call('HLEN', control) > settings
@@ -169,8 +176,9 @@ if #done > 0 then
     if bad then return bad end
     recs, hists = hmget(jobs, done), hmget(hist, done)
     progs = has_progress and hmget(progress, done) or {}
-  elseif ev or grouped then
-    recs = hmget(jobs, done) -- (each event names the attempt; a grouped job, its group)
+  elseif ev or grouped or members then
+    -- (each event names the attempt; a grouped job, its group; a member, its batch)
+    recs = hmget(jobs, done)
   end
   -- a job whose cancel was requested that succeeds anyway is counted as what happened
   local after_cancel = 0
@@ -210,6 +218,9 @@ if #done > 0 then
     end
     keep_jobs(kept, kept_at, policy, KEPT.succeeded, now, entries)
     trim_kept(kept, kept_at, stats, policy, now, #entries + 16)
+  end
+  if members then
+    for j, key in ipairs(done) do BATCH.note(outbox, recs[j], key, BATCH.OUTCOME.succeeded) end
   end
   call_many('HDEL', jobs, done)
   if n_lean > 0 then call_many('HDEL', leases, done) end

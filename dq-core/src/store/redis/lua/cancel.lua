@@ -14,6 +14,8 @@
 --                                           (a running one's comes when it stops)
 -- KEYS[11] uniq      dq:{topic#p}:uniq      HASH key -> unique_for ms: a cancelled job's
 -- KEYS[12] uniq_at   dq:{topic#p}:uniq_at   ZSET moves to uniq_at (lib.lua `end_unique`)
+-- KEYS[13] outbox    dq:{topic#p}:outbox    STREAM: a cancelled waiting member of a batch's
+--                                           end is noted (lib.lua `note_end`)
 --
 -- ARGV[1] key
 --
@@ -34,7 +36,7 @@
 
 local scheduled, retry, jobs, hist, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local control, leases, kept, kept_at, events = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local uniq, uniq_at = KEYS[11], KEYS[12]
+local uniq, uniq_at, outbox = KEYS[11], KEYS[12], KEYS[13]
 local key = ARGV[1]
 if not key or key == '' then return redis.error_reply('ERR dq bad arguments: key') end
 
@@ -57,6 +59,11 @@ if keeps(policy, KEPT.cancelled) then
   local bad = check_types({kept, 'hash', kept_at, 'zset'})
   if bad then return bad end
 end
+local member = batch_of(rec)
+if member then
+  local bad = check_types({outbox, 'stream'})
+  if bad then return bad end
+end
 unlink(state, scheduled, retry, nil, key)
 local now = (keeps(policy, KEPT.cancelled) or ctl[2]) and now_ms()
 local _, attempts = unpack_record(rec)
@@ -68,6 +75,7 @@ end
 redis.call('HDEL', jobs, key)
 if h then redis.call('HDEL', hist, key) end
 count(stats, 'cancelled', 1)
+if member then BATCH.note(outbox, rec, key, BATCH.OUTCOME.cancelled) end
 end_unique(uniq, uniq_at, now or nil, {key})
 if now then
   local ev = events_of(events, ctl[2], stats, now)

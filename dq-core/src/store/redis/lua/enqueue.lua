@@ -17,7 +17,9 @@
 -- KEYS[12] leases    dq:{topic#p}:leases     HASH key -> token: the leases of lean records
 --                                            (read only for a key whose lean record exists)
 -- KEYS[13] control   dq:{topic#p}:control    HASH: only its `events` and `max_delay` fields
---                                            are read (one HMGET)
+--                                            are read (one HMGET); `batched` is written
+--                                            when a job of a batch is stored (the scripts
+--                                            that end jobs note a member's end then)
 -- KEYS[14] events    dq:{topic#p}:events     STREAM: one `enqueued` event per job created or
 --                                            replaced, when the partition records events
 -- KEYS[15] uniq      dq:{topic#p}:uniq       HASH key -> unique_for ms of a live job (written
@@ -47,8 +49,11 @@
 --                    record format of 5 or more; then optionally '|' and the
 --                    key's window: 'u<ms>' unique_for, 'b<ms>' debounce (mode 'n' only: due
 --                    ms from now, and a waiting job of the key is replaced), 't<ms>' throttle
---                    (ms > 0); then optionally '#' and the job's group (1 to 64 bytes, no
---                    control character; only with a record format of 6 or more)
+--                    (ms > 0); then optionally '~' and the id of the batch the job is a
+--                    member of (1 to 128 bytes of [A-Za-z0-9._:-]; only with a record format
+--                    of 7 or more); then optionally '#' and the job's group (1 to 64 bytes, no
+--                    control character; only with a record format of 6 or more). A job
+--                    replacing a member of a batch without naming one stays its member.
 --   value            integer ms (ignored for 'n')
 --   replace          '1' replace an existing non-running job, '0' keep it
 --   payload          bytes
@@ -152,6 +157,17 @@ local function split_group(arg)
   end
   return string.sub(arg, 1, hash - 1), group
 end
+-- A job's mode argument (without its group) split at its batch: the rest, then the batch
+-- id (nil for none, false for a bad one).
+local function split_batch(arg)
+  local tilde = string.find(arg, '~', 1, true)
+  if not tilde then return arg, nil end
+  local batch = string.sub(arg, tilde + 1)
+  if #batch == 0 or #batch > 128 or string.find(batch, '[^%w%._:%-]') then
+    return string.sub(arg, 1, tilde - 1), false
+  end
+  return string.sub(arg, 1, tilde - 1), batch
+end
 -- A job's mode argument split: the mode (letter and expiry), then its window's kind ('u',
 -- 'b' or 't') and ms, nil for none, false for a malformed one.
 local function split_mode(arg)
@@ -189,14 +205,19 @@ end
 for i = 0, n - 1 do
   local base = FIRST + 5 * i
   local spec, group = split_group(ARGV[base + 1])
+  local batch
+  spec, batch = split_batch(spec)
   local mode, window = split_mode(spec)
   local value, replace = ARGV[base + 2], ARGV[base + 3]
   local letter = string.sub(mode, 1, 1)
   if ARGV[base] == '' or (letter ~= 'n' and letter ~= 'd' and letter ~= 'a')
       or not tonumber(value) or (replace ~= '0' and replace ~= '1')
       or mode_spec(mode) == false or window == false
-      or (window == 'b' and letter ~= 'n') or group == false then
+      or (window == 'b' and letter ~= 'n') or group == false or batch == false then
     return redis.error_reply('ERR dq bad arguments: job ' .. (i + 1))
+  end
+  if batch and format < FORMAT.batch then
+    return redis.error_reply('ERR dq bad arguments: a batch needs record format 7')
   end
   if group and format < FORMAT.group then
     return redis.error_reply('ERR dq bad arguments: a group needs record format 6')
@@ -350,6 +371,7 @@ local window_until = {}
 local move_key, move_unlink, move_at = {}, {}, {}
 local now_state, last_move = {}, {}
 local replaced = false
+local any_member = false -- a job of a batch stored: control's `batched` is written
 local earliest_new
 -- Every new record's header ends with created = now and token 0: packed once per call; it
 -- starts with the version byte of a versioned format.
@@ -362,8 +384,9 @@ for i = 0, n - 1 do
   local base = FIRST + 5 * i
   local key, mode, value, replace, payload =
     ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]), ARGV[base + 3], ARGV[base + 4]
-  local window, window_ms, group
+  local window, window_ms, group, batch
   mode, group = split_group(mode)
+  mode, batch = split_batch(mode)
   mode, window, window_ms = split_mode(mode)
   local kind, expiry_ms, priority = mode_spec(mode)
   mode = string.sub(mode, 1, 1)
@@ -426,6 +449,13 @@ for i = 0, n - 1 do
       if format >= FORMAT.group then
         local g = group or ''
         tail = tail .. string.char(#g) .. g
+      end
+      if format >= FORMAT.batch then
+        -- (a job replacing a batch's member without naming a batch stays its member: the
+        -- batch waits for it)
+        local b = batch or (outcome == '~' and old and is_record(old) and batch_of(old)) or ''
+        tail = tail .. string.char(#b) .. b
+        if #b > 0 then any_member = true end
       end
       records[#records + 1] = version .. new_state .. '\0' .. struct.pack('>I6', due)
         .. header_tail .. tail .. payload
@@ -500,6 +530,7 @@ if replaced then
   end
 end
 if partial then checks[#checks + 1] = calls; checks[#checks + 1] = 'zset' end
+if any_member then checks[#checks + 1] = control; checks[#checks + 1] = 'hash' end
 if rotate then checks[#checks + 1] = old_receipts; checks[#checks + 1] = 'string' end
 if #uniq_set > 0 or #uniq_del > 0 then checks[#checks + 1] = uniq; checks[#checks + 1] = 'hash' end
 local bad_type = check_types(checks)
@@ -552,6 +583,7 @@ if #phints > 0 then
   call_many('ZADD', pready, phints)
 end
 if #ghints > 0 then push_grouped(q, ghints, false) end
+if any_member then redis.call('HSET', control, 'batched', '1') end
 count(stats, 'enqueued', moves)
 local ev = events_of(events, events_setting, stats, now)
 if ev then

@@ -32,6 +32,9 @@
 -- KEYS[23] gctl      dq:{topic#p}:gctl      HASH a throttle ('t') of a grouped job holds its
 --                                           group only: 'h:<group>', the group waits in gwait
 --                                           until then; the topic's `until` is not touched
+-- KEYS[24] outbox    dq:{topic#p}:outbox    STREAM: the end (dead, cancelled, discarded) of
+--                                           each member of a batch is noted (lib.lua
+--                                           `note_end`)
 --
 -- ARGV[1] dead-queue cap for this partition
 -- ARGV[2] dead-queue retention, ms
@@ -79,6 +82,9 @@ local pready = KEYS[18]
 local q = due_queue(ready, pready, stats, KEYS[19], KEYS[20])
 local gs = {gactive = KEYS[22], gwait = KEYS[21], groups = KEYS[20], stats = stats}
 local gctl = KEYS[23]
+local outbox = KEYS[24]
+-- key, record, OUTCOME of each member of a batch this call ends
+local notes = {}
 
 local dead_cap, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not dead_cap or not retention or #ARGV < 7 or (#ARGV - 2) % 5 ~= 0 then
@@ -186,6 +192,12 @@ for j, i in ipairs(live) do
     done_groups[#done_groups + 1] = key
   end
   if cancels[i] then action = 'c' end
+  local member = batch_of(rec)
+  if member and (action == 'c' or action == 'x' or action == 'b') then
+    local o = action == 'c' and BATCH.OUTCOME.cancelled
+      or action == 'x' and BATCH.OUTCOME.discarded or BATCH.OUTCOME.dead
+    notes[#notes + 1] = {key, rec, o}
+  end
   if action == 'c' then
     cancelled[#cancelled + 1] = key
     if keeps(policy, KEPT.cancelled) then
@@ -267,6 +279,7 @@ if #done_groups > 0 then
   checks[#checks + 1] = gctl; checks[#checks + 1] = 'hash'
 end
 if #buried > 0 then checks[#checks + 1] = dead; checks[#checks + 1] = 'zset' end
+if #notes > 0 then checks[#checks + 1] = outbox; checks[#checks + 1] = 'stream' end
 if #kept_entries > 0 then
   checks[#checks + 1] = kept; checks[#checks + 1] = 'hash'
   checks[#checks + 1] = kept_at; checks[#checks + 1] = 'zset'
@@ -333,6 +346,7 @@ for _, z in ipairs({scheduled, retry}) do
 end
 if wake_up then wake(wake_key) end
 for _, e in ipairs(evs) do emit(ev, e[1], e[2], e[3], e[4], e[5]) end
+for _, e in ipairs(notes) do BATCH.note(outbox, e[2], e[1], e[3]) end
 for i, first in pairs(dups) do
   local code = reply[3 * first - 2]
   if code == 3 or code == 4 then reply[3 * i - 2] = 0 end -- the first deleted it: gone

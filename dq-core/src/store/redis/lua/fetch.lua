@@ -88,7 +88,11 @@
 -- KEYS[21] gwait     dq:{topic#p}:gwait      ZSET waiting, the running grouped jobs and the
 -- KEYS[22] gactive   dq:{topic#p}:gactive    ZSET groups' limits and state: a topic without
 -- KEYS[23] gctl      dq:{topic#p}:gctl       HASH groups pays one EXISTS per fetch
--- KEYS[24] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
+-- KEYS[24] outbox    dq:{topic#p}:outbox     STREAM: the end (dead, cancelled, discarded by a
+--                                            recovered lease; expired) of each member of a
+--                                            batch is noted (lib.lua `note_end`), in a
+--                                            partition whose control hash says `batched`
+-- KEYS[25] receipt   dq:{topic#p}:fetch:<call id>   STRING this call's receipt
 -- then any number of further keys dq:{topic#p}:fetch:<id>: receipts to delete
 --
 -- ARGV[1] max jobs to lease (0 allowed: only promote and recover)
@@ -126,7 +130,8 @@
 local scheduled, retry, ready, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead, jobs, hist, stats, wake_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local control, leases, kept, kept_at = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local progress, events, pready, receipt_key = KEYS[14], KEYS[15], KEYS[18], KEYS[24]
+local progress, events, pready, receipt_key = KEYS[14], KEYS[15], KEYS[18], KEYS[25]
+local outbox = KEYS[24]
 local uniq, uniq_at = KEYS[16], KEYS[17]
 local gready, groups, gwait, gactive, gctl = KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]
 local q = due_queue(ready, pready, stats, gready, groups)
@@ -165,7 +170,12 @@ local buried = {}
 local cancelled_keys = {} -- (recovered leases of cancelled jobs: lib.lua `end_unique`)
 -- (read first: HMGET refuses a control key of another type before anything is written)
 local ctl = redis.call('HMGET', control, 'paused', 'until', 'conc', 'rate_n', 'rate_ms', 'tat',
-  'keep', 'events')
+  'keep', 'events', 'batched')
+-- (a partition that has held a batch's member: its outbox's type is checked before any write)
+local is_batched, members_bad = BATCH.batched(ctl[9], outbox)
+if members_bad then return members_bad end
+-- a member's end noted in the outbox (nil: not batched)
+local ob = is_batched and outbox or nil
 local has_control = ctl[1] or ctl[2] or ctl[3] or ctl[4]
 local keep_by = keep_policy(ctl[7])
 local ev = events_of(events, ctl[8], stats, now)
@@ -274,7 +284,7 @@ for _, key in ipairs(expired) do
     elseif running and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
       -- its cancel was requested while it ran: it ends as cancelled, never retried
       drop_cancelled(active, jobs, hist, stats, control, leases, progress, key,
-        keeps(keep_by, KEPT.cancelled) and {kept, kept_at, keep_by, now} or nil, ev)
+        keeps(keep_by, KEPT.cancelled) and {kept, kept_at, keep_by, now} or nil, ev, ob)
       cancelled_keys[#cancelled_keys + 1] = key
     elseif running then
       local _, _, due, _, token = unpack_record(rec)
@@ -289,6 +299,7 @@ for _, key in ipairs(expired) do
         redis.call('HDEL', hist, key)
         count(stats, 'discarded', 1)
         emit(ev, EVENT.discarded, key, attempts, 'lease expired')
+        if ob then BATCH.note(ob, rec, key, BATCH.OUTCOME.discarded) end
       elseif delay then
         local at = bound_due(now + delay, now)
         redis.call('HSET', jobs, key, with_header(rec, STATE.retry, attempts, at, token))
@@ -299,6 +310,7 @@ for _, key in ipairs(expired) do
         bury(dead, jobs, stats, key, rec, now, attempts)
         buried[#buried + 1] = key
         emit(ev, EVENT.dead, key, attempts, 'lease expired')
+        if ob then BATCH.note(ob, rec, key, BATCH.OUTCOME.dead) end
       end
     end
   end
@@ -918,6 +930,9 @@ if #expired_keys > 0 then
   call_many('HDEL', hist, expired_keys)
   count(stats, 'expired_before_start', #expired_keys)
   for _, key in ipairs(expired_keys) do emit(ev, EVENT.expired, key) end
+  if ob then
+    for i, key in ipairs(expired_keys) do BATCH.note(ob, expired_recs[i], key, BATCH.OUTCOME.expired) end
+  end
 end
 if consumed > 0 then redis.call('LTRIM', ready, consumed, -1) end
 -- the leases: lean ones in `leases`, format-1/2 records rewritten; then the records promoted
@@ -1056,7 +1071,7 @@ end
 if n_jobs > 0 or try_no > 0 then
   redis.call('SET', receipt_key, cmsgpack.pack(receipt_out), 'PX', receipt_ms)
 end
-for i = 25, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 26, #KEYS do redis.call('DEL', KEYS[i]) end
 end_unique(uniq, uniq_at, now, expired_keys, buried)
 if #cancelled_keys > 0 then end_unique(uniq, uniq_at, now, cancelled_keys) end
 

@@ -14,6 +14,8 @@
 --   format 5 (priority): format 4's header, then the priority (u8, 0..9; 5 normal): 22 bytes.
 --   format 6 (group): format 5's header, then the length of the job's group (u8, 0: none):
 --   23 bytes; then the group's bytes (`group_of`), then the payload.
+--   format 7 (batch): format 6's header and group, then the length of the id of the job's
+--   batch (u8, 0: none), then the id's bytes (`batch_of`), then the payload.
 --   The 20-byte header, struct '>c1BI6I6I6':
 --     state    1 char   STATE below (S scheduled, R ready, A active, F retry, D dead)
 --     attempts u8      attempts started (a release or a deferral gives one back)
@@ -50,18 +52,19 @@ local HISTORY = {failed = 'F', lease_expired = 'L', deferred = 'd', buried = 'B'
 -- The newest record format this script reads. The loader writes a lower number here for a
 -- process that reads less (a dq acting as an older one: ClientBuilder::format_level), so the
 -- line must stay exactly `local NEWEST_FORMAT = <n>` (scripts.rs, tied by a test).
-local NEWEST_FORMAT = 6
+local NEWEST_FORMAT = 7
 -- Record formats (dq-core/src/format.rs, tied by a test): `legacy` has no version byte;
 -- a first byte in 2..max is a version byte.
 -- `lean` is the first format whose lease leaves the record as it is (format.rs LEAN_FORMAT);
 -- `expiring` the first whose header ends with the job's expiry (EXPIRING_FORMAT);
 -- `priority` the first with the job's priority after it (PRIORITY_FORMAT); `group` the first
--- with the job's group after that (GROUP_FORMAT).
-local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, priority = 5, group = 6, max = 31}
+-- with the job's group after that (GROUP_FORMAT); `batch` the first with the job's batch
+-- after its group (BATCH_FORMAT).
+local FORMAT = {legacy = 1, versioned = 2, lean = 3, expiring = 4, priority = 5, group = 6, batch = 7, max = 31}
 -- The same, as locals for the helpers below (a table field costs a lookup per record).
 local LEGACY_FORMAT, FIRST_VERSIONED, MAX_FORMAT = FORMAT.legacy, FORMAT.versioned, FORMAT.max
 local LEAN_FORMAT, EXPIRING_FORMAT, PRIORITY_FORMAT = FORMAT.lean, FORMAT.expiring, FORMAT.priority
-local GROUP_FORMAT = FORMAT.group
+local GROUP_FORMAT, BATCH_FORMAT = FORMAT.group, FORMAT.batch
 -- A job's priority when its record has none (formats 1..4) or its enqueue gave none
 -- (Priority::NORMAL in Rust, tied by a test); 0 is the lowest, 9 the highest.
 local NORMAL_PRIORITY, MAX_PRIORITY = 5, 9
@@ -121,11 +124,21 @@ local function format_of(rec)
   return nil
 end
 
+-- Where a format-7 record's batch length byte is (after its group's bytes).
+local function batch_len_at(rec)
+  return GROUP_HEADER_LEN + (byte(rec, GROUP_HEADER_LEN) or 0) + 1
+end
+
 -- The header length of a record of a format this dq reads (where its payload starts): 20 for
--- format 1, one more for the version byte of format 2; format 6's counts its group's bytes.
+-- format 1, one more for the version byte of format 2; format 6's counts its group's bytes,
+-- format 7's its batch length byte and its batch id's bytes too.
 local function header_len(rec)
   local b = byte(rec, 1)
   if b > MAX_FORMAT then return HEADER_LEN end
+  if b >= BATCH_FORMAT then
+    local at = batch_len_at(rec)
+    return at + (byte(rec, at) or 0)
+  end
   if b >= GROUP_FORMAT then return GROUP_HEADER_LEN + (byte(rec, GROUP_HEADER_LEN) or 0) end
   if b >= PRIORITY_FORMAT then return PRIORITY_HEADER_LEN end
   if b >= EXPIRING_FORMAT then return EXPIRING_HEADER_LEN end
@@ -162,6 +175,46 @@ local function group_of(rec)
   return nil
 end
 
+-- The id of the batch a record is a member of (format 7 on), or nil for none (and for every
+-- older format).
+local function batch_of(rec)
+  local b = byte(rec, 1)
+  if b >= BATCH_FORMAT and b <= MAX_FORMAT then
+    local at = batch_len_at(rec)
+    local n = byte(rec, at)
+    if n and n > 0 then return sub(rec, at + 1, at + n) end
+  end
+  return nil
+end
+
+-- How a batch member ended, as its outbox note says (batch.rs `MemberState` in Rust).
+local OUTCOME = {succeeded = 's', dead = 'd', cancelled = 'c', expired = 'e', discarded = 'x'}
+
+-- Notes the end of a batch member in its partition's outbox (a stream), in the script that
+-- ends it (ARCHITECTURE.md §16): fields b (batch id), m (job key), o (OUTCOME). Nothing for
+-- a record in no batch. The caller has checked the outbox's type before its first write
+-- (`batched` below).
+local function note_end(outbox, rec, key, outcome)
+  local b = rec and batch_of(rec)
+  if b then redis.call('XADD', outbox, '*', 'b', b, 'm', key, 'o', outcome) end
+end
+
+-- True for a partition that has held a member of a batch (its control hash's `batched`,
+-- written by the enqueue of a member and never removed: `flag`, the field's value as read),
+-- after checking that its outbox is a stream or absent; or nil and the WRONGTYPE reply.
+local function batched(flag, outbox)
+  if not flag then return false end
+  local t = redis.call('TYPE', outbox).ok
+  if t ~= 'none' and t ~= 'stream' then
+    return nil, redis.error_reply('WRONGTYPE dq: ' .. outbox .. ' holds a ' .. t
+      .. ', not a stream; nothing written')
+  end
+  return true
+end
+
+-- The batch helpers, in one table (a function may hold at most 60 upvalues: see GROUP).
+local BATCH = {note = note_end, OUTCOME = OUTCOME, batched = batched}
+
 -- True for a record whose expiry has come by `now`: it is never started again.
 local function is_expired(rec, now)
   local e = expiry_of(rec)
@@ -192,9 +245,11 @@ local function is_record(rec)
   if b >= LEAN_FORMAT then
     -- (a lean record is never active: its lease is in `leases`)
     local s = byte(rec, 2)
-    local len = (b >= GROUP_FORMAT and GROUP_HEADER_LEN + (byte(rec, GROUP_HEADER_LEN) or 0))
+    local len = (b >= BATCH_FORMAT and batch_len_at(rec))
+      or (b >= GROUP_FORMAT and GROUP_HEADER_LEN + (byte(rec, GROUP_HEADER_LEN) or 0))
       or (b >= PRIORITY_FORMAT and PRIORITY_HEADER_LEN)
       or (b >= EXPIRING_FORMAT and EXPIRING_HEADER_LEN) or LEAN_HEADER_LEN
+    if b >= BATCH_FORMAT and #rec >= len then len = len + byte(rec, len) end
     return #rec >= len and IS_STATE_BYTE[s] == true and s ~= ACTIVE_BYTE
   end
   return #rec > HEADER_LEN and IS_STATE_BYTE[byte(rec, 2)] == true
@@ -231,9 +286,9 @@ end
 
 -- A record of `format` (one this dq reads): its header, then `payload`; `expires` (Unix ms,
 -- 0 or nil: none) is kept by format 4 on and dropped by older ones, `priority` (nil: normal)
--- by format 5 on, `group` (nil: none) by format 6 on.
+-- by format 5 on, `group` (nil: none) by format 6 on, `batch` (nil: none) by format 7 on.
 local function pack_record(format, state, attempts, due, created, token, payload, expires,
-    priority, group)
+    priority, group, batch)
   if attempts > 255 then attempts = 255 end
   if attempts < 0 then attempts = 0 end
   if due < 0 then due = 0 end
@@ -245,9 +300,13 @@ local function pack_record(format, state, attempts, due, created, token, payload
   end
   -- a lean header, then what each later format adds after it
   local tail = ''
+  if format >= BATCH_FORMAT then
+    batch = batch or ''
+    tail = char(#batch) .. batch
+  end
   if format >= GROUP_FORMAT then
     group = group or ''
-    tail = char(#group) .. group
+    tail = char(#group) .. group .. tail
   end
   if format >= PRIORITY_FORMAT then tail = char(priority or NORMAL_PRIORITY) .. tail end
   if format >= EXPIRING_FORMAT then tail = struct.pack('>I6', expires or 0) .. tail end
@@ -509,7 +568,8 @@ local function leased_record(rec, token, spent)
 end
 
 -- Rewrites the header of `rec` in place of the old one, keeping its format, `created`, its
--- expiry (unless `expires` is given: 0 clears it), its priority, its group and the payload.
+-- expiry (unless `expires` is given: 0 clears it), its priority, its group, its batch and the
+-- payload.
 -- (A lean record has no token: `token` is ignored for it.)
 local function with_header(rec, state, attempts, due, token, expires)
   local format = record_format(rec)
@@ -517,7 +577,7 @@ local function with_header(rec, state, attempts, due, token, expires)
   -- created: the 6 bytes before the token, or bytes 10..15 of a lean header
   local created = struct.unpack('>I6', rec, format >= LEAN_FORMAT and 10 or len - 11)
   return pack_record(format, state, attempts, due, created, token, sub(rec, len + 1),
-    expires or expiry_of(rec), priority_of(rec), group_of(rec))
+    expires or expiry_of(rec), priority_of(rec), group_of(rec), batch_of(rec))
 end
 
 -- The latest due time a record can hold (48 bits): about the year 10889.
@@ -953,10 +1013,12 @@ end
 -- cancelled, never retried. Callers have read (or type-checked) every key first.
 -- With `keep` ({kept, kept_at, policy, now}, the kept keys checked) and a policy that keeps
 -- cancelled jobs, the job is kept as cancelled. `ev`: the call's event context (`events_of`) or nil.
-local function drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
+local function drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev,
+    outbox)
   local p = redis.call('HGET', progress, key)
-  -- (read when kept, or for the event's attempt: the attempt that was running)
-  local rec = (keep or ev) and redis.call('HGET', jobs, key)
+  -- (read when kept, for the event's attempt, or for a member's note: `outbox` is given for a
+  -- batched partition, its type checked)
+  local rec = (keep or ev or outbox) and redis.call('HGET', jobs, key)
   if keep and keeps(keep[3], KEPT.cancelled) then
     if rec then
       local h = redis.call('HGET', hist, key)
@@ -973,6 +1035,7 @@ local function drop_cancelled(active, jobs, hist, stats, control, leases, progre
   redis.call('HDEL', control, cancel_field(key))
   count(stats, 'cancelled', 1)
   emit(ev, EVENT.cancelled, key, rec and is_record(rec) and started(rec) or nil)
+  if outbox and rec then note_end(outbox, rec, key, OUTCOME.cancelled) end
 end
 
 -- ---- retry delays: the Lua mirror of RetryPolicy::delay_with (dq-core/src/retry.rs) ----

@@ -28,6 +28,9 @@
 -- KEYS[17] groups dq:{topic#p}:groups    ZSET the groups' rotation
 -- KEYS[18] gwait  dq:{topic#p}:gwait     ZSET the groups waiting: a released or cancelled job's
 -- KEYS[19] gactive dq:{topic#p}:gactive  ZSET group gets its turn back (lib.lua `groups_done`)
+-- KEYS[20] outbox dq:{topic#p}:outbox    STREAM: a cancelled member of a batch's end is noted
+--                                         (lib.lua `note_end`), in a partition whose control
+--                                         hash says `batched`
 --
 -- Returns a string with one character per pair: '1' released, '0' not owned (nothing done).
 -- Errors: 'ERR dq bad arguments: ...'
@@ -42,6 +45,7 @@ local uniq, uniq_at, cancelled = KEYS[13], KEYS[14], {}
 local pready = KEYS[15]
 local q = due_queue(ready, pready, stats, KEYS[16], KEYS[17])
 local gs = {gactive = KEYS[19], gwait = KEYS[18], groups = KEYS[17], stats = stats}
+local outbox = nil -- (KEYS[20], for a batched partition: its type checked)
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR dq bad arguments: expected key, token pairs')
 end
@@ -58,7 +62,11 @@ local ev = nil -- the event context when the partition records events
 if has_control then
   bad = check_types({control, 'hash', hist, 'hash', ready, 'list', pready, 'zset'})
   if bad then return bad end
-  local ctl = redis.call('HMGET', control, 'keep', 'events')
+  local ctl = redis.call('HMGET', control, 'keep', 'events', 'batched')
+  local is_batched
+  is_batched, bad = BATCH.batched(ctl[3], KEYS[20])
+  if bad then return bad end
+  if is_batched then outbox = KEYS[20] end
   local policy = keep_policy(ctl[1])
   local now = (keeps(policy, KEPT.cancelled) or ctl[2]) and now_ms()
   if keeps(policy, KEPT.cancelled) then
@@ -81,7 +89,8 @@ for i = #keys, 1, -1 do
   if owner[i] and owner[i] == tokens[i] and not done[key] then
     local group = group_of(rec)
     if has_control and redis.call('HEXISTS', control, cancel_field(key)) == 1 then
-      drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev)
+      drop_cancelled(active, jobs, hist, stats, control, leases, progress, key, keep, ev,
+        outbox)
       cancelled[#cancelled + 1] = key
       if group then groups_done(gs, {group, key}) end
     else

@@ -1,0 +1,448 @@
+//! Batches on the client: open one ([`BatchBuilder`]), add members, close it, read its
+//! progress and members, cancel it ([`BatchHandle`]); and [`settle`], the one step that
+//! enqueues a complete batch's callback and marks it done, shared by the client and the
+//! workers' relay (ARCHITECTURE.md §16).
+
+use std::time::Duration;
+
+use crate::Job;
+use crate::batch::{
+    BatchId, BatchInfo, BatchSpec, BatchThen, DEFAULT_BATCH_RETENTION, FailurePolicy, MemberId,
+    MemberPage, MemberState,
+};
+use crate::client::{Client, JobSpec, TopicClient};
+use crate::error::{Error, Result};
+use crate::names::{JobKey, Topic};
+use crate::payload;
+use crate::store::operate::NewDue;
+use crate::store::produce::{EnqueueOutcome, Enqueued};
+
+/// A batch about to be opened: its id, what happens once it is complete, its policy and
+/// retention. From [`Client::new_batch`].
+#[must_use = "a batch is stored by `open`"]
+pub struct BatchBuilder {
+    client: Client,
+    id: Option<String>,
+    then: Result<BatchThen>,
+    policy: FailurePolicy,
+    retention: Duration,
+}
+
+impl BatchBuilder {
+    /// Its id (default: a generated one). Opening an id already stored returns that batch.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Enqueue a job of `J` with `payload` once the batch is complete, due now, under the key
+    /// `batch:<id>` ([`BatchId::callback_key`]); its handler reads the batch with
+    /// [`Client::batch`] and [`BatchId::from_callback_key`].
+    pub fn on_complete<J: Job>(mut self, payload: &J::Payload) -> Self {
+        let max = self.client.config.max_payload;
+        self.then = Topic::new(J::TOPIC).and_then(|topic| {
+            Ok(BatchThen::Callback {
+                topic,
+                payload: payload::encode(payload, max)?,
+            })
+        });
+        self
+    }
+
+    /// As [`on_complete`](BatchBuilder::on_complete), with a raw MessagePack payload for a
+    /// job of `topic`.
+    pub fn on_complete_raw(mut self, topic: &str, payload: Vec<u8>) -> Self {
+        let max = self.client.config.max_payload;
+        self.then = Topic::new(topic).and_then(|topic| {
+            payload::check_size(&payload, max)?;
+            Ok(BatchThen::Callback { topic, payload })
+        });
+        self
+    }
+
+    /// When the batch is complete (default [`FailurePolicy::WaitAll`]).
+    pub fn policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How long it is kept once done (default [`DEFAULT_BATCH_RETENTION`], 7 days; at least a
+    /// second).
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention.max(Duration::from_secs(1));
+        self
+    }
+
+    /// Stores the batch (open: members may be added) and returns its handle.
+    pub async fn open(self) -> Result<BatchHandle> {
+        let id = match self.id {
+            Some(id) => BatchId::new(id)?,
+            None => BatchId::generate(),
+        };
+        let spec = BatchSpec {
+            then: self.then?,
+            policy: self.policy,
+            retention: self.retention,
+        };
+        self.client.store.batch_open(&id, &spec).await?;
+        Ok(BatchHandle {
+            client: self.client,
+            id,
+        })
+    }
+}
+
+/// A batch: add members, close, read, cancel. From [`BatchBuilder::open`] or
+/// [`Client::batch`].
+#[derive(Clone)]
+pub struct BatchHandle {
+    client: Client,
+    id: BatchId,
+}
+
+impl std::fmt::Debug for BatchHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchHandle").field("id", &self.id).finish()
+    }
+}
+
+impl Client {
+    /// Starts a new batch; [`BatchBuilder::open`] stores it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # struct release_item; struct close_order;
+    /// # impl dq_core::Job for release_item { type Payload = u64; const TOPIC: &'static str = "items.release"; }
+    /// # impl dq_core::Job for close_order { type Payload = u64; const TOPIC: &'static str = "orders.close"; }
+    /// use dq_core::JobSpec;
+    /// let batch = client.new_batch().id("order-17").on_complete::<close_order>(&17).open().await?;
+    /// batch.add::<release_item>((1..=3).map(|item| JobSpec::new(item).key(format!("17-{item}")))).await?;
+    /// batch.close().await?; // close_order runs once all three items have ended
+    /// # Ok(()) }
+    /// ```
+    pub fn new_batch(&self) -> BatchBuilder {
+        BatchBuilder {
+            client: self.clone(),
+            id: None,
+            then: Ok(BatchThen::Nothing),
+            policy: FailurePolicy::default(),
+            retention: DEFAULT_BATCH_RETENTION,
+        }
+    }
+
+    /// A handle on batch `id` (not looked up: [`BatchHandle::info`] says whether it exists).
+    pub fn batch(&self, id: &str) -> Result<BatchHandle> {
+        Ok(BatchHandle {
+            client: self.clone(),
+            id: BatchId::new(id)?,
+        })
+    }
+}
+
+impl BatchHandle {
+    /// The batch's id.
+    pub fn id(&self) -> &BatchId {
+        &self.id
+    }
+
+    /// Adds jobs of `J` as members: each is reserved in the batch, then enqueued with the
+    /// batch's id in its record (keys are generated for jobs without one, before anything is
+    /// written, so a repeated add of the same keys reserves nothing twice). A job whose key
+    /// is taken by a job outside the batch (or refused by its window) is reported as its
+    /// enqueue was and ends in the batch as [`MemberState::Refused`]. Refused: a closed
+    /// batch ([`Error::BatchClosed`]), `replace` or `debounce` on a member
+    /// ([`Error::InvalidConfig`]); nothing is written then.
+    pub async fn add<J: Job>(
+        &self,
+        jobs: impl IntoIterator<Item = JobSpec<J::Payload>>,
+    ) -> Result<Vec<Enqueued>> {
+        let max = self.client.config.max_payload;
+        let raw = jobs
+            .into_iter()
+            .enumerate()
+            .map(|(i, j)| {
+                let group = j.group.or_else(|| J::group(&j.payload));
+                Ok(JobSpec {
+                    payload: payload::encode(&j.payload, max)
+                        .map_err(|e| e.in_bulk_item(i, j.key.as_deref()))?,
+                    key: j.key,
+                    due: j.due,
+                    replace: j.replace,
+                    expires: j
+                        .expires
+                        .or(J::EXPIRES_AFTER.map(crate::job::Expiry::AfterDue)),
+                    priority: j.priority.or(Some(J::PRIORITY)),
+                    window: j.window.or(J::WINDOW),
+                    group,
+                    batch: None,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.add_raw(J::TOPIC, raw).await
+    }
+
+    /// As [`add`](BatchHandle::add), with raw MessagePack payloads for jobs of `topic`.
+    pub async fn add_raw(&self, topic: &str, jobs: Vec<JobSpec<Vec<u8>>>) -> Result<Vec<Enqueued>> {
+        let t = self.client.topic(topic)?;
+        let mut specs = Vec::with_capacity(jobs.len());
+        let mut members = Vec::with_capacity(jobs.len());
+        for mut job in jobs {
+            if job.replace || matches!(job.window, Some(crate::KeyWindow::Debounce(_))) {
+                return Err(Error::InvalidConfig(
+                    "a batch's member cannot replace a job (replace, debounce): its key must be \
+                     its own"
+                        .into(),
+                ));
+            }
+            let key = match job.key.take() {
+                Some(k) => JobKey::new(k)?,
+                None => JobKey::generate(),
+            };
+            members.push(MemberId::new(t.topic().clone(), key.clone()));
+            job.key = Some(key.as_str().to_owned());
+            job.batch = Some(self.id.clone());
+            specs.push(job);
+        }
+        if specs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // 1. reserved in the batch (refused if closed: nothing enqueued)
+        self.client.store.batch_reserve(&self.id, &members).await?;
+        // 2. enqueued in their partitions, the batch's id in their records
+        let outcomes = t.enqueue_bulk(specs).await?;
+        // 3. what each became, as far as this producer knows (the relay carries the ends)
+        let mut notes = Vec::with_capacity(outcomes.len());
+        for (member, e) in members.into_iter().zip(&outcomes) {
+            let state = self.state_after_add(&t, &e.key, e.outcome).await?;
+            notes.push((member, state));
+        }
+        if let Some(info) = self.client.store.batch_apply(&self.id, &notes).await? {
+            settle(&self.client, &info).await?;
+        }
+        Ok(outcomes)
+    }
+
+    async fn state_after_add(
+        &self,
+        t: &TopicClient,
+        key: &JobKey,
+        outcome: EnqueueOutcome,
+    ) -> Result<MemberState> {
+        Ok(match outcome {
+            EnqueueOutcome::Created | EnqueueOutcome::Replaced | EnqueueOutcome::Ended => {
+                MemberState::Enqueued
+            }
+            // ours if its record names this batch (an add repeated after its enqueue)
+            EnqueueOutcome::Exists(_) => match t.job(key.as_str()).await? {
+                Some(info) if info.batch.as_ref() == Some(&self.id) => MemberState::Enqueued,
+                Some(_) => MemberState::Refused,
+                // gone since: ended (its note says how) if it was ours, else nothing to wait for
+                None => MemberState::Enqueued,
+            },
+            EnqueueOutcome::Refused { .. } => MemberState::Refused,
+        })
+    }
+
+    /// Closes the batch to new members; once every member has ended its callback is
+    /// enqueued (at once, if they all have already). Closing twice changes nothing.
+    pub async fn close(&self) -> Result<BatchInfo> {
+        let info = self.client.store.batch_close(&self.id).await?;
+        settle(&self.client, &info).await
+    }
+
+    /// The batch as stored: counts, status, settings; `None` for an unknown id (or one kept
+    /// past its retention).
+    pub async fn info(&self) -> Result<Option<BatchInfo>> {
+        self.client.store.batch(&self.id).await
+    }
+
+    /// About `limit` members from `cursor` (0: the start), each with its state.
+    pub async fn members(&self, cursor: u64, limit: usize) -> Result<MemberPage> {
+        self.client
+            .store
+            .batch_members(&self.id, cursor, limit)
+            .await
+    }
+
+    /// Cancels the whole batch: closes it, then cancels every member that has not ended (a
+    /// running one is asked to stop, as [`TopicClient::cancel`] does). Each cancelled member
+    /// ends as cancelled; the callback follows once all have ended. Returns the batch as it
+    /// is after the cancels (their ends reach it through the relay).
+    pub async fn cancel(&self) -> Result<BatchInfo> {
+        self.client.store.batch_close(&self.id).await?;
+        let mut cursor = 0;
+        // (bounded: a member is listed at most a few times by HSCAN; 1,000 pages of 500)
+        for _ in 0..1_000 {
+            let page = self.members(cursor, 500).await?;
+            for (m, state) in &page.members {
+                if state.is_end() {
+                    continue;
+                }
+                let t = self.client.topic(m.topic.as_str())?;
+                t.cancel(m.key.as_str()).await?;
+            }
+            match page.next {
+                Some(next) => cursor = next,
+                None => break,
+            }
+        }
+        let info = self
+            .info()
+            .await?
+            .ok_or_else(|| Error::BatchNotFound(self.id.to_string()))?;
+        settle(&self.client, &info).await
+    }
+}
+
+impl BatchId {
+    /// The batch whose callback has key `key` (`batch:<id>`), if it is such a key.
+    pub fn from_callback_key(key: &str) -> Option<BatchId> {
+        key.strip_prefix("batch:")
+            .and_then(|id| BatchId::new(id).ok())
+    }
+}
+
+/// Settles a batch that is complete and not done: enqueues its callback (under
+/// [`BatchId::callback_key`] with a `unique_for` window as long as its retention: a second
+/// try finds the key taken and writes nothing) or releases its flow's parent, then marks it
+/// done. Nothing for a batch not complete or already done. Returns the batch as it is after.
+///
+/// Safe to run many times and from many processes at once: the client after its own add or
+/// close, every worker's relay after applying notes, the relay's sweep for a producer that
+/// died between its close and this step.
+pub async fn settle(client: &Client, info: &BatchInfo) -> Result<BatchInfo> {
+    if info.done || !info.is_complete() {
+        return Ok(info.clone());
+    }
+    match &info.then {
+        BatchThen::Nothing => {}
+        BatchThen::Callback { topic, payload } => {
+            let t = client.topic(topic.as_str())?;
+            let outcome = t
+                .enqueue(payload.clone())
+                .key(info.id.callback_key().as_str())
+                .unique_for(info.retention)
+                .await?;
+            tracing::debug!(batch = %info.id, ?outcome, "batch callback enqueued");
+        }
+        BatchThen::Release { topic, key } => {
+            let t = client.topic(topic.as_str())?;
+            let outcome = t
+                .reschedule(key.as_str(), NewDue::After(Duration::ZERO))
+                .await?;
+            tracing::debug!(batch = %info.id, ?outcome, "flow parent released");
+        }
+    }
+    client.store.batch_mark_done(&info.id).await
+}
+
+/// A batch's notes in one relay pass: the members' ends, and the notes' ids.
+type NotesOf = (Vec<(MemberId, MemberState)>, Vec<String>);
+
+/// Most notes one relay pass reads from an outbox.
+pub const RELAY_NOTES: usize = 512;
+
+/// The relay's step for one partition (ARCHITECTURE.md §16): reads up to [`RELAY_NOTES`]
+/// notes of `queue`'s outbox, applies them batch by batch ([`Batches::batch_apply`]: each
+/// member counted once), settles every batch they complete ([`settle`]), then deletes the
+/// notes applied — after the apply and the callback, so a relay killed anywhere leaves its
+/// notes for the next one, which changes nothing twice. Returns how many notes it applied.
+/// A batch whose apply fails keeps its notes for the next pass.
+///
+/// [`Batches::batch_apply`]: crate::store::Batches::batch_apply
+pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<usize> {
+    let notes = client.store.outbox(queue, RELAY_NOTES).await?;
+    if notes.is_empty() {
+        return Ok(0);
+    }
+    let mut by_batch: std::collections::BTreeMap<BatchId, NotesOf> =
+        std::collections::BTreeMap::new();
+    for n in notes {
+        let entry = by_batch.entry(n.batch).or_default();
+        entry
+            .0
+            .push((MemberId::new(queue.topic.clone(), n.key), n.outcome));
+        entry.1.push(n.id);
+    }
+    let mut applied = Vec::new();
+    let mut first_error = None;
+    for (id, (pairs, ids)) in by_batch {
+        let result = async {
+            if let Some(info) = client.store.batch_apply(&id, &pairs).await? {
+                settle(client, &info).await?;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        match result {
+            Ok(()) => applied.extend(ids),
+            Err(e) => {
+                tracing::warn!(batch = %id, error = %e, "batch relay: notes kept for the next pass");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    client.store.outbox_done(queue, &applied).await?;
+    match first_error {
+        Some(e) if applied.is_empty() => Err(e),
+        _ => Ok(applied.len()),
+    }
+}
+
+/// The relay's sweep of the namespace's batches not done (ARCHITECTURE.md §16): settles a
+/// complete one whose producer died between its close and its callback, ends as
+/// [`MemberState::NeverEnqueued`] the members reserved longer than
+/// [`RESERVATION_TIMEOUT`](crate::batch::RESERVATION_TIMEOUT) whose job does not exist, and
+/// takes out of the index the batches done or gone. Looks at up to `limit` batches, oldest
+/// first. Returns how many it settled.
+pub async fn sweep_batches(client: &Client, limit: usize) -> Result<usize> {
+    let now = crate::job::unix_ms(std::time::SystemTime::now());
+    let timeout = crate::batch::RESERVATION_TIMEOUT.as_millis() as u64;
+    let mut settled = 0;
+    for id in client.store.open_batches(None, limit).await? {
+        let Some(mut info) = client.store.batch(&id).await? else {
+            client.store.forget_batch(&id).await?;
+            continue;
+        };
+        if info.done {
+            client.store.forget_batch(&id).await?;
+            continue;
+        }
+        if info.counts.reserved > 0 && now.saturating_sub(info.reserved_ms) > timeout {
+            let handle = client.batch(id.as_str())?;
+            let mut cursor = 0;
+            let mut notes = Vec::new();
+            for _ in 0..1_000 {
+                let page = handle.members(cursor, 500).await?;
+                for (m, state) in page.members {
+                    if state != MemberState::Reserved {
+                        continue;
+                    }
+                    let t = client.topic(m.topic.as_str())?;
+                    let seen = t
+                        .job(m.key.as_str())
+                        .await?
+                        .is_some_and(|j| j.batch.as_ref() == Some(&id));
+                    let state = if seen {
+                        MemberState::Enqueued
+                    } else {
+                        MemberState::NeverEnqueued
+                    };
+                    notes.push((m, state));
+                }
+                match page.next {
+                    Some(next) => cursor = next,
+                    None => break,
+                }
+            }
+            if let Some(after) = client.store.batch_apply(&id, &notes).await? {
+                info = after;
+            }
+        }
+        if info.is_complete() {
+            settle(client, &info).await?;
+            settled += 1;
+        }
+    }
+    Ok(settled)
+}

@@ -1,0 +1,342 @@
+//! The batches role on Redis: `batch.lua` on the batch's own key, plain `ZADD`/`ZREM`/`ZRANGE`
+//! on the namespace's index, `XRANGE`/`XDEL` on a partition's outbox (ARCHITECTURE.md §16).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::layout;
+use super::scripts::{SCRIPTS, unexpected};
+use super::store::{RedisStore, ms};
+use crate::batch::{
+    BatchCounts, BatchId, BatchInfo, BatchSpec, BatchThen, FailurePolicy, MemberId, MemberPage,
+    MemberState, OutboxNote,
+};
+use crate::error::{Error, Result, from_redis};
+use crate::job::Queue;
+use crate::names::{JobKey, Topic};
+use crate::store::batches::Batches;
+
+impl RedisStore {
+    async fn batch_call(&self, id: &BatchId, args: &[&[u8]]) -> Result<Value> {
+        let key = layout::batch_key(&self.options.namespace, id.as_str());
+        self.run_on_key(&SCRIPTS.batch, &key, args)
+            .await
+            .map_err(|e| match e {
+                Error::BatchNotFound(_) => Error::BatchNotFound(id.to_string()),
+                Error::BatchClosed(_) => Error::BatchClosed(id.to_string()),
+                other => other,
+            })
+    }
+
+    async fn index(&self, cmd: redis::Cmd) -> Result<Value> {
+        self.conn
+            .call(async |conn| cmd.query_async(conn).await)
+            .await
+            .map_err(from_redis)
+    }
+}
+
+/// Reads `batch.lua`'s record reply (its first item: created by this call).
+fn decode_info(id: &BatchId, reply: Value) -> Result<Option<(bool, BatchInfo)>> {
+    let items = match reply {
+        Value::Nil => return Ok(None),
+        Value::Array(items) => items,
+        other => return Err(unexpected(SCRIPTS.batch.name, "batch record", &other)),
+    };
+    let raw: Vec<Vec<u8>> = items
+        .into_iter()
+        .map(|v| match v {
+            Value::BulkString(b) => Ok(b),
+            Value::Int(n) => Ok(n.to_string().into_bytes()),
+            other => Err(unexpected(SCRIPTS.batch.name, "batch field", &other)),
+        })
+        .collect::<Result<_>>()?;
+    // (every field but the callback's payload is text)
+    let text: Vec<String> = raw
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    if text.len() != 21 {
+        return Err(Error::Protocol(format!(
+            "batch record of {} fields",
+            text.len()
+        )));
+    }
+    let num = |i: usize| -> u64 { text[i].parse::<i64>().map_or(0, |n| n.max(0) as u64) };
+    if text[1] != "1" {
+        return Err(Error::Protocol(format!(
+            "batch {id} is of record format {:?}, newer than this dq reads",
+            text[1]
+        )));
+    }
+    let topic = || Topic::new(text[3].clone());
+    let then = match text[2].as_str() {
+        "c" => BatchThen::Callback {
+            topic: topic()?,
+            payload: raw[5].clone(),
+        },
+        "r" => BatchThen::Release {
+            topic: topic()?,
+            key: JobKey::stored(text[4].clone())?,
+        },
+        _ => BatchThen::Nothing,
+    };
+    let mut counts = BatchCounts::default();
+    for (i, s) in MemberState::ALL.into_iter().enumerate() {
+        counts.set(s, num(12 + i));
+    }
+    let info = BatchInfo {
+        id: id.clone(),
+        closed: !text[9].is_empty(),
+        done: !text[10].is_empty(),
+        created_ms: num(8),
+        closed_ms: num(9),
+        done_ms: num(10),
+        reserved_ms: num(11),
+        then,
+        policy: text[6]
+            .bytes()
+            .next()
+            .and_then(FailurePolicy::from_code)
+            .unwrap_or_default(),
+        retention: Duration::from_millis(num(7)),
+        counts,
+    };
+    Ok(Some((text[0] == "1", info)))
+}
+
+fn must(id: &BatchId, reply: Value) -> Result<BatchInfo> {
+    decode_info(id, reply)?
+        .map(|(_, info)| info)
+        .ok_or_else(|| Error::BatchNotFound(id.to_string()))
+}
+
+#[async_trait]
+impl Batches for RedisStore {
+    async fn batch_open(&self, id: &BatchId, spec: &BatchSpec) -> Result<(bool, BatchInfo)> {
+        let (kind, topic, key, payload): (&[u8], &str, &str, &[u8]) = match &spec.then {
+            BatchThen::Nothing => (b"n", "", "", b""),
+            BatchThen::Callback { topic, payload } => (b"c", topic.as_str(), "", payload),
+            BatchThen::Release { topic, key } => (b"r", topic.as_str(), key.as_str(), b""),
+        };
+        let retention = ms(spec.retention).max(1).to_string();
+        let policy = [spec.policy.code()];
+        let reply = self
+            .batch_call(
+                id,
+                &[
+                    b"open",
+                    kind,
+                    topic.as_bytes(),
+                    key.as_bytes(),
+                    payload,
+                    &policy,
+                    retention.as_bytes(),
+                ],
+            )
+            .await?;
+        let (created, info) =
+            decode_info(id, reply)?.ok_or_else(|| Error::BatchNotFound(id.to_string()))?;
+        // listed among the batches not done (again, harmlessly, for an existing one not done)
+        if !info.done {
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(layout::batch_index_key(&self.options.namespace))
+                .arg("NX")
+                .arg(info.created_ms)
+                .arg(id.as_str());
+            self.index(zadd).await?;
+        }
+        Ok((created, info))
+    }
+
+    async fn batch_reserve(&self, id: &BatchId, members: &[MemberId]) -> Result<BatchInfo> {
+        let wires: Vec<String> = members.iter().map(MemberId::wire).collect();
+        let mut args: Vec<&[u8]> = vec![b"reserve"];
+        args.extend(wires.iter().map(String::as_bytes));
+        must(id, self.batch_call(id, &args).await?)
+    }
+
+    async fn batch_apply(
+        &self,
+        id: &BatchId,
+        notes: &[(MemberId, MemberState)],
+    ) -> Result<Option<BatchInfo>> {
+        let wires: Vec<(String, [u8; 1])> =
+            notes.iter().map(|(m, s)| (m.wire(), [s.code()])).collect();
+        let mut args: Vec<&[u8]> = vec![b"apply"];
+        for (w, s) in &wires {
+            args.push(w.as_bytes());
+            args.push(s);
+        }
+        let reply = match self.options.durable_enqueue {
+            None => self.batch_call(id, &args).await?,
+            Some((replicas, timeout)) => {
+                let key = layout::batch_key(&self.options.namespace, id.as_str());
+                let (reply, acked) = self
+                    .run_on_key_waiting(&SCRIPTS.batch, &key, &args, (replicas, timeout))
+                    .await?;
+                if usize::try_from(acked).unwrap_or(0) < replicas {
+                    return Err(Error::NotReplicated {
+                        acked: usize::try_from(acked).unwrap_or(0),
+                        wanted: replicas,
+                    });
+                }
+                reply
+            }
+        };
+        Ok(decode_info(id, reply)?.map(|(_, info)| info))
+    }
+
+    async fn batch_close(&self, id: &BatchId) -> Result<BatchInfo> {
+        must(id, self.batch_call(id, &[b"close"]).await?)
+    }
+
+    async fn batch_mark_done(&self, id: &BatchId) -> Result<BatchInfo> {
+        let info = must(id, self.batch_call(id, &[b"done"]).await?)?;
+        self.forget_batch(id).await?;
+        Ok(info)
+    }
+
+    async fn batch(&self, id: &BatchId) -> Result<Option<BatchInfo>> {
+        Ok(decode_info(id, self.batch_call(id, &[b"get"]).await?)?.map(|(_, i)| i))
+    }
+
+    async fn batch_members(&self, id: &BatchId, cursor: u64, limit: usize) -> Result<MemberPage> {
+        let c = cursor.to_string();
+        let n = limit.max(1).to_string();
+        let reply = self
+            .batch_call(id, &[b"members", c.as_bytes(), n.as_bytes()])
+            .await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected(SCRIPTS.batch.name, "members", &reply));
+        };
+        let mut items = items.into_iter().map(|v| match v {
+            Value::BulkString(b) => {
+                String::from_utf8(b).map_err(|_| Error::Protocol("batch member: not text".into()))
+            }
+            other => Err(unexpected(SCRIPTS.batch.name, "member", &other)),
+        });
+        let next: u64 = items
+            .next()
+            .transpose()?
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let mut members = Vec::new();
+        while let (Some(m), Some(s)) = (items.next(), items.next()) {
+            let (m, s) = (m?, s?);
+            let state = s
+                .bytes()
+                .next()
+                .and_then(MemberState::from_code)
+                .ok_or_else(|| Error::Protocol(format!("batch member state {s:?}")))?;
+            members.push((MemberId::from_wire(&m)?, state));
+        }
+        Ok(MemberPage {
+            members,
+            next: (next != 0).then_some(next),
+        })
+    }
+
+    async fn open_batches(&self, after: Option<&BatchId>, limit: usize) -> Result<Vec<BatchId>> {
+        let key = layout::batch_index_key(&self.options.namespace);
+        // (ordered by when each was opened, then by id; `after` resumes past its entry)
+        let start = match after {
+            None => 0,
+            Some(id) => {
+                let mut rank = redis::cmd("ZRANK");
+                rank.arg(&key).arg(id.as_str());
+                match self.index(rank).await? {
+                    Value::Int(r) => r + 1,
+                    _ => 0,
+                }
+            }
+        };
+        let mut range = redis::cmd("ZRANGE");
+        range
+            .arg(&key)
+            .arg(start)
+            .arg(start + limit.max(1) as i64 - 1);
+        let Value::Array(items) = self.index(range).await? else {
+            return Ok(Vec::new());
+        };
+        items
+            .into_iter()
+            .map(|v| match v {
+                Value::BulkString(b) => String::from_utf8(b)
+                    .map(BatchId::stored)
+                    .map_err(|_| Error::Protocol("batch id: not text".into())),
+                other => Err(unexpected("ZRANGE", "batch id", &other)),
+            })
+            .collect()
+    }
+
+    async fn forget_batch(&self, id: &BatchId) -> Result<()> {
+        let mut zrem = redis::cmd("ZREM");
+        zrem.arg(layout::batch_index_key(&self.options.namespace))
+            .arg(id.as_str());
+        self.index(zrem).await.map(drop)
+    }
+
+    async fn outbox(&self, queue: &Queue, limit: usize) -> Result<Vec<OutboxNote>> {
+        let k = self.keys(queue);
+        let mut range = redis::cmd("XRANGE");
+        range
+            .arg(&k.outbox)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit.max(1));
+        let Value::Array(entries) = self.index(range).await? else {
+            return Ok(Vec::new());
+        };
+        let mut notes = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let Value::Array(mut parts) = entry else {
+                return Err(Error::Protocol("outbox: entry is not an array".into()));
+            };
+            let (Some(Value::Array(fields)), Some(Value::BulkString(id))) =
+                (parts.pop(), parts.pop())
+            else {
+                return Err(Error::Protocol("outbox: malformed entry".into()));
+            };
+            let id = String::from_utf8(id).map_err(|_| Error::Protocol("outbox id".into()))?;
+            let (mut batch, mut key, mut outcome) = (None, None, None);
+            for pair in fields.chunks(2) {
+                if let [Value::BulkString(f), Value::BulkString(v)] = pair {
+                    let v = String::from_utf8_lossy(v).into_owned();
+                    match f.as_slice() {
+                        b"b" => batch = Some(v),
+                        b"m" => key = Some(v),
+                        b"o" => outcome = v.bytes().next().and_then(MemberState::from_code),
+                        _ => {}
+                    }
+                }
+            }
+            match (batch, key, outcome) {
+                (Some(b), Some(k), Some(o)) => notes.push(OutboxNote {
+                    id,
+                    batch: BatchId::stored(b),
+                    key: JobKey::stored(k)?,
+                    outcome: o,
+                }),
+                // a note this dq cannot read is left for a newer one (never deleted here)
+                _ => {
+                    tracing::warn!(queue = ?queue, note = %id, "an outbox note this dq cannot read is left as it is");
+                }
+            }
+        }
+        Ok(notes)
+    }
+
+    async fn outbox_done(&self, queue: &Queue, ids: &[String]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let k = self.keys(queue);
+        let mut xdel = redis::cmd("XDEL");
+        xdel.arg(&k.outbox).arg(ids);
+        self.index(xdel).await.map(drop)
+    }
+}

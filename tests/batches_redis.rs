@@ -1,0 +1,261 @@
+//! Batches on a real Redis with a real worker (issue 24, ARCHITECTURE.md §16): members in
+//! two topics and several partitions end in every way, the callback is enqueued once with
+//! counts that match; the relay's steps repeated (as after a relay killed between them)
+//! change nothing twice; a cancelled batch completes with every member cancelled; a closed
+//! batch takes no member; a member's batch is in its record.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dq::{BatchStatus, Client, Error, JobContext, JobError, JobSpec, MemberState, Worker};
+use dq_testkit::eventually;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The callbacks that ran: the batch id each found in its key, and the counts it read; and
+/// the client they read with.
+#[derive(Clone)]
+struct Seen(Arc<Mutex<Vec<(String, u64, u64)>>>, Client);
+
+/// An order's item: released; items whose number ends in 7 fail for good (dead).
+#[dq::delayed_job(topic = "batches.items", retry = "fixed(10ms, 1)")]
+async fn release_item(n: u32, _ctx: JobContext) -> Result<(), JobError> {
+    if n % 10 == 7 {
+        return Err(JobError::permanent("the warehouse lost it"));
+    }
+    Ok(())
+}
+
+/// Another topic's member.
+#[dq::delayed_job(topic = "batches.notes")]
+async fn send_note(_n: u32, _ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+/// The callback: reads its batch's counts.
+#[dq::delayed_job(topic = "batches.close", data(Seen))]
+async fn close_order(order: u32, ctx: JobContext) -> Result<(), JobError> {
+    let id = ctx
+        .completed_batch()
+        .expect("a callback's key names its batch");
+    let info = ctx
+        .data::<Seen>()?
+        .1
+        .batch(id.as_str())?
+        .info()
+        .await?
+        .expect("the batch is kept");
+    assert_eq!(order, 17);
+    ctx.data::<Seen>()?.0.lock().unwrap().push((
+        id.to_string(),
+        info.counts.succeeded,
+        info.counts.dead,
+    ));
+    Ok(())
+}
+
+async fn client(ns: &str) -> Client {
+    Client::builder()
+        .namespace(dq_testkit::namespace(ns))
+        .partitions("batches.items", 3)
+        .connect(&dq_testkit::shared().url())
+        .await
+        .expect("connect")
+}
+
+async fn worker(client: &Client, seen: &Seen) -> dq::WorkerHandle {
+    Worker::builder(client.clone())
+        .topics(["batches.items", "batches.notes", "batches.close"])
+        .data(seen.clone())
+        .idle_wait(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_callback_runs_once_when_every_member_has_ended_with_matching_counts() {
+    let client = client("batches-once").await;
+    let seen = Seen(Arc::default(), client.clone());
+    let batch = client
+        .new_batch()
+        .id("order-17")
+        .on_complete::<close_order>(&17)
+        .open()
+        .await
+        .unwrap();
+    // members in two topics, some due later; the batch is open while the worker runs
+    let handle = worker(&client, &seen).await;
+    let items = (0..30).map(|n| {
+        let spec = JobSpec::new(n).key(format!("17-{n}"));
+        if n % 3 == 0 {
+            spec.delay(Duration::from_millis(300))
+        } else {
+            spec
+        }
+    });
+    batch.add::<release_item>(items).await.unwrap();
+    batch
+        .add::<send_note>((0..5).map(|n| JobSpec::new(n).key(format!("note-{n}"))))
+        .await
+        .unwrap();
+    // a member's record names its batch
+    let job = client
+        .topic("batches.items")
+        .unwrap()
+        .job("17-3")
+        .await
+        .unwrap();
+    if let Some(job) = job {
+        assert_eq!(
+            job.batch.as_ref().map(dq::BatchId::as_str),
+            Some("order-17")
+        );
+    }
+    // repeating an add of the same keys reserves nothing twice
+    batch
+        .add::<send_note>((0..5).map(|n| JobSpec::new(n).key(format!("note-{n}"))))
+        .await
+        .unwrap();
+    // not complete while open, however many members ended
+    eventually("every member ended", WAIT, || async {
+        batch.info().await.unwrap().unwrap().counts.pending() == 0
+    })
+    .await;
+    assert!(seen.0.lock().unwrap().is_empty(), "a callback before close");
+    let info = batch.close().await.unwrap();
+    eventually("the callback ran", WAIT, || async {
+        !seen.0.lock().unwrap().is_empty()
+    })
+    .await;
+    eventually("the batch is done", WAIT, || async {
+        batch.info().await.unwrap().unwrap().status() == BatchStatus::Done
+    })
+    .await;
+    let info = batch.info().await.unwrap().unwrap_or(info);
+    assert_eq!(info.counts.total(), 35);
+    assert_eq!(info.counts.dead, 3, "{info:?}");
+    assert_eq!(info.counts.succeeded, 32, "{info:?}");
+    // settling again (a relay that repeats its step) enqueues nothing: the key's window
+    dq::batch::settle(&client, &info).await.unwrap();
+    let mut forced = info.clone();
+    forced.done = false;
+    dq::batch::settle(&client, &forced).await.unwrap();
+    let close = client.topic("batches.close").unwrap();
+    eventually("the callback's topic is quiet", WAIT, || async {
+        let s = close.stats().await.unwrap();
+        s.ready + s.scheduled + s.active == 0
+    })
+    .await;
+    handle.shutdown().await;
+    let seen = seen.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "callbacks: {seen:?}");
+    assert_eq!(seen[0], ("order-17".to_string(), 32, 3));
+    assert_eq!(close.stats().await.unwrap().succeeded, 1);
+    // a done batch is out of the index of batches not done
+    assert!(
+        client
+            .store()
+            .open_batches(None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn notes_applied_twice_count_once_and_a_closed_batch_takes_no_member() {
+    let client = client("batches-twice").await;
+    let batch = client
+        .new_batch()
+        .on_complete::<close_order>(&17)
+        .open()
+        .await
+        .unwrap();
+    batch
+        .add::<release_item>((0..4).map(|n| JobSpec::new(n).key(format!("k{n}"))))
+        .await
+        .unwrap();
+    let store = client.store();
+    let members: Vec<dq::MemberId> = batch
+        .members(0, 100)
+        .await
+        .unwrap()
+        .members
+        .into_iter()
+        .map(|(m, s)| {
+            assert_eq!(s, MemberState::Enqueued);
+            m
+        })
+        .collect();
+    assert_eq!(members.len(), 4);
+    // the same ends applied twice (a relay killed before it deleted its notes), and an end
+    // that comes after another end (a member requeued from the dead queue ends again)
+    let ends: Vec<_> = members
+        .iter()
+        .map(|m| (m.clone(), MemberState::Succeeded))
+        .collect();
+    store.batch_apply(batch.id(), &ends).await.unwrap();
+    store.batch_apply(batch.id(), &ends).await.unwrap();
+    let later = [(members[0].clone(), MemberState::Dead)];
+    let info = store
+        .batch_apply(batch.id(), &later)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.counts.succeeded, 4, "{info:?}");
+    assert_eq!(info.counts.total(), 4);
+    let info = batch.close().await.unwrap();
+    assert_eq!(info.status(), BatchStatus::Done);
+    let err = batch
+        .add::<release_item>([JobSpec::new(9).key("late")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BatchClosed(_)), "{err}");
+    // nothing was enqueued for the refused add
+    assert!(client.job::<release_item>("late").await.unwrap().is_none());
+    // the callback was enqueued once: its key holds one job
+    let close = client.topic("batches.close").unwrap();
+    assert_eq!(close.stats().await.unwrap().ready, 1);
+    dq::batch::settle(&client, &info).await.unwrap();
+    assert_eq!(close.stats().await.unwrap().ready, 1);
+    // a bad id is refused before anything is written
+    assert!(matches!(
+        client.batch("no spaces"),
+        Err(Error::InvalidBatch { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_cancelled_batch_ends_every_member_cancelled_then_calls_back() {
+    let client = client("batches-cancel").await;
+    let seen = Seen(Arc::default(), client.clone());
+    let batch = client
+        .new_batch()
+        .on_complete::<close_order>(&17)
+        .open()
+        .await
+        .unwrap();
+    batch
+        .add::<release_item>((0..6).map(|n| {
+            JobSpec::new(n)
+                .key(format!("c{n}"))
+                .delay(Duration::from_secs(3600))
+        }))
+        .await
+        .unwrap();
+    let handle = worker(&client, &seen).await;
+    let info = batch.cancel().await.unwrap();
+    assert!(info.closed);
+    eventually("the callback ran", WAIT, || async {
+        !seen.0.lock().unwrap().is_empty()
+    })
+    .await;
+    handle.shutdown().await;
+    let info = batch.info().await.unwrap().unwrap();
+    assert_eq!(info.counts.cancelled, 6, "{info:?}");
+    assert_eq!(info.status(), BatchStatus::Done);
+    assert_eq!(seen.0.lock().unwrap().len(), 1);
+}
