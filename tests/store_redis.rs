@@ -307,11 +307,12 @@ async fn key_layout_is_one_hash_tag_per_partition() {
     // one), the kept jobs (none kept here), the progress hash (no job reported) and the
     // event stream (the topic records no events), the key windows (no job has one), the due
     // queue of other priorities (every job is of normal priority), the group keys (no job has
-    // a group).
+    // a group), the outbox (no job is a batch's member).
     for name in KeyName::PARTITION {
         if !matches!(
             name,
-            KeyName::Gready
+            KeyName::Outbox
+                | KeyName::Gready
                 | KeyName::Groups
                 | KeyName::Gwait
                 | KeyName::Gactive
