@@ -60,8 +60,8 @@ pub use dq_core::{FailureKind, RetryDecision, RetryError, RetryFn};
 
 // Results and finished jobs a topic keeps; progress and log lines of a running job.
 pub use dq_core::{
-    BatchBuilder, BatchCounts, BatchHandle, BatchId, BatchInfo, BatchStatus, FailurePolicy,
-    MemberId, MemberPage, MemberState,
+    BatchBuilder, BatchCounts, BatchHandle, BatchId, BatchInfo, BatchStatus, FLOW_WAIT_MS,
+    FailurePolicy, FlowBuilder, FlowHandle, MemberId, MemberPage, MemberState,
 };
 pub use dq_core::{
     FinishedAs, FinishedJob, FinishedPage, JobOutput, Retention, StoredResult, WaitOutcome,

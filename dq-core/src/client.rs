@@ -21,6 +21,7 @@ mod config;
 mod enqueue;
 mod events;
 mod finished;
+mod flow;
 mod group;
 mod groups;
 mod handle;
@@ -43,6 +44,7 @@ pub use self::config::{
 pub use self::enqueue::{Enqueue, JobSpec};
 pub use self::events::{DEFAULT_EVENTS_POLL, EventStream, EventsOptions, MAX_RECENT_EVENTS};
 pub use self::finished::{FinishedPage, WAIT_FIRST_PAUSE, WAIT_MAX_PAUSE, WaitOutcome};
+pub use self::flow::{FLOW_WAIT_MS, FlowBuilder, FlowHandle};
 pub use self::handle::{Client, TopicClient};
 pub(crate) use self::hook::EnqueueHooks;
 pub use self::hook::{EnqueueHook, EnqueueRequest};

@@ -362,6 +362,16 @@ impl JobContext {
         self.batch.as_ref()
     }
 
+    /// For a flow's parent: the batch of its children ([`crate::client::FlowBuilder`]), to read
+    /// with [`Client::batch`](crate::Client::batch): their counts, their members (and through
+    /// the members' keys, their kept results).
+    pub fn children(&self) -> crate::batch::BatchId {
+        match crate::names::Topic::new(self.topic) {
+            Ok(topic) => crate::batch::BatchId::of_flow(&topic, &self.key),
+            Err(_) => crate::batch::BatchId::stored(format!("flow.{}", self.topic)),
+        }
+    }
+
     /// For a batch's callback (its key is `batch:<id>`): the batch it completes, to read with
     /// [`Client::batch`](crate::Client::batch) (its counts, its members).
     pub fn completed_batch(&self) -> Option<crate::batch::BatchId> {

@@ -40,7 +40,7 @@ pub use client::{
     Admin, Client, ClientConfig, ENQUEUE_RETRY_WINDOW, Enqueue, Enqueued, JobSpec, TopicClient,
     TopicCount,
 };
-pub use client::{BatchBuilder, BatchHandle};
+pub use client::{BatchBuilder, BatchHandle, FLOW_WAIT_MS, FlowBuilder, FlowHandle};
 pub use client::{DEFAULT_EVENTS_POLL, EventStream, EventsOptions, MAX_RECENT_EVENTS}; // events (issue 23)
 pub use client::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER}; // group commit (issue 15)
 pub use client::{DeadFilter, DeadSweep, MAX_LIST_SCAN, MAX_SWEEP_CHUNK, SweepProgress}; // dead queue by filter (issue 13)

@@ -326,11 +326,17 @@ pub async fn settle(client: &Client, info: &BatchInfo) -> Result<BatchInfo> {
             tracing::debug!(batch = %info.id, ?outcome, "batch callback enqueued");
         }
         BatchThen::Release { topic, key } => {
+            // only a parent still waiting for its children (a second settle finds it released)
             let t = client.topic(topic.as_str())?;
-            let outcome = t
-                .reschedule(key.as_str(), NewDue::After(Duration::ZERO))
-                .await?;
-            tracing::debug!(batch = %info.id, ?outcome, "flow parent released");
+            let waiting = t.job(key.as_str()).await?.is_some_and(|j| {
+                j.state == crate::job::JobState::Scheduled && j.due_ms == super::flow::FLOW_WAIT_MS
+            });
+            if waiting {
+                let outcome = t
+                    .reschedule(key.as_str(), NewDue::After(Duration::ZERO))
+                    .await?;
+                tracing::debug!(batch = %info.id, ?outcome, "flow parent released");
+            }
         }
     }
     client.store.batch_mark_done(&info.id).await
@@ -438,6 +444,14 @@ pub async fn sweep_batches(client: &Client, limit: usize) -> Result<usize> {
             if let Some(after) = client.store.batch_apply(&id, &notes).await? {
                 info = after;
             }
+        }
+        // a flow's children batch left open by a producer that died while storing the flow
+        // (it closes its batch last): closed, so the parent is released once they end
+        if !info.closed
+            && matches!(info.then, BatchThen::Release { .. })
+            && now.saturating_sub(info.reserved_ms) > timeout
+        {
+            info = client.store.batch_close(&id).await?;
         }
         if info.is_complete() {
             settle(client, &info).await?;
