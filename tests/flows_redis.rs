@@ -13,12 +13,12 @@ use dq_testkit::eventually;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Every run: topic, key, when it ended, and for a parent its children's (succeeded, failed).
+/// One run: topic, key, when it ended, and for a parent its children's (succeeded, failed).
+type Run = (String, String, Instant, Option<(u64, u64)>);
+
+/// Every run, and the client the parents read their children with.
 #[derive(Clone)]
-struct Seen(
-    Arc<Mutex<Vec<(String, String, Instant, Option<(u64, u64)>)>>>,
-    Client,
-);
+struct Seen(Arc<Mutex<Vec<Run>>>, Client);
 
 impl Seen {
     fn record(&self, ctx: &JobContext, children: Option<(u64, u64)>) {

@@ -23,7 +23,7 @@ pub const FLOW_WAIT_MS: u64 = MAX_DUE_MS;
 /// One level of a flow's children: jobs of one topic, or a nested flow.
 enum Child {
     Jobs(Topic, Vec<JobSpec<Vec<u8>>>),
-    Flow(FlowBuilder),
+    Flow(Box<FlowBuilder>),
 }
 
 /// A flow about to be enqueued: its parent, its children, the policy for failed children.
@@ -118,7 +118,7 @@ impl FlowBuilder {
     /// Adds a child that is itself a flow: its parent is a child of this one, released once
     /// its own children have ended.
     pub fn child_flow(mut self, flow: FlowBuilder) -> Self {
-        self.children.push(Ok(Child::Flow(flow)));
+        self.children.push(Ok(Child::Flow(Box::new(flow))));
         self
     }
 
@@ -153,9 +153,8 @@ impl FlowBuilder {
                 "a flow nests at most {MAX_FLOW_DEPTH} levels"
             )));
         }
-        let (_, parent) = match &mut self.parent {
-            Ok(p) => p,
-            Err(_) => return Err(take_error(&mut self.parent)),
+        let Ok((_, parent)) = &mut self.parent else {
+            return Err(take_error(&mut self.parent));
         };
         if parent.replace || parent.window.is_some() || parent.due != Due::Now {
             return Err(Error::InvalidConfig(
