@@ -259,3 +259,70 @@ async fn a_cancelled_batch_ends_every_member_cancelled_then_calls_back() {
     assert_eq!(info.status(), BatchStatus::Done);
     assert_eq!(seen.0.lock().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_producer_killed_between_reserve_and_enqueue_leaves_no_batch_waiting_for_ever() {
+    let client = client("batches-killed").await;
+    let store = client.store();
+    let batch = client
+        .new_batch()
+        .on_complete::<close_order>(&17)
+        .open()
+        .await
+        .unwrap();
+    batch
+        .add::<release_item>([JobSpec::new(1).key("real")])
+        .await
+        .unwrap();
+    // the producer's step 1 for two more members, then it dies: no job, no apply
+    let ghost = |k: &str| {
+        dq::MemberId::new(
+            dq::Topic::new("batches.items").unwrap(),
+            dq::JobKey::new(k).unwrap(),
+        )
+    };
+    store
+        .batch_reserve(batch.id(), &[ghost("ghost-1"), ghost("ghost-2")])
+        .await
+        .unwrap();
+    let info = batch.close().await.unwrap();
+    assert_eq!(info.counts.reserved, 2);
+    assert!(!info.is_complete());
+    // the sweep within the timeout leaves them; past it, the jobs that never came end
+    let long = Duration::from_secs(3600);
+    dq::batch::sweep_batches(&client, 100, long).await.unwrap();
+    assert_eq!(batch.info().await.unwrap().unwrap().counts.reserved, 2);
+    dq::batch::sweep_batches(&client, 100, Duration::ZERO)
+        .await
+        .unwrap();
+    let info = batch.info().await.unwrap().unwrap();
+    assert_eq!(info.counts.never_enqueued, 2, "{info:?}");
+    // the real member was enqueued (its job exists): still waited for
+    assert_eq!(info.counts.enqueued, 1, "{info:?}");
+    assert!(!info.done);
+    // a flow whose producer died before closing its children's batch is closed by the sweep
+    let flow_batch = client.new_batch().id("half-stored").open().await.unwrap();
+    assert!(!flow_batch.info().await.unwrap().unwrap().closed);
+    dq::batch::sweep_batches(&client, 100, Duration::ZERO)
+        .await
+        .unwrap();
+    // (a batch that is not a flow's is left open: its producer closes it)
+    assert!(!flow_batch.info().await.unwrap().unwrap().closed);
+    let id = dq::BatchId::new("flow.batches.close.dead-producer").unwrap();
+    let spec = dq::batch::BatchSpec {
+        then: dq::batch::BatchThen::Release {
+            topic: dq::Topic::new("batches.close").unwrap(),
+            key: dq::JobKey::new("dead-producer").unwrap(),
+        },
+        policy: dq::FailurePolicy::WaitAll,
+        retention: Duration::from_secs(60),
+    };
+    store.batch_open(&id, &spec).await.unwrap();
+    dq::batch::sweep_batches(&client, 100, long).await.unwrap();
+    assert!(!store.batch(&id).await.unwrap().unwrap().closed);
+    dq::batch::sweep_batches(&client, 100, Duration::ZERO)
+        .await
+        .unwrap();
+    let info = store.batch(&id).await.unwrap().unwrap();
+    assert!(info.closed && info.done, "{info:?}");
+}

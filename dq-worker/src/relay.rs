@@ -56,7 +56,13 @@ impl Relay {
             }
             if last_sweep.elapsed() >= SWEEP_EVERY {
                 last_sweep = tokio::time::Instant::now();
-                if let Err(e) = dq_core::client::sweep_batches(&self.client, SWEEP_BATCHES).await {
+                if let Err(e) = dq_core::client::sweep_batches(
+                    &self.client,
+                    SWEEP_BATCHES,
+                    dq_core::batch::RESERVATION_TIMEOUT,
+                )
+                .await
+                {
                     error = Some(e);
                 }
             }

@@ -397,13 +397,19 @@ pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<
 
 /// The relay's sweep of the namespace's batches not done (ARCHITECTURE.md §16): settles a
 /// complete one whose producer died between its close and its callback, ends as
-/// [`MemberState::NeverEnqueued`] the members reserved longer than
-/// [`RESERVATION_TIMEOUT`](crate::batch::RESERVATION_TIMEOUT) whose job does not exist, and
+/// [`MemberState::NeverEnqueued`] the members reserved longer than `reservation_timeout`
+/// whose job does not exist, closes a flow's batch left open that long, and
 /// takes out of the index the batches done or gone. Looks at up to `limit` batches, oldest
-/// first. Returns how many it settled.
-pub async fn sweep_batches(client: &Client, limit: usize) -> Result<usize> {
+/// first. Returns how many it settled. `reservation_timeout` is how long a reservation (or a
+/// flow's open batch) is given: the relay passes
+/// [`RESERVATION_TIMEOUT`](crate::batch::RESERVATION_TIMEOUT).
+pub async fn sweep_batches(
+    client: &Client,
+    limit: usize,
+    reservation_timeout: Duration,
+) -> Result<usize> {
     let now = crate::job::unix_ms(std::time::SystemTime::now());
-    let timeout = crate::batch::RESERVATION_TIMEOUT.as_millis() as u64;
+    let timeout = u64::try_from(reservation_timeout.as_millis()).unwrap_or(u64::MAX);
     let mut settled = 0;
     for id in client.store.open_batches(None, limit).await? {
         let Some(mut info) = client.store.batch(&id).await? else {
@@ -414,7 +420,7 @@ pub async fn sweep_batches(client: &Client, limit: usize) -> Result<usize> {
             client.store.forget_batch(&id).await?;
             continue;
         }
-        if info.counts.reserved > 0 && now.saturating_sub(info.reserved_ms) > timeout {
+        if info.counts.reserved > 0 && now.saturating_sub(info.reserved_ms) >= timeout {
             let handle = client.batch(id.as_str())?;
             let mut cursor = 0;
             let mut notes = Vec::new();
@@ -449,7 +455,7 @@ pub async fn sweep_batches(client: &Client, limit: usize) -> Result<usize> {
         // (it closes its batch last): closed, so the parent is released once they end
         if !info.closed
             && matches!(info.then, BatchThen::Release { .. })
-            && now.saturating_sub(info.reserved_ms) > timeout
+            && now.saturating_sub(info.reserved_ms) >= timeout
         {
             info = client.store.batch_close(&id).await?;
         }
