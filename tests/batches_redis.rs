@@ -326,3 +326,55 @@ async fn a_producer_killed_between_reserve_and_enqueue_leaves_no_batch_waiting_f
     let info = store.batch(&id).await.unwrap().unwrap();
     assert!(info.closed && info.done, "{info:?}");
 }
+
+#[tokio::test]
+async fn batches_need_format_7_and_are_refused_before_any_write_below_it() {
+    let client = client("batches-format").await;
+    client.store().formats().set_write(dq::store::GROUP_FORMAT);
+    let err = client.new_batch().id("too-early").open().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NeedsFormat {
+                needs: 7,
+                level: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = client
+        .new_flow::<close_order>(JobSpec::new(17).key("too-early"))
+        .children::<release_item>([JobSpec::new(1).key("too-early-1")])
+        .enqueue()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NeedsFormat { .. }), "{err}");
+    client.store().formats().set_write(dq::store::BATCH_FORMAT);
+    assert!(
+        client
+            .batch("too-early")
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        client
+            .store()
+            .batch(&dq::BatchId::new("flow.batches.close.too-early").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        client
+            .topic("batches.items")
+            .unwrap()
+            .job("too-early-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -75,6 +75,7 @@ impl BatchBuilder {
 
     /// Stores the batch (open: members may be added) and returns its handle.
     pub async fn open(self) -> Result<BatchHandle> {
+        check_batch_format(&self.client)?;
         let id = match self.id {
             Some(id) => BatchId::new(id)?,
             None => BatchId::generate(),
@@ -206,6 +207,7 @@ impl BatchHandle {
         if specs.is_empty() {
             return Ok(Vec::new());
         }
+        check_batch_format(&self.client)?;
         // 1. reserved in the batch (refused if closed: nothing enqueued)
         self.client.store.batch_reserve(&self.id, &members).await?;
         // 2. enqueued in their partitions, the batch's id in their records
@@ -300,6 +302,20 @@ impl BatchId {
         key.strip_prefix("batch:")
             .and_then(|id| BatchId::new(id).ok())
     }
+}
+
+/// Refuses batches while the namespace writes a record format below 7 (a live process reads
+/// no newer: it would end a member without noting its end), before anything is written.
+pub(crate) fn check_batch_format(client: &Client) -> Result<()> {
+    let level = client.store.formats().write();
+    if level < crate::format::BATCH_FORMAT {
+        return Err(Error::NeedsFormat {
+            feature: "a batch",
+            needs: crate::format::BATCH_FORMAT,
+            level,
+        });
+    }
+    Ok(())
 }
 
 /// Settles a batch that is complete and not done: enqueues its callback (under

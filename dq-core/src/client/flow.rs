@@ -141,6 +141,7 @@ impl FlowBuilder {
     /// after a failure completes it without doubling anything.
     pub async fn enqueue(mut self) -> Result<FlowHandle> {
         self.check(1)?;
+        super::batch::check_batch_format(&self.client)?;
         let client = self.client.clone();
         self.store(&client, None).await
     }
