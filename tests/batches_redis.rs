@@ -378,3 +378,43 @@ async fn batches_need_format_7_and_are_refused_before_any_write_below_it() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn ten_thousand_members_are_added_and_applied_in_one_call_each() {
+    let client = client("batches-big").await;
+    let batch = client.new_batch().open().await.unwrap();
+    let n = 10_000u32;
+    batch
+        .add::<send_note>((0..n).map(|i| JobSpec::new(i).key(format!("big-{i}"))))
+        .await
+        .unwrap();
+    let info = batch.info().await.unwrap().unwrap();
+    assert_eq!(info.counts.enqueued, u64::from(n), "{info:?}");
+    let topic = dq::Topic::new("batches.notes").unwrap();
+    let ends: Vec<_> = (0..n)
+        .map(|i| {
+            (
+                dq::MemberId::new(topic.clone(), dq::JobKey::new(format!("big-{i}")).unwrap()),
+                MemberState::Succeeded,
+            )
+        })
+        .collect();
+    let info = client
+        .store()
+        .batch_apply(batch.id(), &ends)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.counts.succeeded, u64::from(n), "{info:?}");
+    let mut listed = 0;
+    let mut cursor = 0;
+    for _ in 0..1_000 {
+        let page = batch.members(cursor, 1_000).await.unwrap();
+        listed += page.members.len();
+        match page.next {
+            Some(c) => cursor = c,
+            None => break,
+        }
+    }
+    assert!(listed >= n as usize, "{listed}");
+}

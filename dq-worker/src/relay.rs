@@ -6,8 +6,10 @@
 //!
 //! Every worker relays the partitions it fetches, so a partition served by several workers
 //! is relayed by each of them: every step is idempotent (a member counted once, the callback
-//! enqueued once under its key), so they only repeat each other's reads. A partition without
-//! batch members costs one `XRANGE` of an absent key per pass.
+//! enqueued once under its key), so they only repeat each other's reads. A namespace with no
+//! batch open costs one `ZRANGE` of the index per pass: the outboxes are read only while a
+//! batch is open (a note for a batch already done changes nothing), and every
+//! [`DRAIN_EVERY`] anyway, so such notes do not pile up.
 
 use std::time::Duration;
 
@@ -19,6 +21,9 @@ pub(crate) const RELAY_EVERY: Duration = Duration::from_millis(100);
 
 /// How often the batches not done are swept.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(2);
+
+/// How often the outboxes are read even while no batch is open.
+pub(crate) const DRAIN_EVERY: Duration = Duration::from_secs(10);
 
 /// Most batches one sweep looks at.
 const SWEEP_BATCHES: usize = 1_000;
@@ -34,6 +39,7 @@ impl Relay {
         let mut ticks = tokio::time::interval(RELAY_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_sweep = tokio::time::Instant::now();
+        let mut last_drain = tokio::time::Instant::now();
         let mut failing = false;
         loop {
             tokio::select! {
@@ -41,6 +47,17 @@ impl Relay {
                 _ = ticks.tick() => {}
             }
             let mut error = None;
+            let open = match self.client.store().open_batches(None, 1).await {
+                Ok(ids) => !ids.is_empty(),
+                Err(e) => {
+                    error = Some(e);
+                    true
+                }
+            };
+            if !open && last_drain.elapsed() < DRAIN_EVERY {
+                continue;
+            }
+            last_drain = tokio::time::Instant::now();
             for queue in &self.queues {
                 // (a busy outbox is read again at once, up to a few passes)
                 for _ in 0..8 {

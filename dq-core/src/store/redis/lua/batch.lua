@@ -86,7 +86,7 @@ if op == 'apply' then
   end
   local fields = {}
   for i = 2, #ARGV, 2 do fields[#fields + 1] = 'm:' .. ARGV[i] end
-  local olds = redis.call('HMGET', batch, unpack(fields))
+  local olds = hmget(batch, fields) -- (lib.lua: in slices, any number of members)
   local now_of, delta, writes = {}, {}, {}
   for j, f in ipairs(fields) do
     local new = ARGV[2 * j + 1]
@@ -102,7 +102,7 @@ if op == 'apply' then
     writes[#writes + 1] = f
     writes[#writes + 1] = s
   end
-  if #writes > 0 then redis.call('HSET', batch, unpack(writes)) end
+  if #writes > 0 then call_many('HSET', batch, writes) end
   for s, d in pairs(delta) do
     if d ~= 0 then redis.call('HINCRBY', batch, 'c:' .. s, d) end
   end
