@@ -54,9 +54,30 @@ async fn close_order(order: u32, ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
+/// The layout's invariants hold in `client`'s namespace (the batch keys among them).
+async fn assert_invariants(namespace: &str) {
+    let store = dq::store::RedisStore::connect(
+        &dq_testkit::shared().url(),
+        dq::store::RedisOptions {
+            namespace: namespace.to_string(),
+            ..dq::store::RedisOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let violations = dq::store::redis::layout::check_invariants(&store)
+        .await
+        .unwrap();
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
 async fn client(ns: &str) -> Client {
+    client_in(&dq_testkit::namespace(ns)).await
+}
+
+async fn client_in(namespace: &str) -> Client {
     Client::builder()
-        .namespace(dq_testkit::namespace(ns))
+        .namespace(namespace)
         .partitions("batches.items", 3)
         .connect(&dq_testkit::shared().url())
         .await
@@ -77,7 +98,8 @@ async fn worker(client: &Client, seen: &Seen) -> dq::WorkerHandle {
 
 #[tokio::test]
 async fn the_callback_runs_once_when_every_member_has_ended_with_matching_counts() {
-    let client = client("batches-once").await;
+    let ns = dq_testkit::namespace("batches-once");
+    let client = client_in(&ns).await;
     let seen = Seen(Arc::default(), client.clone());
     let batch = client
         .new_batch()
@@ -163,6 +185,7 @@ async fn the_callback_runs_once_when_every_member_has_ended_with_matching_counts
             .unwrap()
             .is_empty()
     );
+    assert_invariants(&ns).await;
 }
 
 #[tokio::test]
@@ -230,7 +253,8 @@ async fn notes_applied_twice_count_once_and_a_closed_batch_takes_no_member() {
 
 #[tokio::test]
 async fn a_cancelled_batch_ends_every_member_cancelled_then_calls_back() {
-    let client = client("batches-cancel").await;
+    let ns = dq_testkit::namespace("batches-cancel");
+    let client = client_in(&ns).await;
     let seen = Seen(Arc::default(), client.clone());
     let batch = client
         .new_batch()
@@ -258,6 +282,7 @@ async fn a_cancelled_batch_ends_every_member_cancelled_then_calls_back() {
     assert_eq!(info.counts.cancelled, 6, "{info:?}");
     assert_eq!(info.status(), BatchStatus::Done);
     assert_eq!(seen.0.lock().unwrap().len(), 1);
+    assert_invariants(&ns).await;
 }
 
 #[tokio::test]

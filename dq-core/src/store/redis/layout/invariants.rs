@@ -28,8 +28,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    KeyName, PartitionKeys, RecordHeader, TopicRecord, formats_key, parse_key, schedules_key,
-    shapes_key, topics_key, workers_key,
+    KeyName, PartitionKeys, RecordHeader, TopicRecord, batch_index_key, formats_key, parse_key,
+    schedules_key, shapes_key, topics_key, workers_key,
 };
 use crate::error::{Result, from_redis};
 use crate::format::LEAN_FORMAT;
@@ -554,6 +554,34 @@ impl Snapshot {
                     "is a {ty}, expected a {}",
                     KeyName::Workers.redis_type()
                 ));
+            }
+            return;
+        }
+        if *key == batch_index_key(&self.namespace) {
+            // The batches not done: a sorted set that never expires.
+            let ty = seen.redis_type.as_str();
+            if ty != KeyName::BatchIndex.redis_type() && ty != "none" {
+                say(format!(
+                    "is a {ty}, expected a {}",
+                    KeyName::BatchIndex.redis_type()
+                ));
+            }
+            return;
+        }
+        if let Some(id) = key
+            .strip_prefix(&format!("{}:{{batch:", self.namespace))
+            .and_then(|rest| rest.strip_suffix('}'))
+        {
+            // A batch's record (expires once done, for its retention).
+            let ty = seen.redis_type.as_str();
+            if ty != KeyName::Batch.redis_type() && ty != "none" {
+                say(format!(
+                    "is a {ty}, expected a {}",
+                    KeyName::Batch.redis_type()
+                ));
+            }
+            if crate::batch::BatchId::new(id).is_err() {
+                say(format!("holds an invalid batch id {id:?}"));
             }
             return;
         }
