@@ -311,6 +311,7 @@ for i, rec in ipairs(ARGV) do
     row[8] = expiry_of(rec)
     row[9] = priority_of(rec)
     row[10] = group_of(rec) or ''
+    row[11] = batch_of(rec) or ''
     if state ~= state_of(rec) or token ~= token_of(rec) then row[6] = 'mismatch' end
   end
   out[i] = row
@@ -484,9 +485,52 @@ fn format_samples() -> Vec<(&'static str, Vec<u8>)> {
             .encode_in_group("tenant-7", b"");
             r[..r.len() - 1].to_vec()
         }),
-        ("format 7", newer(7)),
+        (
+            "format 7, in a batch and a group",
+            RecordHeader {
+                token: 0,
+                priority: 3,
+                group_len: 0,
+                batch_len: 0,
+                ..header(7)
+            }
+            .encode_in_batch("tenant-7", "order-17", b"payload"),
+        ),
+        (
+            "format 7, in a batch",
+            RecordHeader {
+                token: 0,
+                ..header(7)
+            }
+            .encode_in_batch("", "flow.orders.close.o-1", b"payload"),
+        ),
+        (
+            "format 7, in neither",
+            RecordHeader {
+                token: 0,
+                ..header(7)
+            }
+            .encode(b""),
+        ),
+        ("format 7, batch past the end", {
+            let r = RecordHeader {
+                token: 0,
+                ..header(7)
+            }
+            .encode_in_batch("g", "order-17", b"");
+            r[..r.len() - 1].to_vec()
+        }),
+        ("format 7, no batch length byte", {
+            let r = RecordHeader {
+                token: 0,
+                ..header(7)
+            }
+            .encode_in_group("g", b"");
+            r[..r.len() - 1].to_vec()
+        }),
+        ("format 8", newer(8)),
         ("format 31", newer(MAX_FORMAT)),
-        ("format 7, one byte", vec![7]),
+        ("format 8, one byte", vec![8]),
         ("first byte 32", newer(MAX_FORMAT + 1)),
         ("first byte 0", newer(0)),
         ("first byte 1", newer(1)),
@@ -562,6 +606,8 @@ fn record_format_rules_are_one_rule_in_lua_rust_and_memory() {
                     assert_eq!(int(8), i64::from(h.priority), "{at}: priority");
                     let group: String = from(row[9].clone()).unwrap();
                     assert_eq!(group, h.group(value).unwrap_or(""), "{at}: group");
+                    let batch: String = from(row[10].clone()).unwrap();
+                    assert_eq!(batch, h.batch(value).unwrap_or(""), "{at}: batch");
                 }
                 Err(crate::error::Error::NewerFormat { format, reads: r }) => {
                     assert_eq!(r, reads);
