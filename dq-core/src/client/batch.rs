@@ -157,28 +157,7 @@ impl BatchHandle {
         &self,
         jobs: impl IntoIterator<Item = JobSpec<J::Payload>>,
     ) -> Result<Vec<Enqueued>> {
-        let max = self.client.config.max_payload;
-        let raw = jobs
-            .into_iter()
-            .enumerate()
-            .map(|(i, j)| {
-                let group = j.group.or_else(|| J::group(&j.payload));
-                Ok(JobSpec {
-                    payload: payload::encode(&j.payload, max)
-                        .map_err(|e| e.in_bulk_item(i, j.key.as_deref()))?,
-                    key: j.key,
-                    due: j.due,
-                    replace: j.replace,
-                    expires: j
-                        .expires
-                        .or(J::EXPIRES_AFTER.map(crate::job::Expiry::AfterDue)),
-                    priority: j.priority.or(Some(J::PRIORITY)),
-                    window: j.window.or(J::WINDOW),
-                    group,
-                    batch: None,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let raw = super::typed::typed_specs::<J>(jobs, self.client.config.max_payload)?;
         self.add_raw(J::TOPIC, raw).await
     }
 

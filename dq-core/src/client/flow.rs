@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::Job;
 use crate::batch::{
     BatchId, BatchSpec, BatchThen, DEFAULT_BATCH_RETENTION, FailurePolicy, MAX_FLOW_DEPTH,
 };
@@ -13,7 +14,6 @@ use crate::client::{BatchHandle, Client, JobSpec};
 use crate::error::{Error, Result};
 use crate::job::{Due, MAX_DUE_MS, from_unix_ms};
 use crate::names::{JobKey, Topic};
-use crate::{Job, payload};
 
 /// The due time (Unix ms) a flow's parent waits at until its children have ended: the
 /// latest a record holds ([`MAX_DUE_MS`]), so no fetch ever promotes it. Its release makes it
@@ -81,20 +81,9 @@ impl Client {
 
 /// A typed spec as the typed client sends it: encoded, with the handler's defaults.
 fn typed_spec<J: Job>(j: JobSpec<J::Payload>, max: usize) -> Result<JobSpec<Vec<u8>>> {
-    let group = j.group.or_else(|| J::group(&j.payload));
-    Ok(JobSpec {
-        payload: payload::encode(&j.payload, max)?,
-        key: j.key,
-        due: j.due,
-        replace: j.replace,
-        expires: j
-            .expires
-            .or(J::EXPIRES_AFTER.map(crate::job::Expiry::AfterDue)),
-        priority: j.priority.or(Some(J::PRIORITY)),
-        window: j.window.or(J::WINDOW),
-        group,
-        batch: None,
-    })
+    let mut one = super::typed::typed_specs::<J>([j], max)?;
+    one.pop()
+        .ok_or_else(|| Error::Protocol("one spec in, none out".into()))
 }
 
 impl FlowBuilder {
@@ -105,11 +94,10 @@ impl FlowBuilder {
     ) -> Self {
         let max = self.client.config.max_payload;
         let child = Topic::new(J::TOPIC).and_then(|topic| {
-            let specs = specs
-                .into_iter()
-                .map(|s| typed_spec::<J>(s, max))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Child::Jobs(topic, specs))
+            Ok(Child::Jobs(
+                topic,
+                super::typed::typed_specs::<J>(specs, max)?,
+            ))
         });
         self.children.push(child);
         self

@@ -51,26 +51,7 @@ impl Client {
         &self,
         jobs: impl IntoIterator<Item = JobSpec<J::Payload>>,
     ) -> Result<Vec<Enqueued>> {
-        let max = self.config.max_payload;
-        let raw = jobs
-            .into_iter()
-            .enumerate()
-            .map(|(i, j)| {
-                let group = j.group.or_else(|| J::group(&j.payload));
-                Ok(JobSpec {
-                    payload: payload::encode(&j.payload, max)
-                        .map_err(|e| e.in_bulk_item(i, j.key.as_deref()))?,
-                    key: j.key,
-                    due: j.due,
-                    replace: j.replace,
-                    expires: j.expires.or(J::EXPIRES_AFTER.map(Expiry::AfterDue)),
-                    priority: j.priority.or(Some(J::PRIORITY)),
-                    window: j.window.or(J::WINDOW),
-                    group,
-                    batch: j.batch,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let raw = typed_specs::<J>(jobs, self.config.max_payload)?;
         self.typed::<J>()?.enqueue_bulk(raw).await
     }
 
@@ -186,4 +167,31 @@ impl Client {
     pub async fn set_concurrency<J: Job>(&self, cap: Option<u32>) -> Result<TopicControl> {
         self.typed::<J>()?.set_concurrency(cap).await
     }
+}
+
+/// Typed jobs as the typed client sends them: each payload encoded (a bad one is
+/// [`Error::BulkItem`](crate::Error::BulkItem) with its index and key), with the handler's
+/// defaults (expiry, priority, key window, group from the payload) where the job gives none.
+pub(crate) fn typed_specs<J: Job>(
+    jobs: impl IntoIterator<Item = JobSpec<J::Payload>>,
+    max_payload: usize,
+) -> Result<Vec<JobSpec<Vec<u8>>>> {
+    jobs.into_iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let group = j.group.or_else(|| J::group(&j.payload));
+            Ok(JobSpec {
+                payload: payload::encode(&j.payload, max_payload)
+                    .map_err(|e| e.in_bulk_item(i, j.key.as_deref()))?,
+                key: j.key,
+                due: j.due,
+                replace: j.replace,
+                expires: j.expires.or(J::EXPIRES_AFTER.map(Expiry::AfterDue)),
+                priority: j.priority.or(Some(J::PRIORITY)),
+                window: j.window.or(J::WINDOW),
+                group,
+                batch: j.batch,
+            })
+        })
+        .collect()
 }

@@ -343,11 +343,7 @@ impl RedisStore {
         key: &str,
         args: &[&[u8]],
     ) -> Result<Value> {
-        let mut fcall = redis::cmd("FCALL");
-        fcall.arg(&script.function).arg(1).arg(key);
-        for a in args {
-            fcall.arg(*a);
-        }
+        let fcall = fcall_on_key(script, key, args);
         let sent = std::time::Instant::now();
         let patience = self.options.response_timeout;
         let result = self
@@ -370,11 +366,7 @@ impl RedisStore {
         args: &[&[u8]],
         wait: (usize, Duration),
     ) -> Result<(Value, i64)> {
-        let mut fcall = redis::cmd("FCALL");
-        fcall.arg(&script.function).arg(1).arg(key);
-        for a in args {
-            fcall.arg(*a);
-        }
+        let fcall = fcall_on_key(script, key, args);
         let sent = std::time::Instant::now();
         let patience = self.options.response_timeout;
         let result = self
@@ -461,6 +453,16 @@ impl RedisStore {
         script.metrics.record(sent.elapsed(), result.is_ok());
         result.map_err(|e| script_error(script, e))
     }
+}
+
+/// `FCALL <script> 1 <key> <args…>`: a call of a script on its one key.
+fn fcall_on_key(script: &LuaScript, key: &str, args: &[&[u8]]) -> redis::Cmd {
+    let mut fcall = redis::cmd("FCALL");
+    fcall.arg(&script.function).arg(1).arg(key);
+    for a in args {
+        fcall.arg(*a);
+    }
+    fcall
 }
 
 /// A duration in whole ms, saturating.
