@@ -313,11 +313,23 @@ pub async fn settle(client: &Client, info: &BatchInfo) -> Result<BatchInfo> {
         BatchThen::Nothing => {}
         BatchThen::Callback { topic, payload } => {
             let t = client.topic(topic.as_str())?;
-            let outcome = t
+            let mut enqueue = t
                 .enqueue(payload.clone())
                 .key(info.id.callback_key().as_str())
-                .unique_for(info.retention)
-                .await?;
+                .unique_for(info.retention);
+            // the topic's handler, where this process has it, gives the callback its expiry
+            // and priority (as a periodic tick's)
+            let handler = crate::handler::registered_jobs().find(|d| d.topic == topic.as_str());
+            if let Some(ms) = handler.and_then(|d| d.expires_after_ms) {
+                enqueue = enqueue.expires_after(Duration::from_millis(ms));
+            }
+            if let Some(p) = handler
+                .and_then(|d| d.priority)
+                .and_then(|n| crate::job::Priority::new(n).ok())
+            {
+                enqueue = enqueue.priority(p);
+            }
+            let outcome = enqueue.await?;
             tracing::debug!(batch = %info.id, ?outcome, "batch callback enqueued");
         }
         BatchThen::Release { topic, key } => {
