@@ -70,6 +70,10 @@ pub use dq_core::{
 pub mod batch {
     pub use dq_core::batch::*;
     pub use dq_core::client::{RELAY_NOTES, relay_outbox, settle, sweep_batches};
+    // what the operator API reads of batches (`Admin::batches`, `Admin::batch_follow_up`)
+    pub use dq_core::client::admin::{
+        BatchFollowUp, BatchList, FollowUpJob, FollowUpKind, MAX_BATCH_PAGE, MAX_BATCHES_COUNTED,
+    };
 }
 pub use dq_core::{JobProgress, LogLine, MAX_LOG_LINES, MAX_PROGRESS_LEN, Report};
 

@@ -13,7 +13,7 @@ Exit codes:
   1  failed or refused (e.g. the job is running, a job with the key exists)
   2  bad input (a usage error, bad JSON, a bad time or key, a bulk operation without --yes
      when standard input is not a terminal); nothing was written
-  3  not found (no such job, or no such topic in the namespace)
+  3  not found (no such job or batch, or no such topic in the namespace)
   4  cannot reach Redis (connection refused or lost, timeout, a TLS certificate refused)
   5  aborted at the confirmation prompt; nothing was written
 
@@ -33,6 +33,10 @@ Examples:
   dq group orders.close --concurrency 4 --weight 1
   dq group orders.close tenant-7 --rate 10/s --weight 3
   dq group orders.close tenant-7 --hold 5m
+  dq batches
+  dq batch order-17
+  dq batch order-17 --members --state dead
+  dq batch order-17 --cancel --yes
   dq dashboard --listen 127.0.0.1:8080 --read-only
   DQ_API_TOKENS=… dq serve --listen 0.0.0.0:8081";
 
@@ -161,6 +165,17 @@ pub enum Command {
     /// due, for its group's turn): one group's own limits, or without GROUP the default every
     /// group without its own follows; hold a group for a while; its running and waiting jobs.
     Group(GroupArgs),
+
+    /// List the batches not done — open, closed with members not ended, or complete with
+    /// their callback not enqueued yet — oldest first: id, status, member counts, age. A
+    /// flow's children are the batch `flow.<topic>.<parent key>`.
+    Batches(BatchesArgs),
+
+    /// Show one batch: status, failure policy, what its completion does (a callback, or a
+    /// flow's parent) and that job's state, its members by state, when it was opened, closed
+    /// and done; or list its members (--members); close it (--close) or cancel it
+    /// (--cancel: closes it and cancels every member not ended).
+    Batch(BatchArgs),
 
     /// Follow the events of the topics that record them (enqueued, started, succeeded,
     /// failed, dead, cancelled, expired, …) as they happen, or replay those kept.
@@ -353,6 +368,57 @@ pub struct GroupArgs {
     /// a hold under way. Needs GROUP.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "group")]
     pub hold: Option<Duration>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq batches`.
+#[derive(Debug, Args)]
+pub struct BatchesArgs {
+    /// Most batches to list (1 to 1000).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Continue after this batch id (printed at the end of a listing that has more).
+    #[arg(long, value_name = "ID")]
+    pub after: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// The batch's id (a flow's children: `flow.<topic>.<parent key>`).
+    pub id: String,
+    /// List its members with their states instead.
+    #[arg(long, conflicts_with_all = ["close", "cancel"])]
+    pub members: bool,
+    /// With --members: only those in this state (reserved, enqueued, succeeded, dead,
+    /// cancelled, expired, discarded, refused, never_enqueued).
+    #[arg(long, value_name = "STATE", requires = "members", value_parser = parse_member_state)]
+    pub state: Option<dq_core::MemberState>,
+    /// With --members: about this many members (1 to 1000; members are read page by page,
+    /// so a few more may be listed).
+    #[arg(long, default_value_t = 50, requires = "members")]
+    pub limit: usize,
+    /// With --members: continue from this cursor (printed at the end of a listing that has
+    /// more).
+    #[arg(long, value_name = "CURSOR", requires = "members")]
+    pub after: Option<u64>,
+    /// Close it to new members: once every member has ended, its callback is enqueued (or
+    /// its flow's parent released).
+    #[arg(long, conflicts_with = "cancel")]
+    pub close: bool,
+    /// Cancel it: close it, and cancel every member that has not ended (a running one is
+    /// asked to stop); the callback follows once all have ended. Asks for confirmation.
+    #[arg(long)]
+    pub cancel: bool,
+    /// With --cancel: do not ask for confirmation (needed when standard input is not a
+    /// terminal).
+    #[arg(long, short = 'y', requires = "cancel")]
+    pub yes: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -579,6 +645,20 @@ fn parse_priority(s: &str) -> Result<dq_core::Priority, String> {
     let bad = || format!("{s:?} is not a priority: write 0 (lowest) to 9 (highest); 5 is normal");
     let level: u8 = s.trim().parse().map_err(|_| bad())?;
     dq_core::Priority::new(level).map_err(|_| bad())
+}
+
+/// A batch member's state by its name (`succeeded`, `never_enqueued`, …).
+fn parse_member_state(s: &str) -> Result<dq_core::MemberState, String> {
+    dq_core::MemberState::ALL
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = dq_core::MemberState::ALL.iter().map(|m| m.name()).collect();
+            format!(
+                "{s:?} is not a member state: write one of {}",
+                names.join(", ")
+            )
+        })
 }
 
 /// A group name (see dq::GroupName).

@@ -66,7 +66,9 @@ impl From<dq_core::Error> for Failure {
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
             | E::TopicMismatch { .. }
+            | E::InvalidBatch { .. }
             | E::BulkItem { .. } => Exit::BadInput,
+            E::BatchNotFound(_) => Exit::NotFound,
             E::Timeout(_) | E::Tls(_) => Exit::Connection,
             E::Redis(r)
                 if r.is_io_error()

@@ -244,7 +244,7 @@ fn formats_text(out: &FormatsOut) -> String {
 }
 
 /// Left-aligned columns two spaces apart, the last one unpadded.
-fn table(head: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+pub(crate) fn table(head: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
     let lines: Vec<Vec<String>> = std::iter::once(head.iter().map(ToString::to_string).collect())
         .chain(rows)
         .collect();

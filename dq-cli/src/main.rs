@@ -3,6 +3,7 @@
 //! cancel and reschedule, the dead queue, a manual enqueue. Exit codes are in `fail.rs` and
 //! `dq --help`.
 
+mod batches;
 mod cli;
 mod events;
 mod fail;
@@ -81,6 +82,8 @@ async fn run(cli: Cli) -> Outcome {
         Command::Resume(a) => ctx.pause(a, false).await,
         Command::Limits(a) => ctx.limits(a).await,
         Command::Group(a) => ctx.group(a).await,
+        Command::Batches(a) => print(batches::batches(&ctx.client, &ctx.namespace, &a).await?),
+        Command::Batch(a) => print(batches::batch(&ctx.client, &a).await?),
         Command::Events(a) => events::follow(&ctx.client, a, ctrl_c()).await,
         Command::List(a) => {
             let t = ctx.topic(&a.topic)?;

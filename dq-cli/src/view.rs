@@ -276,6 +276,8 @@ pub struct JobOut {
     pub priority: u8,
     /// Its group, if it has one (it waits for its group's turn once due).
     pub group: Option<String>,
+    /// The batch it is a member of, if any (`dq batch ID`).
+    pub batch: Option<String>,
     /// For a running job, when its lease runs out.
     pub lease_deadline: Option<String>,
     /// For a dead job, when it died.
@@ -398,6 +400,7 @@ impl JobOut {
             attempts: info.attempts,
             priority: info.priority.level(),
             group: info.group.as_ref().map(ToString::to_string),
+            batch: info.batch.as_ref().map(ToString::to_string),
             lease_deadline: info.lease_deadline_ms.map(rfc3339),
             died: info.died_ms.map(rfc3339),
             expires: info.expires_ms.map(rfc3339),
@@ -425,6 +428,9 @@ pub fn job_detail(j: &JobOut, info: &JobInfo, now_ms: u64) -> String {
     let _ = writeln!(out, "priority  {}", priority_text(j.priority));
     if let Some(g) = &j.group {
         let _ = writeln!(out, "group     {g}");
+    }
+    if let Some(b) = &j.batch {
+        let _ = writeln!(out, "batch     {b} (dq batch {b})");
     }
     if let (Some(d), Some(ms)) = (&j.lease_deadline, info.lease_deadline_ms) {
         let _ = writeln!(out, "lease     until {d} ({})", relative(ms, now_ms));

@@ -25,6 +25,7 @@
 //! | `dq_queue_jobs` | gauge | topic, state | jobs per state (collector) |
 //! | `dq_queue_oldest_overdue_seconds` | gauge | topic | how long the most overdue job has waited (collector) |
 //! | `dq_workers_live` | gauge | — | workers whose heartbeat is live (collector; `Client::workers`) |
+//! | `dq_batches_open` | gauge | — | batches not done: open, closed with members not ended, or complete with their callback not enqueued yet (collector; `Admin::open_batch_count`) |
 //! | `dq_newer_records_total` | counter | topic, format | job records of a newer format than the worker reads, met and left untouched by its fetches (upgrade the worker) |
 //!
 //! Recorders are looked up when a metric is first recorded: install yours before the first
@@ -64,6 +65,12 @@ pub const QUEUE_OLDEST_OVERDUE: &str = "dq_queue_oldest_overdue_seconds";
 
 /// Gauge: workers whose heartbeat is live, from the stats collector (no labels).
 pub const WORKERS_LIVE: &str = "dq_workers_live";
+
+/// Gauge: batches not done — open, closed with members that have not ended, or complete
+/// with their callback not enqueued yet (flows' batches included) — from the stats collector
+/// (no labels). One that stays up while no batch is being filled points at stuck members or
+/// a relay that does not run (no worker serves the members' topics).
+pub const BATCHES_OPEN: &str = "dq_batches_open";
 
 /// Counter: job records of a newer format than the worker reads that its fetches met and left
 /// untouched (`topic`, `format`: the record's format number, 2 to 31). Non-zero means a
@@ -133,6 +140,10 @@ pub fn describe() {
     describe_gauge!(
         WORKERS_LIVE,
         "Workers whose heartbeat is live (stats collector)."
+    );
+    describe_gauge!(
+        BATCHES_OPEN,
+        "Batches not done: open, closed with members not ended, or complete (stats collector)."
     );
     describe_gauge!(
         QUEUE_OLDEST_OVERDUE,

@@ -2,7 +2,8 @@
 //! operator on call — topics with their depths, throughput and lateness and whether each is
 //! paused, throttled or limited, a topic's scheduled and retrying jobs, the dead queue (errors
 //! grouped by message; requeue or purge one job, a selection, or every job matching a filter),
-//! one job's attempts and payload, and the periodic schedules.
+//! one job's attempts and payload, the periodic schedules, and the batches not done (a batch's
+//! counts by state, its callback's or flow parent's state, its members by state).
 //!
 //! Two ways to run it:
 //!

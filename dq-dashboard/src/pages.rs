@@ -1,9 +1,10 @@
 //! The routes and their pages: overview, topic, dead queue (and its one POST endpoint), job,
-//! a topic's events, schedules; any other path is a 404 in the page frame.
+//! a topic's events, schedules, batches; any other path is a 404 in the page frame.
 //! Everything is rendered on the server with `maud` (which escapes every value); the pages
 //! carry no script. Each page is its own file; `layout.rs` holds what they share. This file
 //! only assembles them.
 
+mod batches;
 mod dead_queue;
 mod events;
 mod job;
@@ -33,6 +34,8 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router {
         .route("/topics/{topic}/jobs/{key}", get(job::job_page))
         .route("/topics/{topic}/events", get(events::events_page))
         .route("/schedules", get(schedules::schedules_page))
+        .route("/batches", get(batches::batches_page))
+        .route("/batches/{id}", get(batches::batch_page))
         .fallback(layout::no_such_page)
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),

@@ -3,8 +3,9 @@
 //! in a real Redis; the test reads the overview's numbers against `stats`, requeues one dead
 //! job by clicking its button and watches it leave the dead queue, checks that equal depths
 //! both stay visible in the chart, that a 404 keeps the header and a way back, that a
-//! read-only dashboard's dead queue holds no form, and that the schedules page lists the
-//! schedules; it saves a screenshot of each page under `target/dashboard-screenshots/`. With
+//! read-only dashboard's dead queue holds no form, that the schedules page lists the
+//! schedules, and that the batches page leads to a batch's counts, callback and members and
+//! on to a member's job page and back; it saves a screenshot of each page under `target/dashboard-screenshots/`. With
 //! `DQ_UPDATE_SCREENSHOTS=1` it also writes the overview, dead-queue, topic and schedules
 //! screenshots to `docs/img/` for the README.
 
@@ -173,6 +174,8 @@ async fn the_dashboard_in_a_real_browser() {
         .schedule_raw("webhook-retry-sweep", "webhooks", every, payload)
         .await
         .unwrap();
+    // A batch: one member succeeded, one dead, one scheduled; its callback not enqueued yet.
+    common::make_batch(&client, "order-17", "parcels", "parcel-", "orders.close").await;
     // A live worker serving two of the topics, as a running worker's heartbeat records it.
     let mut worker = dq_core::WorkerInfo::new(vec!["emails".into(), "invoices".into()], 8, 1);
     worker.started_ms = std::time::SystemTime::now()
@@ -384,6 +387,76 @@ async fn run(
     .await;
     assert_eq!(sweep, "every 5m");
     let schedules = screenshot(browser, "schedules").await;
+
+    // The batches page, from the header: a batch not done, then its page — counts by state,
+    // its callback not enqueued yet, its dead member — and that member's job page, which
+    // links back to the batch.
+    browser
+        .find(Locator::Css("#batches-link"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let row = text_of(browser, "tr[data-batch=\"order-17\"]").await;
+    assert!(row.contains("open"), "{row}");
+    screenshot(browser, "batches").await;
+    browser
+        .find(Locator::Css("tr[data-batch=\"order-17\"] a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(
+        text_of(
+            browser,
+            "#counts tr[data-state=\"dead\"] td[data-field=\"count\"]"
+        )
+        .await,
+        "1"
+    );
+    assert_eq!(
+        text_of(
+            browser,
+            "#counts tr[data-state=\"succeeded\"] td[data-field=\"count\"]"
+        )
+        .await,
+        "1"
+    );
+    let then = text_of(browser, "td[data-field=\"then\"]").await;
+    assert!(then.contains("not enqueued yet"), "{then}");
+    screenshot(browser, "batch").await;
+    browser
+        .find(Locator::Css("nav.tabs a[href$=\"?state=dead\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(text_of(browser, "#members").await.lines().count(), 2);
+    browser
+        .find(Locator::Css(
+            "tr[data-member=\"parcels#parcel-2\"] td:nth-child(2) a",
+        ))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(text_of(browser, "td[data-field=\"state\"]").await, "dead");
+    assert_eq!(
+        text_of(browser, "td[data-field=\"batch\"]").await,
+        "order-17"
+    );
+    browser
+        .find(Locator::Css("td[data-field=\"batch\"] a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(text_of(browser, "h1").await, "Batch order-17");
 
     // A read-only dashboard's dead queue: the jobs, and nothing to post.
     browser

@@ -18,8 +18,8 @@ pub enum Code {
     /// 400: the body is not JSON, or not the shape the endpoint takes (a field missing or of
     /// the wrong type, an unknown field).
     InvalidJson,
-    /// 400: a value is not acceptable: a topic or key name, a time, a delay, an expiry, a
-    /// cursor, a rate, an `Idempotency-Key`.
+    /// 400: a value is not acceptable: a topic or key name, a batch id, a time, a delay, an
+    /// expiry, a cursor, a rate, an `Idempotency-Key`.
     InvalidRequest,
     /// 413: the request body is over the server's limit.
     BodyTooLarge,
@@ -32,9 +32,9 @@ pub enum Code {
     /// 404: no such topic in the namespace (no producer or worker has used it), or, with a
     /// typed-only server, not a topic it knows the type of.
     UnknownTopic,
-    /// 404: no such job, schedule or route.
+    /// 404: no such job, batch, schedule or route.
     NotFound,
-    /// 409: the job's state does not allow it (running, or dead).
+    /// 409: the job's state does not allow it (running, or dead), or the batch is closed.
     Conflict,
     /// 409: the topic's recorded partition count differs from this server's, or the
     /// namespace writes a format that cannot hold what was asked.
@@ -171,6 +171,7 @@ impl From<dq_core::Error> for ApiError {
             | E::DueOutOfRange { .. }
             | E::InvalidPartition { .. }
             | E::InvalidConfig(_)
+            | E::InvalidBatch { .. }
             | E::EnqueueRefused { .. }
             | E::Encode(_) => Code::InvalidRequest,
             E::BulkItem { source, .. } => ApiError::from_ref(source),
@@ -179,7 +180,8 @@ impl From<dq_core::Error> for ApiError {
             E::TopicMismatch { .. } | E::TopicNotEmpty { .. } | E::NeedsFormat { .. } => {
                 Code::TopicMismatch
             }
-            E::WrongState { .. } => Code::Conflict,
+            E::WrongState { .. } | E::BatchClosed(_) => Code::Conflict,
+            E::BatchNotFound(_) => Code::NotFound,
             E::OutOfMemory | E::NoPermission(_) | E::Timeout(_) => Code::Unavailable,
             other if other.is_retryable() => Code::Unavailable,
             _ => Code::Internal,

@@ -1,6 +1,6 @@
 //! dq's HTTP+JSON API: any producer, in any language, enqueues, cancels and reschedules dq
-//! jobs and operates the queues (the dead queue, pause, limits, schedules) over HTTP, through
-//! the same [`Client`](dq_core::Client) a Rust producer uses. docs/HTTP.md is the guide.
+//! jobs and operates the queues (the dead queue, pause, limits, schedules, batches) over HTTP,
+//! through the same [`Client`](dq_core::Client) a Rust producer uses. docs/HTTP.md is the guide.
 //!
 //! Three ways to run it:
 //!
@@ -31,6 +31,7 @@
 //! Single enqueues without a key or an `Idempotency-Key` go through the client's group commit
 //! when it is on, so concurrent requests share Redis calls.
 
+mod batches;
 mod config;
 mod error;
 mod jobs;
@@ -70,7 +71,8 @@ use state::{AppState, Shared};
         ops::dead_purge, ops::pause, ops::resume, ops::limits, ops::set_limits, ops::groups,
         ops::set_default_group_limits, ops::clear_default_group_limits, ops::group,
         ops::set_group_limits, ops::clear_group_limits, ops::hold_group, ops::schedules,
-        ops::schedule, ops::unschedule,
+        ops::schedule, ops::unschedule, batches::batches, batches::batch, batches::members,
+        batches::close, batches::cancel,
     ),
     components(schemas(Code)),
     modifiers(&BearerScheme),
@@ -80,6 +82,7 @@ use state::{AppState, Shared};
         (name = "dead", description = "The dead queue"),
         (name = "control", description = "Pause, resume and limits; the limits and holds of groups"),
         (name = "schedules", description = "Periodic schedules"),
+        (name = "batches", description = "Batches and flows: the batches not done, one batch and its members, close and cancel"),
     )
 )]
 struct ApiDoc;
@@ -165,6 +168,11 @@ pub fn router(client: dq_core::Client, config: HttpConfig) -> axum::Router {
             "/v1/topics/{topic}/groups/{group}/hold",
             post(ops::hold_group),
         )
+        .route("/v1/batches", get(batches::batches))
+        .route("/v1/batches/{id}", get(batches::batch))
+        .route("/v1/batches/{id}/members", get(batches::members))
+        .route("/v1/batches/{id}/close", post(batches::close))
+        .route("/v1/batches/{id}/cancel", post(batches::cancel))
         .route("/v1/schedules", get(ops::schedules))
         .route(
             "/v1/schedules/{name}",

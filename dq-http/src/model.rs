@@ -583,3 +583,225 @@ pub fn rfc3339(ms: u64) -> String {
         Err(_) => format!("{ms} ms"),
     }
 }
+
+/// Which batches to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct BatchesQuery {
+    /// Most batches on the page (1 to 1000; default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Continue after this batch id (the `next` of the page before).
+    #[serde(default)]
+    pub after: Option<String>,
+}
+
+/// Which members of a batch to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct MembersQuery {
+    /// Only the members in this state: reserved, enqueued, succeeded, dead, cancelled,
+    /// expired, discarded, refused or never_enqueued.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// About this many members (1 to 1000; default 100): members are read page by page, so
+    /// a few more may be listed.
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Continue from this cursor (the `next` of the page before).
+    #[serde(default)]
+    pub after: Option<u64>,
+}
+
+/// A batch's members by state.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchCountsOut {
+    /// Reserved by an add, their job not seen yet.
+    pub reserved: u64,
+    /// Enqueued, not ended.
+    pub enqueued: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Dead.
+    pub dead: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// Expired before they started.
+    pub expired: u64,
+    /// Discarded by a retry function.
+    pub discarded: u64,
+    /// Refused at their add (their key was taken by another job, or by its window).
+    pub refused: u64,
+    /// Never enqueued (their producer died after reserving them).
+    pub never_enqueued: u64,
+}
+
+impl BatchCountsOut {
+    /// The view of `c`.
+    pub fn new(c: &dq_core::BatchCounts) -> BatchCountsOut {
+        BatchCountsOut {
+            reserved: c.reserved,
+            enqueued: c.enqueued,
+            succeeded: c.succeeded,
+            dead: c.dead,
+            cancelled: c.cancelled,
+            expired: c.expired,
+            discarded: c.discarded,
+            refused: c.refused,
+            never_enqueued: c.never_enqueued,
+        }
+    }
+}
+
+/// A batch in a listing: its status and counts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchSummaryOut {
+    /// Its id (a flow's children: `flow.<topic>.<parent key>`).
+    pub id: String,
+    /// `open`, `closed` (members not ended), `complete` (its callback not enqueued yet) or
+    /// `done`.
+    pub status: String,
+    /// Its members.
+    pub members: u64,
+    /// Members that have not ended.
+    pub pending: u64,
+    /// Members that ended other than by succeeding.
+    pub failed: u64,
+    /// Its members by state.
+    pub counts: BatchCountsOut,
+    /// When it was opened.
+    pub created: String,
+}
+
+impl BatchSummaryOut {
+    /// The view of `b`.
+    pub fn new(b: &dq_core::BatchInfo) -> BatchSummaryOut {
+        BatchSummaryOut {
+            id: b.id.to_string(),
+            status: b.status().to_string(),
+            members: b.counts.total(),
+            pending: b.counts.pending(),
+            failed: b.counts.failures(),
+            counts: BatchCountsOut::new(&b.counts),
+            created: rfc3339(b.created_ms),
+        }
+    }
+}
+
+/// One page of the batches not done, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchList {
+    /// The batches.
+    pub batches: Vec<BatchSummaryOut>,
+    /// The id to list after for the next page (`after=`), or `null` on the last page.
+    pub next: Option<String>,
+}
+
+/// What a batch's completion does to a job, and that job now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FollowUpOut {
+    /// `callback` (enqueued once the batch is complete, under the key `batch:<id>`) or
+    /// `parent` (a flow's parent, released then).
+    pub kind: String,
+    /// The job's topic.
+    pub topic: String,
+    /// Its key.
+    pub key: String,
+    /// Its state now: `scheduled`, `ready`, `active`, `retry`, `dead`, or, kept by its
+    /// topic, `succeeded`, `cancelled`, `expired`; `null` when not found (a callback not
+    /// enqueued yet, or one that ran and is not kept).
+    pub state: Option<String>,
+    /// A flow's parent still waiting for its children.
+    pub waiting_for_children: bool,
+}
+
+impl FollowUpOut {
+    /// The view of `f`.
+    pub fn new(f: &dq_core::client::admin::BatchFollowUp) -> FollowUpOut {
+        FollowUpOut {
+            kind: f.kind.as_str().to_owned(),
+            topic: f.topic.to_string(),
+            key: f.key.to_string(),
+            state: f.job.state().map(str::to_owned),
+            waiting_for_children: f.waiting_for_children(),
+        }
+    }
+}
+
+/// One batch: its status, policy, what its completion does, its counts and times.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchOut {
+    /// Its id.
+    pub id: String,
+    /// `open`, `closed`, `complete` or `done`.
+    pub status: String,
+    /// When it is complete: `wait_all`, `fail_fast` or `ignore`.
+    pub policy: String,
+    /// What its completion does, and that job now; `null` for a batch that only reports its
+    /// progress.
+    pub then: Option<FollowUpOut>,
+    /// Its members.
+    pub members: u64,
+    /// Members that have not ended.
+    pub pending: u64,
+    /// Members that ended other than by succeeding.
+    pub failed: u64,
+    /// Its members by state.
+    pub counts: BatchCountsOut,
+    /// When it was opened.
+    pub created: String,
+    /// When it was closed to new members, if it was.
+    pub closed: Option<String>,
+    /// When it was marked done (its callback enqueued, its parent released), if it was.
+    pub done: Option<String>,
+    /// How long it is kept once done, ms.
+    pub retention_ms: u64,
+}
+
+impl BatchOut {
+    /// The view of `b` and its follow-up job `f`.
+    pub fn new(
+        b: &dq_core::BatchInfo,
+        f: Option<&dq_core::client::admin::BatchFollowUp>,
+    ) -> BatchOut {
+        BatchOut {
+            id: b.id.to_string(),
+            status: b.status().to_string(),
+            policy: match serde_json::to_value(b.policy) {
+                Ok(serde_json::Value::String(name)) => name,
+                _ => format!("{:?}", b.policy),
+            },
+            then: f.map(FollowUpOut::new),
+            members: b.counts.total(),
+            pending: b.counts.pending(),
+            failed: b.counts.failures(),
+            counts: BatchCountsOut::new(&b.counts),
+            created: rfc3339(b.created_ms),
+            closed: b.closed.then(|| rfc3339(b.closed_ms)),
+            done: b.done.then(|| rfc3339(b.done_ms)),
+            retention_ms: u64::try_from(b.retention.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// One member of a batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberOut {
+    /// Its topic.
+    pub topic: String,
+    /// Its key.
+    pub key: String,
+    /// Its state in the batch.
+    pub state: String,
+}
+
+/// A page of a batch's members.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberList {
+    /// The members.
+    pub members: Vec<MemberOut>,
+    /// The cursor of the next page (`after=`), or `null` once every member was read.
+    pub next: Option<u64>,
+}

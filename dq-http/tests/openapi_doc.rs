@@ -54,6 +54,11 @@ fn the_document_describes_every_route() {
         "/v1/topics/{topic}/groups/{group}",
         "/v1/topics/{topic}/groups/{group}/hold",
         "/v1/schedules/{name}",
+        "/v1/batches",
+        "/v1/batches/{id}",
+        "/v1/batches/{id}/members",
+        "/v1/batches/{id}/close",
+        "/v1/batches/{id}/cancel",
     ] {
         assert!(
             paths.iter().any(|q| q.as_str() == p),

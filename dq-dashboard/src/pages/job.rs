@@ -8,7 +8,7 @@ use dq_core::{FinishedJob, JobState, StoredResult};
 use maud::html;
 
 use super::layout::{
-    PageResult, csrf_field, dead_link, layout, not_found, topic_link, topic_of, when,
+    PageResult, batch_link, csrf_field, dead_link, layout, not_found, topic_link, topic_of, when,
 };
 use crate::state::Shared;
 
@@ -106,6 +106,7 @@ async fn finished_page(
             tr { th { "Finished" } td data-field="finished" { (when(job.finished_ms, now_ms)) } }
             @if let Some(d) = job.run_time() { tr { th { "Run time" } td { (d.as_millis()) " ms" } } }
             tr { th { "Attempts" } td data-field="attempts" { (job.attempts) } }
+            (callback_row(shared, key))
             @if let Some(w) = &job.worker { tr { th { "Worker" } td data-field="worker" { code { (w) } } } }
         }
         @if let Some(result) = &result {
@@ -159,6 +160,8 @@ pub(super) async fn job_page(
             tr { th { "Attempts" } td data-field="attempts" { (job.attempts) } }
             tr { th { "Priority" } td data-field="priority" data-priority=(job.priority.level()) { (priority_text(job.priority)) } }
             @if let Some(g) = &job.group { tr { th { "Group" } td data-field="group" { code { (g) } } } }
+            @if let Some(b) = &job.batch { tr { th { "Batch" } td data-field="batch" { a href=(batch_link(&shared, b.as_str())) { code { (b) } } } } }
+            (callback_row(&shared, &key))
             @if let Some(d) = job.lease_deadline_ms { tr { th { "Lease until" } td { (when(d, now_ms)) } } }
             @if let Some(d) = job.died_ms { tr { th { "Died" } td { (when(d, now_ms)) } } }
             @if let Some(e) = job.expires_ms { tr { th { "Expires" } td { (when(e, now_ms)) " unless started" } } }
@@ -187,6 +190,15 @@ pub(super) async fn job_page(
         crumbs,
         body,
     ))
+}
+
+/// For a batch's callback (its key `batch:<id>`): a row linking to its batch.
+fn callback_row(shared: &Shared, key: &str) -> maud::Markup {
+    html! {
+        @if let Some(id) = dq_core::BatchId::from_callback_key(key) {
+            tr { th { "Callback of" } td data-field="callback-of" { "batch " a href=(batch_link(shared, id.as_str())) { code { (id) } } } }
+        }
+    }
 }
 
 /// A priority in words: `5 (normal)`, `8 (above normal: leased first)`, `2 (below normal)`.

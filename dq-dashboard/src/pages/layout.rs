@@ -26,9 +26,11 @@ impl From<dq_core::Error> for PageError {
     fn from(e: dq_core::Error) -> Self {
         use dq_core::Error as E;
         match e {
-            E::InvalidKey { .. } | E::InvalidTopic { .. } | E::InvalidConfig(_) => {
-                PageError(StatusCode::BAD_REQUEST, e.to_string())
-            }
+            E::InvalidKey { .. }
+            | E::InvalidTopic { .. }
+            | E::InvalidConfig(_)
+            | E::InvalidBatch { .. } => PageError(StatusCode::BAD_REQUEST, e.to_string()),
+            E::BatchNotFound(_) => PageError(StatusCode::NOT_FOUND, e.to_string()),
             e => {
                 tracing::warn!(error = %e, "dq dashboard: store call failed");
                 PageError(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
@@ -118,6 +120,10 @@ pub(super) fn job_link(shared: &Shared, topic: &str, key: &str) -> String {
     shared.link(&format!("/topics/{}/jobs/{}", enc(topic), enc(key)))
 }
 
+pub(super) fn batch_link(shared: &Shared, id: &str) -> String {
+    shared.link(&format!("/batches/{}", enc(id)))
+}
+
 /// The frame around every page.
 pub(super) fn layout(
     shared: &Shared,
@@ -143,7 +149,10 @@ pub(super) fn layout(
                 header {
                     a.brand href=(shared.home()) { "dq" }
                     nav.crumbs { (crumbs) }
-                    nav.links { a #schedules-link href=(shared.link("/schedules")) { "Schedules" } }
+                    nav.links {
+                        a #batches-link href=(shared.link("/batches")) { "Batches" } " "
+                        a #schedules-link href=(shared.link("/schedules")) { "Schedules" }
+                    }
                     @if shared.opts.read_only { span.badge { "read-only" } }
                 }
                 main { (body) }

@@ -7,7 +7,7 @@ header{display:flex;align-items:center;gap:16px;padding:10px 24px;background:#1d
 header a{color:#cfe0ff;text-decoration:none}
 .brand{font-weight:700;font-size:18px;color:#fff!important;letter-spacing:.5px}
 .crumbs{color:#9fb0c4}
-.links{margin-left:auto}.links+.badge{margin-left:0}
+.links{margin-left:auto}.links a+a{margin-left:12px}.links+.badge{margin-left:0}
 .badge{margin-left:auto;background:#e69a00;color:#1d2733;border-radius:10px;padding:1px 10px;font-size:12px;font-weight:600}
 main{padding:16px 24px;max-width:1400px}
 h1{font-size:22px;margin:6px 0 14px}h2{font-size:16px;margin:22px 0 8px}
@@ -48,5 +48,6 @@ td.priority.high{font-weight:700;color:#1f4f8f}td.priority.low{color:#6b7785}
 .kv th{width:140px;background:#f8f9fb}
 .state{padding:1px 8px;border-radius:9px;background:#d5dbe3;font-weight:600;font-size:12px}
 .state.dead{background:#f6d5d1;color:#a23325}.state.ready{background:#d6e6fb}.state.retry{background:#fbe7c2}
+.state.succeeded,.state.batch-done{background:#e6f5ec;color:#1e6b3a}.state.batch-complete{background:#fbe7c2}.state.batch-open{background:#d6e6fb}
 pre.payload{background:#fff;padding:12px;border-radius:6px;box-shadow:0 1px 2px rgba(0,0,0,.08);overflow:auto;max-height:480px}
 "#;

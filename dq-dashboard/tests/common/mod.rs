@@ -1,6 +1,7 @@
 //! What the dashboard's tests share: a client on the test binary's private Redis in a fresh
 //! namespace, a dashboard served on a free loopback port, and jobs in every state made with
-//! the client and the store's own calls (a dead job is fetched, then buried).
+//! the client and the store's own calls (a dead job is fetched, then buried); a batch whose
+//! members ended that way.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -177,4 +178,77 @@ pub fn cell(html: &str, topic: &str, stat: &str) -> Option<String> {
 pub fn csrf_of(html: &str) -> Option<String> {
     let at = html.find("name=\"csrf\" value=\"")? + "name=\"csrf\" value=\"".len();
     Some(html[at..at + html[at..].find('"')?].to_owned())
+}
+
+/// Batch `id`, its callback a job of `callback_topic`, with three members of `topic` (a
+/// fresh topic of one partition): `<prefix>1` succeeded, `<prefix>2` dead (its error
+/// `lost in transit`), `<prefix>3` scheduled in an hour. The members end as a worker ends
+/// them (leased, then acked or buried) and the relay's step carries their ends to the batch,
+/// which stays open.
+pub async fn make_batch(
+    client: &Client,
+    id: &str,
+    topic: &str,
+    prefix: &str,
+    callback_topic: &str,
+) -> dq_core::BatchHandle {
+    let batch = client
+        .new_batch()
+        .id(id)
+        .on_complete_raw(callback_topic, payload(serde_json::json!({ "batch": id })))
+        .open()
+        .await
+        .unwrap();
+    let member = |i: u32| {
+        dq_core::JobSpec::new(payload(serde_json::json!({ "parcel": i })))
+            .key(format!("{prefix}{i}"))
+    };
+    batch
+        .add_raw(
+            topic,
+            vec![
+                member(1),
+                member(2),
+                member(3).delay(Duration::from_secs(3600)),
+            ],
+        )
+        .await
+        .unwrap();
+    let queue = Queue::new(Topic::new(topic).unwrap(), 0);
+    let store = client.store();
+    let request = FetchRequest {
+        max_jobs: 10,
+        ..fetch_one()
+    };
+    let reply = store.fetch(&queue, &request).await.unwrap();
+    assert_eq!(
+        reply.jobs.len(),
+        2,
+        "the two members due now, alone in {topic}"
+    );
+    for d in &reply.jobs {
+        if d.key.as_str().ends_with('1') {
+            store
+                .ack(
+                    &queue,
+                    "",
+                    &dq_core::Success::of(&[(d.key.clone(), d.token)]),
+                )
+                .await
+                .unwrap();
+        } else {
+            let failure = dq_core::FailedAttempt {
+                key: d.key.clone(),
+                token: d.token,
+                action: FailAction::Bury,
+                error: "lost in transit".into(),
+            };
+            store
+                .fail_many(&queue, &[failure], DeadLimits::default())
+                .await
+                .unwrap();
+        }
+    }
+    dq_core::client::relay_outbox(client, &queue).await.unwrap();
+    batch
 }
