@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::Harness;
 
 pub mod bad_input;
+pub mod batches;
 pub mod cancel_reschedule;
 pub mod dead_queue;
 pub mod dead_sweep;
@@ -176,6 +177,17 @@ macro_rules! conformance_suite {
             windows::debounce_runs_the_last_payload_after_the_last_enqueue,
             windows::throttle_drops_enqueues_inside_its_window,
             windows::max_delay_refuses_far_due_times,
+            batches::each_end_of_a_member_is_noted_once_with_its_outcome,
+            batches::expiries_and_lost_leases_of_members_are_noted,
+            batches::a_retried_ack_or_fail_of_one_lease_notes_nothing_more,
+            batches::the_relay_applies_each_note_once_and_calls_back_once,
+            batches::a_batch_record_moves_members_forward_only_and_counts_each_once,
+            batches::the_index_lists_open_batches_and_a_done_batch_is_kept_for_its_retention,
+            batches::a_member_keeps_its_batch_through_every_move,
+            batches::a_job_replacing_a_member_stays_in_its_batch,
+            batches::batches_need_format_7_and_nothing_is_written_below_it,
+            batches::an_add_refuses_a_taken_key_and_counts_a_repeated_one_once,
+            batches::a_cancelled_batch_ends_every_member_cancelled,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,

@@ -16,6 +16,7 @@ use super::partition::{
 };
 use super::receipts::FetchReceipt;
 use super::store::MemoryStore;
+use crate::batch::MemberState;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::finished::FinishedAs;
@@ -41,6 +42,8 @@ impl Partition {
             .is_some_and(|r| r.is_expired(now) && !matches!(r.place, Place::Active(_)));
         if expired {
             if let Some(rec) = self.jobs.remove(key) {
+                self.outbox
+                    .note(now, rec.batch.as_ref(), key, MemberState::Expired);
                 self.keep(key, rec, FinishedAs::Expired, now, None);
             }
             self.counters.expired_before_start += 1;
@@ -52,7 +55,10 @@ impl Partition {
     /// and records the event: a retry function's `Discard` (fail.lua's 'x', fetch.lua's
     /// recovery). Never kept.
     fn discard(&mut self, key: &JobKey, attempts: u32, error: &str, now: u64) {
-        self.jobs.remove(key);
+        if let Some(rec) = self.jobs.remove(key) {
+            self.outbox
+                .note(now, rec.batch.as_ref(), key, MemberState::Discarded);
+        }
         self.progress.remove(key);
         self.counters.discarded += 1;
         let detail = Detail {
@@ -223,6 +229,8 @@ impl Partition {
             if self.control.cancels.remove(&key).is_some() {
                 // its cancel was requested while it ran: it ends as cancelled
                 if let Some(rec) = self.jobs.remove(&key) {
+                    self.outbox
+                        .note(now, rec.batch.as_ref(), &key, MemberState::Cancelled);
                     self.keep(&key, rec, FinishedAs::Cancelled, now, None);
                 }
                 self.counters.cancelled += 1;
@@ -255,6 +263,8 @@ impl Partition {
                 }
                 RetryDecision::Dead => {
                     bury(&mut self.sets, &mut self.counters, rec, &key, now);
+                    self.outbox
+                        .note(now, rec.batch.as_ref(), &key, MemberState::Dead);
                     self.windows.ended(&key, now);
                     let detail = Detail {
                         attempt: Some(rec.attempts),
@@ -585,6 +595,8 @@ impl Partition {
                         .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
                     woke |= self.sets.group_done(rec.group.as_ref(), key);
                     if let Some(rec) = self.jobs.remove(key) {
+                        self.outbox
+                            .note(now, rec.batch.as_ref(), key, MemberState::Succeeded);
                         let run = (d.started_ms, worker, d.result.clone());
                         self.keep(key, rec, FinishedAs::Succeeded, now, Some(run));
                     }
@@ -629,6 +641,8 @@ impl Partition {
                 .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
             let woke = self.sets.group_done(group.as_ref(), key);
             if let Some(rec) = self.jobs.remove(key) {
+                self.outbox
+                    .note(now, rec.batch.as_ref(), key, MemberState::Cancelled);
                 self.keep(key, rec, FinishedAs::Cancelled, now, None);
             }
             self.control.cancels.remove(key);
@@ -668,6 +682,8 @@ impl Partition {
             FailAction::Bury => {
                 rec.add_history(now, AttemptOutcome::Buried, error);
                 bury(&mut self.sets, &mut self.counters, rec, key, now);
+                self.outbox
+                    .note(now, rec.batch.as_ref(), key, MemberState::Dead);
                 self.windows.ended(key, now);
                 let detail = Detail {
                     attempt: Some(rec.attempts),
@@ -756,6 +772,8 @@ impl Partition {
                         .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
                     released |= self.sets.group_done(rec.group.as_ref(), key);
                     if let Some(rec) = self.jobs.remove(key) {
+                        self.outbox
+                            .note(now, rec.batch.as_ref(), key, MemberState::Cancelled);
                         self.keep(key, rec, FinishedAs::Cancelled, now, None);
                     }
                     self.control.cancels.remove(key);

@@ -25,7 +25,9 @@
 //! The rooms: `store.rs` (the state and its locks), `partition.rs` (one partition's records,
 //! indexes, counters and shared moves), `clock.rs`, `receipts.rs`, one file per role
 //! (`produce.rs`, `lease.rs`, `operate.rs`, `catalog.rs`: each call, mirroring its script),
-//! and `violations.rs` (the audit for test harnesses).
+//! `batches.rs` (the batches' records and index, `batch.lua`'s mirror) with `outbox.rs` (each
+//! partition's notes of its members' ends, written by the calls that end them), and
+//! `violations.rs` (the audit for test harnesses).
 
 mod batches;
 mod catalog;
@@ -35,6 +37,7 @@ mod groups;
 mod kept;
 mod lease;
 mod operate;
+mod outbox;
 mod partition;
 mod produce;
 mod receipts;

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use super::clock::{bound_due, ms};
 use super::partition::{Control, Later, Partition, Place};
 use super::store::MemoryStore;
+use crate::batch::MemberState;
 use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
 use crate::events::{Event, EventId};
@@ -36,6 +37,8 @@ impl Partition {
                 self.sets
                     .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
                 if let Some(rec) = self.jobs.remove(key) {
+                    self.outbox
+                        .note(now, rec.batch.as_ref(), key, MemberState::Cancelled);
                     self.keep(key, rec, FinishedAs::Cancelled, now, None);
                 }
                 self.counters.cancelled += 1;

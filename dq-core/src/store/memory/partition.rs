@@ -9,7 +9,9 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::kept::Kept;
+use super::outbox::Outbox;
 use super::receipts::{FetchReceipts, Receipts};
+use crate::batch::BatchId;
 use crate::control::Rate;
 use crate::error::{Error, Result};
 use crate::finished::Retention;
@@ -64,6 +66,9 @@ pub(super) struct Record {
     pub(super) priority: u8,
     /// The job's group (none before format 6).
     pub(super) group: Option<GroupName>,
+    /// The batch it is a member of (none before format 7): the call that ends it notes its
+    /// end in the partition's outbox.
+    pub(super) batch: Option<BatchId>,
     pub(super) payload: Vec<u8>,
     pub(super) history: Vec<AttemptRecord>,
 }
@@ -82,7 +87,7 @@ impl Record {
             leased_ms: now,
             lease_deadline_ms: deadline,
             group: self.group.clone(),
-            batch: None,
+            batch: self.batch.clone(),
             payload: self.payload.clone(),
         }
     }
@@ -134,7 +139,7 @@ impl Record {
             expires_ms: (self.expires_ms > 0).then_some(self.expires_ms),
             priority: Priority::new(self.priority).unwrap_or_default(),
             group: self.group.clone(),
-            batch: None,
+            batch: self.batch.clone(),
             history: self.history.clone(),
             progress: None,
             payload: self.payload.clone(),
@@ -383,6 +388,8 @@ pub(super) struct Partition {
     pub(super) events: super::events::EventLog,
     /// The key windows (`uniq`, `uniq_at`).
     pub(super) windows: super::uniq::Windows,
+    /// The ends of batch members, for the relay (the `outbox` stream).
+    pub(super) outbox: Outbox,
 }
 
 impl Partition {

@@ -128,6 +128,9 @@ impl Partition {
                 Some(w @ KeyWindow::Debounce(_)) => Some(w.ms()),
                 _ => None,
             };
+            // a job replacing a batch's member without naming a batch stays its member (the
+            // batch waits for it), in a format that carries a batch (enqueue.lua)
+            let mut batch = job.batch.clone();
             let outcome = match (self.windows.ends(&job.key, now), self.jobs.get(&job.key)) {
                 // a key inside a window is refused first, whether a job holds it or not
                 (Some(until_ms), _) => EnqueueOutcome::Refused { until_ms },
@@ -142,6 +145,9 @@ impl Partition {
                 {
                     self.sets
                         .unlink(&job.key, old.place, old.due_ms, old.group.as_ref());
+                    if format >= BATCH_FORMAT && batch.is_none() {
+                        batch = old.batch.clone();
+                    }
                     EnqueueOutcome::Replaced
                 }
                 (None, Some(old)) => EnqueueOutcome::Exists(old.state()),
@@ -184,6 +190,7 @@ impl Partition {
                         expires_ms,
                         priority,
                         group: job.group.clone(),
+                        batch,
                         payload: job.payload.clone(),
                         history: Vec::new(),
                     },

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use super::batches::Book;
 use super::clock::Clock;
 use super::partition::{Later, Partition, Place, Record};
 use crate::job::{JobState, Priority, Queue};
@@ -28,6 +29,9 @@ pub struct MemoryStore {
     schedules: Mutex<BTreeMap<String, (u64, Vec<u8>)>>,
     /// Payload shapes (Redis: `<ns>:shapes`), topic → stored form.
     shapes: Mutex<BTreeMap<Topic, Vec<u8>>>,
+    /// The batches' records and the index of those not done (Redis: `<ns>:{batch:<id>}`,
+    /// `<ns>:batches`); never locked together with the partitions.
+    batches: Mutex<Book>,
     /// The schedules generation heartbeats return (Redis: a field of `<ns>:workers`).
     pub(super) schedules_generation: std::sync::atomic::AtomicU64,
     /// The record formats it reads and writes: one process, so always the newest it reads.
@@ -67,6 +71,7 @@ impl MemoryStore {
             formats: crate::format::Formats::single_process(crate::format::NEWEST_FORMAT),
             schedules: Mutex::new(BTreeMap::new()),
             shapes: Mutex::new(BTreeMap::new()),
+            batches: Mutex::new(Book::default()),
         }
     }
 
@@ -85,9 +90,11 @@ impl MemoryStore {
     #[doc(hidden)]
     pub fn is_untouched(&self) -> bool {
         self.lock_topics().is_empty()
+            && self.lock_batches().is_empty()
             && self.lock().values().all(|p| {
                 let c = &p.counters;
                 p.jobs.is_empty()
+                    && p.outbox.len() == 0
                     && [
                         c.enqueued,
                         c.succeeded,
@@ -146,6 +153,7 @@ impl MemoryStore {
             Record {
                 priority: Priority::NORMAL.level(),
                 group: None,
+                batch: None,
                 format,
                 place,
                 attempts: u32::from(ran),
@@ -218,6 +226,13 @@ impl MemoryStore {
     /// The payload shapes' stored forms, locked.
     pub(crate) fn lock_shapes(&self) -> MutexGuard<'_, BTreeMap<Topic, Vec<u8>>> {
         self.shapes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The batches, locked (never while the partitions are).
+    pub(super) fn lock_batches(&self) -> MutexGuard<'_, Book> {
+        self.batches
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

@@ -1281,3 +1281,121 @@ async fn a_group_emptied_and_refilled_by_one_fetch_keeps_its_turn() {
     assert_eq!(keys(&fetch(&store, 10).await), ["a2"]);
     assert_sound(&store);
 }
+
+/// A job of batch `batch` under `k`, due now.
+fn member_job(k: &str, batch: &str) -> NewJob {
+    NewJob {
+        batch: Some(crate::batch::BatchId::new(batch).unwrap()),
+        ..new_job(k, Due::Now)
+    }
+}
+
+/// Acks every delivery of one fetch of up to `max_jobs`.
+async fn run_all(store: &MemoryStore, max_jobs: usize) {
+    let leases: Vec<_> = fetch(store, max_jobs)
+        .await
+        .jobs
+        .iter()
+        .map(crate::store::lease_of)
+        .collect();
+    let out = store
+        .ack(&queue(), "", &crate::store::Success::of(&leases))
+        .await
+        .unwrap();
+    assert!(out.iter().all(|o| *o == AckOutcome::Acked), "{out:?}");
+}
+
+/// Notes of one ms take the next sequence, in the order their jobs ended; an id deleted is
+/// never given again; a malformed id refuses a delete before anything is deleted.
+#[tokio::test(start_paused = true)]
+async fn outbox_ids_follow_each_other_and_are_never_given_twice() {
+    let store = MemoryStore::new();
+    let q = queue();
+    let jobs = ["a", "b", "c"].map(|k| member_job(k, "b1"));
+    store.enqueue(&q, &jobs, EnqueueCall::new()).await.unwrap();
+    let t0 = now(&store).await;
+    run_all(&store, 3).await;
+    let notes = store.outbox(&q, 10).await.unwrap();
+    let seen: Vec<_> = notes
+        .iter()
+        .map(|n| (n.id.clone(), n.key.to_string(), n.outcome))
+        .collect();
+    let ok = crate::batch::MemberState::Succeeded;
+    assert_eq!(
+        seen,
+        [
+            (format!("{t0}-0"), "a".to_owned(), ok),
+            (format!("{t0}-1"), "b".to_owned(), ok),
+            (format!("{t0}-2"), "c".to_owned(), ok),
+        ]
+    );
+    let ids: Vec<String> = notes.iter().map(|n| n.id.clone()).collect();
+    let bad = [ids[0].clone(), "x-1".to_owned()];
+    assert!(matches!(
+        store.outbox_done(&q, &bad).await,
+        Err(Error::Protocol(_))
+    ));
+    assert_eq!(store.outbox(&q, 10).await.unwrap().len(), 3);
+    store.outbox_done(&q, &ids).await.unwrap();
+    assert!(store.outbox(&q, 10).await.unwrap().is_empty());
+    // the same ms: after the last id given, though its note is gone
+    store
+        .enqueue(&q, &[member_job("d", "b1")], EnqueueCall::new())
+        .await
+        .unwrap();
+    run_all(&store, 1).await;
+    advance(Duration::from_millis(5)).await;
+    store
+        .enqueue(&q, &[member_job("e", "b1")], EnqueueCall::new())
+        .await
+        .unwrap();
+    run_all(&store, 1).await;
+    let ids: Vec<String> = store
+        .outbox(&q, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(ids, [format!("{t0}-3"), format!("{}-0", t0 + 5)]);
+    // a partition never written: a malformed id is refused, and no partition is made
+    let other = Queue::new(Topic::new("elsewhere").unwrap(), 0);
+    assert!(store.outbox_done(&other, &bad).await.is_err());
+    assert!(store.outbox(&other, 10).await.unwrap().is_empty());
+    assert!(store.job(&other, &key("a")).await.unwrap().is_none());
+    assert_sound(&store);
+}
+
+/// A batch marked done is kept for its retention, to the ms, by the store's clock; then it
+/// is gone, and its id opens a new batch.
+#[tokio::test(start_paused = true)]
+async fn a_done_batch_is_kept_for_its_retention_then_gone() {
+    use crate::batch::{BatchSpec, BatchThen, FailurePolicy};
+    let store = MemoryStore::new();
+    assert!(store.is_untouched());
+    let id = crate::batch::BatchId::new("kept").unwrap();
+    let hour = Duration::from_secs(3600);
+    let spec = BatchSpec {
+        then: BatchThen::Nothing,
+        policy: FailurePolicy::WaitAll,
+        retention: hour,
+    };
+    store.batch_open(&id, &spec).await.unwrap();
+    assert!(!store.is_untouched());
+    advance(SEC).await;
+    let done = store.batch_mark_done(&id).await.unwrap();
+    assert!(done.done && done.closed);
+    advance(hour).await;
+    assert!(store.batch(&id).await.unwrap().is_some(), "its last ms");
+    advance(Duration::from_millis(1)).await;
+    assert!(store.batch(&id).await.unwrap().is_none());
+    assert!(matches!(
+        store.batch_close(&id).await,
+        Err(Error::BatchNotFound(_))
+    ));
+    let (created, fresh) = store.batch_open(&id, &spec).await.unwrap();
+    assert!(created && !fresh.done);
+    assert_eq!(fresh.created_ms, done.done_ms + ms(hour) + 1);
+    assert_eq!(store.open_batches(None, 10).await.unwrap(), [id]);
+    assert_sound(&store);
+}

@@ -9,9 +9,9 @@ use crate::names::JobKey;
 impl MemoryStore {
     /// Every broken internal invariant, one line each (empty when all is well): each job sits
     /// in exactly the structure its state names, nothing dangles, ready jobs are due, leased
-    /// and retried jobs have a token and an attempt, histories are bounded, and no partition past
-    /// its topic's recorded count holds a job. For test harnesses
-    /// (the counterpart of the Redis key-space check).
+    /// and retried jobs have a token and an attempt, histories are bounded, no partition past
+    /// its topic's recorded count holds a job, and each batch's counts are its members'. For
+    /// test harnesses (the counterpart of the Redis key-space check).
     #[doc(hidden)]
     pub fn violations(&self) -> Vec<String> {
         // Registry, then partitions: the one order both locks are taken in.
@@ -38,6 +38,9 @@ impl MemoryStore {
                 ));
             }
         }
+        drop((topics, state));
+        // (the batches' lock is never taken with the partitions')
+        self.lock_batches().violations(&mut |what| v.push(what));
         v
     }
 }

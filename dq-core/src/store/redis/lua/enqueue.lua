@@ -370,6 +370,8 @@ local window_until = {}
 -- key, the state to unlink (or false), due ms (nil when due at once), then score.
 local move_key, move_unlink, move_at = {}, {}, {}
 local now_state, last_move = {}, {}
+-- the batch id ('' for none) of each key's record written by a job before it in this call
+local now_batch = {}
 local replaced = false
 local any_member = false -- a job of a batch stored: control's `batched` is written
 local earliest_new
@@ -452,8 +454,10 @@ for i = 0, n - 1 do
       end
       if format >= FORMAT.batch then
         -- (a job replacing a batch's member without naming a batch stays its member: the
-        -- batch waits for it)
-        local b = batch or (outcome == '~' and old and is_record(old) and batch_of(old)) or ''
+        -- batch waits for it; a key named before in this call replaces that job's record)
+        local b = batch or (outcome == '~' and (now_batch[key]
+          or (old and is_record(old) and batch_of(old)))) or ''
+        now_batch[key] = b
         tail = tail .. string.char(#b) .. b
         if #b > 0 then any_member = true end
       end
