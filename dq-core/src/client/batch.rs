@@ -415,7 +415,8 @@ pub async fn sweep_batches(
     limit: usize,
     reservation_timeout: Duration,
 ) -> Result<usize> {
-    let now = crate::job::unix_ms(std::time::SystemTime::now());
+    // (the store's clock: reservations are stamped by it; virtual time on the embedded store)
+    let now = client.store.now_ms().await?;
     let timeout = u64::try_from(reservation_timeout.as_millis()).unwrap_or(u64::MAX);
     let mut settled = 0;
     for id in client.store.open_batches(None, limit).await? {
