@@ -17,6 +17,7 @@ use dq::{Client, Job, JobSpec, TopicStats};
 use dq_testkit::{RedisServer, ServerOptions};
 use serde::{Deserialize, Serialize};
 
+pub mod callbacks;
 pub mod check;
 pub mod ledger;
 pub mod process;
@@ -94,6 +95,55 @@ pub struct PoisonJob;
 impl Job for PoisonJob {
     type Payload = FaultPayload;
     const TOPIC: &'static str = POISON_TOPIC;
+}
+
+/// The topic of batch members (`batch_faults`): `retry = "fixed(100ms, 10)"`; what each
+/// member's handler does is its [`member_fate`].
+pub const MEMBER_TOPIC: &str = "fault.member";
+
+/// The topic of batch callbacks (`batch_faults`): `retry = "fixed(200ms, 50)"`; its handler
+/// reads the batch its key names and appends what it saw to a [callbacks] file.
+pub const CALLBACK_TOPIC: &str = "fault.callback";
+
+/// Producers' handle on [`MEMBER_TOPIC`] (the handler lives in `fault-worker`).
+#[derive(Debug)]
+pub struct MemberJob;
+
+impl Job for MemberJob {
+    type Payload = FaultPayload;
+    const TOPIC: &'static str = MEMBER_TOPIC;
+}
+
+/// Producers' handle on [`CALLBACK_TOPIC`] (the handler lives in `fault-worker`).
+#[derive(Debug)]
+pub struct CallbackJob;
+
+impl Job for CallbackJob {
+    type Payload = FaultPayload;
+    const TOPIC: &'static str = CALLBACK_TOPIC;
+}
+
+/// How a batch member's handler ends, decided by its payload id (shared by the test, which
+/// expects it, and `fault-worker`, which does it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fate {
+    /// Works `sleep_ms` and succeeds.
+    Succeeds,
+    /// Its first attempt fails on purpose (a `Failed` ledger line, retried 100 ms later);
+    /// later attempts work and succeed.
+    FailsFirst,
+    /// Fails permanently at every attempt (`JobError::permanent`): dead.
+    Dies,
+}
+
+/// The fate of member `id`: one in ten dies (`id % 10 == 0`), one in ten fails once first
+/// (`id % 10 == 1`), the rest succeed.
+pub fn member_fate(id: u64) -> Fate {
+    match id % 10 {
+        0 => Fate::Dies,
+        1 => Fate::FailsFirst,
+        _ => Fate::Succeeds,
+    }
 }
 
 /// How long a worker process may take to print `ready`.

@@ -46,6 +46,10 @@ pub struct WorkerSpec {
     /// `--configured-partitions`: partitions configured for each of its topics (must match
     /// the record).
     pub configured_partitions: Option<u16>,
+    /// `--durable-replicas` and `--durable-timeout-ms`: the worker's client waits for this
+    /// many replicas, this long, after each enqueue and each batch apply
+    /// (`ClientBuilder::durable_enqueue`).
+    pub durable: Option<(usize, Duration)>,
     /// The binary's log filter (`FW_LOG`, tracing's `EnvFilter` syntax).
     pub log: String,
     /// Run the worker under `nice -n N` (lower priority), so that on a small machine Redis
@@ -71,6 +75,7 @@ impl WorkerSpec {
             heartbeat: None,
             partitions: None,
             configured_partitions: None,
+            durable: None,
             log: "warn".into(),
             nice: None,
         }
@@ -111,6 +116,12 @@ impl WorkerSpec {
         if let Some(p) = self.configured_partitions {
             a.push("--configured-partitions".into());
             a.push(p.to_string());
+        }
+        if let Some((replicas, timeout)) = self.durable {
+            a.push("--durable-replicas".into());
+            a.push(replicas.to_string());
+            a.push("--durable-timeout-ms".into());
+            a.push(timeout.as_millis().to_string());
         }
         if !self.abort_on.is_empty() {
             a.push("--abort-on".into());

@@ -26,9 +26,14 @@
 //! | `--heartbeat-ms` (`FW_HEARTBEAT_MS`) | the worker's heartbeat period (`Client::workers`) | dq's (5 s) |
 //! | `--partitions` (`FW_PARTITIONS`) | partitions recorded for a topic with no record yet (`default_partitions`; a recorded count is adopted) | dq's (1) |
 //! | `--configured-partitions` (`FW_CONFIGURED_PARTITIONS`) | partitions configured for each of its topics (`.partitions(topic, n)`: must match the record) | none |
+//! | `--durable-replicas` (`FW_DURABLE_REPLICAS`) | replicas each enqueue and each batch apply waits for (`durable_enqueue`) | none (not durable) |
+//! | `--durable-timeout-ms` (`FW_DURABLE_TIMEOUT_MS`) | how long that `WAIT` waits | 500 |
 //! | `--exit-on-stdin-eof` (`FW_EXIT_ON_STDIN_EOF=1`) | exit at once when stdin closes (tie the process to its parent's life) | off |
 //!
 //! The log (tracing, to stderr) is filtered by `FW_LOG` (default `warn`).
+//!
+//! The `fault.callback` handler (a batch's callback) also appends what it read to
+//! `<ledger stem>.callbacks` (see `dq_faults::callbacks`).
 //!
 //! # Connecting when Redis is not up yet
 //!
@@ -44,16 +49,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq::{Client, JobContext, JobError, Worker};
-use dq_faults::FaultPayload;
+use dq_faults::callbacks::{CallbackRun, CallbackWriter};
 use dq_faults::ledger::{Kind, LedgerWriter};
+use dq_faults::{Fate, FaultPayload};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// What the handlers do, from the options.
 #[derive(Debug)]
 struct Behaviour {
     ledger: LedgerWriter,
+    callbacks: CallbackWriter,
     sleep: Option<Duration>,
     abort_on: HashSet<u64>,
+    /// The worker's client, for the callback's reads.
+    client: Client,
 }
 
 /// Ordinary jobs: many attempts, so a job survives the crashes of the chaos test.
@@ -87,6 +96,86 @@ async fn flaky(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
         return Err(JobError::retry("the first attempt of a flaky job fails"));
     }
     behave(job, ctx).await
+}
+
+/// Batch members: what each does is its `member_fate` (succeed; fail the first attempt, then
+/// succeed; fail permanently, to the dead queue).
+#[dq::delayed_job(topic = "fault.member", retry = "fixed(100ms, 10)")]
+async fn member(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
+    let fail = |permanent: bool| -> Result<(), JobError> {
+        let b = ctx.data::<Arc<Behaviour>>()?;
+        b.ledger
+            .record(Kind::Start, ctx.key.as_str(), ctx.token, ctx.attempt);
+        b.ledger
+            .record(Kind::Failed, ctx.key.as_str(), ctx.token, ctx.attempt);
+        Err(if permanent {
+            JobError::permanent("a member made to die")
+        } else {
+            JobError::retry("the first attempt of this member fails")
+        })
+    };
+    match dq_faults::member_fate(job.id) {
+        Fate::Dies => fail(true),
+        Fate::FailsFirst if ctx.attempt == 1 => fail(false),
+        Fate::FailsFirst | Fate::Succeeds => behave(job, ctx).await,
+    }
+}
+
+/// A batch's callback: reads the batch its key names and its own record (its `created_ms`
+/// tells one enqueue of the callback from another), appends both to the callbacks file, then
+/// finishes like any job (ledger start and finish). A read that fails is retried.
+#[dq::delayed_job(topic = "fault.callback", retry = "fixed(200ms, 50)")]
+async fn callback(_job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
+    let b = ctx.data::<Arc<Behaviour>>()?;
+    let key = ctx.key.as_str();
+    b.ledger.record(Kind::Start, key, ctx.token, ctx.attempt);
+    let read = async {
+        let batch = ctx
+            .completed_batch()
+            .ok_or_else(|| JobError::permanent("not a batch's callback key"))?;
+        let info = b
+            .client
+            .batch(batch.as_str())?
+            .info()
+            .await?
+            .ok_or_else(|| JobError::retry("the batch is not stored"))?;
+        let own = b
+            .client
+            .topic(ctx.topic)?
+            .job(key)
+            .await?
+            .ok_or_else(|| JobError::retry("the callback's own record is not stored"))?;
+        Ok::<_, JobError>((info, own))
+    };
+    let (info, own) = match read.await {
+        Ok(read) => read,
+        Err(e) => {
+            b.ledger.record(Kind::Failed, key, ctx.token, ctx.attempt);
+            return Err(e);
+        }
+    };
+    b.callbacks.record(&CallbackRun {
+        key: key.to_string(),
+        token: ctx.token,
+        attempt: ctx.attempt,
+        pid: std::process::id(),
+        created_ms: own.created_ms,
+        closed: info.closed,
+        done: info.done,
+        reserved: info.counts.reserved,
+        enqueued: info.counts.enqueued,
+        succeeded: info.counts.succeeded,
+        dead: info.counts.dead,
+        cancelled: info.counts.cancelled,
+        total: info.counts.total(),
+    });
+    if ctx.is_cancelled() {
+        b.ledger
+            .record(Kind::Cancelled, key, ctx.token, ctx.attempt);
+        return Err(JobError::retry("cancelled: lease lost or hard stop"));
+    }
+    b.ledger.record(Kind::Finish, key, ctx.token, ctx.attempt);
+    Ok(())
 }
 
 /// One run: ledger start → (abort | work until done or cancelled) → ledger finish/cancelled.
@@ -136,6 +225,8 @@ struct Options {
     heartbeat: Option<Duration>,
     partitions: Option<u16>,
     configured_partitions: Option<u16>,
+    durable_replicas: Option<usize>,
+    durable_timeout: Duration,
     exit_on_stdin_eof: bool,
 }
 
@@ -170,7 +261,7 @@ impl Options {
                 .or_else(|| std::env::var(env).ok())
         };
         for (name, _) in &cli {
-            const KNOWN: [&str; 15] = [
+            const KNOWN: [&str; 17] = [
                 "redis-url",
                 "namespace",
                 "topics",
@@ -186,6 +277,8 @@ impl Options {
                 "heartbeat-ms",
                 "partitions",
                 "configured-partitions",
+                "durable-replicas",
+                "durable-timeout-ms",
             ];
             if !KNOWN.contains(&name.as_str()) {
                 usage(&format!("unknown option --{name}"));
@@ -239,6 +332,9 @@ impl Options {
                     })
                 },
             ),
+            durable_replicas: num("durable-replicas", "FW_DURABLE_REPLICAS").map(|n| n as usize),
+            durable_timeout: ms("durable-timeout-ms", "FW_DURABLE_TIMEOUT_MS")
+                .unwrap_or(Duration::from_millis(500)),
             exit_on_stdin_eof: flags.contains("exit-on-stdin-eof")
                 || std::env::var("FW_EXIT_ON_STDIN_EOF").is_ok_and(|v| v == "1"),
         }
@@ -253,6 +349,9 @@ async fn connect_with_retry(o: &Options) -> Client {
     }
     if let Some(p) = o.partitions {
         builder = builder.default_partitions(p);
+    }
+    if let Some(n) = o.durable_replicas {
+        builder = builder.durable_enqueue(n, o.durable_timeout);
     }
     if let Some(p) = o.configured_partitions {
         for topic in &o.topics {
@@ -300,20 +399,30 @@ async fn main() {
         eprintln!("fault-worker: cannot open {}: {e}", o.ledger.display());
         std::process::exit(2);
     });
+    let callbacks_path = dq_faults::callbacks::path_beside(&o.ledger);
+    let callbacks = CallbackWriter::open(&callbacks_path).unwrap_or_else(|e| {
+        eprintln!(
+            "fault-worker: cannot open {}: {e}",
+            callbacks_path.display()
+        );
+        std::process::exit(2);
+    });
     let mut term = signal(SignalKind::terminate()).unwrap_or_else(|e| {
         eprintln!("fault-worker: cannot listen for SIGTERM: {e}");
         std::process::exit(2);
     });
 
     let client = connect_with_retry(&o).await;
-    let mut builder = Worker::builder(client)
+    let mut builder = Worker::builder(client.clone())
         .topics(o.topics.clone())
         .lease(o.lease)
         .shutdown_timeout(o.shutdown_timeout)
         .data(Arc::new(Behaviour {
             ledger,
+            callbacks,
             sleep: o.sleep,
             abort_on: o.abort_on.clone(),
+            client: client.clone(),
         }));
     for topic in &o.topics {
         builder = builder.concurrency(topic.clone(), o.concurrency);
