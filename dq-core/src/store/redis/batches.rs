@@ -19,15 +19,37 @@ use crate::names::{JobKey, Topic};
 use crate::store::batches::Batches;
 
 impl RedisStore {
+    /// Runs `batch.lua` on batch `id`'s key. Under durable enqueue
+    /// ([`RedisOptions::durable_enqueue`](crate::RedisOptions::durable_enqueue)) every call
+    /// that writes (all but `get` and `members`) is followed by `WAIT` for those replicas on
+    /// the batch's master, and fails with [`Error::NotReplicated`] when fewer confirm: an open,
+    /// a reservation, an apply, a close or a done mark acknowledged to its caller then
+    /// survives a failover (a relay keeps its notes, a producer repeats its call).
     async fn batch_call(&self, id: &BatchId, args: &[&[u8]]) -> Result<Value> {
         let key = layout::batch_key(&self.options.namespace, id.as_str());
-        self.run_on_key(&SCRIPTS.batch, &key, args)
-            .await
-            .map_err(|e| match e {
-                Error::BatchNotFound(_) => Error::BatchNotFound(id.to_string()),
-                Error::BatchClosed(_) => Error::BatchClosed(id.to_string()),
-                other => other,
-            })
+        let writes = !matches!(args.first(), Some(&b"get") | Some(&b"members"));
+        let result = match self.options.durable_enqueue {
+            Some((replicas, timeout)) if writes => self
+                .run_on_key_waiting(&SCRIPTS.batch, &key, args, (replicas, timeout))
+                .await
+                .and_then(|(reply, acked)| {
+                    let acked = usize::try_from(acked).unwrap_or(0);
+                    if acked < replicas {
+                        Err(Error::NotReplicated {
+                            acked,
+                            wanted: replicas,
+                        })
+                    } else {
+                        Ok(reply)
+                    }
+                }),
+            _ => self.run_on_key(&SCRIPTS.batch, &key, args).await,
+        };
+        result.map_err(|e| match e {
+            Error::BatchNotFound(_) => Error::BatchNotFound(id.to_string()),
+            Error::BatchClosed(_) => Error::BatchClosed(id.to_string()),
+            other => other,
+        })
     }
 
     async fn index(&self, cmd: redis::Cmd) -> Result<Value> {
@@ -170,22 +192,7 @@ impl Batches for RedisStore {
             args.push(w.as_bytes());
             args.push(s);
         }
-        let reply = match self.options.durable_enqueue {
-            None => self.batch_call(id, &args).await?,
-            Some((replicas, timeout)) => {
-                let key = layout::batch_key(&self.options.namespace, id.as_str());
-                let (reply, acked) = self
-                    .run_on_key_waiting(&SCRIPTS.batch, &key, &args, (replicas, timeout))
-                    .await?;
-                if usize::try_from(acked).unwrap_or(0) < replicas {
-                    return Err(Error::NotReplicated {
-                        acked: usize::try_from(acked).unwrap_or(0),
-                        wanted: replicas,
-                    });
-                }
-                reply
-            }
-        };
+        let reply = self.batch_call(id, &args).await?;
         Ok(decode_info(id, reply)?.map(|(_, info)| info))
     }
 
