@@ -26,8 +26,8 @@ use dq::{Client, Due, EnqueueOutcome, Job, JobSpec};
 use serde_json::json;
 
 use crate::jobs::{
-    Order, bench_mass, bench_s1, bench_s3, bench_s3r, bench_s4, bench_s5, bench_scale,
-    mixed_priority, now_ms,
+    Order, bench_batch_done, bench_mass, bench_s1, bench_s3, bench_s3r, bench_s4, bench_s5,
+    bench_scale, mixed_priority, now_ms,
 };
 use crate::{Result, Scenario};
 
@@ -100,6 +100,12 @@ pub struct EnqueueArgs {
     /// measure what groups cost a drain (`all --only s3r-groups` compares); 0: none.
     #[arg(long, default_value_t = 0)]
     pub groups: u64,
+    /// Extra (bulk only): the jobs are the members of one batch, added with
+    /// `BatchHandle::add` (a chunk per call), the batch opened first (a generated id, its
+    /// callback a job of `bench.batch.done`) and closed after the last add, to measure what
+    /// a batch costs per member (`all --only batches` compares). The line reports its id.
+    #[arg(long)]
+    pub batch: bool,
 }
 
 /// What `--priorities` and `--groups` mix into the jobs.
@@ -211,6 +217,9 @@ pub async fn run(args: EnqueueArgs) -> Result<()> {
     if args.positional && args.mode != Mode::Bulk {
         return Err("--positional needs --mode bulk".into());
     }
+    if args.batch && args.mode != Mode::Bulk {
+        return Err("--batch needs --mode bulk".into());
+    }
     let rule = DueRule::of(&args)?;
     let client = crate::connect(args.chunk).await?;
     let out = match args.scenario {
@@ -267,6 +276,18 @@ async fn send<J: Job<Payload = Order> + 'static>(
     let mut not_created = 0u64;
     let first_add_ms = now_ms();
     let started = Instant::now();
+    // --batch: opened before the first add (its callback's payload: the members' number)
+    let batch = if args.batch {
+        Some(
+            client
+                .new_batch()
+                .on_complete::<bench_batch_done>(&n)
+                .open()
+                .await?,
+        )
+    } else {
+        None
+    };
     match args.mode {
         Mode::Single => {
             for i in 0..n {
@@ -334,9 +355,15 @@ async fn send<J: Job<Payload = Order> + 'static>(
                             Ok(raw)
                         })
                         .collect::<Result<Vec<_>>>()?;
-                    client.topic(J::TOPIC)?.enqueue_bulk(raw).await?
+                    match &batch {
+                        Some(b) => b.add_raw(J::TOPIC, raw).await?,
+                        None => client.topic(J::TOPIC)?.enqueue_bulk(raw).await?,
+                    }
                 } else {
-                    client.enqueue_bulk::<J>(jobs).await?
+                    match &batch {
+                        Some(b) => b.add::<J>(jobs).await?,
+                        None => client.enqueue_bulk::<J>(jobs).await?,
+                    }
                 };
                 not_created += done
                     .iter()
@@ -346,7 +373,20 @@ async fn send<J: Job<Payload = Order> + 'static>(
             }
         }
     }
+    let closed = match &batch {
+        Some(b) => Some(b.close().await?),
+        None => None,
+    };
     let secs = started.elapsed().as_secs_f64();
+    let batch = closed.map(|info| {
+        json!({
+            "id": info.id.as_str(),
+            "closed": info.closed,
+            "reserved": info.counts.reserved,
+            "enqueued": info.counts.enqueued,
+            "refused": info.counts.refused,
+        })
+    });
     Ok(json!({
         "secs": secs,
         "jobs_per_s": n as f64 / secs,
@@ -362,6 +402,7 @@ async fn send<J: Job<Payload = Order> + 'static>(
         "encoding": if args.positional { "positional" } else { "named" },
         "priorities": if args.priorities { "mixed" } else { "normal" },
         "groups": args.groups,
+        "batch": batch,
         "payload_bytes": encoded(&Order::new(args.first_id, first_add_ms), args.positional)?.len(),
     }))
 }
@@ -424,6 +465,11 @@ mod tests {
             parse("x --scenario S3R --mode bulk --n 10 --priorities")
                 .unwrap()
                 .priorities
+        );
+        assert!(
+            parse("x --scenario S3R --mode bulk --n 10 --batch")
+                .unwrap()
+                .batch
         );
     }
 

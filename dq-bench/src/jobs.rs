@@ -219,6 +219,86 @@ impl Recorder {
     }
 }
 
+/// The topic of the batch callback that `dq-bench enqueue --batch` opens its batch with (the
+/// `batches` section): [`bench_batch_done()`] runs once every member has ended.
+pub const BATCH_DONE_TOPIC: &str = "bench.batch.done";
+
+/// What a worker with `--batch` learns of its batch's callback: how often it ran, when, and
+/// for which batch; shared through the worker's `.data(…)`.
+pub struct CallbackSeen {
+    /// The worker's clock (the recorder's start).
+    started: Instant,
+    /// Runs of the callback so far (exactly one expected).
+    runs: AtomicU64,
+    /// Micros after `started` of the first run (0: none yet).
+    first_after_us: AtomicU64,
+    /// Unix ms of the first run (0: none yet).
+    first_ms: AtomicU64,
+    /// The batch the first run's key named.
+    batch: std::sync::Mutex<Option<String>>,
+    /// Signalled at the first run.
+    done: Notify,
+}
+
+impl CallbackSeen {
+    /// Nothing seen yet; times count from `started` (the worker's clock).
+    pub fn new(started: Instant) -> Arc<CallbackSeen> {
+        Arc::new(CallbackSeen {
+            started,
+            runs: AtomicU64::new(0),
+            first_after_us: AtomicU64::new(0),
+            first_ms: AtomicU64::new(0),
+            batch: std::sync::Mutex::new(None),
+            done: Notify::new(),
+        })
+    }
+
+    /// Records one run of the callback of `batch`.
+    pub fn record(&self, batch: Option<String>) {
+        if self.runs.fetch_add(1, Ordering::AcqRel) == 0 {
+            *self
+                .batch
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = batch;
+            self.first_ms.store(now_ms(), Ordering::Relaxed);
+            let us = self.started.elapsed().as_micros() as u64;
+            self.first_after_us.store(us.max(1), Ordering::Release);
+            self.done.notify_one();
+        }
+    }
+
+    /// Completes once the callback has run (at once if it already has).
+    pub async fn wait(&self) {
+        self.done.notified().await;
+    }
+
+    /// Runs so far.
+    pub fn runs(&self) -> u64 {
+        self.runs.load(Ordering::Acquire)
+    }
+
+    /// Seconds from the worker's start to the first run, if any.
+    pub fn after_secs(&self) -> Option<f64> {
+        match self.first_after_us.load(Ordering::Acquire) {
+            0 => None,
+            us => Some(us as f64 / 1e6),
+        }
+    }
+
+    /// Unix ms of the first run (0 if none).
+    pub fn first_ms(&self) -> u64 {
+        self.first_ms.load(Ordering::Relaxed)
+    }
+
+    /// The batch the first run's key named.
+    pub fn batch(&self) -> Option<String> {
+        self.batch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// The recorder of the worker that runs `ctx`'s job.
 fn recorder(ctx: &JobContext) -> Result<&Arc<Recorder>, JobError> {
     ctx.data::<Arc<Recorder>>()
@@ -266,6 +346,15 @@ pub(crate) async fn bench_scale(order: Order, ctx: JobContext) -> Result<(), Job
     recorder(&ctx)?.record(&order)
 }
 
+/// The callback of `dq-bench enqueue --batch`'s batch (payload: the number of members added):
+/// records that it ran, and for which batch (its key names it).
+#[dq::delayed_job(topic = "bench.batch.done", retry = "none")]
+pub(crate) async fn bench_batch_done(_members: u64, ctx: JobContext) -> Result<(), JobError> {
+    let batch = ctx.completed_batch().map(|id| id.as_str().to_owned());
+    ctx.data::<Arc<CallbackSeen>>()?.record(batch);
+    Ok(())
+}
+
 /// Idle-cost worker's topic: nothing is ever enqueued here.
 #[dq::delayed_job(topic = "bench.idle", retry = "none")]
 pub(crate) async fn bench_idle(order: Order, ctx: JobContext) -> Result<(), JobError> {
@@ -275,6 +364,26 @@ pub(crate) async fn bench_idle(order: Order, ctx: JobContext) -> Result<(), JobE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_batch_callback_runs_on_its_topic_and_counts_every_run() {
+        use dq::Job;
+        assert_eq!(<bench_batch_done as Job>::TOPIC, BATCH_DONE_TOPIC);
+        let seen = CallbackSeen::new(Instant::now());
+        assert_eq!(
+            (seen.runs(), seen.after_secs(), seen.first_ms()),
+            (0, None, 0)
+        );
+        seen.record(Some("b1".into()));
+        seen.record(Some("b2".into()));
+        assert_eq!(seen.runs(), 2);
+        assert_eq!(
+            seen.batch().as_deref(),
+            Some("b1"),
+            "the first run's batch is kept"
+        );
+        assert!(seen.after_secs().is_some() && seen.first_ms() > 0);
+    }
 
     #[test]
     fn the_priority_mix_is_one_in_ten_high_and_low() {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use crate::jobs::{Recorder, now_ms};
+use crate::jobs::{BATCH_DONE_TOPIC, CallbackSeen, Recorder, now_ms};
 use crate::{Result, Scenario};
 
 /// Arguments of `dq-bench worker`.
@@ -61,6 +61,13 @@ pub struct WorkerArgs {
     /// shows the priorities took effect (`all --only s3r-priority` compares).
     #[arg(long)]
     pub priorities: bool,
+    /// Extra: the jobs are members of `enqueue --batch`'s batch; the worker also runs its
+    /// callback's topic (`bench.batch.done`) and finishes only once the callback has run too,
+    /// so the relay's work up to the callback is inside the run (`all --only batches`
+    /// compares). The line reports the callback (`callback_runs`, `callback_after_secs`,
+    /// `callback_lag_ms` after the last member's end). `--n 0`: waits for the callback alone.
+    #[arg(long)]
+    pub batch: bool,
     /// Extra: the tokio runtime (`multi`, the default, or `current`: one thread).
     #[arg(long, value_enum, default_value = "multi")]
     pub runtime: crate::Flavor,
@@ -68,8 +75,8 @@ pub struct WorkerArgs {
 
 /// Runs `dq-bench worker` and prints its two lines.
 pub async fn run(args: WorkerArgs) -> Result<()> {
-    if args.n == 0 || args.conc == 0 {
-        return Err("--n and --conc must be at least 1".into());
+    if (args.n == 0 && !args.batch) || args.conc == 0 {
+        return Err("--n (but with --batch) and --conc must be at least 1".into());
     }
     if matches!(args.scenario, Scenario::S1 | Scenario::Fill) {
         return Err(format!("no worker runs {}", args.scenario.name()).into());
@@ -114,18 +121,35 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     crate::emit(&json!({"ready": true}));
     // The clock starts here, just before the worker is created.
     let recorder = Recorder::new(args.n, args.scenario.fail_first(), args.priorities);
+    let callback = args.batch.then(|| CallbackSeen::new(recorder.started()));
     let client_for_stats = client.clone();
+    let mut topics = vec![topic];
+    if args.batch {
+        topics.push(BATCH_DONE_TOPIC);
+    }
     let mut builder = dq::Worker::builder(client)
-        .topics([topic])
+        .topics(topics)
         .concurrency(topic, args.conc)
         .data(recorder.clone());
+    if let Some(seen) = &callback {
+        builder = builder.data(seen.clone());
+    }
     if let Some(batch) = args.max_fetch_batch {
         builder = builder.max_fetch_batch(batch);
     }
     let handle = builder.build()?.start().await?;
     let deadline = recorder.started() + Duration::from_secs_f64(args.timeout_s.max(0.0));
+    // the N successes, then (--batch) the callback
+    let done = async {
+        if args.n > 0 {
+            recorder.wait_done().await;
+        }
+        if let Some(seen) = &callback {
+            seen.wait().await;
+        }
+    };
     let timed_out = tokio::select! {
-        () = recorder.wait_done() => false,
+        () = done => false,
         () = tokio::time::sleep_until(deadline.into()) => true,
     };
     if !timed_out {
@@ -181,6 +205,23 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     if let (Some((read, lost)), serde_json::Value::Object(m)) = (events, &mut line) {
         m.insert("events_read".into(), json!(read));
         m.insert("events_lost".into(), json!(lost));
+    }
+    if let (Some(seen), serde_json::Value::Object(m)) = (&callback, &mut line) {
+        let at = seen.first_ms();
+        let last = recorder.last_done_ms();
+        if args.n == 0
+            && let Some(secs) = seen.after_secs()
+        {
+            // nothing to run but the callback: the run lasts until it ran
+            m.insert("secs".into(), json!(secs));
+        }
+        m.insert("callback_runs".into(), json!(seen.runs()));
+        m.insert("callback_after_secs".into(), json!(seen.after_secs()));
+        m.insert("callback_batch".into(), json!(seen.batch()));
+        m.insert(
+            "callback_lag_ms".into(),
+            json!((at > 0 && last > 0).then(|| at as i64 - last as i64)),
+        );
     }
     crate::emit(&line);
     Ok(())

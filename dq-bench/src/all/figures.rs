@@ -333,6 +333,24 @@ impl Orchestrator {
                 Some(("0", MaxAtMost(0.0))),
             ),
             d(
+                "batches_plain_not_once",
+                "batches, plain: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "batches_member_not_once",
+                "batches, members: jobs not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
+                "batches_tax_not_once",
+                "batches, plain where a member was: not run exactly once".into(),
+                "jobs",
+                Some(("0", MaxAtMost(0.0))),
+            ),
+            d(
                 "s3r_priority_plain_rate",
                 format!("S3R, every job of normal priority (N={}, due now)", p.s3_n),
                 "jobs/s",

@@ -18,7 +18,7 @@
 //!
 //! This file holds the orchestration (the plan, the order of sections, the child processes'
 //! start and finish, repetitions); the sections themselves are in `scenarios.rs`,
-//! `ceiling.rs`, `lease_floor.rs`, `client_floor.rs` (and the others below), the figures and their targets in `figures.rs`, the printed table and the JSON
+//! `ceiling.rs`, `lease_floor.rs`, `client_floor.rs`, `batches.rs` (and the others below), the figures and their targets in `figures.rs`, the printed table and the JSON
 //! file in `report.rs`. The other files start with `use super::*;`: the imports below are
 //! shared by all.
 
@@ -41,6 +41,7 @@ use crate::jobs::now_ms;
 use crate::redis_admin::{self as admin, CmdStat};
 use crate::{Result, Scenario};
 
+mod batches;
 mod bullmq;
 mod ceiling;
 mod client_floor;
@@ -77,7 +78,7 @@ pub struct AllArgs {
     #[arg(long)]
     pub reps: Option<usize>,
     /// Only these sections, comma-separated: s1 (or s2: S1 with S2 memory and the -c 1 ceiling), s3,
-    /// s3c1, s3r, s3r-metrics, s3r-keep, s3r-events, s3r-priority, s3r-groups, profile, s4, s5, idle, scale, scale-dense,
+    /// s3c1, s3r, s3r-metrics, s3r-keep, s3r-events, s3r-priority, s3r-groups, batches, profile, s4, s5, idle, scale, scale-dense,
     /// mass, scaleout,
     /// limiter, payloads, ceilings, lease-floor, client-floor, http, bullmq (default: all; with --quick
     /// all but bullmq).
@@ -288,7 +289,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         }
     };
     type Section = fn(&mut Orchestrator) -> Result<()>;
-    let sections: [(&str, Section); 24] = [
+    let sections: [(&str, Section); 25] = [
         ("s1", Orchestrator::s1),
         ("s3", |o| o.drains("s3")),
         ("s3c1", |o| o.drains("s3c1")),
@@ -298,6 +299,7 @@ pub fn run(args: AllArgs) -> Result<()> {
         ("s3r-events", Orchestrator::s3r_events),
         ("s3r-priority", Orchestrator::s3r_priority),
         ("s3r-groups", Orchestrator::s3r_groups),
+        ("batches", Orchestrator::batches),
         ("profile", Orchestrator::profile),
         ("s4", Orchestrator::s4),
         ("s5", Orchestrator::s5),
@@ -652,6 +654,25 @@ fn summary(section: &str, v: &Value) -> String {
             f("/ratio"),
             f("/plain_server_us_per_job"),
             f("/groups_server_us_per_job")
+        ),
+        "batches" => format!(
+            "Redis time per job plain {} / members {} µs (Δ {} per member; CPU Δ {}); plain \
+             jobs in a partition that held a member Δ {} µs; callback {} ms after the last \
+             end, outbox peak {} notes; pending {} / {} B/job (Δ {} per member, the batch's \
+             hash {}), {} B per outbox note; relay alone {} µs per note",
+            f("/drains/plain_us_per_job"),
+            f("/drains/member_us_per_job"),
+            f("/drains/us_per_member"),
+            f("/drains/cpu_us_per_member"),
+            f("/drains/tax_over_plain_us_per_job"),
+            f("/drains/runs/member/worker/callback_lag_ms"),
+            f("/drains/runs/member/outbox/peak_notes"),
+            f("/bytes/plain_bytes_per_job"),
+            f("/bytes/member_bytes_per_job"),
+            f("/bytes/bytes_per_member"),
+            f("/bytes/hash_bytes_per_member"),
+            f("/bytes/outbox/bytes_per_note"),
+            f("/bytes/outbox/relay/us")
         ),
         "s3r-priority" => {
             let pair = |name: &str| {
