@@ -59,8 +59,9 @@ impl Relay {
             }
             last_drain = tokio::time::Instant::now();
             for queue in &self.queues {
-                // (a busy outbox is read again at once, up to a few passes)
-                for _ in 0..8 {
+                // (a busy outbox is read again at once until drained: up to 64 passes of
+                // RELAY_NOTES, ~32,000 notes, per partition and tick)
+                for _ in 0..64 {
                     match dq_core::client::relay_outbox(&self.client, queue).await {
                         Ok(n) if n >= dq_core::client::RELAY_NOTES => {}
                         Ok(_) => break,

@@ -315,6 +315,9 @@ impl dq::store::Batches for NoExtend {
     async fn outbox(&self, q: &Queue, limit: usize) -> dq::Result<Vec<dq::batch::OutboxNote>> {
         self.0.outbox(q, limit).await
     }
+    async fn outbox_trim(&self, q: &Queue, through: &str) -> dq::Result<()> {
+        self.0.outbox_trim(q, through).await
+    }
     async fn outbox_done(&self, q: &Queue, ids: &[String]) -> dq::Result<()> {
         self.0.outbox_done(q, ids).await
     }

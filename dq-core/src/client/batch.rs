@@ -395,11 +395,25 @@ pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<
             }
         }
     }
-    client.store.outbox_done(queue, &applied).await?;
+    if first_error.is_none() {
+        // every note read was applied: they are the outbox's prefix up to the last one
+        if let Some(last) = applied.iter().max_by_key(|id| note_order(id)) {
+            client.store.outbox_trim(queue, last).await?;
+        }
+    } else {
+        client.store.outbox_done(queue, &applied).await?;
+    }
     match first_error {
         Some(e) if applied.is_empty() => Err(e),
         _ => Ok(applied.len()),
     }
+}
+
+/// A note id's order (`<ms>-<seq>`; an id that does not parse sorts first).
+fn note_order(id: &str) -> (u64, u64) {
+    id.split_once('-')
+        .and_then(|(ms, seq)| Some((ms.parse().ok()?, seq.parse().ok()?)))
+        .unwrap_or((0, 0))
 }
 
 /// The relay's sweep of the namespace's batches not done (ARCHITECTURE.md §16): settles a

@@ -61,9 +61,17 @@ pub trait Batches: Send + Sync + 'static {
     /// Takes `id` out of the index of batches not done (a batch whose record is gone).
     async fn forget_batch(&self, id: &BatchId) -> Result<()>;
 
-    /// Up to `limit` notes of `queue`'s outbox, oldest first; reads only.
+    /// Up to `limit` notes of `queue`'s outbox, oldest first; reads only. Always a prefix of
+    /// the outbox: it stops before a note this dq cannot read (one a newer dq wrote, left for
+    /// it).
     async fn outbox(&self, queue: &Queue, limit: usize) -> Result<Vec<OutboxNote>>;
 
     /// Deletes notes from `queue`'s outbox by id, once applied.
     async fn outbox_done(&self, queue: &Queue, ids: &[String]) -> Result<()>;
+
+    /// Deletes every note of `queue`'s outbox up to and including the note `through`, for a
+    /// relay that applied every note it read ([`Batches::outbox`] reads a prefix of the
+    /// outbox): one `XTRIM MINID` on Redis instead of an `XDEL` of every id, a fifth of what a
+    /// member costs the relay. Notes written since are after it and stay.
+    async fn outbox_trim(&self, queue: &Queue, through: &str) -> Result<()>;
 }

@@ -330,6 +330,14 @@ impl Batches for MemoryStore {
         }))
     }
 
+    async fn outbox_trim(&self, queue: &Queue, through: &str) -> Result<()> {
+        // (a trim never makes a partition)
+        match self.lock().get_mut(queue) {
+            Some(p) => p.outbox.trim(through),
+            None => super::outbox::check_ids(&[through.to_owned()]),
+        }
+    }
+
     async fn outbox_done(&self, queue: &Queue, ids: &[String]) -> Result<()> {
         if ids.is_empty() {
             return Ok(());

@@ -69,6 +69,13 @@ impl Outbox {
         Ok(())
     }
 
+    /// Deletes every note up to and including `through` (`XTRIM MINID` of the next id).
+    pub(super) fn trim(&mut self, through: &str) -> Result<()> {
+        let through = parse_id(through)?;
+        self.notes.retain(|id, _| *id > through);
+        Ok(())
+    }
+
     /// How many notes wait.
     pub(super) fn len(&self) -> usize {
         self.notes.len()

@@ -328,13 +328,30 @@ impl Batches for RedisStore {
                     key: JobKey::stored(k)?,
                     outcome: o,
                 }),
-                // a note this dq cannot read is left for a newer one (never deleted here)
+                // a note this dq cannot read is left for a newer one (never deleted here): the
+                // notes read are the outbox's prefix before it, so a relay may trim them
                 _ => {
-                    tracing::warn!(queue = ?queue, note = %id, "an outbox note this dq cannot read is left as it is");
+                    tracing::warn!(queue = ?queue, note = %id, "an outbox note this dq cannot read is left for a newer dq");
+                    break;
                 }
             }
         }
         Ok(notes)
+    }
+
+    async fn outbox_trim(&self, queue: &Queue, through: &str) -> Result<()> {
+        // MINID keeps the entries at or after its id: the one right after `through`
+        let (ms, seq) = through
+            .split_once('-')
+            .and_then(|(ms, seq)| Some((ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?)))
+            .ok_or_else(|| Error::Protocol(format!("outbox note id {through:?}")))?;
+        let k = self.keys(queue);
+        let mut xtrim = redis::cmd("XTRIM");
+        xtrim
+            .arg(&k.outbox)
+            .arg("MINID")
+            .arg(format!("{ms}-{}", seq.saturating_add(1)));
+        self.index(xtrim).await.map(drop)
     }
 
     async fn outbox_done(&self, queue: &Queue, ids: &[String]) -> Result<()> {
