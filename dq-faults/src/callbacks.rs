@@ -1,6 +1,7 @@
 //! What each run of a batch's callback saw: one line per run that read its batch, appended by
 //! `fault-worker`'s `fault.callback` handler to `<name>.callbacks` beside its ledger and read
-//! by the tests.
+//! by the tests. A flow's parent (`fault.parent`) writes the same line about its children's
+//! batch, under its own key.
 //!
 //! A line is `token \t attempt \t pid \t created_ms \t closed \t done \t reserved \t enqueued \t
 //! succeeded \t dead \t cancelled \t total \t key \n`: the delivery, the callback job's
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// One callback run's observation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallbackRun {
-    /// The callback job's key (`batch:<id>`).
+    /// The callback job's key (`batch:<id>`), or a flow parent's own key.
     pub key: String,
     /// The delivery token.
     pub token: u64,

@@ -105,6 +105,20 @@ pub const MEMBER_TOPIC: &str = "fault.member";
 /// reads the batch its key names and appends what it saw to a [callbacks] file.
 pub const CALLBACK_TOPIC: &str = "fault.callback";
 
+/// The topic of flow parents (`batch_faults`'s flow test): `retry = "fixed(200ms, 50)"`; its
+/// handler reads its children's batch (`JobContext::children`) and appends what it saw to a
+/// [callbacks] file, as a batch's callback does.
+pub const PARENT_TOPIC: &str = "fault.parent";
+
+/// Producers' handle on [`PARENT_TOPIC`] (the handler lives in `fault-worker`).
+#[derive(Debug)]
+pub struct ParentJob;
+
+impl Job for ParentJob {
+    type Payload = FaultPayload;
+    const TOPIC: &'static str = PARENT_TOPIC;
+}
+
 /// Producers' handle on [`MEMBER_TOPIC`] (the handler lives in `fault-worker`).
 #[derive(Debug)]
 pub struct MemberJob;

@@ -33,8 +33,12 @@
 //! `cargo test -p dq-faults --test batch_faults -- --nocapture` prints the figures
 //! (`DQ_FAULTS_KEEP=1` keeps the ledgers and logs).
 //!
-//! A depth-3 flow under the same faults goes here as a second test, on the same [`Harness`]
-//! (`Harness::start`, `Harness::chaos`, `Harness::kill_master`, `Harness::reconcile`).
+//! **The flow** (`a_depth_3_flow_survives_…`), on the same [`Harness`]: a depth-3 flow (a top
+//! parent ← 3 mid parents ← 9 low parents ← 2,740 leaves, a tenth of them dying for good) under
+//! the same worker kills, the master holding the top parent's partition, the top's children
+//! batch and three low batches SIGKILLed mid-flow. The parents (`fault.parent`) record what
+//! they read of their children's batch as the callback does; each is one job, released and
+//! run only after its children ended, having read their final counts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -46,12 +50,12 @@ use dq::{BatchStatus, Client, JobSpec, MemberState};
 use dq_faults::ledger::{self, Kind, now_ms};
 use dq_faults::{
     CALLBACK_TOPIC, CallbackJob, Expected, Fate, Fault, FaultPayload, MEMBER_TOPIC, MemberJob,
-    Reconciliation, Snapshot, WorkerProcess, WorkerSpec, member_fate,
+    PARENT_TOPIC, ParentJob, Reconciliation, Snapshot, WorkerProcess, WorkerSpec, member_fate,
 };
 use dq_testkit::{ClusterOptions, RedisCluster, RedisServer, eventually, eventually_some};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fault-worker");
-/// Partitions of the member topic (and of the callback topic): 6 over 3 masters.
+/// Partitions of the member topic (and of the callback and parent topics): 6 over 3 masters.
 const PARTITIONS: u16 = 6;
 /// Members of the batch.
 const MEMBERS: u64 = 10_000;
@@ -61,7 +65,7 @@ const ADD_CHUNK: usize = 500;
 /// `MEMBERS × MEMBER_MS / 24` (≈ 17 s): long enough for several worker kills and a failover
 /// in the middle, short enough for CI.
 const MEMBER_MS: u64 = 40;
-/// Worker processes (each runs both topics).
+/// Worker processes (each runs every topic).
 const WORKERS: usize = 3;
 /// Slots per topic per worker.
 const CONCURRENCY: usize = 8;
@@ -77,7 +81,7 @@ const KILL_MASTER_AFTER: u64 = 2_500;
 const DRAIN_DEADLINE: Duration = Duration::from_secs(240);
 const FAILOVER_DEADLINE: Duration = Duration::from_secs(60);
 
-/// A cluster, a namespace with the member and callback topics registered, a durable client,
+/// A cluster, a namespace with the member, callback and parent topics registered, a durable client,
 /// a directory for ledgers and logs.
 struct Harness {
     name: &'static str,
@@ -87,10 +91,19 @@ struct Harness {
     client: Client,
     spec: WorkerSpec,
     started: Instant,
+    /// Held for the harness's life, so that the tests of this file run one at a time (a
+    /// cluster and three workers each: two at once on 2 cores starve leases); declared last,
+    /// released after the cluster is gone.
+    _serial: tokio::sync::OwnedMutexGuard<()>,
 }
+
+/// One [`Harness`] at a time in this binary.
+static SERIAL: std::sync::LazyLock<Arc<tokio::sync::Mutex<()>>> =
+    std::sync::LazyLock::new(Default::default);
 
 impl Harness {
     async fn start(name: &'static str) -> Harness {
+        let serial = SERIAL.clone().lock_owned().await;
         let cluster = tokio::task::spawn_blocking(|| {
             RedisCluster::start_with(ClusterOptions {
                 node_timeout_ms: 1000,
@@ -105,11 +118,12 @@ impl Harness {
             .namespace(&ns)
             .partitions(MEMBER_TOPIC, PARTITIONS)
             .partitions(CALLBACK_TOPIC, PARTITIONS)
+            .partitions(PARENT_TOPIC, PARTITIONS)
             .durable_enqueue(DURABLE.0, DURABLE.1)
             .connect(&cluster.url())
             .await
             .unwrap_or_else(|e| panic!("{name}: connect: {e}"));
-        for topic in [MEMBER_TOPIC, CALLBACK_TOPIC] {
+        for topic in [MEMBER_TOPIC, CALLBACK_TOPIC, PARENT_TOPIC] {
             client.check_topic(topic).await.expect("register topic");
         }
         let mut dir = tempfile::Builder::new()
@@ -121,7 +135,11 @@ impl Harness {
             eprintln!("{name}: ledgers and logs kept in {}", dir.path().display());
         }
         let mut spec = WorkerSpec::new(cluster.url(), &ns);
-        spec.topics = vec![MEMBER_TOPIC.into(), CALLBACK_TOPIC.into()];
+        spec.topics = vec![
+            MEMBER_TOPIC.into(),
+            CALLBACK_TOPIC.into(),
+            PARENT_TOPIC.into(),
+        ];
         spec.concurrency = CONCURRENCY;
         spec.lease = LEASE;
         spec.partitions = Some(PARTITIONS);
@@ -136,6 +154,7 @@ impl Harness {
             client,
             spec,
             started: Instant::now(),
+            _serial: serial,
         }
     }
 
@@ -746,7 +765,381 @@ async fn a_batch_of_10000_survives_worker_kills_and_a_master_failover_with_one_c
     assert!(kills >= 3, "only {kills} worker kills happened");
 }
 
-// A depth-3 flow under the same faults (issue 24, once flows land in the fault suite): a
-// second test here on the same `Harness` — `start`, `chaos`, `kill_master` of the master
-// holding the flow's batches, `wait_done` on each level's batch, `reconcile` — asserting that
-// every parent ran once, after its children, and read their final counts.
+/// The flow's shape: the top parent ← `MIDS` mid parents ← `LOWS_PER_MID` low parents each ←
+/// `LEAVES_PER_LOW` leaves each; `DIRECT_LEAVES` leaves also hang straight under each mid and
+/// under the top (so every level has a dead child: leaves die by `member_fate`).
+const MIDS: u64 = 3;
+const LOWS_PER_MID: u64 = 3;
+const LEAVES_PER_LOW: u64 = 300;
+const DIRECT_LEAVES: u64 = 10;
+/// Work time of a leaf that succeeds: 2,740 leaves on 24 slots drain in ≥ 11 s, long enough
+/// for several worker kills and the failover.
+const LEAF_MS: u64 = 100;
+/// The master is killed once this many of the low parents' leaves have ended.
+const KILL_MASTER_AFTER_LEAVES: u64 = 900;
+
+/// One parent of the flow: its level, the leaves right under it, the parents right under it.
+#[derive(Debug)]
+struct Parent {
+    level: &'static str,
+    leaves: std::ops::Range<u64>,
+    parents: Vec<String>,
+}
+
+impl Parent {
+    /// The counts its children's batch must end with.
+    fn want(&self) -> dq::BatchCounts {
+        let dead = self
+            .leaves
+            .clone()
+            .filter(|i| member_fate(*i) == Fate::Dies)
+            .count() as u64;
+        dq::BatchCounts {
+            succeeded: self.parents.len() as u64 + (self.leaves.end - self.leaves.start) - dead,
+            dead,
+            ..dq::BatchCounts::default()
+        }
+    }
+}
+
+/// The id of the children's batch of parent `key` (`BatchId::of_flow`).
+fn flow_batch(key: &str) -> String {
+    format!("flow.{PARENT_TOPIC}.{key}")
+}
+
+/// A depth-3 flow — 1 top, 3 mid and 9 low parents over 2,740 leaves, the parents spread
+/// over the 6 partitions of `fault.parent` — drained by three workers SIGKILLed in turn every
+/// 2.5 s, with the master holding the top parent's partition, the top's children batch and
+/// three low parents' batches SIGKILLed mid-flow (its replica promoted, the node restarted as
+/// a replica), durable mode on. Every parent is one job (one `created_ms`), released once its
+/// children had all ended: its first run started after every child's first end record, and
+/// every run read its children's final counts (succeeded and dead as the leaves' fates make
+/// them); every batch of the flow is done with those counts; nothing is lost or stuck; only
+/// the doomed leaves are dead; the invariants hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_depth_3_flow_survives_worker_kills_and_a_master_failover_releasing_each_parent_once() {
+    let h = Harness::start("flow-chaos").await;
+
+    // The victim is member partition 0's master; the top parent's partition and its batch,
+    // and the first low batch under each mid, are picked to live on it.
+    let members = h.placement(MEMBER_TOPIC).await;
+    let parts = h.placement(PARENT_TOPIC).await;
+    let (_, victim) = members[&0];
+    let on_victim = async |key: String| {
+        let batch_slot = h.slot_of(format!("batch:{}", flow_batch(&key))).await;
+        let part = dq::JobKey::new(key.clone())
+            .expect("key")
+            .partition(PARTITIONS);
+        let (part_slot, part_master) = parts[&part];
+        (h.master_of(batch_slot).await == victim).then_some((batch_slot, part_slot, part_master))
+    };
+    let mut top = None;
+    for n in 0..200 {
+        let key = format!("top-{n}");
+        if let Some((batch_slot, _, port)) = on_victim(key.clone()).await
+            && port == victim
+        {
+            top = Some((key, batch_slot));
+            break;
+        }
+    }
+    let (top_key, top_slot) = top.expect("a top key whose batch and partition are on the victim");
+    let mut victim_slots: Vec<u16> = members
+        .values()
+        .chain(parts.values())
+        .filter(|(_, port)| *port == victim)
+        .map(|(slot, _)| *slot)
+        .chain([top_slot])
+        .collect();
+    let mut low_keys: Vec<Vec<String>> = Vec::new();
+    for m in 0..MIDS {
+        let mut keys = Vec::new();
+        for l in 0..LOWS_PER_MID {
+            let mut key = format!("low-{m}-{l}");
+            if l == 0 {
+                for n in 0..200 {
+                    let candidate = format!("low-{m}-{l}-{n}");
+                    if let Some((slot, _, _)) = on_victim(candidate.clone()).await {
+                        victim_slots.push(slot);
+                        key = candidate;
+                        break;
+                    }
+                }
+                assert_ne!(key, format!("low-{m}-{l}"), "no low key on the victim");
+            }
+            keys.push(key);
+        }
+        low_keys.push(keys);
+    }
+    println!(
+        "SCENARIO {}: parent partitions → (slot, master) {parts:?}; top {top_key:?} (batch in \
+         slot {top_slot}); low batches on the victim: {:?}; the master to kill: 127.0.0.1:{victim}",
+        h.name,
+        low_keys.iter().map(|k| &k[0]).collect::<Vec<_>>()
+    );
+
+    // The flow, stored while the workers are already being killed.
+    let chaos = h.chaos();
+    let leaf_specs = |r: std::ops::Range<u64>| {
+        r.map(|i| JobSpec::new(FaultPayload::new(i, LEAF_MS)).key(member_key(i)))
+    };
+    let parent_spec = |key: &str| JobSpec::new(FaultPayload::new(0, 0)).key(key);
+    let mut parents: BTreeMap<String, Parent> = BTreeMap::new();
+    let mut next = 0u64;
+    let mut top_flow = h
+        .client
+        .new_flow::<ParentJob>(parent_spec(&top_key))
+        .policy(dq::FailurePolicy::WaitAll);
+    for (m, lows) in low_keys.iter().enumerate() {
+        let mid_key = format!("mid-{m}");
+        let mut mid_flow = h.client.new_flow::<ParentJob>(parent_spec(&mid_key));
+        for low_key in lows {
+            let leaves = next..next + LEAVES_PER_LOW;
+            next = leaves.end;
+            mid_flow = mid_flow.child_flow(
+                h.client
+                    .new_flow::<ParentJob>(parent_spec(low_key))
+                    .children::<MemberJob>(leaf_specs(leaves.clone())),
+            );
+            parents.insert(
+                low_key.clone(),
+                Parent {
+                    level: "low",
+                    leaves,
+                    parents: Vec::new(),
+                },
+            );
+        }
+        let direct = next..next + DIRECT_LEAVES;
+        next = direct.end;
+        top_flow = top_flow.child_flow(mid_flow.children::<MemberJob>(leaf_specs(direct.clone())));
+        parents.insert(
+            mid_key,
+            Parent {
+                level: "mid",
+                leaves: direct,
+                parents: lows.clone(),
+            },
+        );
+    }
+    let direct = next..next + DIRECT_LEAVES;
+    let leaves = direct.end;
+    top_flow = top_flow.children::<MemberJob>(leaf_specs(direct.clone()));
+    parents.insert(
+        top_key.clone(),
+        Parent {
+            level: "top",
+            leaves: direct,
+            parents: (0..MIDS).map(|m| format!("mid-{m}")).collect(),
+        },
+    );
+    let flow = top_flow.enqueue().await.expect("enqueue the flow");
+    assert_eq!(flow.key.as_str(), top_key);
+    let at = now_ms();
+    let mut expected = Expected::default();
+    for k in (0..leaves).map(member_key).chain(parents.keys().cloned()) {
+        expected.ok.insert(k, at);
+    }
+    println!(
+        "SCENARIO {}: a flow of {} parents over {leaves} leaves stored after {:.1}s",
+        h.name,
+        parents.len(),
+        h.started.elapsed().as_secs_f64()
+    );
+
+    // Mid-flow: the master of the top's partition and batch, of low batches and member
+    // partitions.
+    let low_batches: Vec<dq::BatchHandle> = parents
+        .iter()
+        .filter(|(_, p)| p.level == "low")
+        .map(|(k, _)| h.client.batch(&flow_batch(k)).expect("batch id"))
+        .collect();
+    let ended_at_kill = eventually_some(
+        "leaves end before the master is killed",
+        DRAIN_DEADLINE,
+        || {
+            let low_batches = low_batches.clone();
+            async move {
+                let mut ended = 0;
+                for b in &low_batches {
+                    let c = b.info().await.ok().flatten()?.counts;
+                    ended += c.total() - c.pending();
+                }
+                (ended >= KILL_MASTER_AFTER_LEAVES).then_some(ended)
+            }
+        },
+    )
+    .await;
+    let low_leaves = MIDS * LOWS_PER_MID * LEAVES_PER_LOW;
+    assert!(
+        ended_at_kill < low_leaves,
+        "leaves must still be running when the master is killed: {ended_at_kill} ended"
+    );
+    let (master_fault, new_master) = h.kill_master(victim, &victim_slots).await;
+
+    // The top parent finishes a run last.
+    eventually("the top parent finished a run", DRAIN_DEADLINE, || {
+        let finished = ledger::read_dir(h.dir.path())
+            .0
+            .iter()
+            .any(|e| e.kind == Kind::Finish && e.key == top_key);
+        async move { finished }
+    })
+    .await;
+    let (mut workers, mut faults) = chaos.stop();
+    let kills = faults.len();
+    for topic in [MEMBER_TOPIC, PARENT_TOPIC] {
+        h.wait_settled(topic, &workers).await;
+    }
+    for w in &mut workers {
+        let status = w.terminate(Duration::from_secs(20));
+        assert!(
+            status.success(),
+            "worker {} exited with {status:?}; log:\n{}",
+            w.name(),
+            w.log_tail(20)
+        );
+    }
+    faults.push(master_fault);
+
+    // Every level's batch is done with the counts its children's fates make.
+    for (key, p) in &parents {
+        let batch = h.client.batch(&flow_batch(key)).expect("batch id");
+        let info = h.wait_done(&batch).await;
+        assert_eq!(
+            info.counts,
+            p.want(),
+            "{} parent {key}: its children's batch ended with other counts",
+            p.level
+        );
+    }
+
+    // Each parent: one job (one created_ms), every run read its children's final counts.
+    let (runs, torn) = dq_faults::callbacks::read_dir(h.dir.path());
+    assert_eq!(torn, 0, "torn callback lines");
+    let strangers: Vec<_> = runs
+        .iter()
+        .filter(|r| !parents.contains_key(&r.key))
+        .collect();
+    assert!(strangers.is_empty(), "runs of no parent: {strangers:?}");
+    for (key, p) in &parents {
+        let of_key: Vec<_> = runs.iter().filter(|r| &r.key == key).collect();
+        let created: BTreeSet<u64> = of_key.iter().map(|r| r.created_ms).collect();
+        assert_eq!(
+            created.len(),
+            1,
+            "{} parent {key}: not one job (created at {created:?}): {of_key:?}",
+            p.level
+        );
+        let want = p.want();
+        for r in &of_key {
+            assert!(
+                r.closed
+                    && r.reserved + r.enqueued + r.cancelled == 0
+                    && r.succeeded == want.succeeded
+                    && r.dead == want.dead
+                    && r.total == want.total(),
+                "{} parent {key}: a run read counts other than the final {want:?}: {r:?}",
+                p.level
+            );
+        }
+    }
+
+    // Each parent started only after every child had an end record: a leaf its first finish
+    // (or, for a doomed one, its first permanent failure), a parent its first finish.
+    let entries = ledger::read_dir(h.dir.path()).0;
+    let mut first: std::collections::HashMap<(Kind, &str), u64> = Default::default();
+    for e in &entries {
+        let t = first.entry((e.kind, e.key.as_str())).or_insert(e.ms);
+        *t = (*t).min(e.ms);
+    }
+    let mut early = Vec::new();
+    for (key, p) in &parents {
+        let started = first[&(Kind::Start, key.as_str())];
+        let ends = p
+            .leaves
+            .clone()
+            .map(|i| {
+                let kind = match member_fate(i) {
+                    Fate::Dies => Kind::Failed,
+                    _ => Kind::Finish,
+                };
+                (
+                    member_key(i),
+                    first.get(&(kind, member_key(i).as_str())).copied(),
+                )
+            })
+            .chain(
+                p.parents
+                    .iter()
+                    .map(|k| (k.clone(), first.get(&(Kind::Finish, k.as_str())).copied())),
+            );
+        for (child, end) in ends {
+            if end.is_none_or(|end| end > started) {
+                early.push(format!(
+                    "{} parent {key} started at {started}, child {child} ended at {end:?}",
+                    p.level
+                ));
+            }
+        }
+    }
+    assert!(
+        early.is_empty(),
+        "{} parents started before a child had ended: {:?}",
+        early.len(),
+        &early[..early.len().min(10)]
+    );
+
+    // Nothing lost or stuck; re-runs only of runs in flight at a fault; dead only the doomed.
+    let doomed: BTreeSet<String> = (0..leaves)
+        .filter(|i| member_fate(*i) == Fate::Dies)
+        .map(member_key)
+        .collect();
+    let r = h.reconcile(&expected, &faults).await;
+    let finishes = |k: &str| {
+        entries
+            .iter()
+            .filter(|e| e.kind == Kind::Finish && e.key == k)
+            .count()
+    };
+    println!(
+        "SCENARIO {}: {} faults={} ({kills} worker kills, the master failover to \
+         127.0.0.1:{new_master}; {ended_at_kill} low leaves had ended) elapsed={:.1}s",
+        h.name,
+        r.summary(),
+        faults.len(),
+        h.started.elapsed().as_secs_f64()
+    );
+    println!(
+        "SCENARIO {}: parent runs recorded (finished): {}",
+        h.name,
+        parents
+            .keys()
+            .map(|k| format!(
+                "{k} {} ({})",
+                runs.iter().filter(|r| &r.key == k).count(),
+                finishes(k)
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut problems = r.problems();
+    let dead: BTreeSet<String> = r.dead.iter().cloned().collect();
+    if dead != doomed {
+        problems.push(format!(
+            "dead jobs other than the doomed leaves: {:?} unexpected, {:?} missing",
+            dead.difference(&doomed).take(10).collect::<Vec<_>>(),
+            doomed.difference(&dead).take(10).collect::<Vec<_>>()
+        ));
+    }
+    assert!(
+        problems.is_empty(),
+        "{}: {}\nproblems:\n  {}\nfaults: {faults:?}\n{}",
+        h.name,
+        r.summary(),
+        problems.join("\n  "),
+        logs(&workers)
+    );
+    assert!(parents.keys().all(|k| finishes(k) >= 1));
+    assert!(kills >= 3, "only {kills} worker kills happened");
+}

@@ -32,7 +32,8 @@
 //!
 //! The log (tracing, to stderr) is filtered by `FW_LOG` (default `warn`).
 //!
-//! The `fault.callback` handler (a batch's callback) also appends what it read to
+//! The `fault.callback` handler (a batch's callback) and the `fault.parent` handler (a flow's
+//! parent, reading its children's batch) also append what they read to
 //! `<ledger stem>.callbacks` (see `dq_faults::callbacks`).
 //!
 //! # Connecting when Redis is not up yet
@@ -126,13 +127,28 @@ async fn member(job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
 /// finishes like any job (ledger start and finish). A read that fails is retried.
 #[dq::delayed_job(topic = "fault.callback", retry = "fixed(200ms, 50)")]
 async fn callback(_job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
+    let batch = ctx.completed_batch();
+    read_batch(&ctx, batch).await
+}
+
+/// A flow's parent (at any level): reads its children's batch (`JobContext::children`) and
+/// its own record, appends both to the callbacks file under its own key, then finishes like
+/// any job — the callback's run, for the batch that released it. A read that fails is retried.
+#[dq::delayed_job(topic = "fault.parent", retry = "fixed(200ms, 50)")]
+async fn parent(_job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
+    let batch = Some(ctx.children());
+    read_batch(&ctx, batch).await
+}
+
+/// The run of a job that reads `batch` (a callback's or a flow parent's): ledger start, the
+/// batch's counts and the job's own `created_ms` to the callbacks file, ledger finish (or
+/// failed, for a read that failed: retried; or cancelled).
+async fn read_batch(ctx: &JobContext, batch: Option<dq::BatchId>) -> Result<(), JobError> {
     let b = ctx.data::<Arc<Behaviour>>()?;
     let key = ctx.key.as_str();
     b.ledger.record(Kind::Start, key, ctx.token, ctx.attempt);
     let read = async {
-        let batch = ctx
-            .completed_batch()
-            .ok_or_else(|| JobError::permanent("not a batch's callback key"))?;
+        let batch = batch.ok_or_else(|| JobError::permanent("not a batch's callback key"))?;
         let info = b
             .client
             .batch(batch.as_str())?
@@ -144,7 +160,7 @@ async fn callback(_job: FaultPayload, ctx: JobContext) -> Result<(), JobError> {
             .topic(ctx.topic)?
             .job(key)
             .await?
-            .ok_or_else(|| JobError::retry("the callback's own record is not stored"))?;
+            .ok_or_else(|| JobError::retry("the job's own record is not stored"))?;
         Ok::<_, JobError>((info, own))
     };
     let (info, own) = match read.await {
