@@ -246,3 +246,62 @@ async fn a_flow_stored_twice_is_one_flow_and_a_bad_flow_writes_nothing() {
     handle.shutdown().await;
     assert_eq!(seen.0.lock().unwrap().len(), 4);
 }
+
+#[tokio::test]
+async fn under_durable_enqueue_a_parent_is_not_marked_released_until_a_replica_has_it() {
+    // one node, no replica: a durable client's writes are never confirmed
+    let ns = dq_testkit::namespace("flows-durable");
+    let client = Client::builder()
+        .namespace(ns.clone())
+        .connect(&dq_testkit::shared().url())
+        .await
+        .unwrap();
+    let durable = Client::builder()
+        .namespace(ns)
+        .durable_enqueue(1, Duration::from_millis(50))
+        .connect(&dq_testkit::shared().url())
+        .await
+        .unwrap();
+    let flow = client
+        .new_flow::<parent>(JobSpec::new(1).key("durable-parent"))
+        .children::<leaf>(leaves(70, 1))
+        .enqueue()
+        .await
+        .unwrap();
+    client
+        .topic("flows.leaf")
+        .unwrap()
+        .cancel("leaf-70")
+        .await
+        .unwrap();
+    let id = flow.children.id().clone();
+    let ends = [(
+        dq::MemberId::new(
+            dq::Topic::new("flows.leaf").unwrap(),
+            dq::JobKey::new("leaf-70").unwrap(),
+        ),
+        dq::MemberState::Cancelled,
+    )];
+    let info = client
+        .store()
+        .batch_apply(&id, &ends)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(info.is_complete() && !info.done, "{info:?}");
+    // the release is not confirmed by a replica: the batch is not marked done, so a later
+    // settle (the relay's next pass) releases the parent again
+    let err = dq::batch::settle(&durable, &info).await.unwrap_err();
+    assert!(matches!(err, Error::NotReplicated { .. }), "{err}");
+    assert!(!client.store().batch(&id).await.unwrap().unwrap().done);
+    let info = dq::batch::settle(&client, &info).await.unwrap();
+    assert!(info.done);
+    let job = client
+        .topic("flows.parent")
+        .unwrap()
+        .job("durable-parent")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.state, JobState::Ready);
+}

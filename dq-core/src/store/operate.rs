@@ -25,7 +25,9 @@ pub trait Operate: Send + Sync + 'static {
     /// recovery honour (the job is deleted as cancelled, never retried).
     async fn cancel(&self, queue: &Queue, key: &JobKey) -> Result<CancelOutcome>;
 
-    /// Gives a scheduled, ready or retry job a new due time.
+    /// Gives a scheduled, ready or retry job a new due time. (The Redis store under durable
+    /// enqueue waits for the replicas, as an enqueue does, and answers
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) when fewer confirm.)
     async fn reschedule(
         &self,
         queue: &Queue,

@@ -60,11 +60,28 @@ impl Operate for RedisStore {
             NewDue::After(d) => ("d", i64::try_from(ms(d)).unwrap_or(i64::MAX)),
             NewDue::Shift(delta) => ("s", delta),
         };
-        let reply = self
-            .run(s, &k, &[], |inv| {
-                inv.arg(key.as_str()).arg(mode).arg(value);
-            })
+        // Under durable enqueue a reschedule waits for the replicas too: a flow's parent
+        // released by it must not be lost in a failover once its batch is marked done.
+        let durable = self.options.durable_enqueue;
+        let (reply, acked) = self
+            .run_waiting(
+                s,
+                &k,
+                &[],
+                |inv| {
+                    inv.arg(key.as_str()).arg(mode).arg(value);
+                },
+                durable,
+            )
             .await?;
+        if let (Some((wanted, _)), Some(acked)) = (durable, acked)
+            && usize::try_from(acked).unwrap_or(0) < wanted
+        {
+            return Err(Error::NotReplicated {
+                acked: usize::try_from(acked).unwrap_or(0),
+                wanted,
+            });
+        }
         let mut r = Reply::new(s.name, reply)?;
         let code = r.string("code")?;
         let due_ms = r.int("due")?;
