@@ -194,8 +194,9 @@ impl BatchHandle {
         // 3. what each became, as far as this producer knows (the relay carries the ends)
         let mut notes = Vec::with_capacity(outcomes.len());
         for (member, e) in members.into_iter().zip(&outcomes) {
-            let state = self.state_after_add(&t, &e.key, e.outcome).await?;
-            notes.push((member, state));
+            if let Some(state) = self.state_after_add(&t, &e.key, e.outcome).await? {
+                notes.push((member, state));
+            }
         }
         if let Some(info) = self.client.store.batch_apply(&self.id, &notes).await? {
             settle(&self.client, &info).await?;
@@ -208,19 +209,20 @@ impl BatchHandle {
         t: &TopicClient,
         key: &JobKey,
         outcome: EnqueueOutcome,
-    ) -> Result<MemberState> {
+    ) -> Result<Option<MemberState>> {
         Ok(match outcome {
             EnqueueOutcome::Created | EnqueueOutcome::Replaced | EnqueueOutcome::Ended => {
-                MemberState::Enqueued
+                Some(MemberState::Enqueued)
             }
             // ours if its record names this batch (an add repeated after its enqueue)
             EnqueueOutcome::Exists(_) => match t.job(key.as_str()).await? {
-                Some(info) if info.batch.as_ref() == Some(&self.id) => MemberState::Enqueued,
-                Some(_) => MemberState::Refused,
-                // gone since: ended (its note says how) if it was ours, else nothing to wait for
-                None => MemberState::Enqueued,
+                Some(info) if info.batch.as_ref() == Some(&self.id) => Some(MemberState::Enqueued),
+                Some(_) => Some(MemberState::Refused),
+                // gone since: left reserved — its note moves it on if it was ours, else the
+                // sweep ends it as never enqueued (never `a` with no job to note its end)
+                None => None,
             },
-            EnqueueOutcome::Refused { .. } => MemberState::Refused,
+            EnqueueOutcome::Refused { .. } => Some(MemberState::Refused),
         })
     }
 
@@ -259,8 +261,16 @@ impl BatchHandle {
                 if state.is_end() {
                     continue;
                 }
+                // only the job of this key that is this batch's member (the key may be held
+                // by another job once the member ended, its note not relayed yet)
                 let t = self.client.topic(m.topic.as_str())?;
-                t.cancel(m.key.as_str()).await?;
+                let ours = t
+                    .job(m.key.as_str())
+                    .await?
+                    .is_some_and(|j| j.batch.as_ref() == Some(&self.id));
+                if ours {
+                    t.cancel(m.key.as_str()).await?;
+                }
             }
             match page.next {
                 Some(next) => cursor = next,
@@ -313,10 +323,12 @@ pub async fn settle(client: &Client, info: &BatchInfo) -> Result<BatchInfo> {
         BatchThen::Nothing => {}
         BatchThen::Callback { topic, payload } => {
             let t = client.topic(topic.as_str())?;
+            // (the key's window is at least an hour, however short the retention: a settle
+            // repeated after a callback that ran at once still finds it)
             let mut enqueue = t
                 .enqueue(payload.clone())
                 .key(info.id.callback_key().as_str())
-                .unique_for(info.retention);
+                .unique_for(info.retention.max(CALLBACK_WINDOW_FLOOR));
             // the topic's handler, where this process has it, gives the callback its expiry
             // and priority (as a periodic tick's)
             let handler = crate::handler::registered_jobs().find(|d| d.topic == topic.as_str());
@@ -351,6 +363,9 @@ pub async fn settle(client: &Client, info: &BatchInfo) -> Result<BatchInfo> {
 
 /// A batch's notes in one relay pass: the members' ends, and the notes' ids.
 type NotesOf = (Vec<(MemberId, MemberState)>, Vec<String>);
+
+/// The shortest `unique_for` window a callback's key gets ([`settle`]).
+pub const CALLBACK_WINDOW_FLOOR: Duration = Duration::from_secs(3600);
 
 /// Most notes one relay pass reads from an outbox.
 pub const RELAY_NOTES: usize = 512;
@@ -419,10 +434,10 @@ fn note_order(id: &str) -> (u64, u64) {
 /// The relay's sweep of the namespace's batches not done (ARCHITECTURE.md §16): settles a
 /// complete one whose producer died between its close and its callback, ends as
 /// [`MemberState::NeverEnqueued`] the members reserved longer than `reservation_timeout`
-/// whose job does not exist, closes a flow's batch left open that long, and
+/// whose job does not exist, and
 /// takes out of the index the batches done or gone. Looks at up to `limit` batches, oldest
-/// first. Returns how many it settled. `reservation_timeout` is how long a reservation (or a
-/// flow's open batch) is given: the relay passes
+/// first. Returns how many it settled. `reservation_timeout` is how long a reservation is
+/// given: the relay passes
 /// [`RESERVATION_TIMEOUT`](crate::batch::RESERVATION_TIMEOUT).
 pub async fn sweep_batches(
     client: &Client,
@@ -472,14 +487,6 @@ pub async fn sweep_batches(
             if let Some(after) = client.store.batch_apply(&id, &notes).await? {
                 info = after;
             }
-        }
-        // a flow's children batch left open by a producer that died while storing the flow
-        // (it closes its batch last): closed, so the parent is released once they end
-        if !info.closed
-            && matches!(info.then, BatchThen::Release { .. })
-            && now.saturating_sub(info.reserved_ms) >= timeout
-        {
-            info = client.store.batch_close(&id).await?;
         }
         if info.is_complete() {
             settle(client, &info).await?;

@@ -145,10 +145,14 @@ impl FlowBuilder {
         let Ok((_, parent)) = &mut self.parent else {
             return Err(take_error(&mut self.parent));
         };
-        if parent.replace || parent.window.is_some() || parent.due != Due::Now {
+        if parent.replace
+            || parent.window.is_some()
+            || parent.due != Due::Now
+            || matches!(parent.expires, Some(crate::job::Expiry::At(_)))
+        {
             return Err(Error::InvalidConfig(
-                "a flow's parent is due when its children have ended: no due time, replace or \
-                 key window of its own"
+                "a flow's parent is due when its children have ended: no due time, absolute \
+                 expiry, replace or key window of its own"
                     .into(),
             ));
         }

@@ -27,7 +27,7 @@ pub trait Operate: Send + Sync + 'static {
 
     /// Gives a scheduled, ready or retry job a new due time. (The Redis store under durable
     /// enqueue waits for the replicas, as an enqueue does, and answers
-    /// [`Error::NotReplicated`](crate::Error::NotReplicated) when fewer confirm.)
+    /// [`Error::NotReplicated`] when fewer confirm.)
     async fn reschedule(
         &self,
         queue: &Queue,
