@@ -6,10 +6,11 @@
 //!
 //! Every worker relays the partitions it fetches, so a partition served by several workers
 //! is relayed by each of them: every step is idempotent (a member counted once, the callback
-//! enqueued once under its key), so they only repeat each other's reads. A namespace with no
-//! batch open costs one `ZRANGE` of the index per pass: the outboxes are read only while a
-//! batch is open (a note for a batch already done changes nothing), and every
-//! [`DRAIN_EVERY`] anyway, so such notes do not pile up.
+//! enqueued once under its key), so they only repeat each other's reads. While a batch is open
+//! (the index is not empty) a pass runs every [`RELAY_EVERY`]; once none is, the relay sleeps
+//! until this worker leases a member of a batch, or [`IDLE_POLL`] (a pass then catches the
+//! ends no lease of this worker announced: a cancel, an expiry): an idle worker sends nothing
+//! for batches more often than that.
 
 use std::time::Duration;
 
@@ -22,8 +23,10 @@ pub(crate) const RELAY_EVERY: Duration = Duration::from_millis(100);
 /// How often the batches not done are swept.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(2);
 
-/// How often the outboxes are read even while no batch is open.
-pub(crate) const DRAIN_EVERY: Duration = Duration::from_secs(10);
+/// How long an idle relay (no batch open at its last look) waits before it looks again,
+/// unless a member of a batch is leased by this worker first: an idle worker sends nothing
+/// more often than this for batches.
+pub(crate) const IDLE_POLL: Duration = Duration::from_secs(60);
 
 /// Most batches one sweep looks at.
 const SWEEP_BATCHES: usize = 1_000;
@@ -32,32 +35,31 @@ pub(crate) struct Relay {
     pub client: Client,
     pub queues: Vec<Queue>,
     pub stop: CancellationToken,
+    /// Notified when this worker leases a member of a batch.
+    pub wake: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Relay {
     pub async fn run(self) {
-        let mut ticks = tokio::time::interval(RELAY_EVERY);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_sweep = tokio::time::Instant::now();
-        let mut last_drain = tokio::time::Instant::now();
         let mut failing = false;
+        // while a batch is open: a pass every RELAY_EVERY; else one when woken or IDLE_POLL
+        let mut busy = true;
         loop {
+            let pause = if busy { RELAY_EVERY } else { IDLE_POLL };
             tokio::select! {
                 _ = self.stop.cancelled() => return,
-                _ = ticks.tick() => {}
+                _ = tokio::time::sleep(pause) => {}
+                _ = self.wake.notified() => {}
             }
             let mut error = None;
-            let open = match self.client.store().open_batches(None, 1).await {
+            busy = match self.client.store().open_batches(None, 1).await {
                 Ok(ids) => !ids.is_empty(),
                 Err(e) => {
                     error = Some(e);
                     true
                 }
             };
-            if !open && last_drain.elapsed() < DRAIN_EVERY {
-                continue;
-            }
-            last_drain = tokio::time::Instant::now();
             for queue in &self.queues {
                 // (a busy outbox is read again at once until drained: up to 64 passes of
                 // RELAY_NOTES, ~32,000 notes, per partition and tick)

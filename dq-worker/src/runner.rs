@@ -62,6 +62,8 @@ pub(crate) struct RunnerShared {
     pub missing_data: MissingDataLog,
     /// The worker's layers around every handler (`None`: none added).
     pub middleware: Option<Arc<Stack>>,
+    /// Wakes the batch relay (`relay.rs`): a member of a batch was leased.
+    pub relay_wake: Arc<tokio::sync::Notify>,
 }
 
 /// Runs one job to its outcome.
@@ -73,6 +75,10 @@ pub(crate) async fn run(
     topic: Arc<TopicRuntime>,
     shared: Arc<RunnerShared>,
 ) {
+    if delivery.batch.is_some() {
+        // a member runs: its end will be noted; the relay polls while a batch is open
+        shared.relay_wake.notify_one();
+    }
     let cancel = shared.hard_stop.child_token();
     let deadline = LeaseDeadline::new(fetched_at + lease_length);
     let lease = Lease {

@@ -627,7 +627,9 @@ impl Worker {
         );
         let hard_stop = CancellationToken::new();
         let missing_data = MissingDataLog::default();
+        let relay_wake = Arc::new(tokio::sync::Notify::new());
         let shared = Arc::new(RunnerShared {
+            relay_wake: relay_wake.clone(),
             data: self.data.clone(),
             store: self.store.clone(),
             max_result: self.client.config().max_payload,
@@ -717,6 +719,7 @@ impl Worker {
                     })
                     .collect(),
                 stop: stop.clone(),
+                wake: relay_wake,
             }
             .run(),
         ));
