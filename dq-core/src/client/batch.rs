@@ -247,34 +247,49 @@ impl BatchHandle {
             .await
     }
 
+    /// Every member whose state passes `keep`, all pages read (bounded: a member is listed at
+    /// most a few times by `HSCAN`; 1,000 pages of 500).
+    async fn members_where(&self, keep: impl Fn(MemberState) -> bool) -> Result<Vec<MemberId>> {
+        let (mut cursor, mut out) = (0, Vec::new());
+        for _ in 0..1_000 {
+            let page = self.members(cursor, 500).await?;
+            out.extend(
+                page.members
+                    .into_iter()
+                    .filter(|(_, s)| keep(*s))
+                    .map(|(m, _)| m),
+            );
+            match page.next {
+                Some(next) => cursor = next,
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The member's topic, and whether the job now holding its key is this batch's member
+    /// (its record names the batch).
+    async fn holds_member(&self, m: &MemberId) -> Result<(TopicClient, bool)> {
+        let t = self.client.topic(m.topic.as_str())?;
+        let ours = t
+            .job(m.key.as_str())
+            .await?
+            .is_some_and(|j| j.batch.as_ref() == Some(&self.id));
+        Ok((t, ours))
+    }
+
     /// Cancels the whole batch: closes it, then cancels every member that has not ended (a
     /// running one is asked to stop, as [`TopicClient::cancel`] does). Each cancelled member
     /// ends as cancelled; the callback follows once all have ended. Returns the batch as it
     /// is after the cancels (their ends reach it through the relay).
     pub async fn cancel(&self) -> Result<BatchInfo> {
         self.client.store.batch_close(&self.id).await?;
-        let mut cursor = 0;
-        // (bounded: a member is listed at most a few times by HSCAN; 1,000 pages of 500)
-        for _ in 0..1_000 {
-            let page = self.members(cursor, 500).await?;
-            for (m, state) in &page.members {
-                if state.is_end() {
-                    continue;
-                }
-                // only the job of this key that is this batch's member (the key may be held
-                // by another job once the member ended, its note not relayed yet)
-                let t = self.client.topic(m.topic.as_str())?;
-                let ours = t
-                    .job(m.key.as_str())
-                    .await?
-                    .is_some_and(|j| j.batch.as_ref() == Some(&self.id));
-                if ours {
-                    t.cancel(m.key.as_str()).await?;
-                }
-            }
-            match page.next {
-                Some(next) => cursor = next,
-                None => break,
+        for m in self.members_where(|s| !s.is_end()).await? {
+            // only the job of this key that is this batch's member (the key may be held by
+            // another job once the member ended, its note not relayed yet)
+            let (t, ours) = self.holds_member(&m).await?;
+            if ours {
+                t.cancel(m.key.as_str()).await?;
             }
         }
         let info = self
@@ -459,30 +474,14 @@ pub async fn sweep_batches(
         }
         if info.counts.reserved > 0 && now.saturating_sub(info.reserved_ms) >= timeout {
             let handle = client.batch(id.as_str())?;
-            let mut cursor = 0;
             let mut notes = Vec::new();
-            for _ in 0..1_000 {
-                let page = handle.members(cursor, 500).await?;
-                for (m, state) in page.members {
-                    if state != MemberState::Reserved {
-                        continue;
-                    }
-                    let t = client.topic(m.topic.as_str())?;
-                    let seen = t
-                        .job(m.key.as_str())
-                        .await?
-                        .is_some_and(|j| j.batch.as_ref() == Some(&id));
-                    let state = if seen {
-                        MemberState::Enqueued
-                    } else {
-                        MemberState::NeverEnqueued
-                    };
-                    notes.push((m, state));
-                }
-                match page.next {
-                    Some(next) => cursor = next,
-                    None => break,
-                }
+            for m in handle.members_where(|s| s == MemberState::Reserved).await? {
+                let state = if handle.holds_member(&m).await?.1 {
+                    MemberState::Enqueued
+                } else {
+                    MemberState::NeverEnqueued
+                };
+                notes.push((m, state));
             }
             if let Some(after) = client.store.batch_apply(&id, &notes).await? {
                 info = after;
