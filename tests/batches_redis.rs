@@ -405,7 +405,7 @@ async fn batches_need_format_7_and_are_refused_before_any_write_below_it() {
 }
 
 #[tokio::test]
-async fn ten_thousand_members_are_added_and_applied_in_one_call_each() {
+async fn ten_thousand_members_are_added_in_chunks_and_applied_in_one_call() {
     let client = client("batches-big").await;
     let batch = client.new_batch().open().await.unwrap();
     let n = 10_000u32;
@@ -442,4 +442,66 @@ async fn ten_thousand_members_are_added_and_applied_in_one_call_each() {
         }
     }
     assert!(listed >= n as usize, "{listed}");
+}
+
+/// At `maxmemory` a batch does not grow: opening one and adding members are refused with
+/// `OutOfMemory` before anything is written (as an enqueue is), while the calls that carry
+/// members' ends, close and read it still run, so no end is held behind a full server.
+#[tokio::test]
+async fn at_maxmemory_a_batch_takes_no_member_but_its_ends_still_apply() {
+    let server = dq_testkit::RedisServer::start_with(dq_testkit::ServerOptions::default());
+    let ns = dq_testkit::namespace("batches-oom");
+    let client = Client::builder()
+        .namespace(&ns)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let batch = client.new_batch().id("full").open().await.unwrap();
+    batch
+        .add::<send_note>((0..2).map(|i| JobSpec::new(i).key(format!("oom-{i}"))))
+        .await
+        .unwrap();
+    let before = batch.info().await.unwrap().unwrap();
+    assert_eq!(before.counts.enqueued, 2);
+
+    // far below what is used: every write that grows is refused from now on
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "1"]);
+    let opened = client.new_batch().id("never").open().await;
+    assert!(matches!(opened, Err(Error::OutOfMemory)), "{opened:?}");
+    let added = batch.add::<send_note>([JobSpec::new(9).key("oom-9")]).await;
+    assert!(matches!(added, Err(Error::OutOfMemory)), "{added:?}");
+    assert_eq!(
+        batch.info().await.unwrap().unwrap(),
+        before,
+        "nothing written"
+    );
+    let topic = dq::Topic::new("batches.notes").unwrap();
+    let ends: Vec<_> = (0..2)
+        .map(|i| {
+            (
+                dq::MemberId::new(topic.clone(), dq::JobKey::new(format!("oom-{i}")).unwrap()),
+                MemberState::Succeeded,
+            )
+        })
+        .collect();
+    let info = client
+        .store()
+        .batch_apply(batch.id(), &ends)
+        .await
+        .expect("ends apply at maxmemory")
+        .unwrap();
+    assert_eq!(info.counts.succeeded, 2);
+    let info = batch.close().await.expect("a close at maxmemory");
+    assert_eq!(info.status(), BatchStatus::Done);
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(
+        client
+            .batch("never")
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .is_none(),
+        "the refused open wrote nothing"
+    );
 }

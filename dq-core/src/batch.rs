@@ -502,6 +502,17 @@ pub struct MemberPage {
     pub next: Option<u64>,
 }
 
+/// What a reservation found and left: the batch after it, and each member's state before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// The batch as it is after the reservation.
+    pub info: BatchInfo,
+    /// Each member named, in order: its state before this reservation (`None`: it was not
+    /// in the batch, and is now reserved). An add enqueues only the members that were not
+    /// there or still reserved: one already enqueued or ended is never enqueued again.
+    pub before: Vec<Option<MemberState>>,
+}
+
 /// One end noted in a partition's outbox, for the relay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutboxNote {

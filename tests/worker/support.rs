@@ -275,7 +275,7 @@ impl dq::store::Batches for NoExtend {
         &self,
         id: &dq::BatchId,
         members: &[dq::MemberId],
-    ) -> dq::Result<dq::BatchInfo> {
+    ) -> dq::Result<dq::batch::Reservation> {
         self.0.batch_reserve(id, members).await
     }
     async fn batch_apply(

@@ -148,10 +148,15 @@ impl BatchHandle {
 
     /// Adds jobs of `J` as members: each is reserved in the batch, then enqueued with the
     /// batch's id in its record (keys are generated for jobs without one, before anything is
-    /// written, so a repeated add of the same keys reserves nothing twice). A job whose key
-    /// is taken by a job outside the batch (or refused by its window) is reported as its
-    /// enqueue was and ends in the batch as [`MemberState::Refused`]. Refused: a closed
-    /// batch ([`Error::BatchClosed`]), `replace` or `debounce` on a member
+    /// written). Adding a member again (an add repeated after an error, or a flow stored
+    /// again) never enqueues it twice: a member already enqueued is reported as
+    /// [`EnqueueOutcome::Exists`] (or [`EnqueueOutcome::Ended`] once its job is gone), one
+    /// that ended as `Ended`; only a member still reserved (its enqueue not known to have
+    /// happened) is enqueued again, which its key makes harmless while its job exists. A job
+    /// whose key is taken by a job outside the batch (or refused by its window) is reported
+    /// as its enqueue was and ends in the batch as [`MemberState::Refused`]. Members are
+    /// reserved, enqueued and noted [`ADD_CHUNK`] at a time. Refused: a closed batch
+    /// ([`Error::BatchClosed`]), `replace` or `debounce` on a member
     /// ([`Error::InvalidConfig`]); nothing is written then.
     pub async fn add<J: Job>(
         &self,
@@ -187,21 +192,85 @@ impl BatchHandle {
             return Ok(Vec::new());
         }
         check_batch_format(&self.client)?;
-        // 1. reserved in the batch (refused if closed: nothing enqueued)
-        self.client.store.batch_reserve(&self.id, &members).await?;
-        // 2. enqueued in their partitions, the batch's id in their records
-        let outcomes = t.enqueue_bulk(specs).await?;
-        // 3. what each became, as far as this producer knows (the relay carries the ends)
-        let mut notes = Vec::with_capacity(outcomes.len());
-        for (member, e) in members.into_iter().zip(&outcomes) {
-            if let Some(state) = self.state_after_add(&t, &e.key, e.outcome).await? {
-                notes.push((member, state));
+        let mut outcomes = Vec::with_capacity(specs.len());
+        let mut specs = specs.into_iter();
+        for members in members.chunks(ADD_CHUNK) {
+            let chunk: Vec<_> = specs.by_ref().take(members.len()).collect();
+            outcomes.extend(self.add_chunk(&t, chunk, members).await?);
+        }
+        Ok(outcomes)
+    }
+
+    /// One chunk of an add: reserve, enqueue what is new or still reserved, note what each
+    /// became.
+    async fn add_chunk(
+        &self,
+        t: &TopicClient,
+        specs: Vec<JobSpec<Vec<u8>>>,
+        members: &[MemberId],
+    ) -> Result<Vec<Enqueued>> {
+        // 1. reserved in the batch (refused if closed: nothing enqueued); each member's state
+        // before, so one enqueued or ended before is not enqueued again (its key may be free)
+        let reserved = self.client.store.batch_reserve(&self.id, members).await?;
+        let mut outcomes: Vec<Option<Enqueued>> = Vec::with_capacity(specs.len());
+        let mut fresh = Vec::new();
+        for (spec, (m, before)) in specs.into_iter().zip(members.iter().zip(&reserved.before)) {
+            match before {
+                None | Some(MemberState::Reserved) => {
+                    outcomes.push(None);
+                    fresh.push(spec);
+                }
+                Some(state) => outcomes.push(Some(Enqueued {
+                    key: m.key.clone(),
+                    outcome: self.outcome_of_added(t, &m.key, *state).await?,
+                })),
             }
+        }
+        // 2. enqueued in their partitions, the batch's id in their records
+        let mut enqueued = if fresh.is_empty() {
+            Vec::new()
+        } else {
+            t.enqueue_bulk(fresh).await?
+        }
+        .into_iter();
+        // 3. what each became, as far as this producer knows (the relay carries the ends)
+        let mut notes = Vec::new();
+        for (slot, m) in outcomes.iter_mut().zip(members) {
+            if slot.is_some() {
+                continue;
+            }
+            let e = enqueued
+                .next()
+                .ok_or_else(|| Error::Protocol("fewer outcomes than jobs enqueued".into()))?;
+            if let Some(state) = self.state_after_add(t, &e.key, e.outcome).await? {
+                notes.push((m.clone(), state));
+            }
+            *slot = Some(e);
         }
         if let Some(info) = self.client.store.batch_apply(&self.id, &notes).await? {
             settle(&self.client, &info).await?;
         }
-        Ok(outcomes)
+        Ok(outcomes.into_iter().flatten().collect())
+    }
+
+    /// What adding a member again reports, for one already enqueued or ended (`before`):
+    /// its job's state while the job holding its key is this member, else
+    /// [`EnqueueOutcome::Ended`].
+    async fn outcome_of_added(
+        &self,
+        t: &TopicClient,
+        key: &JobKey,
+        before: MemberState,
+    ) -> Result<EnqueueOutcome> {
+        if before.is_end() {
+            return Ok(EnqueueOutcome::Ended);
+        }
+        Ok(match t.job(key.as_str()).await? {
+            Some(info) if info.batch.as_ref() == Some(&self.id) => {
+                EnqueueOutcome::Exists(info.state)
+            }
+            _ => EnqueueOutcome::Ended,
+        })
     }
 
     async fn state_after_add(
@@ -381,6 +450,12 @@ type NotesOf = (Vec<(MemberId, MemberState)>, Vec<String>);
 
 /// The shortest `unique_for` window a callback's key gets ([`settle`]).
 pub const CALLBACK_WINDOW_FLOOR: Duration = Duration::from_secs(3600);
+
+/// Most members an add reserves, enqueues and notes at once ([`BatchHandle::add`]): each
+/// chunk's enqueue follows its own reservation, well within the
+/// [`RESERVATION_TIMEOUT`](crate::batch::RESERVATION_TIMEOUT) the sweep gives it however long
+/// the whole add takes.
+pub const ADD_CHUNK: usize = 1_000;
 
 /// Most notes one relay pass reads from an outbox.
 pub const RELAY_NOTES: usize = 512;

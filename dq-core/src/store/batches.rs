@@ -5,7 +5,9 @@
 
 use async_trait::async_trait;
 
-use crate::batch::{BatchId, BatchInfo, BatchSpec, MemberId, MemberPage, MemberState, OutboxNote};
+use crate::batch::{
+    BatchId, BatchInfo, BatchSpec, MemberId, MemberPage, MemberState, OutboxNote, Reservation,
+};
 use crate::error::Result;
 use crate::job::Queue;
 
@@ -18,12 +20,15 @@ pub trait Batches: Send + Sync + 'static {
     async fn batch_open(&self, id: &BatchId, spec: &BatchSpec) -> Result<(bool, BatchInfo)>;
 
     /// Reserves `members` in batch `id` (a member already there is left as it is: a repeated
-    /// add reserves nothing twice). Refuses a closed batch ([`Error::BatchClosed`]) and an
-    /// unknown one ([`Error::BatchNotFound`]) before any write.
+    /// add reserves nothing twice) and stamps the batch's last reservation; returns each
+    /// member's state before the call. Refuses a closed batch ([`Error::BatchClosed`]) and an
+    /// unknown one ([`Error::BatchNotFound`]) before any write; on Redis, refused at
+    /// `maxmemory` ([`Error::OutOfMemory`]) as an enqueue is.
     ///
     /// [`Error::BatchClosed`]: crate::Error::BatchClosed
     /// [`Error::BatchNotFound`]: crate::Error::BatchNotFound
-    async fn batch_reserve(&self, id: &BatchId, members: &[MemberId]) -> Result<BatchInfo>;
+    /// [`Error::OutOfMemory`]: crate::Error::OutOfMemory
+    async fn batch_reserve(&self, id: &BatchId, members: &[MemberId]) -> Result<Reservation>;
 
     /// Moves members of batch `id` forward (reserved → enqueued → an end; a member already
     /// ended keeps its first end, and is counted once), adding a member not reserved yet.

@@ -75,7 +75,8 @@ pub enum EnqueueOutcome {
     /// connection): an earlier try of the same call was applied — its reply was lost — and
     /// the job with this key is gone since (it ran and succeeded, or was cancelled or purged;
     /// this is also the answer for a job the earlier try found already there). Nothing was
-    /// written: the job is not created a second time.
+    /// written: the job is not created a second time. Also the answer for a member added
+    /// again to its batch once it has ended ([`BatchHandle::add`](crate::BatchHandle::add)).
     Ended,
     /// The key is inside a window that refuses it until `until_ms` (store time, Unix ms): a
     /// `unique_for` window after its job finished, or a `throttle` window after an accepted

@@ -483,11 +483,17 @@ pub async fn a_batch_record_moves_members_forward_only_and_counts_each_once<H: H
     assert_eq!(again, first, "an open of a stored id leaves it as it is");
 
     let m = |k: &str| member("batches.record", k);
-    let info = s.batch_reserve(&id, &[m("m1"), m("m2")]).await.unwrap();
-    assert_eq!(info.counts.reserved, 2);
-    assert!(info.reserved_ms >= first.reserved_ms);
-    let info = s.batch_reserve(&id, &[m("m1"), m("m3")]).await.unwrap();
-    assert_eq!((info.counts.reserved, info.counts.total()), (3, 3));
+    let r = s.batch_reserve(&id, &[m("m1"), m("m2")]).await.unwrap();
+    assert_eq!(r.info.counts.reserved, 2);
+    assert!(r.info.reserved_ms >= first.reserved_ms);
+    assert_eq!(r.before, vec![None, None]);
+    // each member's state before: a member named twice in one call is reserved once
+    let r = s
+        .batch_reserve(&id, &[m("m1"), m("m3"), m("m3")])
+        .await
+        .unwrap();
+    assert_eq!((r.info.counts.reserved, r.info.counts.total()), (3, 3));
+    assert_eq!(r.before, vec![Some(MemberState::Reserved), None, None]);
 
     use MemberState::*;
     let info = s
@@ -536,6 +542,16 @@ pub async fn a_batch_record_moves_members_forward_only_and_counts_each_once<H: H
         ),
         (0, 1, 4)
     );
+    // a reservation answers each member's state as it is (enqueued, ended), changing none
+    let r = s
+        .batch_reserve(&id, &[m("m1"), m("m2"), m("m3")])
+        .await
+        .unwrap();
+    assert_eq!(
+        r.before,
+        vec![Some(Enqueued), Some(Succeeded), Some(Cancelled)]
+    );
+    assert_eq!(r.info.counts.total(), 4);
 
     let closed = s.batch_close(&id).await.unwrap();
     assert!(closed.closed && closed.closed_ms >= closed.created_ms);
@@ -986,4 +1002,70 @@ pub async fn a_cancelled_batch_ends_every_member_cancelled<H: Harness>(h: &H) {
     assert_eq!((info.counts.cancelled, info.counts.total()), (3, 3));
     let cb = c.topic("batches.cancel-cb").unwrap();
     assert_eq!(info_of(&cb, "batch:called-off").await.payload, raw(9));
+}
+
+/// An add repeated after its members moved on (a producer retrying after an error, a flow
+/// stored again) enqueues none of them again, though their keys are free: a member that ended
+/// (its end relayed, or only noted) is `Ended`, one still waiting is its job's state; the
+/// batch counts each member once and completes with the runs that happened.
+pub async fn an_add_repeated_after_its_members_ended_enqueues_none_again<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("batches.again").unwrap();
+    let q = queue("batches.again");
+    let batch = open(&c, "again").await;
+    let specs = || {
+        vec![
+            JobSpec::new(raw(1)).key("ran"),
+            JobSpec::new(raw(1)).key("ran-unrelayed"),
+            JobSpec::new(raw(1)).key("waits").delay(HOUR),
+        ]
+    };
+    add_specs(&batch, "batches.again", specs()).await;
+    // both due members run; only the first one's end reaches the batch before the repeat
+    let ran = drain_due(h, &q).await;
+    assert_eq!(keys_of(&ran).len(), 2);
+    let first = h.store().outbox(&q, 10).await.unwrap();
+    assert_eq!(first.len(), 2);
+    let ran_note = first.iter().find(|n| n.key.as_str() == "ran").unwrap();
+    let applied = h
+        .store()
+        .batch_apply(
+            batch.id(),
+            &[(member("batches.again", "ran"), ran_note.outcome)],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(applied.counts.succeeded, 1);
+
+    let out = batch.add_raw("batches.again", specs()).await.unwrap();
+    assert_eq!(
+        out.iter().map(|e| e.outcome).collect::<Vec<_>>(),
+        [
+            EnqueueOutcome::Ended,
+            EnqueueOutcome::Ended,
+            EnqueueOutcome::Exists(JobState::Scheduled)
+        ]
+    );
+    let st = t.stats().await.unwrap();
+    assert_eq!(
+        (st.enqueued, st.ready),
+        (3, 0),
+        "nothing enqueued again: {st:?}"
+    );
+    assert!(drain_due(h, &q).await.is_empty(), "no second run");
+
+    relay_outbox(&c, &q).await.unwrap();
+    t.cancel("waits").await.unwrap();
+    relay_outbox(&c, &q).await.unwrap();
+    let info = batch.close().await.unwrap();
+    assert_eq!(info.status(), BatchStatus::Done, "{info:?}");
+    assert_eq!(
+        (
+            info.counts.succeeded,
+            info.counts.cancelled,
+            info.counts.total()
+        ),
+        (2, 1, 3)
+    );
 }

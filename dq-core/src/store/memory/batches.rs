@@ -16,6 +16,7 @@ use super::MemoryStore;
 use super::clock::ms;
 use crate::batch::{
     BatchCounts, BatchId, BatchInfo, BatchSpec, MemberId, MemberPage, MemberState, OutboxNote,
+    Reservation,
 };
 use crate::error::{Error, Result};
 use crate::job::Queue;
@@ -160,22 +161,24 @@ impl Book {
         (created, info)
     }
 
-    /// `batch.lua reserve`: each member not there yet is written reserved.
-    fn reserve(&mut self, id: &BatchId, members: &[MemberId], now: u64) -> Result<BatchInfo> {
+    /// `batch_grow.lua reserve`: each member not there yet is written reserved; each one's
+    /// state before (a member named twice: `None` both times).
+    fn reserve(&mut self, id: &BatchId, members: &[MemberId], now: u64) -> Result<Reservation> {
         let b = self.must(id, now)?;
         if b.closed_ms.is_some() {
             return Err(Error::BatchClosed(id.to_string()));
         }
-        if members.is_empty() {
-            return Ok(b.info(id));
-        }
-        for m in members {
-            if b.state_of(m).is_none() {
+        let before: Vec<_> = members.iter().map(|m| b.state_of(m)).collect();
+        for (m, was) in members.iter().zip(&before) {
+            if was.is_none() && b.state_of(m).is_none() {
                 b.set(m, MemberState::Reserved);
             }
         }
         b.reserved_ms = now;
-        Ok(b.info(id))
+        Ok(Reservation {
+            info: b.info(id),
+            before,
+        })
     }
 
     /// `batch.lua apply`: members move forward only; one not there is added.
@@ -280,7 +283,7 @@ impl Batches for MemoryStore {
         Ok(book.open(id, spec, self.clock.now_ms()))
     }
 
-    async fn batch_reserve(&self, id: &BatchId, members: &[MemberId]) -> Result<BatchInfo> {
+    async fn batch_reserve(&self, id: &BatchId, members: &[MemberId]) -> Result<Reservation> {
         let mut book = self.lock_batches();
         book.reserve(id, members, self.clock.now_ms())
     }

@@ -11,7 +11,7 @@ use super::scripts::{SCRIPTS, unexpected};
 use super::store::{RedisStore, ms};
 use crate::batch::{
     BatchCounts, BatchId, BatchInfo, BatchSpec, BatchThen, FailurePolicy, MemberId, MemberPage,
-    MemberState, OutboxNote,
+    MemberState, OutboxNote, Reservation,
 };
 use crate::error::{Error, Result, from_redis};
 use crate::job::Queue;
@@ -28,9 +28,14 @@ impl RedisStore {
     async fn batch_call(&self, id: &BatchId, args: &[&[u8]]) -> Result<Value> {
         let key = layout::batch_key(&self.options.namespace, id.as_str());
         let writes = !matches!(args.first(), Some(&b"get") | Some(&b"members"));
+        // (the calls that grow the record are refused at maxmemory: batch_grow.lua)
+        let script = match args.first() {
+            Some(&b"open") | Some(&b"reserve") => &SCRIPTS.batch_grow,
+            _ => &SCRIPTS.batch,
+        };
         let result = match self.options.durable_enqueue {
             Some((replicas, timeout)) if writes => self
-                .run_on_key_waiting(&SCRIPTS.batch, &key, args, (replicas, timeout))
+                .run_on_key_waiting(script, &key, args, (replicas, timeout))
                 .await
                 .and_then(|(reply, acked)| {
                     let acked = usize::try_from(acked).unwrap_or(0);
@@ -43,7 +48,7 @@ impl RedisStore {
                         Ok(reply)
                     }
                 }),
-            _ => self.run_on_key(&SCRIPTS.batch, &key, args).await,
+            _ => self.run_on_key(script, &key, args).await,
         };
         result.map_err(|e| match e {
             Error::BatchNotFound(_) => Error::BatchNotFound(id.to_string()),
@@ -60,6 +65,22 @@ impl RedisStore {
     }
 }
 
+/// How many items a batch record reply has (`batch.lua`'s header): a reservation's states
+/// follow them.
+const RECORD_ITEMS: usize = 21;
+
+/// A reply's items as bytes (numbers as their text).
+fn reply_items(reply: Vec<Value>) -> Result<Vec<Vec<u8>>> {
+    reply
+        .into_iter()
+        .map(|v| match v {
+            Value::BulkString(b) => Ok(b),
+            Value::Int(n) => Ok(n.to_string().into_bytes()),
+            other => Err(unexpected(SCRIPTS.batch.name, "batch field", &other)),
+        })
+        .collect()
+}
+
 /// Reads `batch.lua`'s record reply (its first item: created by this call).
 fn decode_info(id: &BatchId, reply: Value) -> Result<Option<(bool, BatchInfo)>> {
     let items = match reply {
@@ -67,20 +88,17 @@ fn decode_info(id: &BatchId, reply: Value) -> Result<Option<(bool, BatchInfo)>> 
         Value::Array(items) => items,
         other => return Err(unexpected(SCRIPTS.batch.name, "batch record", &other)),
     };
-    let raw: Vec<Vec<u8>> = items
-        .into_iter()
-        .map(|v| match v {
-            Value::BulkString(b) => Ok(b),
-            Value::Int(n) => Ok(n.to_string().into_bytes()),
-            other => Err(unexpected(SCRIPTS.batch.name, "batch field", &other)),
-        })
-        .collect::<Result<_>>()?;
+    decode_record(id, reply_items(items)?).map(Some)
+}
+
+/// A record reply's items as the batch they describe.
+fn decode_record(id: &BatchId, raw: Vec<Vec<u8>>) -> Result<(bool, BatchInfo)> {
     // (every field but the callback's payload is text)
     let text: Vec<String> = raw
         .iter()
         .map(|b| String::from_utf8_lossy(b).into_owned())
         .collect();
-    if text.len() != 21 {
+    if text.len() != RECORD_ITEMS {
         return Err(Error::Protocol(format!(
             "batch record of {} fields",
             text.len()
@@ -126,7 +144,7 @@ fn decode_info(id: &BatchId, reply: Value) -> Result<Option<(bool, BatchInfo)>> 
         retention: Duration::from_millis(num(7)),
         counts,
     };
-    Ok(Some((text[0] == "1", info)))
+    Ok((text[0] == "1", info))
 }
 
 fn must(id: &BatchId, reply: Value) -> Result<BatchInfo> {
@@ -173,11 +191,33 @@ impl Batches for RedisStore {
         Ok((created, info))
     }
 
-    async fn batch_reserve(&self, id: &BatchId, members: &[MemberId]) -> Result<BatchInfo> {
+    async fn batch_reserve(&self, id: &BatchId, members: &[MemberId]) -> Result<Reservation> {
         let wires: Vec<String> = members.iter().map(MemberId::wire).collect();
         let mut args: Vec<&[u8]> = vec![b"reserve"];
         args.extend(wires.iter().map(String::as_bytes));
-        must(id, self.batch_call(id, &args).await?)
+        let Value::Array(items) = self.batch_call(id, &args).await? else {
+            return Err(Error::BatchNotFound(id.to_string()));
+        };
+        let mut raw = reply_items(items)?;
+        if raw.len() != RECORD_ITEMS + members.len() {
+            return Err(Error::Protocol(format!(
+                "a reservation of {} members answered {} items",
+                members.len(),
+                raw.len()
+            )));
+        }
+        let before = raw
+            .split_off(RECORD_ITEMS)
+            .into_iter()
+            .map(|s| match s.first() {
+                None => Ok(None),
+                Some(&c) => MemberState::from_code(c)
+                    .map(Some)
+                    .ok_or_else(|| Error::Protocol(format!("batch member state {c:?}"))),
+            })
+            .collect::<Result<_>>()?;
+        let (_, info) = decode_record(id, raw)?;
+        Ok(Reservation { info, before })
     }
 
     async fn batch_apply(

@@ -102,9 +102,12 @@ macro_rules! script_table {
             /// in, a hold, the formats each live process reads). A beat rewrites a value of the
             /// same size: processes must keep registering at `maxmemory`.
             formats (AllowOom): [Formats];
-            /// One batch's record: open, reserve members, apply their ends, close, mark done,
-            /// read. Runs at `maxmemory`: the ends of members must apply there.
+            /// One batch's record: apply its members' ends, close, mark done, read. Runs at
+            /// `maxmemory`: the ends of members must apply there.
             batch (AllowOom): [Batch];
+            /// One batch's record, growing: open it, reserve members. Refused at `maxmemory`,
+            /// like an enqueue.
+            batch_grow (Writes): [Batch];
         }
     };
 }

@@ -12,10 +12,8 @@
 --   m:<topic>#<key> -> the member's state letter: p reserved, a enqueued, or its end
 --     (s succeeded, d dead, c cancelled, e expired, x discarded, r refused, n never enqueued)
 --
--- ARGV[1] the operation:
---   open  then, tt, tk, tp, pol, ret: opens the batch unless it exists (then nothing written)
---   reserve  member...: each member not there yet is written 'p' (a closed or unknown batch:
---         an error, nothing written); refused at maxmemory (it adds fields)
+-- ARGV[1] the operation (`open` and `reserve`, which grow it, are batch_grow.lua's: refused
+-- at maxmemory; these run there, so the ends of members are never held behind a full server):
 --   apply member, state, ...: moves members forward only (p -> a -> an end; the first end
 --         stays), counting each move once; a member not there is added. Unknown batch: nil.
 --   close: closes the batch (no more reservations)
@@ -24,29 +22,17 @@
 --   members cursor, count: HSCAN of the members (reads only)
 --
 -- Returns, but for `members`: the record as {open?, v, then, tt, tk, tp, pol, ret, cr, cl,
--- dn, rs, then the counts in the order of COUNTS}: open? is 1 when this call created it
--- (only `open`), else 0; nil for an unknown batch (get, apply). `members`: {cursor, m1, s1,
--- ...} (the `m:` prefix removed).
--- Errors: 'ERR dq batch not found', 'ERR dq batch closed', 'ERR dq bad arguments: ...',
--- 'OOM ...' for a reservation at maxmemory.
+-- dn, rs, then the counts in the order of lib.lua's BATCH.COUNTS}: open? is 1 when this call
+-- created it (only batch_grow.lua's `open`), else 0; nil for an unknown batch (get, apply).
+-- `members`: {cursor, m1, s1, ...} (the `m:` prefix removed).
+-- Errors: 'ERR dq batch not found', 'ERR dq bad arguments: ...'.
 -- Never fails after a write: the key's type is checked first (HMGET refuses another type).
 
 local batch = KEYS[1]
 local op = ARGV[1]
-local COUNTS = {'p', 'a', 's', 'd', 'c', 'e', 'x', 'r', 'n'}
 -- how far each state is: a member moves only to a state further on
 local RANK = {p = 0, a = 1, s = 2, d = 2, c = 2, e = 2, x = 2, r = 2, n = 2}
-local FIELDS = {'v', 'then', 'tt', 'tk', 'tp', 'pol', 'ret', 'cr', 'cl', 'dn', 'rs'}
-for _, c in ipairs(COUNTS) do FIELDS[#FIELDS + 1] = 'c:' .. c end
-
--- (HMGET refuses a key of another type before any write)
-local function read(created)
-  local v = redis.call('HMGET', batch, unpack(FIELDS))
-  if not v[1] then return nil end
-  local out = {created and 1 or 0}
-  for i = 1, #FIELDS do out[i + 1] = v[i] or '' end
-  return out
-end
+local function read(created) return BATCH.read(batch, created) end
 
 if op == 'members' then
   local cursor, count = ARGV[2], tonumber(ARGV[3])
@@ -65,19 +51,6 @@ end
 
 local state = read(false)
 if op == 'get' then return state end
-if op == 'open' then
-  if state then return state end
-  local thenk, pol, ret = ARGV[2], ARGV[6], tonumber(ARGV[7])
-  if (thenk ~= 'n' and thenk ~= 'c' and thenk ~= 'r') or (pol ~= 'w' and pol ~= 'f' and pol ~= 'i')
-      or not ret or ret < 1 then
-    return redis.error_reply('ERR dq bad arguments: batch settings')
-  end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', batch, 'v', '1', 'then', thenk, 'tt', ARGV[3], 'tk', ARGV[4], 'tp', ARGV[5],
-    'pol', pol, 'ret', ret, 'cr', now, 'rs', now)
-  return read(true)
-end
 if op == 'apply' then
   if not state then return nil end
   if (#ARGV - 1) % 2 ~= 0 then return redis.error_reply('ERR dq bad arguments: member, state pairs') end
@@ -109,19 +82,6 @@ if op == 'apply' then
   return read(false)
 end
 if not state then return redis.error_reply('ERR dq batch not found') end
-if op == 'reserve' then
-  if state[10] ~= '' then return redis.error_reply('ERR dq batch closed') end
-  if #ARGV < 2 then return state end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local new = 0
-  for i = 2, #ARGV do
-    new = new + redis.call('HSETNX', batch, 'm:' .. ARGV[i], 'p')
-  end
-  if new > 0 then redis.call('HINCRBY', batch, 'c:p', new) end
-  redis.call('HSET', batch, 'rs', now)
-  return read(false)
-end
 if op == 'close' or op == 'done' then
   local field = op == 'close' and 'cl' or 'dn'
   local at = op == 'close' and 10 or 11

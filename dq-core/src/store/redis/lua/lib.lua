@@ -215,6 +215,23 @@ end
 -- The batch helpers, in one table (a function may hold at most 60 upvalues: see GROUP).
 local BATCH = {note = note_end, OUTCOME = OUTCOME, batched = batched}
 
+-- A batch's record (batch.lua's header lists its fields): the counts' states in the order a
+-- reply gives them, and every field a reply gives, in order.
+BATCH.COUNTS = {'p', 'a', 's', 'd', 'c', 'e', 'x', 'r', 'n'}
+BATCH.FIELDS = {'v', 'then', 'tt', 'tk', 'tp', 'pol', 'ret', 'cr', 'cl', 'dn', 'rs'}
+for _, c in ipairs(BATCH.COUNTS) do BATCH.FIELDS[#BATCH.FIELDS + 1] = 'c:' .. c end
+
+-- Batch `key`'s record as batch.lua and batch_grow.lua answer it: {created, v, then, ...}
+-- (created: 1 when `created` is true, else 0), or nil for no batch. HMGET refuses a key of
+-- another type before any write.
+function BATCH.read(key, created)
+  local v = redis.call('HMGET', key, unpack(BATCH.FIELDS))
+  if not v[1] then return nil end
+  local out = {created and 1 or 0}
+  for i = 1, #BATCH.FIELDS do out[i + 1] = v[i] or '' end
+  return out
+end
+
 -- True for a record whose expiry has come by `now`: it is never started again.
 local function is_expired(rec, now)
   local e = expiry_of(rec)
