@@ -69,7 +69,10 @@ pub use dq_core::{
 /// Batches and flows (issue 24): the types a store and a tool see, and the relay's steps.
 pub mod batch {
     pub use dq_core::batch::*;
-    pub use dq_core::client::{ADD_CHUNK, RELAY_NOTES, relay_outbox, settle, sweep_batches};
+    pub use dq_core::client::{
+        ADD_CHUNK, RELAY_NOTES, RelayPass, SweepPass, relay_outbox, relay_pass, settle,
+        sweep_batches,
+    };
     // what the operator API reads of batches (`Admin::batches`, `Admin::batch_follow_up`)
     pub use dq_core::client::admin::{
         BatchFollowUp, BatchList, FollowUpJob, FollowUpKind, MAX_BATCH_PAGE, MAX_BATCHES_COUNTED,

@@ -96,6 +96,14 @@ async fn worker(client: &Client, seen: &Seen) -> dq::WorkerHandle {
         .unwrap()
 }
 
+/// One sweep of every batch not done (100 at most), which must fail on none.
+async fn sweep(client: &Client, reservation_timeout: Duration) {
+    let pass = dq::batch::sweep_batches(client, None, 100, reservation_timeout)
+        .await
+        .unwrap();
+    assert!(pass.failed.is_empty(), "{:?}", pass.failed);
+}
+
 #[tokio::test]
 async fn the_callback_runs_once_when_every_member_has_ended_with_matching_counts() {
     let ns = dq_testkit::namespace("batches-once");
@@ -315,11 +323,9 @@ async fn a_producer_killed_between_reserve_and_enqueue_leaves_no_batch_waiting_f
     assert!(!info.is_complete());
     // the sweep within the timeout leaves them; past it, the jobs that never came end
     let long = Duration::from_secs(3600);
-    dq::batch::sweep_batches(&client, 100, long).await.unwrap();
+    sweep(&client, long).await;
     assert_eq!(batch.info().await.unwrap().unwrap().counts.reserved, 2);
-    dq::batch::sweep_batches(&client, 100, Duration::ZERO)
-        .await
-        .unwrap();
+    sweep(&client, Duration::ZERO).await;
     let info = batch.info().await.unwrap().unwrap();
     assert_eq!(info.counts.never_enqueued, 2, "{info:?}");
     // the real member was enqueued (its job exists): still waited for
@@ -329,9 +335,7 @@ async fn a_producer_killed_between_reserve_and_enqueue_leaves_no_batch_waiting_f
     // flow again, or the producer's close, completes it)
     let flow_batch = client.new_batch().id("half-stored").open().await.unwrap();
     assert!(!flow_batch.info().await.unwrap().unwrap().closed);
-    dq::batch::sweep_batches(&client, 100, Duration::ZERO)
-        .await
-        .unwrap();
+    sweep(&client, Duration::ZERO).await;
     assert!(!flow_batch.info().await.unwrap().unwrap().closed);
     let id = dq::BatchId::new("flow.batches.close.dead-producer").unwrap();
     let spec = dq::batch::BatchSpec {
@@ -343,11 +347,9 @@ async fn a_producer_killed_between_reserve_and_enqueue_leaves_no_batch_waiting_f
         retention: Duration::from_secs(60),
     };
     store.batch_open(&id, &spec).await.unwrap();
-    dq::batch::sweep_batches(&client, 100, long).await.unwrap();
+    sweep(&client, long).await;
     assert!(!store.batch(&id).await.unwrap().unwrap().closed);
-    dq::batch::sweep_batches(&client, 100, Duration::ZERO)
-        .await
-        .unwrap();
+    sweep(&client, Duration::ZERO).await;
     let info = store.batch(&id).await.unwrap().unwrap();
     assert!(!info.closed && !info.done, "{info:?}");
 }
@@ -504,4 +506,109 @@ async fn at_maxmemory_a_batch_takes_no_member_but_its_ends_still_apply() {
             .is_none(),
         "the refused open wrote nothing"
     );
+}
+
+/// The sweep walks the whole index a page at a time, each sweep from where the last one
+/// stopped, and goes on past a batch it cannot sweep (its key holds another type): every
+/// complete batch whose producer died before its callback is settled, the bad one reported.
+#[tokio::test]
+async fn the_sweep_walks_every_batch_a_page_at_a_time_and_past_a_failing_one() {
+    let ns = dq_testkit::namespace("batches-sweep-walk");
+    let client = client_in(&ns).await;
+    let store = client.store().clone();
+    let server = dq_testkit::shared();
+    // a batch id listed first whose record is not a hash: every read of it fails
+    let bad = dq::store::redis::layout::batch_key(&ns, "bad");
+    server.cmd::<()>(&["SET", &bad, "not a batch"]);
+    let index = dq::store::redis::layout::batch_index_key(&ns);
+    server.cmd::<()>(&["ZADD", &index, "0", "bad"]);
+    // five batches closed by a producer that died before its callback
+    for i in 0..5 {
+        let b = client
+            .new_batch()
+            .id(format!("walk-{i}"))
+            .on_complete::<close_order>(&17)
+            .open()
+            .await
+            .unwrap();
+        let closed = store.batch_close(b.id()).await.unwrap();
+        assert!(closed.is_complete() && !closed.done);
+    }
+    let mut from = None;
+    let (mut settled, mut failed, mut sweeps) = (0, Vec::new(), 0);
+    for _ in 0..10 {
+        let pass = dq::batch::sweep_batches(&client, from.as_ref(), 2, Duration::from_secs(600))
+            .await
+            .unwrap();
+        sweeps += 1;
+        settled += pass.settled;
+        failed.extend(pass.failed.into_iter().map(|(id, _)| id.to_string()));
+        from = pass.next;
+        if from.is_none() {
+            break;
+        }
+    }
+    assert_eq!(
+        (settled, sweeps),
+        (5, 4),
+        "three pages of two, then an empty one"
+    );
+    assert_eq!(failed, ["bad"]);
+    for i in 0..5 {
+        let info = client
+            .batch(&format!("walk-{i}"))
+            .unwrap()
+            .info()
+            .await
+            .unwrap();
+        assert!(info.unwrap().done);
+    }
+    let cb = client.topic("batches.close").unwrap();
+    assert_eq!(cb.stats().await.unwrap().enqueued, 5, "one callback each");
+    server.cmd::<()>(&["DEL", &bad]);
+    server.cmd::<()>(&["ZREM", &index, "bad"]);
+}
+
+/// A partition's outbox whose first notes belong to a batch that cannot be applied (more of
+/// them than a relay pass reads) does not hold back the notes after them: a worker's relay
+/// reads past the notes it keeps, and the batch behind them completes and calls back.
+#[tokio::test]
+async fn notes_kept_for_a_failing_batch_do_not_hold_back_the_others() {
+    let ns = dq_testkit::namespace("batches-head-of-line");
+    let client = client_in(&ns).await;
+    let server = dq_testkit::shared();
+    let bad = dq::store::redis::layout::batch_key(&ns, "stuck");
+    server.cmd::<()>(&["SET", &bad, "not a batch"]);
+    // the member below goes to partition 0 of batches.notes (one partition)
+    let q = dq::store::Queue::new(dq::Topic::new("batches.notes").unwrap(), 0);
+    let outbox = dq::store::redis::layout::PartitionKeys::new(&ns, &q).outbox;
+    let stuck = dq::batch::RELAY_NOTES + 100;
+    for i in 0..stuck {
+        let key = format!("stuck-{i}");
+        server.cmd::<String>(&["XADD", &outbox, "*", "b", "stuck", "m", &key, "o", "s"]);
+    }
+    let seen = Seen(Arc::new(Mutex::new(Vec::new())), client.clone());
+    let batch = client
+        .new_batch()
+        .id("behind")
+        .on_complete::<close_order>(&17)
+        .open()
+        .await
+        .unwrap();
+    batch
+        .add::<send_note>([JobSpec::new(1).key("behind-1")])
+        .await
+        .unwrap();
+    batch.close().await.unwrap();
+    let w = worker(&client, &seen).await;
+    eventually(
+        "the batch behind the stuck notes calls back",
+        WAIT,
+        || async { seen.0.lock().unwrap().iter().any(|(id, ..)| id == "behind") },
+    )
+    .await;
+    w.shutdown().await;
+    let left: usize = server.cmd(&["XLEN", &outbox]);
+    assert_eq!(left, stuck, "only the failing batch's notes are kept");
+    server.cmd::<()>(&["DEL", &bad, &outbox]);
 }

@@ -1,5 +1,6 @@
 //! dq on a Redis that needs a user and a password (ACL): a user with exactly
-//! `dq::store::redis::acl_rule(namespace)` runs producer, worker and inspection with nothing
+//! `dq::store::redis::acl_rule(namespace)` runs producer, worker (batches and flows and their
+//! relay too) and inspection with nothing
 //! denied (Redis's ACL log stays empty); a wrong password and a user missing the namespace's
 //! keys or a command each get a clear error that never shows the password.
 
@@ -135,6 +136,54 @@ async fn a_user_with_dqs_acl_rule_runs_producer_worker_and_tools() {
         .cancel::<secured_job>("later")
         .await
         .expect("cancel as the dq user");
+    // a batch and a flow: their scripts, the index and the outboxes (the relay trims them)
+    let batch = client
+        .new_batch()
+        .id("secured-batch")
+        .on_complete::<secured_job>(&1001)
+        .open()
+        .await
+        .unwrap();
+    batch
+        .add::<secured_job>((1..=3).map(|n| dq::JobSpec::new(100 + n).key(format!("b{n}"))))
+        .await
+        .unwrap();
+    batch.close().await.unwrap();
+    client
+        .new_flow::<secured_job>(dq::JobSpec::new(2001).key("parent"))
+        .children::<secured_job>((1..=2).map(|n| dq::JobSpec::new(200 + n).key(format!("c{n}"))))
+        .enqueue()
+        .await
+        .unwrap();
+    eventually(
+        "the batch called back and the flow's parent ran",
+        WAIT,
+        || async {
+            let done = |id: &str| {
+                let client = client.clone();
+                let id = id.to_owned();
+                async move {
+                    client
+                        .batch(&id)
+                        .unwrap()
+                        .info()
+                        .await
+                        .unwrap()
+                        .is_some_and(|b| b.done)
+                }
+            };
+            done("secured-batch").await
+                && done("flow.secured.jobs.parent").await
+                && client.stats::<secured_job>().await.unwrap().succeeded == 30 + 3 + 1 + 2 + 1
+        },
+    )
+    .await;
+    let q = dq::store::Queue::new(dq::Topic::new("secured.jobs").unwrap(), 0);
+    let outbox = dq::store::redis::layout::PartitionKeys::new(NS, &q).outbox;
+    eventually("the relay trimmed the outbox", WAIT, || async {
+        server.cmd::<usize>(&["XLEN", &outbox]) == 0
+    })
+    .await;
     worker.shutdown().await;
     // (the only refusal allowed: the persistence check's CONFIG GET, skipped when refused)
     let refused: Vec<String> = denied(&server)

@@ -502,6 +502,17 @@ pub struct MemberPage {
     pub next: Option<u64>,
 }
 
+/// A batch's place in the namespace's index of batches not done: when it was opened, then its
+/// id (the index's order). A listing resumes strictly after an entry, whether or not that
+/// batch is still listed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IndexEntry {
+    /// When the batch was opened (Unix ms, by the store's clock).
+    pub opened_ms: u64,
+    /// The batch.
+    pub id: BatchId,
+}
+
 /// What a reservation found and left: the batch after it, and each member's state before it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {

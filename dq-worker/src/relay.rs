@@ -28,7 +28,8 @@ pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// more often than this for batches.
 pub(crate) const IDLE_POLL: Duration = Duration::from_secs(60);
 
-/// Most batches one sweep looks at.
+/// Most batches one sweep looks at (a sweep walks the index a page at a time, from where the
+/// last one stopped).
 const SWEEP_BATCHES: usize = 1_000;
 
 pub(crate) struct Relay {
@@ -45,6 +46,10 @@ impl Relay {
         let mut failing = false;
         // while a batch is open: a pass every RELAY_EVERY; else one when woken or IDLE_POLL
         let mut busy = true;
+        // where each partition's next pass starts (past notes kept for a failing batch), and
+        // where the next sweep starts
+        let mut from: Vec<Option<String>> = vec![None; self.queues.len()];
+        let mut sweep_from = None;
         loop {
             let pause = if busy { RELAY_EVERY } else { IDLE_POLL };
             tokio::select! {
@@ -53,20 +58,28 @@ impl Relay {
                 _ = self.wake.notified() => {}
             }
             let mut error = None;
-            busy = match self.client.store().open_batches(None, 1).await {
-                Ok(ids) => !ids.is_empty(),
+            busy = match self.client.store().open_batch_count().await {
+                Ok(n) => n > 0,
                 Err(e) => {
                     error = Some(e);
                     true
                 }
             };
-            for queue in &self.queues {
+            for (queue, from) in self.queues.iter().zip(&mut from) {
                 // (a busy outbox is read again at once until drained: up to 64 passes of
                 // RELAY_NOTES, ~32,000 notes, per partition and tick)
                 for _ in 0..64 {
-                    match dq_core::client::relay_outbox(&self.client, queue).await {
-                        Ok(n) if n >= dq_core::client::RELAY_NOTES => {}
-                        Ok(_) => break,
+                    match dq_core::client::relay_pass(&self.client, queue, from.as_deref()).await {
+                        Ok(pass) => {
+                            let more = pass.read >= dq_core::client::RELAY_NOTES;
+                            *from = pass.next(from.as_deref());
+                            if let Some(e) = pass.error {
+                                error = Some(e);
+                            }
+                            if !more {
+                                break;
+                            }
+                        }
                         Err(e) => {
                             error = Some(e);
                             break;
@@ -76,14 +89,21 @@ impl Relay {
             }
             if last_sweep.elapsed() >= SWEEP_EVERY {
                 last_sweep = tokio::time::Instant::now();
-                if let Err(e) = dq_core::client::sweep_batches(
+                match dq_core::client::sweep_batches(
                     &self.client,
+                    sweep_from.as_ref(),
                     SWEEP_BATCHES,
                     dq_core::batch::RESERVATION_TIMEOUT,
                 )
                 .await
                 {
-                    error = Some(e);
+                    Ok(pass) => {
+                        sweep_from = pass.next;
+                        if let Some((_, e)) = pass.failed.into_iter().next() {
+                            error = Some(e);
+                        }
+                    }
+                    Err(e) => error = Some(e),
                 }
             }
             match error {

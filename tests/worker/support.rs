@@ -304,16 +304,24 @@ impl dq::store::Batches for NoExtend {
     }
     async fn open_batches(
         &self,
-        after: Option<&dq::BatchId>,
+        after: Option<&dq::batch::IndexEntry>,
         limit: usize,
-    ) -> dq::Result<Vec<dq::BatchId>> {
+    ) -> dq::Result<Vec<dq::batch::IndexEntry>> {
         self.0.open_batches(after, limit).await
+    }
+    async fn open_batch_count(&self) -> dq::Result<u64> {
+        self.0.open_batch_count().await
     }
     async fn forget_batch(&self, id: &dq::BatchId) -> dq::Result<()> {
         self.0.forget_batch(id).await
     }
-    async fn outbox(&self, q: &Queue, limit: usize) -> dq::Result<Vec<dq::batch::OutboxNote>> {
-        self.0.outbox(q, limit).await
+    async fn outbox(
+        &self,
+        q: &Queue,
+        after: Option<&str>,
+        limit: usize,
+    ) -> dq::Result<Vec<dq::batch::OutboxNote>> {
+        self.0.outbox(q, after, limit).await
     }
     async fn outbox_trim(&self, q: &Queue, through: &str) -> dq::Result<()> {
         self.0.outbox_trim(q, through).await

@@ -22,7 +22,7 @@ use std::ops::AddAssign;
 use std::time::Duration;
 
 use super::handle::{Client, TopicClient};
-use crate::batch::{BatchId, BatchInfo, BatchThen, MemberPage, MemberState};
+use crate::batch::{BatchId, BatchInfo, BatchThen, IndexEntry, MemberPage, MemberState};
 use crate::error::{Error, Result};
 use crate::finished::FinishedJob;
 use crate::format::{FormatLevel, FormatRegistry};
@@ -198,7 +198,8 @@ impl Admin {
 /// [`Admin::batch_members`].
 pub const MAX_BATCH_PAGE: usize = 1000;
 
-/// Most batch ids [`Admin::open_batch_count`] reads (and so the most it counts).
+/// Most batch ids one [`Admin::batches`] page reads past the batches done since the index was
+/// read (it skips them).
 pub const MAX_BATCHES_COUNTED: u64 = 1_000_000;
 
 /// One page of the batches not done ([`Admin::batches`]).
@@ -292,36 +293,32 @@ impl Admin {
         check_page(limit)?;
         let after = after.map(BatchId::new).transpose()?;
         let store = &self.client.store;
-        // Where the listing resumes, by the index's order (when opened, then id): a page
-        // after a batch that left the index (done) would otherwise start again from the first.
-        let resume = match &after {
-            Some(id) => store.batch(id).await?.map(|b| (b.created_ms, b.id)),
+        // where the listing resumes, by the index's order (when opened, then id)
+        let mut cursor = match &after {
+            Some(id) => store.batch(id).await?.map(|b| IndexEntry {
+                opened_ms: b.created_ms,
+                id: b.id,
+            }),
             None => None,
         };
         let mut batches = Vec::new();
-        let mut cursor = after;
         // (bounded: MAX_BATCHES_COUNTED / MAX_BATCH_PAGE pages of ids)
         let pages = MAX_BATCHES_COUNTED / MAX_BATCH_PAGE as u64;
         for _ in 0..pages {
-            let ids = store.open_batches(cursor.as_ref(), limit).await?;
-            let last_page = ids.len() < limit;
-            for id in ids {
-                cursor = Some(id.clone());
-                let Some(info) = store.batch(&id).await? else {
+            let entries = store.open_batches(cursor.as_ref(), limit).await?;
+            let last_page = entries.len() < limit;
+            for entry in entries {
+                let info = store.batch(&entry.id).await?;
+                cursor = Some(entry);
+                // (one done since the index was read is left out)
+                let Some(info) = info.filter(|i| !i.done) else {
                     continue;
                 };
-                if info.done
-                    || resume
-                        .as_ref()
-                        .is_some_and(|(ms, rid)| (info.created_ms, &info.id) <= (*ms, rid))
-                {
-                    continue;
-                }
                 batches.push(info);
                 if batches.len() == limit {
                     return Ok(BatchList {
                         batches,
-                        next: cursor,
+                        next: cursor.map(|c| c.id),
                     });
                 }
             }
@@ -335,24 +332,9 @@ impl Admin {
         })
     }
 
-    /// How many batches are not done (the index of batches not done, read page by page;
-    /// at most [`MAX_BATCHES_COUNTED`]).
+    /// How many batches are not done (the size of the index of batches not done).
     pub async fn open_batch_count(&self) -> Result<u64> {
-        let store = &self.client.store;
-        let mut seen = std::collections::HashSet::new();
-        let mut cursor: Option<BatchId> = None;
-        let pages = MAX_BATCHES_COUNTED / MAX_BATCH_PAGE as u64;
-        for _ in 0..pages {
-            let ids = store.open_batches(cursor.as_ref(), MAX_BATCH_PAGE).await?;
-            let last_page = ids.len() < MAX_BATCH_PAGE;
-            cursor = ids.last().cloned();
-            // (a page after a batch done meanwhile starts again from the first: counted once)
-            seen.extend(ids);
-            if last_page {
-                break;
-            }
-        }
-        Ok(seen.len() as u64)
+        self.client.store.open_batch_count().await
     }
 
     /// About `limit` (1 to [`MAX_BATCH_PAGE`]) members of batch `id` from `cursor` (0: the

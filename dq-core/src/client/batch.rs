@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::Job;
 use crate::batch::{
-    BatchId, BatchInfo, BatchSpec, BatchThen, DEFAULT_BATCH_RETENTION, FailurePolicy, MemberId,
-    MemberPage, MemberState,
+    BatchId, BatchInfo, BatchSpec, BatchThen, DEFAULT_BATCH_RETENTION, FailurePolicy, IndexEntry,
+    MemberId, MemberPage, MemberState,
 };
 use crate::client::{Client, JobSpec, TopicClient};
 use crate::error::{Error, Result};
@@ -460,18 +460,70 @@ pub const ADD_CHUNK: usize = 1_000;
 /// Most notes one relay pass reads from an outbox.
 pub const RELAY_NOTES: usize = 512;
 
-/// The relay's step for one partition (ARCHITECTURE.md §16): reads up to [`RELAY_NOTES`]
-/// notes of `queue`'s outbox, applies them batch by batch ([`Batches::batch_apply`]: each
-/// member counted once), settles every batch they complete ([`settle`]), then deletes the
-/// notes applied — after the apply and the callback, so a relay killed anywhere leaves its
-/// notes for the next one, which changes nothing twice. Returns how many notes it applied.
-/// A batch whose apply fails keeps its notes for the next pass.
+/// What one relay pass over a partition's outbox did ([`relay_pass`]).
+#[derive(Debug, Default)]
+pub struct RelayPass {
+    /// Notes read.
+    pub read: usize,
+    /// Notes applied (and deleted).
+    pub applied: usize,
+    /// Notes kept for a later pass: their batch's apply or settle failed.
+    pub kept: usize,
+    /// The last note read: the next pass starts after it while the outbox has more
+    /// ([`RelayPass::next`]).
+    pub last: Option<String>,
+    /// The first error of a batch whose notes were kept.
+    pub error: Option<Error>,
+}
+
+impl RelayPass {
+    /// Where the next pass over the same outbox starts, for a pass that started at `after`:
+    /// past this one's notes while the outbox has more to read and this pass kept some or
+    /// did not start at the first note (so notes kept for a failing batch never hold the
+    /// others back), else at the first note again (the kept notes are tried again there).
+    pub fn next(&self, after: Option<&str>) -> Option<String> {
+        if self.read < RELAY_NOTES || (self.kept == 0 && after.is_none()) {
+            None
+        } else {
+            self.last.clone()
+        }
+    }
+}
+
+/// The relay's step for one partition (ARCHITECTURE.md §16), from its first note: as
+/// [`relay_pass`] from the start, returning how many notes it applied, or the error of a
+/// pass that applied none and kept some.
+pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<usize> {
+    let pass = relay_pass(client, queue, None).await?;
+    match pass.error {
+        Some(e) if pass.applied == 0 => Err(e),
+        _ => Ok(pass.applied),
+    }
+}
+
+/// One relay pass over a partition's outbox: reads up to [`RELAY_NOTES`] notes of `queue`'s
+/// outbox after the note `after` (`None`: from the first), applies them batch by batch
+/// ([`Batches::batch_apply`]: each member counted once), settles every batch they complete
+/// ([`settle`]), then deletes the notes applied — after the apply and the callback, so a
+/// relay killed anywhere leaves its notes for the next one, which changes nothing twice. A
+/// batch whose apply or settle fails keeps its notes for a later pass
+/// ([`RelayPass::kept`]); the others' are deleted all the same. An error reading or deleting
+/// notes is returned as is.
 ///
 /// [`Batches::batch_apply`]: crate::store::Batches::batch_apply
-pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<usize> {
-    let notes = client.store.outbox(queue, RELAY_NOTES).await?;
+pub async fn relay_pass(
+    client: &Client,
+    queue: &crate::job::Queue,
+    after: Option<&str>,
+) -> Result<RelayPass> {
+    let notes = client.store.outbox(queue, after, RELAY_NOTES).await?;
+    let mut pass = RelayPass {
+        read: notes.len(),
+        last: notes.last().map(|n| n.id.clone()),
+        ..RelayPass::default()
+    };
     if notes.is_empty() {
-        return Ok(0);
+        return Ok(pass);
     }
     let mut by_batch: std::collections::BTreeMap<BatchId, NotesOf> =
         std::collections::BTreeMap::new();
@@ -483,7 +535,6 @@ pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<
         entry.1.push(n.id);
     }
     let mut applied = Vec::new();
-    let mut first_error = None;
     for (id, (pairs, ids)) in by_batch {
         let result = async {
             if let Some(info) = client.store.batch_apply(&id, &pairs).await? {
@@ -495,77 +546,104 @@ pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<
         match result {
             Ok(()) => applied.extend(ids),
             Err(e) => {
-                tracing::warn!(batch = %id, error = %e, "batch relay: notes kept for the next pass");
-                first_error.get_or_insert(e);
+                tracing::warn!(batch = %id, error = %e, "batch relay: notes kept for a later pass");
+                pass.kept += ids.len();
+                pass.error.get_or_insert(e);
             }
         }
     }
-    if first_error.is_none() {
+    pass.applied = applied.len();
+    if pass.kept == 0 && after.is_none() {
         // every note read was applied: they are the outbox's prefix up to the last one
-        if let Some(last) = applied.iter().max_by_key(|id| note_order(id)) {
+        if let Some(last) = &pass.last {
             client.store.outbox_trim(queue, last).await?;
         }
     } else {
         client.store.outbox_done(queue, &applied).await?;
     }
-    match first_error {
-        Some(e) if applied.is_empty() => Err(e),
-        _ => Ok(applied.len()),
-    }
+    Ok(pass)
 }
 
-/// A note id's order (`<ms>-<seq>`; an id that does not parse sorts first).
-fn note_order(id: &str) -> (u64, u64) {
-    id.split_once('-')
-        .and_then(|(ms, seq)| Some((ms.parse().ok()?, seq.parse().ok()?)))
-        .unwrap_or((0, 0))
+/// What one sweep of the batches not done did ([`sweep_batches`]).
+#[derive(Debug, Default)]
+pub struct SweepPass {
+    /// Batches it settled (their callback enqueued, or their flow's parent released).
+    pub settled: usize,
+    /// Where the next sweep starts (`None`: the index was read to its end; the next sweep
+    /// starts from the first again).
+    pub next: Option<IndexEntry>,
+    /// The batches it could not sweep, each with its error (the sweep went on past them).
+    pub failed: Vec<(BatchId, Error)>,
 }
 
-/// The relay's sweep of the namespace's batches not done (ARCHITECTURE.md §16): settles a
-/// complete one whose producer died between its close and its callback, ends as
+/// The relay's sweep of the namespace's batches not done (ARCHITECTURE.md §16): up to
+/// `limit` batches after `after` (`None`: from the oldest), in the index's order. It settles
+/// a complete one whose producer died between its close and its callback, ends as
 /// [`MemberState::NeverEnqueued`] the members reserved longer than `reservation_timeout`
-/// whose job does not exist, and
-/// takes out of the index the batches done or gone. Looks at up to `limit` batches, oldest
-/// first. Returns how many it settled. `reservation_timeout` is how long a reservation is
-/// given: the relay passes
-/// [`RESERVATION_TIMEOUT`](crate::batch::RESERVATION_TIMEOUT).
+/// whose job does not exist, and takes out of the index the batches done or gone. A batch
+/// that fails is reported in [`SweepPass::failed`] and the sweep goes on; a relay calls it
+/// again with [`SweepPass::next`] to walk the whole index a page per sweep.
+/// `reservation_timeout` is how long a reservation is given: the relay passes
+/// [`RESERVATION_TIMEOUT`](crate::batch::RESERVATION_TIMEOUT). Fails only when the store's
+/// clock or the index cannot be read.
 pub async fn sweep_batches(
     client: &Client,
+    after: Option<&IndexEntry>,
     limit: usize,
     reservation_timeout: Duration,
-) -> Result<usize> {
+) -> Result<SweepPass> {
     // (the store's clock: reservations are stamped by it; virtual time on the embedded store)
     let now = client.store.now_ms().await?;
     let timeout = u64::try_from(reservation_timeout.as_millis()).unwrap_or(u64::MAX);
-    let mut settled = 0;
-    for id in client.store.open_batches(None, limit).await? {
-        let Some(mut info) = client.store.batch(&id).await? else {
-            client.store.forget_batch(&id).await?;
-            continue;
-        };
-        if info.done {
-            client.store.forget_batch(&id).await?;
-            continue;
-        }
-        if info.counts.reserved > 0 && now.saturating_sub(info.reserved_ms) >= timeout {
-            let handle = client.batch(id.as_str())?;
-            let mut notes = Vec::new();
-            for m in handle.members_where(|s| s == MemberState::Reserved).await? {
-                let state = if handle.holds_member(&m).await?.1 {
-                    MemberState::Enqueued
-                } else {
-                    MemberState::NeverEnqueued
-                };
-                notes.push((m, state));
+    let entries = client.store.open_batches(after, limit).await?;
+    let mut pass = SweepPass {
+        next: if entries.len() < limit.max(1) {
+            None
+        } else {
+            entries.last().cloned()
+        },
+        ..SweepPass::default()
+    };
+    for entry in entries {
+        match sweep_one(client, &entry.id, now, timeout).await {
+            Ok(settled) => pass.settled += usize::from(settled),
+            Err(e) => {
+                tracing::warn!(batch = %entry.id, error = %e, "batch sweep: left for the next sweep");
+                pass.failed.push((entry.id, e));
             }
-            if let Some(after) = client.store.batch_apply(&id, &notes).await? {
-                info = after;
-            }
-        }
-        if info.is_complete() {
-            settle(client, &info).await?;
-            settled += 1;
         }
     }
-    Ok(settled)
+    Ok(pass)
+}
+
+/// Sweeps batch `id` (see [`sweep_batches`]); true when it settled it.
+async fn sweep_one(client: &Client, id: &BatchId, now: u64, timeout: u64) -> Result<bool> {
+    let Some(mut info) = client.store.batch(id).await? else {
+        client.store.forget_batch(id).await?;
+        return Ok(false);
+    };
+    if info.done {
+        client.store.forget_batch(id).await?;
+        return Ok(false);
+    }
+    if info.counts.reserved > 0 && now.saturating_sub(info.reserved_ms) >= timeout {
+        let handle = client.batch(id.as_str())?;
+        let mut notes = Vec::new();
+        for m in handle.members_where(|s| s == MemberState::Reserved).await? {
+            let state = if handle.holds_member(&m).await?.1 {
+                MemberState::Enqueued
+            } else {
+                MemberState::NeverEnqueued
+            };
+            notes.push((m, state));
+        }
+        if let Some(after) = client.store.batch_apply(id, &notes).await? {
+            info = after;
+        }
+    }
+    if info.is_complete() {
+        settle(client, &info).await?;
+        return Ok(true);
+    }
+    Ok(false)
 }

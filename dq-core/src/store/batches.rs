@@ -6,7 +6,8 @@
 use async_trait::async_trait;
 
 use crate::batch::{
-    BatchId, BatchInfo, BatchSpec, MemberId, MemberPage, MemberState, OutboxNote, Reservation,
+    BatchId, BatchInfo, BatchSpec, IndexEntry, MemberId, MemberPage, MemberState, OutboxNote,
+    Reservation,
 };
 use crate::error::Result;
 use crate::job::Queue;
@@ -59,17 +60,31 @@ pub trait Batches: Send + Sync + 'static {
     /// in no particular order (a member moved during the listing may be listed twice).
     async fn batch_members(&self, id: &BatchId, cursor: u64, limit: usize) -> Result<MemberPage>;
 
-    /// Up to `limit` ids of batches not done, oldest first, after `after` (`None`: from the
-    /// first).
-    async fn open_batches(&self, after: Option<&BatchId>, limit: usize) -> Result<Vec<BatchId>>;
+    /// Up to `limit` batches not done, oldest first (by when each was opened, then by id),
+    /// strictly after `after` (`None`: from the first) — whether or not `after` is still
+    /// listed, so a walk of the index never starts again because a batch was done meanwhile.
+    async fn open_batches(
+        &self,
+        after: Option<&IndexEntry>,
+        limit: usize,
+    ) -> Result<Vec<IndexEntry>>;
+
+    /// How many batches are not done (the index's size: one `ZCARD` on Redis).
+    async fn open_batch_count(&self) -> Result<u64>;
 
     /// Takes `id` out of the index of batches not done (a batch whose record is gone).
     async fn forget_batch(&self, id: &BatchId) -> Result<()>;
 
-    /// Up to `limit` notes of `queue`'s outbox, oldest first; reads only. Always a prefix of
-    /// the outbox: it stops before a note this dq cannot read (one a newer dq wrote, left for
-    /// it).
-    async fn outbox(&self, queue: &Queue, limit: usize) -> Result<Vec<OutboxNote>>;
+    /// Up to `limit` notes of `queue`'s outbox, oldest first, strictly after the note `after`
+    /// (`None`: from the first); reads only. Always a contiguous run of the outbox: it stops
+    /// before a note this dq cannot read (one a newer dq wrote, left for it). A malformed
+    /// `after` is an error before anything is read.
+    async fn outbox(
+        &self,
+        queue: &Queue,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<OutboxNote>>;
 
     /// Deletes notes from `queue`'s outbox by id, once applied.
     async fn outbox_done(&self, queue: &Queue, ids: &[String]) -> Result<()>;

@@ -6,7 +6,7 @@
 //! its batch through every move and every replace; batches need record format 7.
 
 use super::*;
-use dq::batch::{BatchSpec, BatchThen, OutboxNote, relay_outbox, settle};
+use dq::batch::{BatchSpec, BatchThen, IndexEntry, OutboxNote, relay_outbox, settle};
 use dq::store::{BATCH_FORMAT, GROUP_FORMAT};
 use dq::{
     BatchHandle, BatchId, BatchStatus, Client, FailurePolicy, MemberId, MemberState, RetryDecision,
@@ -35,7 +35,7 @@ async fn add_specs(batch: &BatchHandle, topic: &str, specs: Vec<JobSpec<Vec<u8>>
 
 /// `q`'s outbox as (batch, key, outcome), sorted; each note's id is its own.
 async fn notes<H: Harness>(h: &H, q: &Queue) -> Vec<(String, String, MemberState)> {
-    let all: Vec<OutboxNote> = h.store().outbox(q, 10_000).await.unwrap();
+    let all: Vec<OutboxNote> = h.store().outbox(q, None, 10_000).await.unwrap();
     let ids: HashSet<&str> = all.iter().map(|n| n.id.as_str()).collect();
     assert_eq!(ids.len(), all.len(), "ids repeat: {all:?}");
     let mut out: Vec<_> = all
@@ -405,7 +405,7 @@ pub async fn the_relay_applies_each_note_once_and_calls_back_once<H: Harness>(h:
     drain_due(h, &qb).await;
 
     // a relay killed after its apply and settle, before its delete: the notes stay
-    let left = h.store().outbox(&qa, 100).await.unwrap();
+    let left = h.store().outbox(&qa, None, 100).await.unwrap();
     assert_eq!(left.len(), 3);
     let pairs: Vec<_> = left
         .iter()
@@ -426,7 +426,7 @@ pub async fn the_relay_applies_each_note_once_and_calls_back_once<H: Harness>(h:
             0,
             "the notes are deleted"
         );
-        assert!(h.store().outbox(q, 100).await.unwrap().is_empty());
+        assert!(h.store().outbox(q, None, 100).await.unwrap().is_empty());
     }
     let info = batch.info().await.unwrap().unwrap();
     assert_eq!(info.status(), BatchStatus::Done);
@@ -629,7 +629,7 @@ pub async fn a_batch_record_moves_members_forward_only_and_counts_each_once<H: H
 }
 
 /// The index of batches not done lists them by when each was opened, then by id, and resumes
-/// past a listed id; `forget_batch` takes one out (its record stays); marking a batch done
+/// strictly past an entry, listed or not, and counts them; `forget_batch` takes one out (its record stays); marking a batch done
 /// closes it and takes it out, and it is kept for its retention by the store's clock, then
 /// gone (an open of its id then stores a new batch).
 pub async fn the_index_lists_open_batches_and_a_done_batch_is_kept_for_its_retention<H: Harness>(
@@ -647,26 +647,50 @@ pub async fn the_index_lists_open_batches_and_a_done_batch_is_kept_for_its_reten
         opened.push((info.created_ms, id.to_owned()));
     }
     opened.sort();
-    let order: Vec<String> = opened.into_iter().map(|(_, id)| id).collect();
-    let listed = |ids: Vec<BatchId>| ids.into_iter().map(|i| i.to_string()).collect::<Vec<_>>();
-    assert_eq!(listed(s.open_batches(None, 100).await.unwrap()), order);
+    let order: Vec<String> = opened.iter().map(|(_, id)| id.clone()).collect();
+    let entry = |i: usize| IndexEntry {
+        opened_ms: opened[i].0,
+        id: bid(&opened[i].1),
+    };
+    let listed = |ids: Vec<IndexEntry>| {
+        ids.into_iter()
+            .map(|i| i.id.to_string())
+            .collect::<Vec<_>>()
+    };
+    let all = s.open_batches(None, 100).await.unwrap();
     assert_eq!(
-        listed(s.open_batches(Some(&bid(&order[0])), 1).await.unwrap()),
+        all,
+        (0..3).map(entry).collect::<Vec<_>>(),
+        "with when opened"
+    );
+    assert_eq!(s.open_batch_count().await.unwrap(), 3);
+    assert_eq!(
+        listed(s.open_batches(Some(&entry(0)), 1).await.unwrap()),
         [order[1].clone()]
     );
     assert_eq!(
-        listed(s.open_batches(Some(&bid(&order[2])), 10).await.unwrap()),
+        listed(s.open_batches(Some(&entry(2)), 10).await.unwrap()),
         Vec::<String>::new()
-    );
-    assert_eq!(
-        listed(s.open_batches(Some(&bid("not-listed")), 10).await.unwrap()),
-        order,
-        "an id not listed: from the first"
     );
     s.forget_batch(&bid(&order[1])).await.unwrap();
     assert_eq!(
         listed(s.open_batches(None, 100).await.unwrap()),
         [order[0].clone(), order[2].clone()]
+    );
+    assert_eq!(s.open_batch_count().await.unwrap(), 2);
+    assert_eq!(
+        listed(s.open_batches(Some(&entry(1)), 10).await.unwrap()),
+        [order[2].clone()],
+        "resumes past an entry no longer listed, not from the first"
+    );
+    let unknown = IndexEntry {
+        opened_ms: 0,
+        id: bid("not-listed"),
+    };
+    assert_eq!(
+        listed(s.open_batches(Some(&unknown), 10).await.unwrap()),
+        [order[0].clone(), order[2].clone()],
+        "past an entry before every one: all"
     );
     assert!(s.batch(&bid(&order[1])).await.unwrap().is_some());
 
@@ -1024,7 +1048,7 @@ pub async fn an_add_repeated_after_its_members_ended_enqueues_none_again<H: Harn
     // both due members run; only the first one's end reaches the batch before the repeat
     let ran = drain_due(h, &q).await;
     assert_eq!(keys_of(&ran).len(), 2);
-    let first = h.store().outbox(&q, 10).await.unwrap();
+    let first = h.store().outbox(&q, None, 10).await.unwrap();
     assert_eq!(first.len(), 2);
     let ran_note = first.iter().find(|n| n.key.as_str() == "ran").unwrap();
     let applied = h

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use super::MemoryStore;
 use super::clock::ms;
 use crate::batch::{
-    BatchCounts, BatchId, BatchInfo, BatchSpec, MemberId, MemberPage, MemberState, OutboxNote,
-    Reservation,
+    BatchCounts, BatchId, BatchInfo, BatchSpec, IndexEntry, MemberId, MemberPage, MemberState,
+    OutboxNote, Reservation,
 };
 use crate::error::{Error, Result};
 use crate::job::Queue;
@@ -239,19 +239,19 @@ impl Book {
         }
     }
 
-    /// The index from past `after` (from the first, for an id not listed): `ZRANK`, `ZRANGE`.
-    fn open_batches(&self, after: Option<&BatchId>, limit: usize) -> Vec<BatchId> {
-        let entries: Box<dyn Iterator<Item = &(u64, BatchId)>> =
-            match after.and_then(|id| self.indexed.get(id).map(|at| (*at, id.clone()))) {
-                Some(entry) => Box::new(
-                    self.index
-                        .range((std::ops::Bound::Excluded(entry), std::ops::Bound::Unbounded)),
-                ),
-                None => Box::new(self.index.iter()),
-            };
-        entries
+    /// The index strictly after `after` (listed or not), oldest first.
+    fn open_batches(&self, after: Option<&IndexEntry>, limit: usize) -> Vec<IndexEntry> {
+        let from = match after {
+            Some(a) => std::ops::Bound::Excluded((a.opened_ms, a.id.clone())),
+            None => std::ops::Bound::Unbounded,
+        };
+        self.index
+            .range((from, std::ops::Bound::Unbounded))
             .take(limit.max(1))
-            .map(|(_, id)| id.clone())
+            .map(|(ms, id)| IndexEntry {
+                opened_ms: *ms,
+                id: id.clone(),
+            })
             .collect()
     }
 
@@ -318,8 +318,16 @@ impl Batches for MemoryStore {
         Ok(book.members(id, cursor, limit, self.clock.now_ms()))
     }
 
-    async fn open_batches(&self, after: Option<&BatchId>, limit: usize) -> Result<Vec<BatchId>> {
+    async fn open_batches(
+        &self,
+        after: Option<&IndexEntry>,
+        limit: usize,
+    ) -> Result<Vec<IndexEntry>> {
         Ok(self.lock_batches().open_batches(after, limit))
+    }
+
+    async fn open_batch_count(&self) -> Result<u64> {
+        Ok(self.lock_batches().index.len() as u64)
     }
 
     async fn forget_batch(&self, id: &BatchId) -> Result<()> {
@@ -327,9 +335,15 @@ impl Batches for MemoryStore {
         Ok(())
     }
 
-    async fn outbox(&self, queue: &Queue, limit: usize) -> Result<Vec<OutboxNote>> {
+    async fn outbox(
+        &self,
+        queue: &Queue,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<OutboxNote>> {
+        let after = after.map(super::outbox::parse_id).transpose()?;
         Ok(self.read(queue, |p, _| {
-            p.map(|p| p.outbox.read(limit)).unwrap_or_default()
+            p.map(|p| p.outbox.read(after, limit)).unwrap_or_default()
         }))
     }
 

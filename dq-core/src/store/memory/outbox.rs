@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::names::JobKey;
 
 /// A note's id: the ms it was written at (or the last id's, if later), then a sequence.
-type NoteId = (u64, u64);
+pub(super) type NoteId = (u64, u64);
 
 /// One partition's notes, oldest first, and the last id given.
 #[derive(Default)]
@@ -42,10 +42,15 @@ impl Outbox {
         self.notes.insert(id, (batch.clone(), key.clone(), outcome));
     }
 
-    /// Up to `limit` notes, oldest first (`XRANGE - + COUNT`).
-    pub(super) fn read(&self, limit: usize) -> Vec<OutboxNote> {
+    /// Up to `limit` notes, oldest first, after the note `after` (`XRANGE (<after> + COUNT`;
+    /// `None`: `XRANGE - + COUNT`).
+    pub(super) fn read(&self, after: Option<NoteId>, limit: usize) -> Vec<OutboxNote> {
+        let from = match after {
+            Some(id) => std::ops::Bound::Excluded(id),
+            None => std::ops::Bound::Unbounded,
+        };
         self.notes
-            .iter()
+            .range((from, std::ops::Bound::Unbounded))
             .take(limit.max(1))
             .map(|((ms, seq), (batch, key, outcome))| OutboxNote {
                 id: format!("{ms}-{seq}"),
@@ -88,7 +93,7 @@ pub(super) fn check_ids(ids: &[String]) -> Result<()> {
 }
 
 /// A note's id from its text: `<ms>-<seq>`, or `<ms>` (seq 0), as a stream takes it.
-fn parse_id(id: &str) -> Result<NoteId> {
+pub(super) fn parse_id(id: &str) -> Result<NoteId> {
     let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
     match (ms.parse(), seq.parse()) {
         (Ok(ms), Ok(seq)) => Ok((ms, seq)),

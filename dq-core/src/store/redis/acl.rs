@@ -75,6 +75,8 @@ pub const ACL_COMMANDS: &[&str] = &[
     "xdel",
     "xrange",
     "xrevrange",
+    // the batches' outboxes (ARCHITECTURE.md §16): a relay that applied all it read trims
+    "xtrim",
 ];
 
 /// The ACL rule (what follows `ACL SETUSER <name> on ><password>`, or a `user` line of an ACL

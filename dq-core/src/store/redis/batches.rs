@@ -10,8 +10,8 @@ use super::layout;
 use super::scripts::{SCRIPTS, unexpected};
 use super::store::{RedisStore, ms};
 use crate::batch::{
-    BatchCounts, BatchId, BatchInfo, BatchSpec, BatchThen, FailurePolicy, MemberId, MemberPage,
-    MemberState, OutboxNote, Reservation,
+    BatchCounts, BatchId, BatchInfo, BatchSpec, BatchThen, FailurePolicy, IndexEntry, MemberId,
+    MemberPage, MemberState, OutboxNote, Reservation,
 };
 use crate::error::{Error, Result, from_redis};
 use crate::job::Queue;
@@ -286,37 +286,64 @@ impl Batches for RedisStore {
         })
     }
 
-    async fn open_batches(&self, after: Option<&BatchId>, limit: usize) -> Result<Vec<BatchId>> {
+    async fn open_batches(
+        &self,
+        after: Option<&IndexEntry>,
+        limit: usize,
+    ) -> Result<Vec<IndexEntry>> {
         let key = layout::batch_index_key(&self.options.namespace);
-        // (ordered by when each was opened, then by id; `after` resumes past its entry)
-        let start = match after {
-            None => 0,
-            Some(id) => {
-                let mut rank = redis::cmd("ZRANK");
-                rank.arg(&key).arg(id.as_str());
-                match self.index(rank).await? {
-                    Value::Int(r) => r + 1,
-                    _ => 0,
+        let limit = limit.max(1);
+        // (ordered by when each was opened, then by id; a walk resumes from `after`'s time
+        // and skips the entries at or before it: it need not be listed any more)
+        let (from, page) = match after {
+            None => (0, limit),
+            Some(a) => (a.opened_ms, limit.saturating_add(OPEN_BATCHES_SLACK)),
+        };
+        let mut out = Vec::with_capacity(limit);
+        let mut offset = 0usize;
+        // (bounded: each round reads a page further; many batches opened in the same ms as
+        // `after` take more than one)
+        for _ in 0..OPEN_BATCHES_ROUNDS {
+            let mut range = redis::cmd("ZRANGE");
+            range
+                .arg(&key)
+                .arg(from)
+                .arg("+inf")
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(offset)
+                .arg(page)
+                .arg("WITHSCORES");
+            let Value::Array(items) = self.index(range).await? else {
+                return Ok(out);
+            };
+            let read = items.len() / 2;
+            let mut items = items.into_iter();
+            while let (Some(id), Some(score)) = (items.next(), items.next()) {
+                let entry = index_entry(id, score)?;
+                if after.is_some_and(|a| &entry <= a) {
+                    continue;
+                }
+                out.push(entry);
+                if out.len() == limit {
+                    return Ok(out);
                 }
             }
-        };
-        let mut range = redis::cmd("ZRANGE");
-        range
-            .arg(&key)
-            .arg(start)
-            .arg(start + limit.max(1) as i64 - 1);
-        let Value::Array(items) = self.index(range).await? else {
-            return Ok(Vec::new());
-        };
-        items
-            .into_iter()
-            .map(|v| match v {
-                Value::BulkString(b) => String::from_utf8(b)
-                    .map(BatchId::stored)
-                    .map_err(|_| Error::Protocol("batch id: not text".into())),
-                other => Err(unexpected("ZRANGE", "batch id", &other)),
-            })
-            .collect()
+            if read < page {
+                break;
+            }
+            offset += read;
+        }
+        Ok(out)
+    }
+
+    async fn open_batch_count(&self) -> Result<u64> {
+        let mut zcard = redis::cmd("ZCARD");
+        zcard.arg(layout::batch_index_key(&self.options.namespace));
+        match self.index(zcard).await? {
+            Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+            other => Err(unexpected("ZCARD", "a count", &other)),
+        }
     }
 
     async fn forget_batch(&self, id: &BatchId) -> Result<()> {
@@ -326,12 +353,24 @@ impl Batches for RedisStore {
         self.index(zrem).await.map(drop)
     }
 
-    async fn outbox(&self, queue: &Queue, limit: usize) -> Result<Vec<OutboxNote>> {
+    async fn outbox(
+        &self,
+        queue: &Queue,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<OutboxNote>> {
+        let start = match after {
+            None => "-".to_owned(),
+            Some(id) => {
+                let (ms, seq) = note_id(id)?;
+                format!("({ms}-{seq}")
+            }
+        };
         let k = self.keys(queue);
         let mut range = redis::cmd("XRANGE");
         range
             .arg(&k.outbox)
-            .arg("-")
+            .arg(start)
             .arg("+")
             .arg("COUNT")
             .arg(limit.max(1));
@@ -361,11 +400,11 @@ impl Batches for RedisStore {
                     }
                 }
             }
-            match (batch, key, outcome) {
-                (Some(b), Some(k), Some(o)) => notes.push(OutboxNote {
+            match (batch, key.map(JobKey::stored), outcome) {
+                (Some(b), Some(Ok(key)), Some(o)) => notes.push(OutboxNote {
                     id,
                     batch: BatchId::stored(b),
-                    key: JobKey::stored(k)?,
+                    key,
                     outcome: o,
                 }),
                 // a note this dq cannot read is left for a newer one (never deleted here): the
@@ -381,10 +420,7 @@ impl Batches for RedisStore {
 
     async fn outbox_trim(&self, queue: &Queue, through: &str) -> Result<()> {
         // MINID keeps the entries at or after its id: the one right after `through`
-        let (ms, seq) = through
-            .split_once('-')
-            .and_then(|(ms, seq)| Some((ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?)))
-            .ok_or_else(|| Error::Protocol(format!("outbox note id {through:?}")))?;
+        let (ms, seq) = note_id(through)?;
         let k = self.keys(queue);
         let mut xtrim = redis::cmd("XTRIM");
         xtrim
@@ -403,4 +439,37 @@ impl Batches for RedisStore {
         xdel.arg(&k.outbox).arg(ids);
         self.index(xdel).await.map(drop)
     }
+}
+
+/// How many entries past a page [`Batches::open_batches`] reads when it resumes, for those at
+/// or before its `after` (in the same ms) that it skips.
+const OPEN_BATCHES_SLACK: usize = 64;
+
+/// Most pages one [`Batches::open_batches`] reads.
+const OPEN_BATCHES_ROUNDS: usize = 1_000;
+
+/// One entry of the index as `ZRANGE … WITHSCORES` answers it.
+fn index_entry(id: Value, score: Value) -> Result<IndexEntry> {
+    let id = match id {
+        Value::BulkString(b) => String::from_utf8(b)
+            .map(BatchId::stored)
+            .map_err(|_| Error::Protocol("batch id: not text".into()))?,
+        other => return Err(unexpected("ZRANGE", "batch id", &other)),
+    };
+    let opened_ms = match score {
+        Value::Double(d) => d as u64,
+        Value::BulkString(b) => String::from_utf8_lossy(&b)
+            .parse::<f64>()
+            .map(|d| d as u64)
+            .map_err(|_| Error::Protocol("batch index score".into()))?,
+        other => return Err(unexpected("ZRANGE", "batch index score", &other)),
+    };
+    Ok(IndexEntry { opened_ms, id })
+}
+
+/// A stream entry's id, `<ms>-<seq>`, as numbers.
+fn note_id(id: &str) -> Result<(u64, u64)> {
+    id.split_once('-')
+        .and_then(|(ms, seq)| Some((ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?)))
+        .ok_or_else(|| Error::Protocol(format!("outbox note id {id:?}: not a note's id")))
 }
