@@ -316,11 +316,13 @@ impl BatchHandle {
             .await
     }
 
-    /// Every member whose state passes `keep`, all pages read (bounded: a member is listed at
-    /// most a few times by `HSCAN`; 1,000 pages of 500).
+    /// Every member whose state passes `keep`, all pages read (bounded by the batch's size:
+    /// `HSCAN` lists a member a few times at most, so four times its pages of 500, and more).
     async fn members_where(&self, keep: impl Fn(MemberState) -> bool) -> Result<Vec<MemberId>> {
+        let total = self.info().await?.map_or(0, |b| b.counts.total());
+        let pages = (total / 500 + 1).saturating_mul(4).saturating_add(16);
         let (mut cursor, mut out) = (0, Vec::new());
-        for _ in 0..1_000 {
+        for _ in 0..pages {
             let page = self.members(cursor, 500).await?;
             out.extend(
                 page.members
@@ -349,16 +351,36 @@ impl BatchHandle {
 
     /// Cancels the whole batch: closes it, then cancels every member that has not ended (a
     /// running one is asked to stop, as [`TopicClient::cancel`] does). Each cancelled member
-    /// ends as cancelled; the callback follows once all have ended. Returns the batch as it
-    /// is after the cancels (their ends reach it through the relay).
+    /// ends as cancelled; the callback follows once all have ended. The ends of the members
+    /// cancelled while they waited are carried to the batch by this call (their topics need
+    /// no worker); a running member's end reaches it through its worker's relay. Returns the
+    /// batch as it is after.
     pub async fn cancel(&self) -> Result<BatchInfo> {
         self.client.store.batch_close(&self.id).await?;
+        let mut queues = std::collections::HashSet::new();
         for m in self.members_where(|s| !s.is_end()).await? {
             // only the job of this key that is this batch's member (the key may be held by
             // another job once the member ended, its note not relayed yet)
             let (t, ours) = self.holds_member(&m).await?;
             if ours {
                 t.cancel(m.key.as_str()).await?;
+                let partitions = t.ensure().await?;
+                queues.insert(t.queue_of(&m.key, partitions));
+            }
+        }
+        for q in &queues {
+            // (bounded: a pass applies up to RELAY_NOTES notes; every note is this batch's or
+            // another's, and each pass deletes what it applied)
+            for _ in 0..1_000 {
+                match relay_outbox(&self.client, q).await {
+                    Ok(n) if n >= RELAY_NOTES => {}
+                    Ok(_) => break,
+                    // (the cancels are done; a worker's relay carries their ends later)
+                    Err(e) => {
+                        tracing::warn!(batch = %self.id, error = %e, "batch cancel: ends left for the relay");
+                        break;
+                    }
+                }
             }
         }
         let info = self
