@@ -19,8 +19,8 @@ pub use dq_core::{
     TlsConfig, TopicClient,
 };
 pub use dq_core::{
-    CancelOutcome, DeadLimits, Due, EnqueueOutcome, Expiry, MAX_DUE_MS, NewDue, Priority,
-    RescheduleOutcome, UpdateOutcome,
+    BuryOutcome, CancelOutcome, DeadLimits, Due, EnqueueOutcome, Expiry, MAX_DUE_MS, NewDue,
+    Priority, RescheduleOutcome, UpdateOutcome,
 };
 pub use dq_core::{DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER};
 // Key windows (unique_for, debounce, throttle).

@@ -136,6 +136,20 @@ async fn a_user_with_dqs_acl_rule_runs_producer_worker_and_tools() {
         .cancel::<secured_job>("later")
         .await
         .expect("cancel as the dq user");
+    client
+        .enqueue::<secured_job>(98)
+        .key("killed")
+        .unique_for(Duration::from_secs(60))
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let outcome = client
+        .topic("secured.jobs")
+        .unwrap()
+        .bury("killed", "not wanted")
+        .await
+        .expect("bury as the dq user");
+    assert_eq!(outcome, dq::BuryOutcome::Buried);
     // a batch and a flow: their scripts, the index and the outboxes (the relay trims them)
     let batch = client
         .new_batch()

@@ -1299,6 +1299,9 @@ async fn a_key_of_the_wrong_type_fails_a_call_before_it_writes() {
         )
         .await;
         ok_or_unchanged(&h, &w("cancel"), t.cancel("s1")).await;
+        ok_or_unchanged(&h, &w("bury scheduled"), t.bury("n2", "x")).await;
+        ok_or_unchanged(&h, &w("bury ready"), t.bury("n1", "x")).await;
+        ok_or_unchanged(&h, &w("bury retry"), t.bury("r2", "x")).await;
         ok_or_unchanged(&h, &w("requeue"), t.requeue_dead(&["r3"])).await;
         let got = ok_or_unchanged(
             &h,
@@ -1367,6 +1370,7 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
 
     h.server().cmd::<()>(&["HSET", &keys.jobs, "junk", "Sab"]);
     assert_eq!(t.cancel("junk").await.unwrap(), dq::CancelOutcome::Dead);
+    assert_eq!(t.bury("junk", "x").await.unwrap(), dq::BuryOutcome::Dead);
     assert_eq!(
         t.reschedule("junk", NewDue::After(HOUR)).await.unwrap(),
         RescheduleOutcome::Dead
@@ -1374,6 +1378,38 @@ async fn damaged_history_or_record_fails_nothing_half_way() {
     let still: Option<String> = h.server().cmd(&["HGET", &keys.jobs, "junk"]);
     assert_eq!(still.as_deref(), Some("Sab"));
     h.server().cmd::<()>(&["HDEL", &keys.jobs, "junk"]);
+    h.check_invariants().await;
+}
+
+/// `bury.lua` on a member of a batch checks the outbox's type before its first write: with the
+/// outbox damaged it fails having written nothing, and buries once the damage is gone; its
+/// dead queue is checked the same way.
+#[tokio::test]
+async fn bury_with_a_damaged_outbox_or_dead_queue_writes_nothing() {
+    let h = RedisHarness::new().await;
+    let c = h.client().await;
+    let t = c.topic("bury.damaged").unwrap();
+    let keys = h.partition_keys("bury.damaged", 0);
+    let batch = c.new_batch().id("damaged").open().await.unwrap();
+    let out = batch
+        .add_raw(
+            "bury.damaged",
+            vec![dq::JobSpec::new(raw(1)).key("m").delay(HOUR)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(out[0].outcome, EnqueueOutcome::Created);
+    for damaged in [&keys.outbox, &keys.dead] {
+        h.server()
+            .cmd::<()>(&["SET", damaged, "not what dq expects"]);
+        let before = dump_partition(&h);
+        let err = t.bury("m", "x").await.unwrap_err();
+        assert!(err.to_string().contains("WRONGTYPE"), "{damaged}: {err}");
+        assert!(dump_partition(&h) == before, "{damaged}: written");
+        h.server().cmd::<()>(&["DEL", damaged]);
+    }
+    assert_eq!(t.bury("m", "x").await.unwrap(), dq::BuryOutcome::Buried);
+    assert_eq!(info(&t, "m").await.state, JobState::Dead);
     h.check_invariants().await;
 }
 

@@ -239,6 +239,52 @@ async fn durable_enqueue_waits_for_replicas_or_says_it_did_not() {
     }
 }
 
+/// Under durable enqueue a burial waits for the replicas, as a reschedule does (a flow's
+/// parent failed by it must not come back waiting after a failover): once `bury` answers, every
+/// replica holds the job dead; on a node without replicas it answers the typed
+/// `NotReplicated`, and the job is buried all the same.
+#[tokio::test]
+async fn durable_bury_waits_for_replicas_or_says_it_did_not() {
+    let h = RedisHarness::new_sentinel().await;
+    let c = h
+        .client_with(|b| b.durable_enqueue(2, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let t = c.topic("durable.bury").unwrap();
+    t.enqueue(raw(1))
+        .key("p")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(
+        t.bury("p", "child dead").await.unwrap(),
+        dq::BuryOutcome::Buried
+    );
+    let keys = h.partition_keys("durable.bury", 0);
+    for r in dq_testkit::shared_sentinel().replicas() {
+        // Confirmed by WAIT: already on every replica, no waiting needed.
+        assert_eq!(r.cmd::<i64>(&["ZCARD", keys.dead.as_str()]), 1);
+        assert_eq!(r.cmd::<i64>(&["ZCARD", keys.scheduled.as_str()]), 0);
+    }
+
+    let single = dq_testkit::shared();
+    let c = Client::builder()
+        .namespace(dq_testkit::namespace("durable.bury"))
+        .durable_enqueue(1, Duration::from_millis(50))
+        .connect(&single.url())
+        .await
+        .unwrap();
+    let t = c.topic("durable.bury").unwrap();
+    // (the enqueue is refused the same way, and stored all the same)
+    let _ = t.enqueue(raw(1)).key("lonely").await;
+    match t.bury("lonely", "x").await {
+        Err(Error::NotReplicated { acked, wanted }) => assert_eq!((acked, wanted), (0, 1)),
+        other => panic!("{other:?}"),
+    }
+    let job = t.job("lonely").await.unwrap().expect("stored");
+    assert_eq!(job.state, dq::JobState::Dead, "buried all the same");
+}
+
 /// A switchover (`SENTINEL FAILOVER`): the old master keeps running as a replica (the
 /// sentinels close its client connections; reconnected there, writes answer `READONLY`). The
 /// client and the worker's wake-up listener move to the new master; jobs enqueued after it

@@ -72,7 +72,9 @@ pub use store::lease::{
     FetchCall, FetchReply, FetchRequest, Success,
 };
 pub use store::memory::MemoryStore;
-pub use store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats, UpdateOutcome};
+pub use store::operate::{
+    BuryOutcome, CancelOutcome, NewDue, RescheduleOutcome, TopicStats, UpdateOutcome,
+};
 pub use store::produce::{ENQUEUE_RECEIPT_LIFE, EnqueueCall, EnqueueOutcome, NewJob};
 pub use store::redis::{RedisOptions, RedisStore, ServerReport, TlsConfig};
 pub use store::{FailedAttempt, Store, WakeListener};

@@ -156,6 +156,15 @@ impl Operate for NoExtend {
     ) -> dq::Result<RescheduleOutcome> {
         self.0.reschedule(q, key, due).await
     }
+    async fn bury(
+        &self,
+        q: &Queue,
+        key: &JobKey,
+        reason: &str,
+        limits: dq::DeadLimits,
+    ) -> dq::Result<dq::BuryOutcome> {
+        self.0.bury(q, key, reason, limits).await
+    }
     async fn update_payload(
         &self,
         q: &Queue,

@@ -1,4 +1,4 @@
-//! [`TopicClient`]'s calls on jobs already stored: cancel, reschedule, look up, pause and
+//! [`TopicClient`]'s calls on jobs already stored: cancel, bury, reschedule, look up, pause and
 //! limits, stats, and requeue or purge of named dead jobs. Enqueueing is in `enqueue.rs`,
 //! listing in `list.rs`, the dead-queue sweep in `sweep.rs`.
 
@@ -12,7 +12,9 @@ use crate::events::EventsPolicy;
 use crate::finished::Retention;
 use crate::job::{JobInfo, Queue};
 use crate::names::JobKey;
-use crate::store::operate::{CancelOutcome, NewDue, RescheduleOutcome, TopicStats, UpdateOutcome};
+use crate::store::operate::{
+    BuryOutcome, CancelOutcome, NewDue, RescheduleOutcome, TopicStats, UpdateOutcome,
+};
 
 impl TopicClient {
     /// Cancels a job: one that has not started is removed ([`CancelOutcome::Cancelled`]);
@@ -39,6 +41,36 @@ impl TopicClient {
             CancelOutcome::NotFound if ambiguous => CancelOutcome::Gone,
             other => other,
         })
+    }
+
+    /// Buries a waiting (scheduled, ready or retry) job without running it: it moves to the
+    /// dead queue as if its last attempt had failed for good, with `reason` as the last entry
+    /// of its history ([`AttemptOutcome::Buried`](crate::AttemptOutcome::Buried)) — an
+    /// operator's "kill" of a job that must not run. Its attempts are kept; it is counted in
+    /// the topic's [`buried`](TopicStats::buried), gets a `dead` event when the topic records
+    /// events, starts its `unique_for` window, and is trimmed with the dead queue (this
+    /// client's [`DeadLimits`](crate::DeadLimits) for the topic); a member of a batch ends
+    /// there as dead. From the dead queue it can be requeued or purged like any dead job.
+    ///
+    /// A running job is not touched ([`BuryOutcome::Running`]: cancel it to stop it), nor a
+    /// dead one ([`BuryOutcome::Dead`]). A `reason` longer than an error text may be is cut as
+    /// one is (with a marker saying so); an empty one is kept as `"buried"`.
+    ///
+    /// Retried inside through connection trouble (for up to
+    /// [`ENQUEUE_RETRY_WINDOW`](crate::ENQUEUE_RETRY_WINDOW)): burying is harmless to repeat.
+    /// A retry after a try whose reply was lost may report [`BuryOutcome::Dead`] for the job
+    /// that try buried.
+    pub async fn bury(&self, key: &str, reason: &str) -> Result<BuryOutcome> {
+        let key = JobKey::new(key)?;
+        let partitions = self.ensure().await?;
+        let (queue, store) = (&self.queue_of(&key, partitions), &self.client.store);
+        let limits = self
+            .client
+            .config
+            .partition_dead_limits(self.topic.as_str(), partitions);
+        retry_harmless(|| store.bury(queue, &key, reason, limits), true)
+            .await
+            .map(|(outcome, _)| outcome)
     }
 
     /// Gives a scheduled, ready or retry job a new due time.

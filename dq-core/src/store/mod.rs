@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | [`Produce`] | `produce.rs` | `enqueue` | producers (the client) |
 //! | [`Lease`] | `lease.rs` | `fetch`, `ack`, `fail_many`, `extend`, `release`, `wake_listener` | the worker |
-//! | [`Operate`] | `operate.rs` | `cancel`, `reschedule`, `control`, `job`, `stats`, `list`, the dead queue | operators, tools, the client |
+//! | [`Operate`] | `operate.rs` | `cancel`, `reschedule`, `bury`, `control`, `job`, `stats`, `list`, the dead queue | operators, tools, the client |
 //! | [`Batches`] | `batches.rs` | a batch's record, the index of batches, the outboxes | the client, the workers' relay |
 //! | [`Catalog`] | `catalog.rs` | the topic registry, live workers, schedules, the clock | everyone, namespace-wide |
 //!
@@ -21,7 +21,7 @@
 //! `release`) take many jobs of one partition at once so that a busy worker spends one round
 //! trip per batch, not per job. Every call validates before it writes; the calls that change a
 //! job and may be retried after an ambiguous error (`enqueue` of a key, `ack`, `fail_many`,
-//! `cancel`, `reschedule`) have no double effect when repeated.
+//! `cancel`, `reschedule`, `bury`) have no double effect when repeated.
 
 pub mod batches;
 pub mod catalog;

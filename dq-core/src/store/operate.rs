@@ -1,5 +1,5 @@
 //! The operator's role: what tools and the client do to jobs that are not theirs to run —
-//! cancel or reschedule a waiting job, pause or limit a partition, look a job up, read the
+//! cancel, reschedule or bury a waiting job, pause or limit a partition, look a job up, read the
 //! stats, list a state page by page, and requeue or purge the dead. With what each call takes
 //! and reports.
 
@@ -13,8 +13,9 @@ use crate::events::{Event, EventId};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
 use crate::group::{GroupChange, GroupState};
 use crate::inspect::{DeadAction, ListChunk, ListFrom};
-use crate::job::{JobInfo, JobState, Queue, check_due_ms, now_plus, unix_ms};
+use crate::job::{JobInfo, JobState, Queue, check_due_ms, now_plus, truncate_error, unix_ms};
 use crate::names::JobKey;
+use crate::store::lease::DeadLimits;
 
 /// Acting on and reading jobs by key or by state: what operators and tools need of a store.
 #[async_trait]
@@ -34,6 +35,25 @@ pub trait Operate: Send + Sync + 'static {
         key: &JobKey,
         due: NewDue,
     ) -> Result<RescheduleOutcome>;
+
+    /// Buries a waiting (scheduled, ready or retry) job without running it: it goes to the
+    /// dead queue as a failed attempt's burial takes it there — its attempts kept, `reason`
+    /// (cut as an error text is, [`bury_reason`]; empty: `"buried"`) the last entry of its
+    /// history, counted in [`TopicStats::buried`], a `dead` event when the topic records
+    /// events, its `unique_for` window started, the dead queue trimmed to `dead_limits` (this
+    /// partition's share, as [`Lease::fail_many`](crate::store::Lease::fail_many) takes it),
+    /// and, for a member of a batch, its end noted in the partition's outbox as dead. A
+    /// running job ([`BuryOutcome::Running`]) or a dead one ([`BuryOutcome::Dead`]) is not
+    /// touched. Harmless to repeat: a second call finds the job dead. (The Redis store under
+    /// durable enqueue waits for the replicas, as `reschedule` does, and answers
+    /// [`Error::NotReplicated`] when fewer confirm.)
+    async fn bury(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        reason: &str,
+        dead_limits: DeadLimits,
+    ) -> Result<BuryOutcome>;
 
     /// Gives a scheduled, ready or retry job a new payload (MessagePack), keeping its due
     /// time, attempts, history, expiry and place in line; a running or dead job is not
@@ -198,6 +218,31 @@ pub enum CancelOutcome {
     /// cannot be told apart; a retry after a try that surely never reached the store reports
     /// `NotFound` as usual.)
     Gone,
+}
+
+/// What `bury` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuryOutcome {
+    /// The job was scheduled, ready or in retry, and is in the dead queue now, with the
+    /// reason in its history; it will not run unless requeued from there.
+    Buried,
+    /// The job is running now: not touched (its run ends as its handler decides; cancel it
+    /// to stop it).
+    Running,
+    /// The job is in the dead queue already: not touched. (After a retried call, the earlier
+    /// try may be what buried it.)
+    Dead,
+    /// No job has this key.
+    NotFound,
+}
+
+/// The reason a burial keeps in the job's history ([`Operate::bury`]): `reason` cut as an
+/// error text is ([`truncate_error`]), or `"buried"` for an empty one.
+pub fn bury_reason(reason: &str) -> std::borrow::Cow<'_, str> {
+    if reason.is_empty() {
+        return std::borrow::Cow::Borrowed("buried");
+    }
+    truncate_error(reason)
 }
 
 /// A new due time for `reschedule`.

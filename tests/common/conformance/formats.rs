@@ -275,6 +275,12 @@ pub async fn a_newer_record_is_left_untouched_and_reported<H: Harness>(h: &H) {
             .reschedule(&q, &jk("n-retry"), NewDue::After(HOUR))
             .await
     ));
+    for k in ["n-scheduled", "n-retry", "n-ready"] {
+        assert!(newer_refused(
+            format,
+            store.bury(&q, &jk(k), "no", DeadLimits::default()).await
+        ));
+    }
     assert!(newer_refused(format, store.job(&q, &jk("n-ready")).await));
     assert!(newer_refused(
         format,

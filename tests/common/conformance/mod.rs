@@ -30,6 +30,7 @@ use super::Harness;
 
 pub mod bad_input;
 pub mod batches;
+pub mod bury;
 pub mod cancel_reschedule;
 pub mod dead_queue;
 pub mod dead_sweep;
@@ -78,6 +79,10 @@ macro_rules! conformance_suite {
             enqueue::replace_revives_a_dead_job,
             cancel_reschedule::cancel_from_every_state,
             cancel_reschedule::reschedule_from_every_state,
+            bury::bury_takes_a_waiting_job_from_every_state,
+            bury::bury_starts_the_unique_for_window,
+            bury::bury_of_a_grouped_ready_job_leaves_its_group_free,
+            bury::bury_of_a_batch_member_ends_it_dead_in_its_batch,
             fetch::fetch_promotes_at_most_its_batch,
             fetch::fetch_recovers_at_most_its_batch,
             fetch::concurrent_fetchers_deliver_each_job_once,

@@ -815,7 +815,8 @@ impl Partition {
     }
 }
 
-fn warn_trimmed(queue: &Queue, trimmed: u64) {
+/// Logs a trim of the dead queue that removed jobs, as the Redis store does.
+pub(super) fn warn_trimmed(queue: &Queue, trimmed: u64) {
     if trimmed > 0 {
         tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
     }

@@ -1,24 +1,27 @@
-//! The operator's calls in memory: the mirrors of `cancel.lua`, `reschedule.lua`,
+//! The operator's calls in memory: the mirrors of `cancel.lua`, `reschedule.lua`, `bury.lua`,
 //! `control.lua`, `job.lua`, `stats.lua`, `list.lua`, and the dead queue's `requeue_dead.lua`,
 //! `purge_dead.lua` and `dead_act.lua`.
 
 use async_trait::async_trait;
 
 use super::clock::{bound_due, ms};
-use super::partition::{Control, Later, Partition, Place};
+use super::events::Detail;
+use super::partition::{Control, Later, Partition, Place, TRIM_LIMIT, bury};
 use super::store::MemoryStore;
 use crate::batch::MemberState;
 use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
+use crate::events::EventKind;
 use crate::events::{Event, EventId};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
 use crate::group::{GroupChange, GroupState};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
-use crate::job::{JobInfo, JobState, Queue, unix_ms};
+use crate::job::{AttemptOutcome, JobInfo, JobState, Queue, unix_ms};
 use crate::names::JobKey;
+use crate::store::lease::DeadLimits;
 use crate::store::operate::{
-    CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, UpdateOutcome, check_act_len,
-    check_control,
+    BuryOutcome, CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, UpdateOutcome,
+    bury_reason, check_act_len, check_control,
 };
 
 impl Partition {
@@ -45,6 +48,43 @@ impl Partition {
                 CancelOutcome::Cancelled
             }
         }
+    }
+
+    /// Mirrors `bury.lua`: a waiting job to the dead queue as `fail.lua` buries a running one
+    /// (its reason in its history, its end noted for its batch); returns the outcome and how
+    /// many dead jobs the trim removed.
+    fn bury_waiting(
+        &mut self,
+        key: &JobKey,
+        reason: &str,
+        limits: DeadLimits,
+        now: u64,
+    ) -> (BuryOutcome, u64) {
+        let Some(rec) = self.jobs.get_mut(key) else {
+            return (BuryOutcome::NotFound, 0);
+        };
+        match rec.state() {
+            JobState::Active => return (BuryOutcome::Running, 0),
+            JobState::Dead => return (BuryOutcome::Dead, 0),
+            _ => {}
+        }
+        // (a ready grouped job leaves its group's queue: the group holds nothing for it)
+        self.sets
+            .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
+        rec.add_history(now, AttemptOutcome::Buried, reason);
+        bury(&mut self.sets, &mut self.counters, rec, key, now);
+        self.outbox
+            .note(now, rec.batch.as_ref(), key, MemberState::Dead);
+        self.windows.ended(key, now);
+        let detail = Detail {
+            attempt: Some(rec.attempts),
+            error: Some(reason.to_owned()),
+            ..Detail::default()
+        };
+        self.events
+            .emit(self.control.events, now, EventKind::Dead, key, detail);
+        let trimmed = self.trim_dead(now, limits.cap.max(1), ms(limits.retention), TRIM_LIMIT);
+        (BuryOutcome::Buried, trimmed)
     }
 
     /// Mirrors `reschedule.lua`: attempts and history are kept.
@@ -417,6 +457,22 @@ impl Operate for MemoryStore {
             p.check_not_newer([key])?;
             Ok(p.cancel(key, now))
         })
+    }
+
+    async fn bury(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        reason: &str,
+        dead_limits: DeadLimits,
+    ) -> Result<BuryOutcome> {
+        let reason = bury_reason(reason);
+        let (outcome, trimmed) = self.write(queue, |p, now| {
+            p.check_not_newer([key])?;
+            Ok::<_, Error>(p.bury_waiting(key, &reason, dead_limits, now))
+        })?;
+        super::lease::warn_trimmed(queue, trimmed);
+        Ok(outcome)
     }
 
     async fn reschedule(

@@ -1,4 +1,4 @@
-//! The operator's calls on Redis: `cancel.lua`, `reschedule.lua`, `control.lua`, `job.lua`,
+//! The operator's calls on Redis: `cancel.lua`, `reschedule.lua`, `bury.lua`, `control.lua`, `job.lua`,
 //! `kept.lua`, `stats.lua`, `list.lua`, and the dead queue's `requeue_dead.lua`, `purge_dead.lua` and
 //! `dead_act.lua`. The reads (`job`, `stats`, `list`) are declared `no-writes`, so they work at
 //! `maxmemory`.
@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use super::kept::decode_kept;
 use super::record::{Record, decode_history};
 use super::scripts::{Reply, as_int, codes, unexpected};
-use super::store::{RedisStore, key_of, ms};
+use super::store::{RedisStore, key_of, ms, per_partition_cap};
 use crate::control::{ControlChange, ControlState, Rate};
 use crate::error::{Error, Result};
 use crate::events::{Event, EventId, EventsPolicy};
@@ -19,9 +19,10 @@ use crate::group::{GroupChange, GroupLimits, GroupState};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
 use crate::job::{JobInfo, JobState, Priority, Queue, unix_ms};
 use crate::names::JobKey;
+use crate::store::lease::DeadLimits;
 use crate::store::operate::{
-    CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, UpdateOutcome, check_act_len,
-    check_control,
+    BuryOutcome, CancelOutcome, NewDue, Operate, RescheduleOutcome, TopicStats, UpdateOutcome,
+    bury_reason, check_act_len, check_control,
 };
 
 #[async_trait]
@@ -95,6 +96,59 @@ impl Operate for RedisStore {
             other => Err(Error::Protocol(format!(
                 "reschedule: unknown code {other:?}"
             ))),
+        }
+    }
+
+    async fn bury(
+        &self,
+        queue: &Queue,
+        key: &JobKey,
+        reason: &str,
+        dead_limits: DeadLimits,
+    ) -> Result<BuryOutcome> {
+        let k = self.keys(queue);
+        let s = &self.scripts().bury;
+        let reason = bury_reason(reason);
+        // Under durable enqueue a burial waits for the replicas, as a reschedule does: a
+        // flow's parent failed by it, and its end noted for its own batch, must not come back
+        // waiting after a failover.
+        let durable = self.options.durable_enqueue;
+        let (reply, acked) = self
+            .run_waiting(
+                s,
+                &k,
+                &[],
+                |inv| {
+                    inv.arg(key.as_str())
+                        .arg(per_partition_cap(dead_limits))
+                        .arg(ms(dead_limits.retention))
+                        .arg(reason.as_ref());
+                },
+                durable,
+            )
+            .await?;
+        if let (Some((wanted, _)), Some(acked)) = (durable, acked)
+            && usize::try_from(acked).unwrap_or(0) < wanted
+        {
+            return Err(Error::NotReplicated {
+                acked: usize::try_from(acked).unwrap_or(0),
+                wanted,
+            });
+        }
+        let mut r = Reply::new(s.name, reply)?;
+        let code = r.string("code")?;
+        let trimmed = r.int("trimmed")?;
+        match code.as_str() {
+            "S" | "R" | "F" => {
+                if trimmed > 0 {
+                    tracing::warn!(topic = %queue.topic, partition = queue.partition, trimmed, "dead queue trimmed (cap or retention)");
+                }
+                Ok(BuryOutcome::Buried)
+            }
+            "A" => Ok(BuryOutcome::Running),
+            "D" => Ok(BuryOutcome::Dead),
+            "N" => Ok(BuryOutcome::NotFound),
+            other => Err(Error::Protocol(format!("bury: unknown code {other:?}"))),
         }
     }
 

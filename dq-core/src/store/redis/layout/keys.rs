@@ -87,7 +87,7 @@ pub enum KeyName {
     Pready,
     /// HASH job key → the `unique_for` window (ms, decimal) of a live job enqueued with one
     /// (`KeyWindow::UniqueFor`); the script that ends the job (ack, fail to dead, cancel,
-    /// fetch's expiry and lease recovery) moves it to [`KeyName::UniqAt`]. Absent for a
+    /// bury, fetch's expiry and lease recovery) moves it to [`KeyName::UniqAt`]. Absent for a
     /// topic without unique jobs.
     Uniq,
     /// ZSET job key → when the key's window ends (ms): a finished `unique_for` job's (its end

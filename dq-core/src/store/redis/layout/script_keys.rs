@@ -57,6 +57,13 @@ macro_rules! script_table {
                 Scheduled, Retry, Ready, Jobs, Wake, Leases, Control, Stats, Pready, Gready,
                 Groups,
             ];
+            /// Buries a waiting job without running it (an operator's kill, a flow's failed
+            /// parent): to the dead queue as a failed attempt's burial, its end noted for its
+            /// batch. Runs at `maxmemory`: it only moves a job (its history grows by one entry).
+            bury (AllowOom): [
+                Scheduled, Retry, Dead, Jobs, Hist, Stats, Control, Leases, Events, Uniq, UniqAt,
+                Outbox,
+            ];
             /// Gives a waiting job a new payload, keeping its due time, attempts and history.
             /// Refused at `maxmemory` like an enqueue: a payload may grow.
             update (Writes): [Jobs, Leases];
