@@ -152,14 +152,18 @@ async fn the_failure_policies_decide_when_a_parent_is_released() {
         .enqueue()
         .await
         .unwrap();
-    // fail fast: released at the first dead child, while another still waits an hour
-    client
+    // fail fast: the parent is failed (buried, never run) at the first dead child, while
+    // another still waits an hour; it is itself the child of a flow that waits for all
+    let fail_fast = client
         .new_flow::<parent>(JobSpec::new(1).key("fail-fast"))
         .policy(FailurePolicy::FailFast)
         .children::<leaf>([JobSpec::new(13).key("ff-13")])
         .children::<leaf>([JobSpec::new(40)
             .key("ff-later")
-            .delay(Duration::from_secs(3600))])
+            .delay(Duration::from_secs(3600))]);
+    client
+        .new_flow::<parent>(JobSpec::new(1).key("above-fail-fast"))
+        .child_flow(fail_fast)
         .enqueue()
         .await
         .unwrap();
@@ -172,8 +176,8 @@ async fn the_failure_policies_decide_when_a_parent_is_released() {
         .await
         .unwrap();
     let handle = worker(&client, &seen).await;
-    eventually("the three parents ran", WAIT, || async {
-        ["wait-all", "fail-fast", "ignore"]
+    eventually("the parents ran", WAIT, || async {
+        ["wait-all", "above-fail-fast", "ignore"]
             .iter()
             .all(|k| seen.ended(k).is_some())
     })
@@ -182,10 +186,17 @@ async fn the_failure_policies_decide_when_a_parent_is_released() {
     let runs = seen.0.lock().unwrap().clone();
     let children_of = |k: &str| runs.iter().find(|r| r.1 == k).unwrap().3;
     assert_eq!(children_of("wait-all"), Some((1, 1)));
-    assert_eq!(children_of("fail-fast"), Some((0, 1)));
     assert_eq!(children_of("ignore"), Some((0, 0)));
-    // fail fast released its parent while a child still waits
+    // fail fast: the parent never ran; it is dead, saying why, while a child still waits
+    assert!(seen.ended("fail-fast").is_none(), "{runs:?}");
+    let parents = client.topic("flows.parent").unwrap();
+    let buried = parents.job("fail-fast").await.unwrap().expect("kept dead");
+    assert_eq!(buried.state, JobState::Dead);
+    let why = buried.history.last().expect("a reason").error.clone();
+    assert!(why.contains("a child failed"), "{why}");
     assert!(seen.ended("ff-later").is_none());
+    // the flow above counts it dead, and runs
+    assert_eq!(children_of("above-fail-fast"), Some((0, 1)));
 }
 
 #[tokio::test]

@@ -269,8 +269,9 @@ pub enum FailurePolicy {
     WaitAll,
     /// Complete at the first member that ends other than by succeeding (dead, cancelled,
     /// expired, discarded, refused, never enqueued), or once all succeeded. For a flow: the
-    /// parent is released at the first failed child (the others go on), and its handler
-    /// reads the failure from [`BatchInfo::failed`] to fail itself.
+    /// parent is failed at the first failed child — moved to the dead queue without running,
+    /// the reason in its history (requeue it from there to run it after all) — while the
+    /// other children go on; a flow above it counts it dead.
     FailFast,
     /// Complete once every member has ended; members that failed are not held against the
     /// batch. For a flow: the parent runs, as with `WaitAll`; the difference is what

@@ -415,8 +415,9 @@ pub(crate) fn check_batch_format(client: &Client) -> Result<()> {
 
 /// Settles a batch that is complete and not done: enqueues its callback (under
 /// [`BatchId::callback_key`] with a `unique_for` window as long as its retention: a second
-/// try finds the key taken and writes nothing) or releases its flow's parent, then marks it
-/// done. Nothing for a batch not complete or already done. Returns the batch as it is after.
+/// try finds the key taken and writes nothing) or releases its flow's parent (under
+/// [`FailurePolicy::FailFast`] with a failed child: buries the parent, which never runs),
+/// then marks it done. Nothing for a batch not complete or already done. Returns the batch as it is after.
 ///
 /// Safe to run many times and from many processes at once: the client after its own add or
 /// close, every worker's relay after applying notes, the relay's sweep for a producer that
@@ -456,7 +457,18 @@ pub async fn settle(client: &Client, info: &BatchInfo) -> Result<BatchInfo> {
             let waiting = t.job(key.as_str()).await?.is_some_and(|j| {
                 j.state == crate::job::JobState::Scheduled && j.due_ms == super::flow::FLOW_WAIT_MS
             });
-            if waiting {
+            if waiting && info.policy == FailurePolicy::FailFast && info.counts.failures() > 0 {
+                // fail fast: the parent is failed at its first failed child, never run
+                let reason = format!(
+                    "a child failed ({} of the {} children of flow {} so far); the parent \
+                     was not run",
+                    info.counts.failures(),
+                    info.counts.total(),
+                    info.id
+                );
+                let outcome = t.bury(key.as_str(), &reason).await?;
+                tracing::debug!(batch = %info.id, ?outcome, "flow parent buried: a child failed");
+            } else if waiting {
                 let outcome = t
                     .reschedule(key.as_str(), NewDue::After(Duration::ZERO))
                     .await?;
