@@ -20,8 +20,8 @@
 //!
 //!    Redis time is read from `INFO commandstats`, reset before the producer and again
 //!    before the worker: the script calls (dq's `FCALL`s, their inner commands included)
-//!    plus the relay's plain `XRANGE`s and `XDEL`s of the outbox (no script runs those). The
-//!    index's `ZRANGE` (one per relay tick, in every run), `ZADD` and `ZREM` (one each per
+//!    plus the relay's plain `XRANGE`s, `XTRIM`s and `XDEL`s of the outbox (no script runs
+//!    those). The index's `ZCARD` (one per relay tick, in every run), `ZADD` and `ZREM` (one each per
 //!    batch) are left out: scripts run those commands too, so their line mixes both, and
 //!    they do not grow with members. The server's CPU time (`INFO cpu`, user + system)
 //!    over the same phases is reported beside it: it counts everything, parsing and replies
@@ -32,8 +32,9 @@
 //!    `bench.scale`, which a worker may run) enqueued plain, then as the members of one
 //!    batch: `used_memory` above the emptied server per pending job, and `MEMORY USAGE` of
 //!    the batch's hash and of the partition's `jobs` hash (the records carry the batch id).
-//!    Then the outbox's bytes per note: every member is cancelled with `BatchHandle::cancel`
-//!    while **no worker runs**, so nothing relays: each cancel script notes its member's end
+//!    Then the outbox's bytes per note: the batch is closed and every member cancelled by
+//!    key (`TopicClient::cancel`, as `BatchHandle::cancel` does, without the relay that call
+//!    runs after) while **no worker runs**, so nothing relays: each cancel script notes its member's end
 //!    in the partition's outbox (`b` batch, `m` key, `o` outcome) exactly as an ack would
 //!    (the same three fields; the outcome is one letter either way), and the N notes stay.
 //!    `MEMORY USAGE` of the outbox over its `XLEN` is the bytes per note, measured with no
@@ -222,7 +223,7 @@ impl Orchestrator {
         let stats = self.commandstats()?;
         let cpu = self.redis_cpu_us()?;
         let scripts = admin::script_calls(&stats);
-        let outbox = ["xrange", "xdel"]
+        let outbox = ["xrange", "xdel", "xtrim"]
             .iter()
             .filter_map(|c| stats.get(*c))
             .fold(CmdStat::default(), |a, s| CmdStat {
@@ -336,7 +337,7 @@ impl Orchestrator {
             ),
             (
                 "batches_member_outbox_us_per_job",
-                "  of which the relay's XRANGE + XDEL: members".into(),
+                "  of which the relay's XRANGE + XTRIM/XDEL: members".into(),
                 "µs/job",
                 num(m, "/drain/outbox_us")?,
             ),
@@ -615,7 +616,7 @@ impl Orchestrator {
             ),
             (
                 "batches_relay_xdel_us_per_note",
-                "  of which XDEL of the applied notes".into(),
+                "  of which XTRIM/XDEL of the applied notes".into(),
                 "µs",
                 num(&outbox, "/xdel_us_per_note")?,
             ),
@@ -633,7 +634,7 @@ impl Orchestrator {
             ),
             (
                 "batches_cancel_us_per_member",
-                "BatchHandle::cancel: Redis time per waiting member".into(),
+                "cancel of a waiting member: Redis time per member".into(),
                 "µs",
                 num(&outbox, "/cancel/us")?,
             ),
@@ -667,9 +668,27 @@ impl Orchestrator {
     ) -> Result<Value> {
         let cpu0 = self.phase_start()?;
         let owned = id.to_owned();
+        // (each waiting member cancelled by key, as `BatchHandle::cancel` does, without the
+        // relay of their notes that call then runs itself)
         let cancelled = self.with_client(|client| async move {
-            let info = client.batch(&owned)?.cancel().await?;
-            Ok(info.counts.cancelled)
+            let batch = client.batch(&owned)?;
+            batch.close().await?;
+            let mut cursor = 0;
+            let mut cancelled = 0u64;
+            for _ in 0..1_000_000 {
+                let page = batch.members(cursor, 1_000).await?;
+                for (m, _) in page.members {
+                    let t = client.topic(m.topic.as_str())?;
+                    if t.cancel(m.key.as_str()).await? == dq::CancelOutcome::Cancelled {
+                        cancelled += 1;
+                    }
+                }
+                match page.next {
+                    Some(next) => cursor = next,
+                    None => break,
+                }
+            }
+            Ok(cancelled)
         })?;
         let (cancel, _) = self.phase_end(cpu0)?;
         let notes: u64 = self.cmd(&["XLEN", &keys.outbox])?;
@@ -713,7 +732,7 @@ impl Orchestrator {
         };
         Ok(json!({
             "xrange_us_per_note": per_note("xrange"),
-            "xdel_us_per_note": per_note("xdel"),
+            "xdel_us_per_note": per_note("xdel") + per_note("xtrim"),
             "cancelled_counted_before_relay": cancelled,
             "notes": notes,
             "outbox_bytes": bytes,
