@@ -24,6 +24,7 @@ Examples:
   dq formats
   dq formats hold
   dq job orders.close order-7
+  dq bury orders.close order-7 --reason 'order withdrawn'
   dq dead list orders.close --error-contains 503 --limit 50
   dq dead requeue orders.close --all --error-contains 'partner API'
   dq dead purge orders.close --older-than 7d --yes
@@ -40,14 +41,14 @@ Examples:
   dq dashboard --listen 127.0.0.1:8080 --read-only
   DQ_API_TOKENS=… dq serve --listen 0.0.0.0:8081";
 
-/// `dq`: operate dq job queues on Redis — inspect topics, stats and jobs; cancel and
-/// reschedule jobs; list, requeue and purge the dead queue; enqueue a job by hand.
+/// `dq`: operate dq job queues on Redis — inspect topics, stats and jobs; cancel, bury
+/// and reschedule jobs; list, requeue and purge the dead queue; enqueue a job by hand.
 #[derive(Debug, Parser)]
 #[command(
     name = "dq",
     version,
     about = "Operate dq job queues on Redis: inspect topics, stats and jobs; cancel, \
-             reschedule and enqueue jobs; list, requeue and purge the dead queue.",
+             bury, reschedule and enqueue jobs; list, requeue and purge the dead queue.",
     after_help = EXIT_CODES,
     max_term_width = 100
 )]
@@ -150,6 +151,10 @@ pub enum Command {
     /// Cancel a job: one that has not started is removed; a running one is asked to stop
     /// (its worker ends it as cancelled, without a retry).
     Cancel(JobArgs),
+
+    /// Bury a waiting job (scheduled, ready or retry): move it to the dead queue without
+    /// running it, the reason in its history (a running job is not touched: cancel it).
+    Bury(BuryArgs),
 
     /// Pause a topic: no worker leases its jobs until `dq resume` (enqueue still works).
     Pause(TopicArgs),
@@ -491,6 +496,21 @@ pub struct JobArgs {
     pub topic: String,
     /// The job's key.
     pub key: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dq bury`.
+#[derive(Debug, Args)]
+pub struct BuryArgs {
+    /// The job's topic.
+    pub topic: String,
+    /// The job's key.
+    pub key: String,
+    /// Why it is buried, kept in its history (cut like an error text when long).
+    #[arg(long, default_value = "buried by an operator")]
+    pub reason: String,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

@@ -1,6 +1,6 @@
 //! `dq`, the command line for operating dq: connects to the Redis the applications use, reads
 //! the topic registry for each topic's partition count, and runs one command — inspection,
-//! cancel and reschedule, the dead queue, a manual enqueue. Exit codes are in `fail.rs` and
+//! cancel, bury and reschedule, the dead queue, a manual enqueue. Exit codes are in `fail.rs` and
 //! `dq --help`.
 
 mod batches;
@@ -18,15 +18,15 @@ use std::time::{Duration, SystemTime};
 use clap::Parser;
 use dq_core::format::ProcessRole;
 use dq_core::{
-    CancelOutcome, Client, Cursor, DeadAction, DeadFilter, EnqueueOutcome, JobPage, NewDue, Page,
-    RescheduleOutcome, Topic, TopicClient, TopicMeta,
+    BuryOutcome, CancelOutcome, Client, Cursor, DeadAction, DeadFilter, EnqueueOutcome, JobPage,
+    NewDue, Page, RescheduleOutcome, Topic, TopicClient, TopicMeta,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use cli::{
-    Cli, Command, DashboardArgs, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs, GroupArgs,
-    JobArgs, LimitsArgs, RescheduleArgs, ServeArgs, StatsArgs, TopicArgs,
+    BuryArgs, Cli, Command, DashboardArgs, DeadBulkArgs, DeadCommand, DeadListArgs, EnqueueArgs,
+    GroupArgs, JobArgs, LimitsArgs, RescheduleArgs, ServeArgs, StatsArgs, TopicArgs,
 };
 use fail::{Exit, Failure, Outcome};
 use view::{JobOut, StatsView, TopicRow};
@@ -78,6 +78,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Stats(a) => ctx.stats(a).await,
         Command::Job(a) => ctx.job(a).await,
         Command::Cancel(a) => ctx.cancel(a).await,
+        Command::Bury(a) => ctx.bury(a).await,
         Command::Pause(a) => ctx.pause(a, true).await,
         Command::Resume(a) => ctx.pause(a, false).await,
         Command::Limits(a) => ctx.limits(a).await,
@@ -390,6 +391,37 @@ impl Ctx {
             CancelOutcome::Dead => {
                 format!("{} is in the dead queue; not cancelled (purge it)", a.key)
             }
+        };
+        match failure {
+            None => {
+                if !a.json {
+                    println!("{message}");
+                }
+                Ok(())
+            }
+            Some(exit) => Err(Failure::new(exit, message)),
+        }
+    }
+
+    async fn bury(&self, a: BuryArgs) -> Outcome {
+        let t = self.topic(&a.topic)?;
+        let outcome = t.bury(&a.key, &a.reason).await?;
+        let (word, failure) = match outcome {
+            BuryOutcome::Buried => ("buried", None),
+            BuryOutcome::Running => ("running", Some(Exit::Failed)),
+            BuryOutcome::Dead => ("dead", Some(Exit::Failed)),
+            BuryOutcome::NotFound => ("not_found", Some(Exit::NotFound)),
+        };
+        if a.json {
+            print_json(&serde_json::json!({"key": a.key, "outcome": word}))?;
+        }
+        let message = match outcome {
+            BuryOutcome::Buried => format!("buried {}", a.key),
+            BuryOutcome::Running => {
+                format!("{} is running; not buried (cancel it instead)", a.key)
+            }
+            BuryOutcome::Dead => format!("{} is already in the dead queue; not buried", a.key),
+            BuryOutcome::NotFound => format!("no job {:?} in topic {:?}", a.key, a.topic),
         };
         match failure {
             None => {

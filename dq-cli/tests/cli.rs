@@ -210,6 +210,7 @@ fn help_reads_well() {
         "stats",
         "job",
         "cancel",
+        "bury",
         "reschedule",
         "dead",
         "enqueue",
@@ -439,6 +440,84 @@ async fn cancel_removes_a_waiting_job() {
     let run = w.dq(&["cancel", "multi", "c2"]).code(FAILED);
     assert!(run.stderr.contains("dead queue"), "{}", run.stderr);
     assert_eq!(t.job("c2").await.unwrap().unwrap().state, JobState::Dead);
+}
+
+#[tokio::test]
+async fn bury_moves_a_waiting_job_to_the_dead_queue_with_its_reason() {
+    let w = World::new().await;
+    let t = w.topic("multi");
+    for key in ["b1", "b2"] {
+        t.enqueue(vec![0x01])
+            .key(key)
+            .delay(Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+
+    let run = w
+        .dq(&["bury", "multi", "b1", "--reason", "order withdrawn"])
+        .ok();
+    assert_eq!(run.stdout.trim(), "buried b1");
+    let job = w.dq(&["job", "multi", "b1", "--json"]).ok().json();
+    assert_eq!(job["state"], "dead");
+    let last = job["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["outcome"], "buried");
+    assert_eq!(last["error"], "order withdrawn");
+    let text = w.dq(&["job", "multi", "b1"]).ok();
+    assert!(text.stdout.contains("order withdrawn"), "{}", text.stdout);
+
+    // without --reason: the default one; --json
+    let j = w.dq(&["bury", "multi", "b2", "--json"]).ok().json();
+    assert_eq!(j, serde_json::json!({"key": "b2", "outcome": "buried"}));
+    let info = t.job("b2").await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Dead);
+    assert_eq!(info.history.last().unwrap().error, "buried by an operator");
+    assert_eq!(
+        w.dead_keys("multi").await,
+        HashSet::from(["b1".to_owned(), "b2".to_owned()])
+    );
+
+    // dead already: a refusal, the job untouched
+    let run = w.dq(&["bury", "multi", "b1"]).code(FAILED);
+    assert!(
+        run.stderr.contains("already in the dead queue"),
+        "{}",
+        run.stderr
+    );
+    let j = w.dq(&["bury", "multi", "b1", "--json"]).code(FAILED).json();
+    assert_eq!(j, serde_json::json!({"key": "b1", "outcome": "dead"}));
+    assert_eq!(t.job("b1").await.unwrap().unwrap().history.len(), 1);
+
+    // no such job
+    let run = w.dq(&["bury", "multi", "nope"]).code(NOT_FOUND);
+    assert!(run.stderr.contains("no job"), "{}", run.stderr);
+    let j = w
+        .dq(&["bury", "multi", "nope", "--json"])
+        .code(NOT_FOUND)
+        .json();
+    assert_eq!(j["outcome"], "not_found");
+    w.dq(&["bury", "multi", "bad key with spaces\n"])
+        .code(BAD_INPUT);
+
+    // running: a refusal that says to cancel it, the job still running
+    t.enqueue(vec![0x01]).key("b3").await.unwrap();
+    let store = w.client.store();
+    let mut leased = false;
+    for p in 0..t.partitions() {
+        let q = Queue::new(Topic::new("multi").unwrap(), p);
+        let reply = store.fetch(&q, &fetch_request()).await.unwrap();
+        leased |= reply.jobs.iter().any(|d| d.key.as_str() == "b3");
+    }
+    assert!(leased, "b3 was not leased");
+    let run = w.dq(&["bury", "multi", "b3"]).code(FAILED);
+    assert!(
+        run.stderr.contains("running") && run.stderr.contains("cancel"),
+        "{}",
+        run.stderr
+    );
+    let j = w.dq(&["bury", "multi", "b3", "--json"]).code(FAILED).json();
+    assert_eq!(j["outcome"], "running");
+    assert_eq!(t.job("b3").await.unwrap().unwrap().state, JobState::Active);
 }
 
 #[tokio::test]

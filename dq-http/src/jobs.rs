@@ -1,21 +1,23 @@
-//! The job endpoints: enqueue (one, or many at once), look up, list, cancel, reschedule.
+//! The job endpoints: enqueue (one, or many at once), look up, list, cancel, bury, reschedule.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use dq_core::shape::PayloadShape;
 use dq_core::{
-    CancelOutcome, Cursor, EnqueueOutcome, Enqueued, JobSpec, JobState, NewDue, Page, Priority,
-    RescheduleOutcome, TopicClient,
+    BuryOutcome, CancelOutcome, Cursor, EnqueueOutcome, Enqueued, JobSpec, JobState, NewDue, Page,
+    Priority, RescheduleOutcome, TopicClient,
 };
 
 use crate::error::{ApiError, Code, ErrorBody};
 use crate::model::{
-    BulkRequest, BulkResponse, CancelResponse, EnqueueOutcomeOut, EnqueueRequest, EnqueueResponse,
-    JobList, JobOut, ListQuery, RescheduleRequest, RescheduleResponse, rfc3339,
+    BulkRequest, BulkResponse, BuryRequest, BuryResponse, CancelResponse, EnqueueOutcomeOut,
+    EnqueueRequest, EnqueueResponse, JobList, JobOut, ListQuery, RescheduleRequest,
+    RescheduleResponse, rfc3339,
 };
 use crate::state::{
-    AppState, JsonBody, Shared, call_id, derived_key, duration, idempotency_key, time,
+    AppState, JsonBody, OptionalJsonBody, Shared, call_id, derived_key, duration, idempotency_key,
+    time,
 };
 
 /// Most jobs in one bulk request.
@@ -432,6 +434,54 @@ pub(crate) async fn cancel(
         key,
         outcome: outcome.to_owned(),
     }))
+}
+
+/// The reason a bury keeps when none is given.
+const DEFAULT_BURY_REASON: &str = "buried by an operator";
+
+/// Bury a waiting job: to the dead queue without running it.
+///
+/// A scheduled, ready or retry job moves to the dead queue, the reason in its history. The
+/// body is optional (`{"reason": "…"}`; without it the reason is `buried by an operator`).
+/// A running job is not touched (cancel it), nor a dead one. A repeat answers 409 (the job is
+/// dead).
+#[utoipa::path(
+    post, path = "/v1/topics/{topic}/jobs/{key}/bury", tag = "jobs",
+    params(("topic" = String, Path, description = "The topic"), ("key" = String, Path, description = "The job's key")),
+    request_body(content = Option<BuryRequest>, description = "Optional: why it is buried"),
+    responses(
+        (status = 200, description = "buried", body = BuryResponse),
+        (status = 400, description = "invalid_json, invalid_request", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
+        (status = 404, description = "unknown_topic, not_found", body = ErrorBody),
+        (status = 409, description = "conflict: the job is running (cancel it) or dead", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn bury(
+    State(shared): State<AppState>,
+    Path((topic, key)): Path<(String, String)>,
+    body: OptionalJsonBody<BuryRequest>,
+) -> Result<Json<BuryResponse>, ApiError> {
+    let reason = body.0.unwrap_or_default().reason;
+    let reason = reason.as_deref().unwrap_or(DEFAULT_BURY_REASON);
+    let t = shared.topic(&topic, false).await?;
+    match t.bury(&key, reason).await? {
+        BuryOutcome::Buried => Ok(Json(BuryResponse {
+            key,
+            outcome: "buried".to_owned(),
+        })),
+        BuryOutcome::NotFound => Err(ApiError::not_found(format!(
+            "no job {key:?} in topic {topic:?}"
+        ))),
+        BuryOutcome::Running => Err(ApiError::conflict(format!(
+            "{key} is running; not buried (cancel it instead)"
+        ))),
+        BuryOutcome::Dead => Err(ApiError::conflict(format!(
+            "{key} is already in the dead queue; not buried"
+        ))),
+    }
 }
 
 /// Give a waiting job a new due time.

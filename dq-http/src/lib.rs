@@ -66,7 +66,8 @@ use state::{AppState, Shared};
         license(name = "MIT OR Apache-2.0"),
     ),
     paths(
-        jobs::enqueue, jobs::enqueue_bulk, jobs::job, jobs::list, jobs::cancel, jobs::reschedule,
+        jobs::enqueue, jobs::enqueue_bulk, jobs::job, jobs::list, jobs::cancel, jobs::bury,
+        jobs::reschedule,
         ops::topics, ops::stats_all, ops::stats, ops::dead_list, ops::dead_requeue,
         ops::dead_purge, ops::pause, ops::resume, ops::limits, ops::set_limits, ops::groups,
         ops::set_default_group_limits, ops::clear_default_group_limits, ops::group,
@@ -77,7 +78,7 @@ use state::{AppState, Shared};
     components(schemas(Code)),
     modifiers(&BearerScheme),
     tags(
-        (name = "jobs", description = "Enqueue, look up, list, cancel and reschedule jobs"),
+        (name = "jobs", description = "Enqueue, look up, list, cancel, bury and reschedule jobs"),
         (name = "topics", description = "Topics and their stats"),
         (name = "dead", description = "The dead queue"),
         (name = "control", description = "Pause, resume and limits; the limits and holds of groups"),
@@ -143,6 +144,7 @@ pub fn router(client: dq_core::Client, config: HttpConfig) -> axum::Router {
             "/v1/topics/{topic}/jobs/{key}/reschedule",
             post(jobs::reschedule),
         )
+        .route("/v1/topics/{topic}/jobs/{key}/bury", post(jobs::bury))
         .route("/v1/topics/{topic}/dead", get(ops::dead_list))
         .route("/v1/topics/{topic}/dead/requeue", post(ops::dead_requeue))
         .route("/v1/topics/{topic}/dead/purge", post(ops::dead_purge))

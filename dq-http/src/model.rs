@@ -108,6 +108,25 @@ pub struct CancelResponse {
     pub outcome: String,
 }
 
+/// Why a job is buried (the body of a bury is optional: without one, or without `reason`, the
+/// reason is `buried by an operator`).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BuryRequest {
+    /// The reason kept in the job's history (cut like an error text when long).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What a bury did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BuryResponse {
+    /// The job's key.
+    pub key: String,
+    /// `buried`: the job is in the dead queue, the reason in its history.
+    pub outcome: String,
+}
+
 /// A new due time: exactly one of `at` and `delay` (`"delay": "0s"` makes it due now).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -133,24 +133,51 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    Code::BodyTooLarge,
-                    "the request body is over the server's limit",
-                )
-            } else {
-                ApiError::new(Code::InvalidJson, format!("cannot read the body: {e}"))
-            }
-        })?;
-        let value = serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError::new(
-                Code::InvalidJson,
-                format!("the body is not what this call takes: {e}"),
-            )
-        })?;
+        let bytes = body_bytes(req, state).await?;
+        let value = parse_body(&bytes)?;
         Ok(JsonBody { value, bytes })
     }
+}
+
+/// An optional JSON body of type `T`: `None` when the request has no body (or only white
+/// space); otherwise read and parsed as [`JsonBody`] is (413 `body_too_large`, 400
+/// `invalid_json`).
+pub(crate) struct OptionalJsonBody<T>(pub(crate) Option<T>);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = body_bytes(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(None));
+        }
+        Ok(OptionalJsonBody(parse_body(&bytes)?))
+    }
+}
+
+/// The request's body, read within the body limit.
+async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                Code::BodyTooLarge,
+                "the request body is over the server's limit",
+            )
+        } else {
+            ApiError::new(Code::InvalidJson, format!("cannot read the body: {e}"))
+        }
+    })
+}
+
+/// The body parsed as `T`, or a 400 `invalid_json` naming what is wrong.
+fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            Code::InvalidJson,
+            format!("the body is not what this call takes: {e}"),
+        )
+    })
 }
 
 /// A duration as people write it: `90s`, `10m`, `2h30m`, `7d`.

@@ -443,6 +443,116 @@ async fn errors_are_json_with_stable_codes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_buries_a_waiting_job_with_its_reason() {
+    let s = serve("http-bury", HttpConfig::default()).await;
+    let jobs = format!("{}/v1/topics/{TOPIC}/jobs", s.url);
+    for key in ["b1", "b2", "b3"] {
+        let (status, v) = post_rw(
+            &jobs,
+            json!({"key": key, "payload": {"order_id": 1, "note": "x"}, "delay": "1h"}),
+            &[],
+        )
+        .await;
+        assert_eq!(status, 201, "{v}");
+    }
+    let bury = |key: &str| format!("{jobs}/{key}/bury");
+
+    let (status, v) = post_rw(&bury("b1"), json!({"reason": "order withdrawn"}), &[]).await;
+    assert_eq!(
+        (status, v),
+        (200, json!({"key": "b1", "outcome": "buried"}))
+    );
+    let (status, v) = get_rw(&format!("{jobs}/b1")).await;
+    assert_eq!((status, &v["state"]), (200, &json!("dead")), "{v}");
+    let last = v["history"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        (&last["outcome"], &last["error"]),
+        (&json!("buried"), &json!("order withdrawn")),
+        "{v}"
+    );
+
+    // no body: the default reason
+    let (status, v) = call(reqwest::Method::POST, &bury("b2"), Some(TOKEN), None, &[]).await;
+    assert_eq!(
+        (status, v),
+        (200, json!({"key": "b2", "outcome": "buried"}))
+    );
+    let t = s.client.admin().topic_with(TOPIC, 1).unwrap();
+    let info = t.job("b2").await.unwrap().unwrap();
+    assert_eq!(info.state, dq::JobState::Dead);
+    assert_eq!(info.history.last().unwrap().error, "buried by an operator");
+
+    // bad input, a read-only token: refused, nothing written
+    let (status, v) = post_rw(&bury("b3"), json!({"reason": "x", "colour": "red"}), &[]).await;
+    assert_eq!((status, code(&v)), (400, "invalid_json"), "{v}");
+    let (url, body) = post(&bury("b3"), json!({}));
+    let (status, v) = call(reqwest::Method::POST, &url, Some(READ_TOKEN), body, &[]).await;
+    assert_eq!((status, code(&v)), (403, "forbidden"), "{v}");
+    assert_eq!(
+        t.job("b3").await.unwrap().unwrap().state,
+        dq::JobState::Scheduled
+    );
+
+    // dead already, no such job, an unknown topic
+    let (status, v) = post_rw(&bury("b1"), json!({}), &[]).await;
+    assert_eq!((status, code(&v)), (409, "conflict"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("dead queue"),
+        "{v}"
+    );
+    assert_eq!(t.job("b1").await.unwrap().unwrap().history.len(), 1);
+    let (status, v) = post_rw(&bury("nope"), json!({}), &[]).await;
+    assert_eq!((status, code(&v)), (404, "not_found"), "{v}");
+    let (status, v) = post_rw(
+        &format!("{}/v1/topics/http.nowhere/jobs/b1/bury", s.url),
+        json!({}),
+        &[],
+    )
+    .await;
+    assert_eq!((status, code(&v)), (404, "unknown_topic"), "{v}");
+
+    // running (leased here, on a topic no worker serves): 409, the job untouched
+    let idle = s.client.topic("http.idle").unwrap();
+    idle.enqueue(vec![0xc0]).key("r1").await.unwrap();
+    let store = s.client.store();
+    let request = dq_core::FetchRequest {
+        max_jobs: 10,
+        lease: std::time::Duration::from_secs(300),
+        promote_batch: 1000,
+        recover_batch: 100,
+        retry_policy: dq_core::RetryPolicy::none(),
+        dead_limits: dq_core::DeadLimits::default(),
+        call: dq_core::FetchCall::new(),
+    };
+    let mut leased = false;
+    for p in 0..idle.partitions() {
+        let q = dq_core::Queue::new(dq_core::Topic::new("http.idle").unwrap(), p);
+        let reply = store.fetch(&q, &request).await.unwrap();
+        leased |= reply.jobs.iter().any(|d| d.key.as_str() == "r1");
+    }
+    assert!(leased, "r1 was not leased");
+    let (status, v) = post_rw(
+        &format!("{}/v1/topics/http.idle/jobs/r1/bury", s.url),
+        json!({"reason": "stop"}),
+        &[],
+    )
+    .await;
+    assert_eq!((status, code(&v)), (409, "conflict"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("cancel"),
+        "{v}"
+    );
+    assert_eq!(
+        idle.job("r1").await.unwrap().unwrap().state,
+        dq::JobState::Active
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operators_pause_limit_and_work_the_dead_queue() {
     let s = serve("http-ops", HttpConfig::default()).await;
     let topic = format!("{}/v1/topics/{TOPIC}", s.url);

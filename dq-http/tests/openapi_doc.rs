@@ -48,6 +48,7 @@ fn the_document_describes_every_route() {
         "/v1/topics/{topic}/jobs/bulk",
         "/v1/topics/{topic}/jobs/{key}",
         "/v1/topics/{topic}/jobs/{key}/reschedule",
+        "/v1/topics/{topic}/jobs/{key}/bury",
         "/v1/topics/{topic}/dead/requeue",
         "/v1/topics/{topic}/limits",
         "/v1/topics/{topic}/groups",
