@@ -38,15 +38,7 @@ impl RedisStore {
                 .run_on_key_waiting(script, &key, args, (replicas, timeout))
                 .await
                 .and_then(|(reply, acked)| {
-                    let acked = usize::try_from(acked).unwrap_or(0);
-                    if acked < replicas {
-                        Err(Error::NotReplicated {
-                            acked,
-                            wanted: replicas,
-                        })
-                    } else {
-                        Ok(reply)
-                    }
+                    RedisStore::replicated(Some((replicas, timeout)), Some(acked)).map(|()| reply)
                 }),
             _ => self.run_on_key(script, &key, args).await,
         };

@@ -75,14 +75,7 @@ impl Operate for RedisStore {
                 durable,
             )
             .await?;
-        if let (Some((wanted, _)), Some(acked)) = (durable, acked)
-            && usize::try_from(acked).unwrap_or(0) < wanted
-        {
-            return Err(Error::NotReplicated {
-                acked: usize::try_from(acked).unwrap_or(0),
-                wanted,
-            });
-        }
+        RedisStore::replicated(durable, acked)?;
         let mut r = Reply::new(s.name, reply)?;
         let code = r.string("code")?;
         let due_ms = r.int("due")?;
@@ -127,14 +120,7 @@ impl Operate for RedisStore {
                 durable,
             )
             .await?;
-        if let (Some((wanted, _)), Some(acked)) = (durable, acked)
-            && usize::try_from(acked).unwrap_or(0) < wanted
-        {
-            return Err(Error::NotReplicated {
-                acked: usize::try_from(acked).unwrap_or(0),
-                wanted,
-            });
-        }
+        RedisStore::replicated(durable, acked)?;
         let mut r = Reply::new(s.name, reply)?;
         let code = r.string("code")?;
         let trimmed = r.int("trimmed")?;

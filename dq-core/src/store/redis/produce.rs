@@ -106,14 +106,7 @@ impl Produce for RedisStore {
                 durable,
             )
             .await?;
-        if let (Some((wanted, _)), Some(acked)) = (durable, acked)
-            && usize::try_from(acked).unwrap_or(0) < wanted
-        {
-            return Err(Error::NotReplicated {
-                acked: usize::try_from(acked).unwrap_or(0),
-                wanted,
-            });
-        }
+        RedisStore::replicated(durable, acked)?;
         let Value::Array(items) = reply else {
             return Err(unexpected(s.name, "outcomes", &reply));
         };

@@ -357,6 +357,20 @@ impl RedisStore {
         result.map_err(|e| script_error(script, e))
     }
 
+    /// [`Error::NotReplicated`] when a call made with `wait` = `Some((replicas, _))` was
+    /// confirmed by fewer replicas (`acked`, as [`RedisStore::run_waiting`] returns it).
+    pub(super) fn replicated(wait: Option<(usize, Duration)>, acked: Option<i64>) -> Result<()> {
+        match (wait, acked) {
+            (Some((wanted, _)), Some(acked)) if usize::try_from(acked).unwrap_or(0) < wanted => {
+                Err(Error::NotReplicated {
+                    acked: usize::try_from(acked).unwrap_or(0),
+                    wanted,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// [`RedisStore::run_on_key`], then `WAIT replicas timeout` on the same connection (on a
     /// cluster, to the master of `key`'s slot): the reply and how many replicas confirmed.
     pub(super) async fn run_on_key_waiting(
