@@ -316,3 +316,54 @@ async fn under_durable_enqueue_a_parent_is_not_marked_released_until_a_replica_h
         .unwrap();
     assert_eq!(job.state, JobState::Ready);
 }
+
+/// A fail-fast flow whose first child fails while the flow is being stored (its key taken by
+/// a job outside the flow: refused) is failed at once: its parent is buried, and the rest of
+/// its children — more than one add's chunk — are not stored; `enqueue` succeeds.
+#[tokio::test]
+async fn a_fail_fast_flow_failed_while_it_is_stored_stops_there() {
+    let client = client("flows-ff-store").await;
+    client
+        .enqueue::<leaf>(99)
+        .key("leaf-0")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let n = dq::batch::ADD_CHUNK as u32 + 500;
+    client
+        .new_flow::<parent>(JobSpec::new(1).key("ff-store"))
+        .policy(FailurePolicy::FailFast)
+        .children::<leaf>(leaves(0, n).map(|s| s.delay(Duration::from_secs(3600))))
+        .enqueue()
+        .await
+        .expect("a flow failed while stored is stored as far as it needed");
+    let parents = client.topic("flows.parent").unwrap();
+    let job = parents.job("ff-store").await.unwrap().expect("kept dead");
+    assert_eq!(job.state, JobState::Dead);
+    let info = client
+        .batch("flow.flows.parent.ff-store")
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(info.done, "{info:?}");
+    assert_eq!(info.counts.refused, 1);
+    assert_eq!(
+        info.counts.total(),
+        u64::from(dq::batch::ADD_CHUNK as u32),
+        "only the first chunk was stored: {info:?}"
+    );
+    let leaves_enqueued = client
+        .topic("flows.leaf")
+        .unwrap()
+        .stats()
+        .await
+        .unwrap()
+        .enqueued;
+    assert_eq!(
+        leaves_enqueued,
+        dq::batch::ADD_CHUNK as u64,
+        "the outside job and 999 children"
+    );
+}

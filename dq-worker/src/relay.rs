@@ -46,9 +46,7 @@ impl Relay {
         let mut failing = false;
         // while a batch is open: a pass every RELAY_EVERY; else one when woken or IDLE_POLL
         let mut busy = true;
-        // where each partition's next pass starts (past notes kept for a failing batch), and
         // where the next sweep starts
-        let mut from: Vec<Option<String>> = vec![None; self.queues.len()];
         let mut sweep_from = None;
         loop {
             let pause = if busy { RELAY_EVERY } else { IDLE_POLL };
@@ -65,15 +63,18 @@ impl Relay {
                     true
                 }
             };
-            for (queue, from) in self.queues.iter().zip(&mut from) {
+            for queue in &self.queues {
                 // (a busy outbox is read again at once until drained: up to 64 passes of
-                // RELAY_NOTES, ~32,000 notes, per partition and tick)
+                // RELAY_NOTES, ~32,000 notes, per partition and tick; each tick starts at the
+                // first note, so notes kept for a failing batch are tried once a tick, and a
+                // pass goes on past them)
+                let mut from: Option<String> = None;
                 for _ in 0..64 {
                     match dq_core::client::relay_pass(&self.client, queue, from.as_deref()).await {
                         Ok(pass) => {
                             let more = pass.read >= dq_core::client::RELAY_NOTES;
-                            *from = pass.next(from.as_deref());
-                            if let Some(e) = pass.error {
+                            from = pass.next(from.as_deref());
+                            if let Some((_, e)) = pass.failed.into_iter().next() {
                                 error = Some(e);
                             }
                             if !more {

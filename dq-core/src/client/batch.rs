@@ -155,9 +155,11 @@ impl BatchHandle {
     /// happened) is enqueued again, which its key makes harmless while its job exists. A job
     /// whose key is taken by a job outside the batch (or refused by its window) is reported
     /// as its enqueue was and ends in the batch as [`MemberState::Refused`]. Members are
-    /// reserved, enqueued and noted [`ADD_CHUNK`] at a time. Refused: a closed batch
-    /// ([`Error::BatchClosed`]), `replace` or `debounce` on a member
-    /// ([`Error::InvalidConfig`]); nothing is written then.
+    /// reserved, enqueued and noted [`ADD_CHUNK`] at a time. Refused before anything is
+    /// written: a closed batch ([`Error::BatchClosed`]), `replace` or `debounce` on a member
+    /// ([`Error::InvalidConfig`]). Under [`FailurePolicy::FailFast`] a member that fails while
+    /// a long add goes on completes the batch, which closes it: the chunks after it are
+    /// refused with `BatchClosed` (the members added before it stay).
     pub async fn add<J: Job>(
         &self,
         jobs: impl IntoIterator<Item = JobSpec<J::Payload>>,
@@ -212,9 +214,13 @@ impl BatchHandle {
         // 1. reserved in the batch (refused if closed: nothing enqueued); each member's state
         // before, so one enqueued or ended before is not enqueued again (its key may be free)
         let reserved = self.client.store.batch_reserve(&self.id, members).await?;
+        let mut notes = Vec::new();
+        let before = self
+            .recheck_reserved(t, members, reserved.before, &mut notes)
+            .await?;
         let mut outcomes: Vec<Option<Enqueued>> = Vec::with_capacity(specs.len());
         let mut fresh = Vec::new();
-        for (spec, (m, before)) in specs.into_iter().zip(members.iter().zip(&reserved.before)) {
+        for (spec, (m, before)) in specs.into_iter().zip(members.iter().zip(&before)) {
             match before {
                 None | Some(MemberState::Reserved) => {
                     outcomes.push(None);
@@ -234,7 +240,6 @@ impl BatchHandle {
         }
         .into_iter();
         // 3. what each became, as far as this producer knows (the relay carries the ends)
-        let mut notes = Vec::new();
         for (slot, m) in outcomes.iter_mut().zip(members) {
             if slot.is_some() {
                 continue;
@@ -251,6 +256,54 @@ impl BatchHandle {
             settle(&self.client, &info).await?;
         }
         Ok(outcomes.into_iter().flatten().collect())
+    }
+
+    /// Makes sure of the members an earlier add left reserved (`before` says `Reserved`): such
+    /// a member's job may have run and ended since — its key free, its end noted in its
+    /// partition's outbox but not relayed yet — and enqueueing it again would run it twice.
+    /// One whose job holds its key now is enqueued (noted so in `notes`). For the others,
+    /// whose job was gone at this look, their partitions' outboxes are relayed through (an end
+    /// before the look was noted before the relay reads) and their states read again: only
+    /// those still reserved are enqueued. Fails if this batch's notes could not be applied.
+    async fn recheck_reserved(
+        &self,
+        t: &TopicClient,
+        members: &[MemberId],
+        mut before: Vec<Option<MemberState>>,
+        notes: &mut Vec<(MemberId, MemberState)>,
+    ) -> Result<Vec<Option<MemberState>>> {
+        let mut absent = Vec::new();
+        for (i, m) in members.iter().enumerate() {
+            if before.get(i).copied().flatten() != Some(MemberState::Reserved) {
+                continue;
+            }
+            if self.holds_member(m).await?.1 {
+                before[i] = Some(MemberState::Enqueued);
+                notes.push((m.clone(), MemberState::Enqueued));
+            } else {
+                absent.push(i);
+            }
+        }
+        if absent.is_empty() {
+            return Ok(before);
+        }
+        let partitions = t.ensure().await?;
+        let queues: std::collections::HashSet<_> = absent
+            .iter()
+            .map(|&i| t.queue_of(&members[i].key, partitions))
+            .collect();
+        for q in &queues {
+            let failed = relay_through(&self.client, q).await?;
+            if let Some(e) = failed.into_iter().find(|(id, _)| id == &self.id) {
+                return Err(e.1);
+            }
+        }
+        let again: Vec<MemberId> = absent.iter().map(|&i| members[i].clone()).collect();
+        let now = self.client.store.batch_reserve(&self.id, &again).await?;
+        for (&i, state) in absent.iter().zip(now.before) {
+            before[i] = state;
+        }
+        Ok(before)
     }
 
     /// What adding a member again reports, for one already enqueued or ended (`before`):
@@ -317,7 +370,8 @@ impl BatchHandle {
     }
 
     /// Every member whose state passes `keep`, all pages read (bounded by the batch's size:
-    /// `HSCAN` lists a member a few times at most, so four times its pages of 500, and more).
+    /// `HSCAN` lists a member a few times at most, so four times its pages of 500, and more;
+    /// an error, never a partial list, past that).
     async fn members_where(&self, keep: impl Fn(MemberState) -> bool) -> Result<Vec<MemberId>> {
         let total = self.info().await?.map_or(0, |b| b.counts.total());
         let pages = (total / 500 + 1).saturating_mul(4).saturating_add(16);
@@ -332,10 +386,13 @@ impl BatchHandle {
             );
             match page.next {
                 Some(next) => cursor = next,
-                None => break,
+                None => return Ok(out),
             }
         }
-        Ok(out)
+        Err(Error::Protocol(format!(
+            "batch {}: its members were not all listed in {pages} pages",
+            self.id
+        )))
     }
 
     /// The member's topic, and whether the job now holding its key is this batch's member
@@ -352,9 +409,11 @@ impl BatchHandle {
     /// Cancels the whole batch: closes it, then cancels every member that has not ended (a
     /// running one is asked to stop, as [`TopicClient::cancel`] does). Each cancelled member
     /// ends as cancelled; the callback follows once all have ended. The ends of the members
-    /// cancelled while they waited are carried to the batch by this call (their topics need
-    /// no worker); a running member's end reaches it through its worker's relay. Returns the
-    /// batch as it is after.
+    /// cancelled while they waited (and of those that ended before, their ends not relayed
+    /// yet) are carried to the batch by this call, so a topic no worker serves does not hold
+    /// the batch open; a running member's end reaches it through its worker's relay, and a
+    /// note this call cannot apply (its batch's record damaged) is left for the workers'
+    /// relay. Returns the batch as it is after.
     pub async fn cancel(&self) -> Result<BatchInfo> {
         self.client.store.batch_close(&self.id).await?;
         let mut queues = std::collections::HashSet::new();
@@ -364,22 +423,22 @@ impl BatchHandle {
             let (t, ours) = self.holds_member(&m).await?;
             if ours {
                 t.cancel(m.key.as_str()).await?;
-                let partitions = t.ensure().await?;
-                queues.insert(t.queue_of(&m.key, partitions));
             }
+            // (its partition is relayed either way: a member that ended before, its note
+            // not relayed yet, reaches the batch too)
+            let partitions = t.ensure().await?;
+            queues.insert(t.queue_of(&m.key, partitions));
         }
         for q in &queues {
-            // (bounded: a pass applies up to RELAY_NOTES notes; every note is this batch's or
-            // another's, and each pass deletes what it applied)
-            for _ in 0..1_000 {
-                match relay_outbox(&self.client, q).await {
-                    Ok(n) if n >= RELAY_NOTES => {}
-                    Ok(_) => break,
-                    // (the cancels are done; a worker's relay carries their ends later)
-                    Err(e) => {
-                        tracing::warn!(batch = %self.id, error = %e, "batch cancel: ends left for the relay");
-                        break;
+            // (the cancels are done; a note kept here is left for a worker's relay)
+            match relay_through(&self.client, q).await {
+                Ok(failed) => {
+                    for (id, e) in failed {
+                        tracing::warn!(batch = %id, error = %e, "batch cancel: notes left for the relay");
                     }
+                }
+                Err(e) => {
+                    tracing::warn!(batch = %self.id, error = %e, "batch cancel: ends left for the relay");
                 }
             }
         }
@@ -506,8 +565,8 @@ pub struct RelayPass {
     /// The last note read: the next pass starts after it while the outbox has more
     /// ([`RelayPass::next`]).
     pub last: Option<String>,
-    /// The first error of a batch whose notes were kept.
-    pub error: Option<Error>,
+    /// The batches whose notes were kept, each with its error.
+    pub failed: Vec<(BatchId, Error)>,
 }
 
 impl RelayPass {
@@ -529,10 +588,30 @@ impl RelayPass {
 /// pass that applied none and kept some.
 pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<usize> {
     let pass = relay_pass(client, queue, None).await?;
-    match pass.error {
-        Some(e) if pass.applied == 0 => Err(e),
+    match pass.failed.into_iter().next() {
+        Some((_, e)) if pass.applied == 0 => Err(e),
         _ => Ok(pass.applied),
     }
+}
+
+/// Relays `queue`'s outbox through to its end, pass after pass as a worker's relay does
+/// (past notes kept for a failing batch; bounded: 1,000 passes); returns the batches whose
+/// notes were kept, with their errors. An error reading or deleting notes is returned.
+async fn relay_through(
+    client: &Client,
+    queue: &crate::job::Queue,
+) -> Result<Vec<(BatchId, Error)>> {
+    let (mut from, mut failed) = (None::<String>, Vec::new());
+    for _ in 0..1_000 {
+        let pass = relay_pass(client, queue, from.as_deref()).await?;
+        let more = pass.read >= RELAY_NOTES;
+        from = pass.next(from.as_deref());
+        failed.extend(pass.failed);
+        if !more {
+            break;
+        }
+    }
+    Ok(failed)
 }
 
 /// One relay pass over a partition's outbox: reads up to [`RELAY_NOTES`] notes of `queue`'s
@@ -582,7 +661,7 @@ pub async fn relay_pass(
             Err(e) => {
                 tracing::warn!(batch = %id, error = %e, "batch relay: notes kept for a later pass");
                 pass.kept += ids.len();
-                pass.error.get_or_insert(e);
+                pass.failed.push((id, e));
             }
         }
     }

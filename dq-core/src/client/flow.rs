@@ -218,13 +218,22 @@ impl FlowBuilder {
             }
         }
         for child in self.children {
-            match child? {
-                Child::Jobs(t, specs) => {
-                    children.add_raw(t.as_str(), specs).await?;
+            let stored = match child? {
+                Child::Jobs(t, specs) => children.add_raw(t.as_str(), specs).await.map(drop),
+                Child::Flow(f) => Box::pin(f.store(client, Some(&children))).await.map(drop),
+            };
+            match stored {
+                Ok(()) => {}
+                // under FailFast a child that failed while the level was being stored completed
+                // it (its parent is failed): the rest of the level is not needed
+                Err(Error::BatchClosed(_)) if children.info().await?.is_some_and(|b| b.done) => {
+                    return Ok(FlowHandle {
+                        topic,
+                        key,
+                        children,
+                    });
                 }
-                Child::Flow(f) => {
-                    Box::pin(f.store(client, Some(&children))).await?;
-                }
+                Err(e) => return Err(e),
             }
         }
         children.close().await?;

@@ -1098,3 +1098,63 @@ pub async fn an_add_repeated_after_its_members_ended_enqueues_none_again<H: Harn
         (2, 1, 3)
     );
 }
+
+/// A producer that died between its enqueue and its apply left its member reserved; the
+/// member's job then ran and ended, its end noted but not relayed. Adding it again does not
+/// enqueue it a second time (its key is free): the add relays the member's partition, finds
+/// the end, and reports `Ended`; a member reserved whose job still waits is `Exists` and
+/// moves to enqueued; one whose job never came is enqueued now.
+pub async fn an_add_repeated_after_a_producer_died_mid_add_runs_no_member_twice<H: Harness>(h: &H) {
+    let c = h.client().await;
+    let t = c.topic("batches.mid-add").unwrap();
+    let q = queue("batches.mid-add");
+    let batch = open(&c, "mid-add").await;
+    let m = |k: &str| member("batches.mid-add", k);
+    // the dead producer's steps 1 and 2 (no 3): reserved, two of three enqueued
+    h.store()
+        .batch_reserve(batch.id(), &[m("ran"), m("waits"), m("never")])
+        .await
+        .unwrap();
+    let mut waits = new_job("waits", Some("mid-add"), false);
+    waits.due = Due::At(dq::store::from_unix_ms(4_000_000_000_000));
+    h.store()
+        .enqueue(
+            &q,
+            &[new_job("ran", Some("mid-add"), false), waits],
+            EnqueueCall::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(keys_of(&drain_due(h, &q).await), ["ran"]);
+    assert_eq!(notes(h, &q).await.len(), 1, "its end noted, not relayed");
+
+    let specs = ["ran", "waits", "never"]
+        .iter()
+        .map(|k| JobSpec::new(raw(1)).key(*k))
+        .collect();
+    let out = batch.add_raw("batches.mid-add", specs).await.unwrap();
+    assert_eq!(
+        out.iter().map(|e| e.outcome).collect::<Vec<_>>(),
+        [
+            EnqueueOutcome::Ended,
+            EnqueueOutcome::Exists(JobState::Scheduled),
+            EnqueueOutcome::Created
+        ]
+    );
+    assert_eq!(
+        t.stats().await.unwrap().enqueued,
+        3,
+        "ran is not enqueued again"
+    );
+    let info = batch.info().await.unwrap().unwrap();
+    assert_eq!(
+        (
+            info.counts.succeeded,
+            info.counts.enqueued,
+            info.counts.reserved
+        ),
+        (1, 2, 0),
+        "{info:?}"
+    );
+    assert_eq!(keys_of(&drain_due(h, &q).await), ["never"]);
+}

@@ -194,6 +194,7 @@ macro_rules! conformance_suite {
             batches::an_add_refuses_a_taken_key_and_counts_a_repeated_one_once,
             batches::a_cancelled_batch_ends_every_member_cancelled,
             batches::an_add_repeated_after_its_members_ended_enqueues_none_again,
+            batches::an_add_repeated_after_a_producer_died_mid_add_runs_no_member_twice,
         );
         $crate::conformance_suite!(@props $new;
             hostile_topic_names => bad_input::hostile_topic,
