@@ -70,8 +70,8 @@ pub use dq_core::{
 pub mod batch {
     pub use dq_core::batch::*;
     pub use dq_core::client::{
-        ADD_CHUNK, RELAY_NOTES, RelayPass, SweepPass, relay_outbox, relay_pass, settle,
-        sweep_batches,
+        ADD_CHUNK, RELAY_NOTES, RelayPass, SweepPass, relay_outbox, relay_pass, relay_through,
+        settle, sweep_batches,
     };
     // what the operator API reads of batches (`Admin::batches`, `Admin::batch_follow_up`)
     pub use dq_core::client::admin::{

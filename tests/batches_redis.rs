@@ -96,6 +96,20 @@ async fn worker(client: &Client, seen: &Seen) -> dq::WorkerHandle {
         .unwrap()
 }
 
+/// The ends of members `<prefix>-0` to `<prefix>-<n - 1>` of `batches.notes`, all succeeded.
+fn succeeded(prefix: &str, n: u32) -> Vec<(dq::MemberId, MemberState)> {
+    let topic = dq::Topic::new("batches.notes").unwrap();
+    (0..n)
+        .map(|i| {
+            let key = dq::JobKey::new(format!("{prefix}-{i}")).unwrap();
+            (
+                dq::MemberId::new(topic.clone(), key),
+                MemberState::Succeeded,
+            )
+        })
+        .collect()
+}
+
 /// One sweep of every batch not done (100 at most), which must fail on none.
 async fn sweep(client: &Client, reservation_timeout: Duration) {
     let pass = dq::batch::sweep_batches(client, None, 100, reservation_timeout)
@@ -417,15 +431,7 @@ async fn ten_thousand_members_are_added_in_chunks_and_applied_in_one_call() {
         .unwrap();
     let info = batch.info().await.unwrap().unwrap();
     assert_eq!(info.counts.enqueued, u64::from(n), "{info:?}");
-    let topic = dq::Topic::new("batches.notes").unwrap();
-    let ends: Vec<_> = (0..n)
-        .map(|i| {
-            (
-                dq::MemberId::new(topic.clone(), dq::JobKey::new(format!("big-{i}")).unwrap()),
-                MemberState::Succeeded,
-            )
-        })
-        .collect();
+    let ends = succeeded("big", n);
     let info = client
         .store()
         .batch_apply(batch.id(), &ends)
@@ -477,15 +483,7 @@ async fn at_maxmemory_a_batch_takes_no_member_but_its_ends_still_apply() {
         before,
         "nothing written"
     );
-    let topic = dq::Topic::new("batches.notes").unwrap();
-    let ends: Vec<_> = (0..2)
-        .map(|i| {
-            (
-                dq::MemberId::new(topic.clone(), dq::JobKey::new(format!("oom-{i}")).unwrap()),
-                MemberState::Succeeded,
-            )
-        })
-        .collect();
+    let ends = succeeded("oom", 2);
     let info = client
         .store()
         .batch_apply(batch.id(), &ends)

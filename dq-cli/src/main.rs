@@ -377,9 +377,6 @@ impl Ctx {
             CancelOutcome::CancelRequested => ("cancel_requested", None),
             CancelOutcome::Dead => ("dead", Some(Exit::Failed)),
         };
-        if a.json {
-            print_json(&serde_json::json!({"key": a.key, "outcome": word}))?;
-        }
         let message = match outcome {
             CancelOutcome::Cancelled => format!("cancelled {}", a.key),
             CancelOutcome::Gone => format!("{} is gone (it will not run)", a.key),
@@ -392,15 +389,7 @@ impl Ctx {
                 format!("{} is in the dead queue; not cancelled (purge it)", a.key)
             }
         };
-        match failure {
-            None => {
-                if !a.json {
-                    println!("{message}");
-                }
-                Ok(())
-            }
-            Some(exit) => Err(Failure::new(exit, message)),
-        }
+        report_outcome(&a.key, a.json, word, message, failure)
     }
 
     async fn bury(&self, a: BuryArgs) -> Outcome {
@@ -412,9 +401,6 @@ impl Ctx {
             BuryOutcome::Dead => ("dead", Some(Exit::Failed)),
             BuryOutcome::NotFound => ("not_found", Some(Exit::NotFound)),
         };
-        if a.json {
-            print_json(&serde_json::json!({"key": a.key, "outcome": word}))?;
-        }
         let message = match outcome {
             BuryOutcome::Buried => format!("buried {}", a.key),
             BuryOutcome::Running => {
@@ -423,15 +409,7 @@ impl Ctx {
             BuryOutcome::Dead => format!("{} is already in the dead queue; not buried", a.key),
             BuryOutcome::NotFound => format!("no job {:?} in topic {:?}", a.key, a.topic),
         };
-        match failure {
-            None => {
-                if !a.json {
-                    println!("{message}");
-                }
-                Ok(())
-            }
-            Some(exit) => Err(Failure::new(exit, message)),
-        }
+        report_outcome(&a.key, a.json, word, message, failure)
     }
 
     async fn pause(&self, a: TopicArgs, pause: bool) -> Outcome {
@@ -1019,4 +997,28 @@ fn short_duration(d: Duration) -> String {
         }
     }
     format!("{ms}ms")
+}
+
+/// How `dq cancel` and `dq bury` report a job's outcome: with `--json`, one line
+/// `{"key", "outcome": word}` first; then `message` printed (text mode) when it went through,
+/// or the failure with `message` and its exit code.
+fn report_outcome(
+    key: &str,
+    json: bool,
+    word: &str,
+    message: String,
+    failure: Option<Exit>,
+) -> Outcome {
+    if json {
+        print_json(&serde_json::json!({"key": key, "outcome": word}))?;
+    }
+    match failure {
+        None => {
+            if !json {
+                println!("{message}");
+            }
+            Ok(())
+        }
+        Some(exit) => Err(Failure::new(exit, message)),
+    }
 }

@@ -36,7 +36,7 @@ mod typed;
 
 pub use self::batch::{
     ADD_CHUNK, BatchBuilder, BatchHandle, RELAY_NOTES, RelayPass, SweepPass, relay_outbox,
-    relay_pass, settle, sweep_batches,
+    relay_pass, relay_through, settle, sweep_batches,
 };
 pub use self::config::{
     ClientConfig, DEFAULT_BULK_CHUNK, DEFAULT_GROUP_BATCH, GroupCommit, MAX_GROUP_LINGER,

@@ -68,24 +68,13 @@ impl Relay {
                 // RELAY_NOTES, ~32,000 notes, per partition and tick; each tick starts at the
                 // first note, so notes kept for a failing batch are tried once a tick, and a
                 // pass goes on past them)
-                let mut from: Option<String> = None;
-                for _ in 0..64 {
-                    match dq_core::client::relay_pass(&self.client, queue, from.as_deref()).await {
-                        Ok(pass) => {
-                            let more = pass.read >= dq_core::client::RELAY_NOTES;
-                            from = pass.next(from.as_deref());
-                            if let Some((_, e)) = pass.failed.into_iter().next() {
-                                error = Some(e);
-                            }
-                            if !more {
-                                break;
-                            }
-                        }
-                        Err(e) => {
+                match dq_core::client::relay_through(&self.client, queue, 64).await {
+                    Ok(failed) => {
+                        if let Some((_, e)) = failed.into_iter().next() {
                             error = Some(e);
-                            break;
                         }
                     }
+                    Err(e) => error = Some(e),
                 }
             }
             if last_sweep.elapsed() >= SWEEP_EVERY {

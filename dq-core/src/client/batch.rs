@@ -293,7 +293,7 @@ impl BatchHandle {
             .map(|&i| t.queue_of(&members[i].key, partitions))
             .collect();
         for q in &queues {
-            let failed = relay_through(&self.client, q).await?;
+            let failed = relay_through(&self.client, q, RELAY_THROUGH_PASSES).await?;
             if let Some(e) = failed.into_iter().find(|(id, _)| id == &self.id) {
                 return Err(e.1);
             }
@@ -431,7 +431,7 @@ impl BatchHandle {
         }
         for q in &queues {
             // (the cancels are done; a note kept here is left for a worker's relay)
-            match relay_through(&self.client, q).await {
+            match relay_through(&self.client, q, RELAY_THROUGH_PASSES).await {
                 Ok(failed) => {
                     for (id, e) in failed {
                         tracing::warn!(batch = %id, error = %e, "batch cancel: notes left for the relay");
@@ -550,6 +550,10 @@ pub const CALLBACK_WINDOW_FLOOR: Duration = Duration::from_secs(3600);
 /// the whole add takes.
 pub const ADD_CHUNK: usize = 1_000;
 
+/// Most passes a batch's cancel or a repeated add relays a partition with
+/// ([`relay_through`]): 512,000 notes.
+const RELAY_THROUGH_PASSES: usize = 1_000;
+
 /// Most notes one relay pass reads from an outbox.
 pub const RELAY_NOTES: usize = 512;
 
@@ -594,15 +598,18 @@ pub async fn relay_outbox(client: &Client, queue: &crate::job::Queue) -> Result<
     }
 }
 
-/// Relays `queue`'s outbox through to its end, pass after pass as a worker's relay does
-/// (past notes kept for a failing batch; bounded: 1,000 passes); returns the batches whose
-/// notes were kept, with their errors. An error reading or deleting notes is returned.
-async fn relay_through(
+/// Relays `queue`'s outbox from its first note through to its end, pass after pass
+/// ([`relay_pass`], each going on past the notes the one before kept for a failing batch), at
+/// most `passes` passes of [`RELAY_NOTES`]; returns the batches whose notes were kept, with
+/// their errors. An error reading or deleting notes is returned. A worker's relay runs it
+/// every tick; a batch's cancel and a repeated add run it for their members' partitions.
+pub async fn relay_through(
     client: &Client,
     queue: &crate::job::Queue,
+    passes: usize,
 ) -> Result<Vec<(BatchId, Error)>> {
     let (mut from, mut failed) = (None::<String>, Vec::new());
-    for _ in 0..1_000 {
+    for _ in 0..passes {
         let pass = relay_pass(client, queue, from.as_deref()).await?;
         let more = pass.read >= RELAY_NOTES;
         from = pass.next(from.as_deref());

@@ -615,6 +615,34 @@ impl Partition {
         out
     }
 
+    /// Buries job `key`, already out of the set that held it, as `fail.lua` and `bury.lua`
+    /// do: the reason in its history, to the dead set, its end noted for its batch, its
+    /// `unique_for` window started, a `dead` event, then the dead queue trimmed. Returns how
+    /// many dead jobs the trim removed.
+    pub(super) fn bury_now(
+        &mut self,
+        key: &JobKey,
+        reason: &str,
+        limits: DeadLimits,
+        now: u64,
+    ) -> u64 {
+        if let Some(rec) = self.jobs.get_mut(key) {
+            rec.add_history(now, AttemptOutcome::Buried, reason);
+            bury(&mut self.sets, &mut self.counters, rec, key, now);
+            self.outbox
+                .note(now, rec.batch.as_ref(), key, MemberState::Dead);
+            self.windows.ended(key, now);
+            let detail = Detail {
+                attempt: Some(rec.attempts),
+                error: Some(reason.to_owned()),
+                ..Detail::default()
+            };
+            self.events
+                .emit(self.control.events, now, EventKind::Dead, key, detail);
+        }
+        self.trim_dead(now, limits.cap.max(1), ms(limits.retention), TRIM_LIMIT)
+    }
+
     /// Mirrors `fail.lua`; `Err` only for a stale token.
     fn fail(
         &mut self,
@@ -680,24 +708,7 @@ impl Partition {
                 (d, AttemptOutcome::Deferred, Later::Scheduled)
             }
             FailAction::Bury => {
-                rec.add_history(now, AttemptOutcome::Buried, error);
-                bury(&mut self.sets, &mut self.counters, rec, key, now);
-                self.outbox
-                    .note(now, rec.batch.as_ref(), key, MemberState::Dead);
-                self.windows.ended(key, now);
-                let detail = Detail {
-                    attempt: Some(rec.attempts),
-                    error: Some(error.to_owned()),
-                    ..Detail::default()
-                };
-                self.events
-                    .emit(self.control.events, now, EventKind::Dead, key, detail);
-                let trimmed = self.trim_dead(
-                    now,
-                    dead_limits.cap.max(1),
-                    ms(dead_limits.retention),
-                    TRIM_LIMIT,
-                );
+                let trimmed = self.bury_now(key, error, dead_limits, now);
                 return Ok(FailOutcome::Buried { trimmed });
             }
             FailAction::Defer(d) => (d, AttemptOutcome::Deferred, Later::Scheduled),

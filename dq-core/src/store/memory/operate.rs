@@ -5,18 +5,16 @@
 use async_trait::async_trait;
 
 use super::clock::{bound_due, ms};
-use super::events::Detail;
-use super::partition::{Control, Later, Partition, Place, TRIM_LIMIT, bury};
+use super::partition::{Control, Later, Partition, Place};
 use super::store::MemoryStore;
 use crate::batch::MemberState;
 use crate::control::{ControlChange, ControlState};
 use crate::error::{Error, Result};
-use crate::events::EventKind;
 use crate::events::{Event, EventId};
 use crate::finished::{FinishedAs, FinishedChunk, FinishedJob};
 use crate::group::{GroupChange, GroupState};
 use crate::inspect::{DeadAction, ListChunk, ListFrom, ListPos};
-use crate::job::{AttemptOutcome, JobInfo, JobState, Queue, unix_ms};
+use crate::job::{JobInfo, JobState, Queue, unix_ms};
 use crate::names::JobKey;
 use crate::store::lease::DeadLimits;
 use crate::store::operate::{
@@ -71,20 +69,7 @@ impl Partition {
         // (a ready grouped job leaves its group's queue: the group holds nothing for it)
         self.sets
             .unlink(key, rec.place, rec.due_ms, rec.group.as_ref());
-        rec.add_history(now, AttemptOutcome::Buried, reason);
-        bury(&mut self.sets, &mut self.counters, rec, key, now);
-        self.outbox
-            .note(now, rec.batch.as_ref(), key, MemberState::Dead);
-        self.windows.ended(key, now);
-        let detail = Detail {
-            attempt: Some(rec.attempts),
-            error: Some(reason.to_owned()),
-            ..Detail::default()
-        };
-        self.events
-            .emit(self.control.events, now, EventKind::Dead, key, detail);
-        let trimmed = self.trim_dead(now, limits.cap.max(1), ms(limits.retention), TRIM_LIMIT);
-        (BuryOutcome::Buried, trimmed)
+        (BuryOutcome::Buried, self.bury_now(key, reason, limits, now))
     }
 
     /// Mirrors `reschedule.lua`: attempts and history are kept.
